@@ -1,0 +1,79 @@
+"""The ``tracesim`` command line: a thin click group.
+
+Each command lives in ``tracesim/commands/<name>.py`` and is listed in ``COMMAND_MODULES``;
+commands parse flags, call the library and print. Bad input (:class:`InputError`) exits 2
+with one line; a replay that cannot finish (:class:`ReplayError`) exits 2; any other
+exception is a bug and exits 1 with a hint to rerun with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from tracesim import __version__
+from tracesim.errors import InputError, ReplayError
+
+#: modules under tracesim.commands that each define ``command`` (a click command)
+COMMAND_MODULES = (
+    "collect",
+    "extract",
+    "replay",
+    "validate",
+)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (InputError, ReplayError) as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"tracesim: error: {exc}", err=True)
+            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("tracesim: interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug: short message, traceback only with --debug
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            msg = " ".join(str(exc).split())[:300]
+            click.echo(
+                f"tracesim: internal error: {type(exc).__name__}: {msg} "
+                "(this is a bug; rerun with --debug for the traceback)",
+                err=True,
+            )
+            sys.exit(1)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="tracesim")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for internal errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """tracesim: trace-driven replay simulator for distributed training.
+
+    Record a training step (collect), turn it into a task graph (extract), and replay it on
+    a simulated cluster (replay). Times are reported in seconds; exit code 2 means bad input.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+for _name in COMMAND_MODULES:
+    _mod = importlib.import_module(f"tracesim.commands.{_name}")
+    cli.add_command(_mod.command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(obj={})
+
+
+if __name__ == "__main__":
+    main()
