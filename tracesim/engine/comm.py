@@ -1,0 +1,33 @@
+"""The interface between the replay engine and a communication model.
+
+The engine calls a :class:`CommModel` when every member of a collective (or both ends of a
+send/recv pair) is ready; the model returns a SimPy event that fires when the operation has
+finished on the simulated network. Ranks are global ranks; rank ``r`` runs on GPU ``r`` of
+the cluster (node ``r // gpus_per_node``). Sizes are bytes; simulated time is integer ns.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import simpy
+
+
+class CommModel(Protocol):
+    def attach(self, env: simpy.Environment) -> None:
+        """Bind the model to the engine's environment (called once before the replay)."""
+
+    def collective(
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+    ) -> simpy.Event:
+        """Start a collective over ``ranks`` now; the event fires when it has completed.
+
+        ``collective`` is one of all_reduce, all_gather, reduce_scatter, all_to_all,
+        broadcast, reduce, barrier. ``msg_bytes`` is the per-rank buffer size in the
+        nccl-tests convention (all_gather: the gathered output size).
+        """
+        ...
+
+    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
+        """Start a point-to-point transfer now; the event fires when the last byte arrived."""
+        ...
