@@ -1,0 +1,382 @@
+"""Reading Kineto (torch.profiler) Chrome traces into the canonical op table.
+
+Handles plain and gzipped JSON, both argument styles (lists, or strings in older traces),
+CUDA and HIP runtime names, ``ProfilerStep#N`` boundaries, ``cuda_sync`` events, and
+communication ops (``record_param_comms``, ``nccl:*``, ``gloo:*``, ``c10d::*``, NCCL kernels).
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import re
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracesim.errors import InputError
+from tracesim.trace import comms
+from tracesim.trace.schema import conform, empty_table
+
+_CAT_MAP = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_annotation",
+}
+_GPU_CATS = {"kernel", "memcpy", "memset", "sync", "gpu_annotation"}
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_MODULE_PREFIX = "nn.Module: "
+_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer|block|decoder\.layers)\.(\d+)(?:\.|$)")
+
+
+def load_trace_json(path: str | Path) -> dict[str, Any]:
+    """Load a Kineto trace file (``.json`` or ``.json.gz``) as a dict.
+
+    Raises InputError naming the file for a missing file, a truncated or corrupt gzip
+    stream, invalid JSON, or JSON that is not a Chrome trace.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError("file not found", path)
+    if path.is_dir():
+        raise InputError("is a directory, expected a trace file (.json or .json.gz)", path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        if head == b"\x1f\x8b":
+            with gzip.open(path, "rb") as fh:
+                raw = fh.read()
+        else:
+            raw = path.read_bytes()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"truncated or corrupt gzip data ({exc})", path) from None
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InputError("not a JSON text file", path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"invalid JSON ({exc.msg}); the file may be truncated", path, f"line {exc.lineno}"
+        ) from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise InputError("not a Chrome/Kineto trace: no 'traceEvents' list", path, "traceEvents")
+    return data
+
+
+def _arg_list(value: Any) -> list:
+    """Kineto args are lists in new traces and Python-literal strings in older ones."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return [value]
+        return parsed if isinstance(parsed, list) else [parsed]
+    return [value]
+
+
+def _int(value: Any, default: int = -1) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value == value and abs(value) < 2**62:
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            return default
+    return default
+
+
+def _rank_of(data: Mapping[str, Any], default: int) -> int:
+    info = data.get("distributedInfo")
+    if isinstance(info, str):
+        try:
+            info = ast.literal_eval(info)
+        except (ValueError, SyntaxError):
+            info = None
+    if isinstance(info, Mapping):
+        r = _int(info.get("rank"), default)
+        return r if r >= 0 else default
+    return default
+
+
+def trace_device(data: Mapping[str, Any]) -> str:
+    """The GPU name recorded in ``deviceProperties`` ("" if none, e.g. CPU traces)."""
+    props = data.get("deviceProperties")
+    if isinstance(props, str):
+        try:
+            props = ast.literal_eval(props)
+        except (ValueError, SyntaxError):
+            props = None
+    if isinstance(props, list) and props and isinstance(props[0], Mapping):
+        return str(props[0].get("name", ""))
+    return ""
+
+
+def read_kineto(path: str | Path, rank: int | None = None) -> pd.DataFrame:
+    """Read a Kineto trace into the canonical op table (see tracesim.trace.schema).
+
+    Args:
+        path: ``.json`` or ``.json.gz`` Chrome trace written by torch.profiler.
+        rank: the rank to record; default: ``distributedInfo.rank`` or 0.
+    """
+    data = load_trace_json(path)
+    return op_table_from_events(data, path, rank)
+
+
+def op_table_from_events(
+    data: Mapping[str, Any], path: str | Path, rank: int | None = None
+) -> pd.DataFrame:
+    events = data["traceEvents"]
+    rank = _rank_of(data, 0) if rank is None else rank
+    rows: list[dict[str, Any]] = []
+    for idx, ev in enumerate(events):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        cat = _CAT_MAP.get(str(ev.get("cat", "")).lower())
+        if cat is None:
+            continue
+        name = ev.get("name")
+        ts = ev.get("ts")
+        dur = ev.get("dur", 0)
+        if not isinstance(name, str) or isinstance(ts, bool) or not isinstance(ts, (int, float)):
+            raise InputError(
+                "event without a string 'name' and numeric 'ts'", path, f"traceEvents[{idx}]"
+            )
+        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur != dur or dur < 0:
+            raise InputError(f"bad 'dur' {dur!r}", path, f"traceEvents[{idx}]")
+        args = ev.get("args") or {}
+        if not isinstance(args, dict):
+            args = {}
+        gpu = cat in _GPU_CATS
+        stream = _int(args.get("stream"), _int(ev.get("tid"))) if gpu else -1
+        if gpu:
+            dev = args.get("device", ev.get("pid"))
+            lane = f"stream:{stream}"
+            device = str(_int(dev, 0))
+        else:
+            lane = f"cpu:{ev.get('tid')}"
+            device = "cpu"
+        rows.append(
+            {
+                "event_id": idx,
+                "name": name,
+                "cat": cat,
+                "lane": lane,
+                "device": device,
+                "ts_ns": int(round(float(ts) * 1000.0)),
+                "dur_ns": int(round(float(dur) * 1000.0)),
+                "correlation": _int(args.get("correlation")),
+                "external_id": _int(args.get("External id")),
+                "stream": stream,
+                "sync_kind": str(args.get("cuda_sync_kind", "")) if cat == "sync" else "",
+                "wait_stream": _int(args.get("wait_on_stream")),
+                "wait_record_corr": _int(args.get("wait_on_cuda_event_record_corr_id")),
+                "seq_nr": _int(args.get("Sequence number")),
+                "fwd_tid": _int(args.get("Fwd thread id")),
+                "rf_id": _int(args.get("Record function id")),
+                "_dims": args.get("Input Dims"),
+                "_types": args.get("Input type"),
+                "_args": args,
+            }
+        )
+    if not rows:
+        df = empty_table()
+        return df
+    df = pd.DataFrame(rows)
+    df["rank"] = rank
+    df = _annotate(df, path)
+    return conform(df)
+
+
+def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """Fill parent_id, step, scope, phase, layer, op features and comm fields."""
+    from tracesim.workload.classify import classify, op_cost
+
+    n = len(df)
+    parent = np.full(n, -1, dtype=np.int64)
+    step = np.array([""] * n, dtype=object)
+    scope = np.array([""] * n, dtype=object)
+    phase = np.array(["other"] * n, dtype=object)
+    event_id = df["event_id"].to_numpy()
+    names = df["name"].to_numpy()
+    cats = df["cat"].to_numpy()
+    ts = df["ts_ns"].to_numpy()
+    end = ts + df["dur_ns"].to_numpy()
+    lanes = df["lane"].to_numpy()
+
+    # step windows from ProfilerStep#N annotations
+    step_rows = [i for i in range(n) if cats[i] in ("annotation", "cpu_op") and _STEP_RE.match(names[i])]
+    windows = sorted((ts[i], end[i], names[i]) for i in step_rows)
+
+    host = np.flatnonzero(~np.isin(cats, list(_GPU_CATS)))
+    # nesting per host thread
+    for lane in pd.unique(lanes[host]):
+        idx = host[lanes[host] == lane]
+        order = idx[np.lexsort((event_id[idx], -end[idx], ts[idx]))]
+        stack: list[int] = []
+        for i in order:
+            while stack and end[stack[-1]] <= ts[i] and not (end[stack[-1]] == ts[i] == end[i]):
+                stack.pop()
+            if stack:
+                p = stack[-1]
+                parent[i] = event_id[p]
+                scope[i] = scope[p]
+                phase[i] = phase[p]
+            nm = names[i]
+            if nm.startswith(_MODULE_PREFIX):
+                scope[i] = nm[len(_MODULE_PREFIX):]
+            ph = _phase_of(nm)
+            if ph and (phase[i] == "other" or ph in ("bwd", "opt")):
+                phase[i] = ph
+            elif phase[i] == "other" and nm.startswith(_MODULE_PREFIX):
+                phase[i] = "fwd"
+            stack.append(i)
+    if windows:
+        starts = np.array([w[0] for w in windows])
+        ends = np.array([w[1] for w in windows])
+        wnames = np.array([w[2] for w in windows], dtype=object)
+        k = np.searchsorted(starts, ts[host], side="right") - 1
+        ok = (k >= 0) & (ts[host] < ends[np.clip(k, 0, None)])
+        step[host[ok]] = wnames[k[ok]]
+
+    # backward ops inherit module scope through the autograd sequence number
+    seq = df["seq_nr"].to_numpy()
+    fwd_scope: dict[int, str] = {}
+    for i in host:
+        if seq[i] >= 0 and phase[i] != "bwd" and scope[i] and seq[i] not in fwd_scope:
+            fwd_scope[seq[i]] = scope[i]
+    for i in host:
+        if phase[i] == "bwd" and not scope[i] and seq[i] in fwd_scope:
+            scope[i] = fwd_scope[seq[i]]
+
+    # op features for host ops
+    op_class = np.array(["other"] * n, dtype=object)
+    flops = np.zeros(n)
+    nbytes = np.zeros(n)
+    shapes = np.array([""] * n, dtype=object)
+    dtype = np.array([""] * n, dtype=object)
+    collective = np.array([""] * n, dtype=object)
+    group_ranks = np.array([""] * n, dtype=object)
+    msg_bytes = np.zeros(n, dtype=np.int64)
+    peer = np.full(n, -1, dtype=np.int32)
+    dims_col = df["_dims"].to_numpy()
+    types_col = df["_types"].to_numpy()
+    args_col = df["_args"].to_numpy()
+    for i in range(n):
+        c = cats[i]
+        if c in ("gpu_annotation", "sync"):
+            continue
+        dims = _arg_list(dims_col[i])
+        types = [str(t) for t in _arg_list(types_col[i])]
+        if dims:
+            shapes[i] = json.dumps(dims, separators=(",", ":"))
+        info = comms.comm_info(names[i], args_col[i], dims, types)
+        if info is not None:
+            op_class[i] = "comm"
+            collective[i] = info.collective
+            msg_bytes[i] = info.msg_bytes
+            group_ranks[i] = info.group_ranks
+            peer[i] = info.peer
+            dtype[i] = info.dtype
+            if c in ("cpu_op", "annotation") and names[i] != "record_param_comms":
+                cats[i] = "comm"
+            elif names[i] == "record_param_comms":
+                cats[i] = "comm"
+            continue
+        if c in ("cpu_op", "annotation"):
+            cost = op_cost(names[i], dims, types)
+            op_class[i], flops[i], nbytes[i], dtype[i] = cost.op_class, cost.flops, cost.bytes, cost.dtype
+        elif c == "kernel":
+            op_class[i] = classify(names[i], "kernel")
+        elif c in ("memcpy", "memset"):
+            op_class[i] = "memcpy"
+            nbytes[i] = float(_int(args_col[i].get("bytes"), 0)) if isinstance(args_col[i], dict) else 0.0
+
+    df = df.assign(cat=cats)
+    # GPU ops inherit from their launching runtime call (through correlation) and the
+    # innermost op above it that has features (the launching aten op).
+    corr = df["correlation"].to_numpy()
+    pos_of_event = {int(e): k for k, e in enumerate(event_id)}
+    runtime_by_corr: dict[int, int] = {}
+    for i in host:
+        if cats[i] == "runtime" and corr[i] >= 0:
+            runtime_by_corr[int(corr[i])] = i
+    for i in np.flatnonzero(np.isin(cats, ["kernel", "memcpy", "memset", "sync"])):
+        r = runtime_by_corr.get(int(corr[i]))
+        if r is None:
+            continue
+        step[i], scope[i], phase[i] = step[r], scope[r], phase[r]
+        if cats[i] != "kernel":
+            continue
+        # walk up to the launching op
+        p = parent[r]
+        hops = 0
+        while p >= 0 and hops < 64:
+            k = pos_of_event[int(p)]
+            if collective[k]:
+                if not collective[i]:
+                    collective[i], group_ranks[i], peer[i], dtype[i] = (
+                        collective[k], group_ranks[k], peer[k], dtype[k])
+                    op_class[i] = "comm"
+                if msg_bytes[k] > 0:
+                    msg_bytes[i] = msg_bytes[k]
+                    group_ranks[i] = group_ranks[i] or group_ranks[k]
+                    break
+                p = parent[k]
+                hops += 1
+                continue
+            if op_class[i] == "comm" and collective[i]:
+                break
+            if cats[k] == "cpu_op" and (flops[k] > 0 or nbytes[k] > 0):
+                if op_class[i] in ("other", op_class[k]) or op_class[k] in ("gemm", "attention"):
+                    op_class[i] = op_class[k] if op_class[i] == "other" else op_class[i]
+                    flops[i], nbytes[i], shapes[i], dtype[i] = flops[k], nbytes[k], shapes[k], dtype[k]
+                break
+            p = parent[k]
+            hops += 1
+        if op_class[i] == "comm" and not collective[i]:
+            collective[i] = comms.collective_from_kernel(names[i])
+
+    layer = np.full(n, -1, dtype=np.int32)
+    for i in range(n):
+        if scope[i]:
+            m = _LAYER_RE.search(scope[i])
+            if m:
+                layer[i] = int(m.group(1))
+    df = df.drop(columns=["_dims", "_types", "_args"])
+    return df.assign(
+        parent_id=parent, step=step, scope=scope, phase=phase, layer=layer,
+        op_class=op_class, flops=flops, bytes=nbytes, shapes=shapes, dtype=dtype,
+        collective=collective, group_ranks=group_ranks, msg_bytes=msg_bytes, peer=peer,
+    )
+
+
+def _phase_of(name: str) -> str:
+    if "Backward" in name or name.startswith("autograd::engine::evaluate_function") or name == "## backward ##":
+        return "bwd"
+    if name.startswith("Optimizer.") or name == "## optimizer ##" or name.startswith("optimizer."):
+        return "opt"
+    if name in ("## forward ##", "DistributedDataParallel.forward"):
+        return "fwd"
+    return ""
