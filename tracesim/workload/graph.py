@@ -121,6 +121,8 @@ def make_tasks(rows: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:
     for col, default in TASK_DEFAULTS.items():
         if col not in df:
             df[col] = [default] * n if isinstance(default, str) else default
+        elif df[col].isna().any():
+            df[col] = df[col].where(df[col].notna(), default)
     df["task_id"] = np.arange(n, dtype=np.int64)
     out = pd.DataFrame({c: df[c].astype(t) for c, t in TASK_COLUMNS.items()})
     extra = [c for c in df.columns if c not in TASK_COLUMNS]

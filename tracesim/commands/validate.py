@@ -1,0 +1,45 @@
+"""``tracesim validate``: accuracy checks (self-replay of recorded runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tracesim.selfreplay import self_replay
+from tracesim.sources import load_source
+
+
+@click.group("validate")
+def command() -> None:
+    """Check tracesim's predictions against measurements."""
+
+
+@command.command("self-replay")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
+    """Replay each recorded step of SOURCES (traces or bundles) with its own durations.
+
+    Reports, per rank and step, the measured step time (the ProfilerStep annotation), the
+    predicted one and the relative error; for bundles also the prediction of the unprofiled
+    step time (profiler overhead removed) against the measured unprofiled median.
+    """
+    results = []
+    for s in sources:
+        results.extend(self_replay(load_source(s)))
+    if as_json:
+        click.echo(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+        return
+    hdr = f"{'source':<34} {'rank':>4} {'step':<18} {'measured ms':>12} {'predicted ms':>13} {'error':>8}"
+    click.echo(hdr)
+    click.echo("-" * len(hdr))
+    for r in results:
+        name = Path(r.source).name[:34]
+        click.echo(f"{name:<34} {r.rank:>4} {r.step:<18} {r.measured_s * 1e3:>12.3f} "
+                   f"{r.predicted_s * 1e3:>13.3f} {r.rel_error * 100:>+7.2f}%")
+        if r.rel_error_unprofiled is not None:
+            click.echo(f"{'  unprofiled (median of measured)':<34} {'':>4} {'':<18} "
+                       f"{r.measured_unprofiled_s * 1e3:>12.3f} {r.predicted_unprofiled_s * 1e3:>13.3f} "
+                       f"{r.rel_error_unprofiled * 100:>+7.2f}%")

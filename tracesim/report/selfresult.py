@@ -1,0 +1,97 @@
+"""The replay result object for self-replay (recorded device and layout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tracesim.engine.replay import ReplayResult
+from tracesim.report.breakdown import breakdown
+from tracesim.selfreplay import step_times
+from tracesim.sources import Source
+from tracesim.workload.graph import TaskGraph
+
+
+def model_flops_per_step(source: Source, rank: int, step: str) -> float:
+    """FLOPs of the outermost host ops with FLOPs in one step (nested ops counted once)."""
+    ops = source.op_table
+    sel = ops[(ops["rank"] == rank) & (ops["step"] == step)]
+    if sel.empty:
+        return 0.0
+    has = sel["flops"].to_numpy() > 0
+    host = sel["cat"].isin(["cpu_op", "annotation"]).to_numpy()
+    flop_ids = set(sel["event_id"].to_numpy()[has & host].tolist())
+    parent = dict(zip(sel["event_id"].tolist(), sel["parent_id"].tolist(), strict=True))
+    total = 0.0
+    for eid, fl in zip(sel["event_id"].to_numpy()[has & host], sel["flops"].to_numpy()[has & host], strict=True):
+        p = parent.get(int(eid), -1)
+        nested = False
+        hops = 0
+        while p >= 0 and hops < 256:
+            if p in flop_ids:
+                nested = True
+                break
+            p = parent.get(int(p), -1)
+            hops += 1
+        if not nested:
+            total += float(fl)
+    return total
+
+
+def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[str, Any]:
+    """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null)."""
+    steps = step_times(graph, result)
+    ranks = sorted({s[0] for s in steps})
+    r0 = ranks[0]
+    mine = [s for s in steps if s[0] == r0]
+    preds = np.array([s[4] for s in mine], dtype=float)
+    meas = np.array([s[3] for s in mine], dtype=float)
+    med = float(np.median(meas))
+    steady = [s for s in mine if abs(s[3] - med) <= 0.2 * med] or mine
+    it_ns = float(np.median([s[4] for s in steady]))
+    last = steady[-1]
+    bd = breakdown(graph, result, r0, int(result.start_ns[last[5]]), int(result.start_ns[last[6]]))
+    meta = source.meta or {}
+    model = meta.get("model")
+    par = meta.get("parallel") or {"tp": 1, "pp": 1, "dp": len(ranks), "cp": 1, "ep": 1}
+    tokens = None
+    if "batch" in meta and "seq_len" in meta:
+        tokens = float(meta["batch"]) * float(meta["seq_len"]) * float(par.get("dp", 1))
+    flops = model_flops_per_step(source, r0, last[1])
+    tflops = flops / (it_ns / 1e9) / 1e12 if flops else None
+    mfu = None
+    device_name = source.device or str(meta.get("device", ""))
+    try:
+        from tracesim.hardware.device import get_device
+
+        dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name)
+        dtype = (model or {}).get("dtype", "fp32") if isinstance(model, dict) else "fp32"
+        peak = dev.peak_tflops.get(dtype) or dev.peak_tflops.get("fp32")
+        if tflops and peak:
+            mfu = tflops / peak
+    except Exception:  # unknown device: MFU is not defined, report null
+        mfu = None
+    return {
+        "mode": "self-replay",
+        "source": str(source.path),
+        "iteration_time_s": it_ns / 1e9,
+        "measured_step_time_s": med / 1e9,
+        "tokens_per_s": tokens / (it_ns / 1e9) if tokens else None,
+        "tflops_per_gpu": tflops,
+        "mfu": mfu,
+        "gpus": len(ranks),
+        "device": device_name,
+        "model": model,
+        "parallel": par,
+        "cluster": "recorded",
+        "breakdown": bd,
+        "memory_gib_per_gpu": None,
+        "steps": [
+            {"rank": s[0], "step": s[1], "measured_s": s[3] / 1e9, "predicted_s": s[4] / 1e9}
+            for s in steps
+        ],
+        "simulated_events": int(result.events),
+        "tasks": int(graph.n_tasks),
+        "predicted_profiled_s": float(np.median(preds)) / 1e9,
+    }

@@ -1,0 +1,134 @@
+"""Self-replay: replay a recorded run with its own durations and compare step times.
+
+For every ``ProfilerStep#N`` of every rank, the measured step time is the duration of the
+step annotation; the predicted one is the simulated time between the step's begin and end
+markers. Because waiting (synchronisation, stream waits, collectives across ranks) comes out
+of the simulation rather than the recording, the comparison checks the dependency model.
+
+For bundles made by ``tracesim collect``, the unprofiled prediction removes the profiler's
+per-event overhead, measured by the collector in a separate micro-benchmark before the
+training steps (``meta.yaml: profiler_overhead.per_event_ns``), and is compared with the
+median wall-clock time of the unprofiled steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from tracesim.engine.replay import ReplayResult, replay
+from tracesim.errors import InputError
+from tracesim.sources import Source
+from tracesim.workload.extract import ExtractOptions, extract
+from tracesim.workload.graph import TaskGraph
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One replayed step. Times in seconds; rel_error = (predicted - measured) / measured."""
+
+    source: str
+    rank: int
+    step: str
+    measured_s: float
+    predicted_s: float
+    rel_error: float
+    steady: bool
+    gpu_start_mae_us: float | None = None
+    measured_unprofiled_s: float | None = None
+    predicted_unprofiled_s: float | None = None
+    rel_error_unprofiled: float | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def step_times(graph: TaskGraph, result: ReplayResult) -> list[tuple[int, str, int, int, int]]:
+    """(rank, step, event id, measured_ns, predicted_ns) for every step marker pair."""
+    t = graph.tasks
+    if "marker" not in t:
+        return []
+    marker = t["marker"].to_numpy()
+    ev = t["src_event"].to_numpy()
+    rank = t["rank"].to_numpy()
+    begins = {(int(rank[i]), int(ev[i])): i for i in np.flatnonzero(marker == "begin")}
+    out = []
+    for i in np.flatnonzero(marker == "end"):
+        key = (int(rank[i]), int(ev[i]))
+        b = begins.get(key)
+        if b is None:
+            continue
+        measured = int(t["measured_ns"].iat[i])
+        predicted = int(result.start_ns[i] - result.start_ns[b])
+        out.append((key[0], str(t["step"].iat[i]), key[1], measured, predicted, b, int(i)))
+    out.sort(key=lambda x: (x[0], x[2]))
+    return out
+
+
+def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, rank: int,
+                      b: int, e: int) -> float | None:
+    """Mean |simulated - recorded| start of the GPU ops inside a step, relative to its begin."""
+    t = graph.tasks
+    sel = (t["kind"].to_numpy() == "gpu") & (t["rank"].to_numpy() == rank)
+    src = t["src_event"].to_numpy()
+    ops = source.op_table[source.op_table["rank"] == rank].set_index("event_id")
+    b_ev = int(src[b])
+    if b_ev not in ops.index:
+        return None
+    rec_begin = int(ops.at[b_ev, "ts_ns"])
+    rec_end = rec_begin + int(ops.at[b_ev, "dur_ns"])
+    idx = np.flatnonzero(sel)
+    if not len(idx):
+        return None
+    rec_ts = ops["ts_ns"].reindex(src[idx]).to_numpy()
+    inside = (rec_ts >= rec_begin) & (rec_ts < rec_end)
+    if not inside.any():
+        return None
+    rec_rel = rec_ts[inside] - rec_begin
+    sim_rel = result.start_ns[idx[inside]] - result.start_ns[b]
+    return float(np.mean(np.abs(sim_rel - rec_rel)) / 1000.0)
+
+
+def self_replay(source: Source) -> list[StepResult]:
+    """Replay ``source`` with its recorded durations; one result per (rank, step)."""
+    graph = extract(source.op_table)
+    result = replay(graph)
+    steps = step_times(graph, result)
+    if not steps:
+        raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
+                         "replay (record with torch.profiler and call prof.step())", source.path)
+    unprof: dict[tuple[int, int], int] = {}
+    measured_unprof = None
+    overhead = _overhead_ns(source)
+    if overhead is not None:
+        g2 = extract(source.op_table, ExtractOptions(profiler_overhead_ns=overhead))
+        r2 = replay(g2)
+        unprof = {(rk, ev): pred for rk, _, ev, _, pred, _, _ in step_times(g2, r2)}
+        measured_unprof = float(source.meta["measured_step_time_s"]["median"])
+    per_rank_median: dict[int, float] = {}
+    for rk in {s[0] for s in steps}:
+        per_rank_median[rk] = float(np.median([s[3] for s in steps if s[0] == rk]))
+    out = []
+    for rk, step, ev, meas, pred, b, e in steps:
+        steady = abs(meas - per_rank_median[rk]) <= 0.2 * per_rank_median[rk]
+        kw = {}
+        if (rk, ev) in unprof and measured_unprof:
+            pu = unprof[(rk, ev)] / 1e9
+            kw = {"measured_unprofiled_s": measured_unprof, "predicted_unprofiled_s": pu,
+                  "rel_error_unprofiled": (pu - measured_unprof) / measured_unprof}
+        out.append(StepResult(
+            str(source.path), rk, step, meas / 1e9, pred / 1e9,
+            (pred - meas) / meas if meas else float("nan"), bool(steady),
+            _gpu_start_mae_us(graph, result, source, rk, b, e), **kw,
+        ))
+    return out
+
+
+def _overhead_ns(source: Source) -> float | None:
+    po = source.meta.get("profiler_overhead") if source.meta else None
+    if not isinstance(po, dict) or "per_event_ns" not in po:
+        return None
+    if not isinstance(source.meta.get("measured_step_time_s"), dict):
+        return None
+    return float(po["per_event_ns"])

@@ -1,0 +1,392 @@
+"""Op table -> task graph (the extractor).
+
+For every rank of the op table:
+
+* **host lanes** (one per CPU thread): the leaf events (cpu ops, annotations, runtime calls
+  and comm ops that contain no other event) in time order; the time between two leaves is
+  kept as the second one's ``gap_ns`` (untraced CPU work: Python, dispatch);
+* **GPU lanes** (one per stream): kernels, memcpys and memsets in time order;
+* **step markers**: zero-length tasks at the start and end of every ``ProfilerStep#N`` on
+  the thread that recorded it, so a replay can read each step's simulated duration;
+* **edges**: ``launch`` (runtime call -> the GPU op with its correlation id), ``sync``
+  (GPU work -> the CPU call that blocks on it: device / stream / event synchronisation, and
+  copies whose call returned only after the copy ended), ``event`` (cudaEventRecord ->
+  cudaStreamWaitEvent, from ``cuda_sync`` events when the trace has them, otherwise
+  inferred from timing: a GPU op that started late, right after an op on another stream of
+  the same device ended, waited for it).
+
+A blocking runtime call is split into a launch part and a wait part; the wait part's own
+duration is only the time the call still took after the GPU work it waited for had ended,
+so that waiting comes out of the simulation instead of being replayed from the recording.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracesim.errors import InputError
+from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
+
+_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+_HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")
+_GPU_CATS = ("kernel", "memcpy", "memset")
+_SYNC_CALLS = {"DeviceSynchronize", "StreamSynchronize", "EventSynchronize", "CtxSynchronize"}
+#: a GPU op counts as having waited when it started this much after it was free to start
+_WAIT_SLACK_NS = 2_000
+#: ...and an op on another stream ended at most this long before it started
+_EVENT_MATCH_NS = 10_000
+#: longest device-side gap between a GPU op and the moment it was free to start that is
+#: kept as GPU scheduling overhead (longer ones are waits explained by edges)
+_GPU_GAP_MAX_NS = 20_000
+#: a copy call counts as blocking when it returned no earlier than this before the copy ended
+_BLOCKING_SLACK_NS = 1_000
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    """Extraction choices.
+
+    Attributes:
+        profiler_overhead_ns: per traced host event, removed from the host lanes to predict
+            the unprofiled run (0 keeps the profiled timing). Measured separately by the
+            collector (meta.yaml ``profiler_overhead.per_event_ns``), never fitted here.
+        infer_stream_waits: add inferred ``event`` edges for old traces without cuda_sync.
+    """
+
+    profiler_overhead_ns: float = 0.0
+    infer_stream_waits: bool = True
+
+
+def _runtime_base(name: str) -> str:
+    for prefix in ("cuda", "hip"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def extract(op_table: pd.DataFrame, options: ExtractOptions | None = None) -> TaskGraph:
+    """Build the task graph of every rank in ``op_table`` (ranks are replayed together)."""
+    options = options or ExtractOptions()
+    if op_table.empty:
+        raise InputError("the trace has no events to replay", "trace")
+    parts = []
+    for rank in sorted(op_table["rank"].unique()):
+        parts.append(_extract_rank(op_table[op_table["rank"] == rank], int(rank), options))
+    return _concat(parts)
+
+
+@dataclass
+class _Part:
+    tasks: pd.DataFrame
+    edges: tuple[np.ndarray, np.ndarray, list[str]]
+    lanes: pd.DataFrame
+
+
+def _concat(parts: Sequence[_Part]) -> TaskGraph:
+    tasks, esrc, edst, ekind, lanes = [], [], [], [], []
+    t_off = 0
+    l_off = 0
+    for p in parts:
+        t = p.tasks.copy()
+        t["lane"] = t["lane"] + l_off
+        tasks.append(t)
+        esrc.append(p.edges[0] + t_off)
+        edst.append(p.edges[1] + t_off)
+        ekind.extend(p.edges[2])
+        lanes.append(p.lanes)
+        t_off += len(t)
+        l_off += len(p.lanes)
+    tt = make_tasks(pd.concat(tasks, ignore_index=True))
+    lt = make_lanes(pd.concat(lanes, ignore_index=True))
+    et = make_edges(np.concatenate(esrc), np.concatenate(edst), ekind)
+    return TaskGraph(tt, et, lt, (), {"source": "extract"})
+
+
+def _leaves(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Boolean mask (over time-sorted events) of events that contain no later event."""
+    if len(ts) == 0:
+        return np.zeros(0, dtype=bool)
+    nxt = np.append(ts[1:], np.iinfo(np.int64).max)
+    return nxt >= end
+
+
+class _RankExtractor:
+    """Builds one rank's tasks, lanes and edges (see the module docstring)."""
+
+    def __init__(self, ops: pd.DataFrame, rank: int, opt: ExtractOptions):
+        self.ops = ops.reset_index(drop=True)
+        self.rank = rank
+        self.opt = opt
+        o = self.ops
+        self.cat = o["cat"].to_numpy()
+        self.name = o["name"].to_numpy()
+        self.ts = o["ts_ns"].to_numpy().astype(np.int64)
+        self.end = self.ts + o["dur_ns"].to_numpy().astype(np.int64)
+        self.lane_col = o["lane"].to_numpy()
+        self.corr = o["correlation"].to_numpy()
+        self.stream = o["stream"].to_numpy()
+        self.event_id = o["event_id"].to_numpy()
+        self.is_step = np.array([bool(_STEP_RE.match(x)) for x in self.name], dtype=bool) & np.isin(
+            self.cat, ("annotation", "cpu_op")
+        )
+        self.host = np.isin(self.cat, _HOST_CATS) & ~self.is_step
+        self.gpu_idx = np.flatnonzero(np.isin(self.cat, _GPU_CATS))
+        self.gpu_by_corr: dict[int, list[int]] = {}
+        for i in self.gpu_idx.tolist():
+            if self.corr[i] >= 0:
+                self.gpu_by_corr.setdefault(int(self.corr[i]), []).append(i)
+        self.sync_by_corr = {
+            int(self.corr[i]): i for i in np.flatnonzero(self.cat == "sync").tolist() if self.corr[i] >= 0
+        }
+        self.rows: list[dict] = []
+        self.lanes: list[dict] = []
+        self.task_of: dict[int, int] = {}        # op row -> task (launch part of split calls)
+        self.launch_of: dict[int, int] = {}      # GPU op row -> launching runtime op row
+        self.launch_end: dict[int, int] = {}     # runtime op row -> recorded launch-part end
+        self.pending_sync: list[tuple[int, int, int | None]] = []  # (runtime row, wait task, stream|None)
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.kinds: list[str] = []
+
+    # -- small helpers
+    def edge(self, a: int, b: int, kind: str) -> None:
+        if a != b:
+            self.src.append(a)
+            self.dst.append(b)
+            self.kinds.append(kind)
+
+    def add_task(self, lane_id: int, i: int | None, kind: str, nm: str, dur: int, gap: int) -> int:
+        tid = len(self.rows)
+        row: dict = {"rank": self.rank, "lane": lane_id, "kind": kind, "name": nm,
+                     "dur_ns": int(dur), "gap_ns": int(max(gap, 0)), "src_event": -1}
+        if i is not None:
+            r = self.ops.iloc[i]
+            row.update(
+                op_class=r["op_class"], flops=float(r["flops"]), bytes=float(r["bytes"]),
+                step=r["step"], phase=r["phase"], layer=int(r["layer"]),
+                collective=r["collective"], msg_bytes=int(r["msg_bytes"]),
+                src_event=int(r["event_id"]), scope=r["scope"], cat=r["cat"],
+            )
+        self.rows.append(row)
+        return tid
+
+    # -- host lanes
+    def host_lanes(self) -> None:
+        host = self.host
+        if not host.any():
+            raise InputError(f"rank {self.rank}: the trace has no host (CPU) events", "trace")
+        t0 = int(self.ts[host | self.is_step].min())
+        ts, end, name = self.ts, self.end, self.name
+        step_rows = np.flatnonzero(self.is_step)
+        overhead = float(self.opt.profiler_overhead_ns)
+        for ln in sorted(pd.unique(self.lane_col[host]), key=str):
+            idx = np.flatnonzero(host & (self.lane_col == ln))
+            order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
+            all_ts = ts[order]
+            leaf = order[_leaves(ts[order], end[order])]
+            items = [(int(ts[i]), 1, int(i)) for i in leaf]
+            items += [(int(ts[s]), 0, int(s)) for s in step_rows if self.lane_col[s] == ln]
+            items += [(int(end[s]), 2, int(s)) for s in step_rows if self.lane_col[s] == ln]
+            items.sort()
+            lane_id = len(self.lanes)
+            self.lanes.append({"rank": self.rank, "name": f"cpu:{str(ln).split(':', 1)[-1]}", "kind": "cpu"})
+            prev_end = t0
+            for t_start, what, i in items:
+                if what != 1:
+                    tag = "begin" if what == 0 else "end"
+                    gap = max(0, t_start - prev_end)
+                    gap -= _overhead_in(all_ts, prev_end, t_start, overhead)
+                    tid = self.add_task(lane_id, None, "cpu", f"{name[i]}:{tag}", 0, gap)
+                    self.rows[tid]["step"] = name[i]
+                    self.rows[tid]["marker"] = tag
+                    self.rows[tid]["src_event"] = int(self.event_id[i])
+                    self.rows[tid]["measured_ns"] = int(end[i] - ts[i])
+                    prev_end = max(prev_end, t_start)
+                    continue
+                s = max(int(ts[i]), prev_end)
+                e = max(int(end[i]), s)
+                ov = _overhead_in(all_ts, prev_end, e, overhead)
+                gap = s - prev_end
+                dur = e - s
+                take = min(gap, ov)
+                gap -= take
+                dur = max(0, dur - int(ov - take))
+                prev_end = e
+                if self.cat[i] == "runtime":
+                    self.runtime_call(i, lane_id, gap, dur, s, e)
+                else:
+                    self.task_of[i] = self.add_task(lane_id, i, "cpu", name[i], dur, gap)
+
+    def runtime_call(self, i: int, lane_id: int, gap: int, dur: int, s: int, e: int) -> None:
+        """A runtime call: plain, launching, or blocking (split into launch + wait parts)."""
+        base = _runtime_base(self.name[i])
+        launched = self.gpu_by_corr.get(int(self.corr[i]), [])
+        for g in launched:
+            self.launch_of[g] = i
+        if base in _SYNC_CALLS:
+            sync = self.sync_by_corr.get(int(self.corr[i]))
+            target_stream = None
+            if sync is not None and base == "StreamSynchronize" and self.stream[sync] >= 0:
+                target_stream = int(self.stream[sync])
+            if sync is not None and base == "EventSynchronize":
+                ws = int(self.ops["wait_stream"].iat[sync])
+                target_stream = ws if ws >= 0 else None
+            tid = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
+            self.task_of[i] = tid
+            self.launch_end[i] = e
+            self.pending_sync.append((i, tid, target_stream))
+            return
+        blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS]
+        if launched and blocking:
+            first_start = min(int(self.ts[g]) for g in launched)
+            last_end = max(int(self.end[g]) for g in blocking)
+            wait_dur = max(0, min(dur, e - last_end))
+            launch_dur = int(np.clip(first_start - s, 0, max(0, dur - wait_dur)))
+            lp = self.add_task(lane_id, i, "cpu", self.name[i], launch_dur, gap)
+            wp = self.add_task(lane_id, i, "cpu", f"{self.name[i]} (wait)", wait_dur, 0)
+            self.task_of[i] = lp
+            self.launch_end[i] = s + launch_dur
+            for g in blocking:
+                self.pending_sync.append((i, wp, -2 - g))  # encoded: wait on op g itself
+            return
+        self.task_of[i] = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
+        self.launch_end[i] = e
+
+    # -- GPU lanes
+    def gpu_lanes(self) -> None:
+        ts, end = self.ts, self.end
+        if not len(self.gpu_idx):
+            return
+        for ln in sorted(pd.unique(self.lane_col[self.gpu_idx]), key=lambda x: (len(str(x)), str(x))):
+            lane_id = len(self.lanes)
+            self.lanes.append({"rank": self.rank, "name": str(ln), "kind": "gpu"})
+            idx = self.gpu_idx[self.lane_col[self.gpu_idx] == ln]
+            order = idx[np.argsort(ts[idx], kind="stable")]
+            prev_end = None
+            for i in order.tolist():
+                s = int(ts[i]) if prev_end is None else max(int(ts[i]), prev_end)
+                e = max(int(end[i]), s)
+                # device-side gap: time the op started after it was free to start (previous
+                # op on the stream done, launch call returned); short gaps are GPU
+                # scheduling overhead and kept, long ones are waits the edges explain.
+                r = self.launch_of.get(i)
+                free = max(prev_end if prev_end is not None else s, self.launch_end.get(r, s) if r is not None else s)
+                gap = s - free
+                gap = gap if 0 < gap <= _GPU_GAP_MAX_NS else 0
+                prev_end = e
+                self.task_of[i] = self.add_task(lane_id, i, "gpu", self.name[i], e - s, gap)
+
+    # -- edges
+    def launch_and_sync_edges(self) -> None:
+        for g, r in self.launch_of.items():
+            if r in self.task_of and g in self.task_of:
+                self.edge(self.task_of[r], self.task_of[g], "launch")
+        # last GPU op per stream launched before each sync call
+        launched = sorted(
+            (int(self.ts[r]), int(self.stream[g]), g) for g, r in self.launch_of.items() if g in self.task_of
+        )
+        launch_ts = np.array([x[0] for x in launched], dtype=np.int64)
+        for r, wait_task, target in self.pending_sync:
+            if target is not None and target <= -2:
+                g = -2 - target
+                self.edge(self.task_of[g], wait_task, "sync")
+                continue
+            k = int(np.searchsorted(launch_ts, int(self.ts[r]), side="left"))
+            last: dict[int, int] = {}
+            for _, st, g in launched[:k]:
+                if target is None or st == target:
+                    last[st] = g
+            for g in last.values():
+                self.edge(self.task_of[g], wait_task, "sync")
+            if last:
+                done = max(int(self.end[g]) for g in last.values())
+                row = self.rows[wait_task]
+                row["dur_ns"] = int(max(0, min(row["dur_ns"], int(self.end[r]) - done)))
+
+    def stream_wait_edges(self) -> int:
+        """Edges from cuda_sync 'Stream Wait Event' records; returns how many were found."""
+        found = 0
+        waits = np.flatnonzero((self.cat == "sync") & (self.ops["sync_kind"].to_numpy() == "Stream Wait Event"))
+        if not len(waits):
+            return 0
+        # GPU ops per stream, in launch (correlation) order
+        per_stream: dict[int, list[tuple[int, int]]] = {}
+        for g in self.gpu_idx.tolist():
+            if g in self.task_of and self.corr[g] >= 0:
+                per_stream.setdefault(int(self.stream[g]), []).append((int(self.corr[g]), g))
+        for v in per_stream.values():
+            v.sort()
+        rec = self.ops["wait_record_corr"].to_numpy()
+        wst = self.ops["wait_stream"].to_numpy()
+        for w in waits.tolist():
+            src_list = per_stream.get(int(wst[w]), [])
+            dst_list = per_stream.get(int(self.stream[w]), [])
+            k = int(np.searchsorted([c for c, _ in src_list], int(rec[w])))
+            j = int(np.searchsorted([c for c, _ in dst_list], int(self.corr[w])))
+            if k > 0 and j < len(dst_list):
+                self.edge(self.task_of[src_list[k - 1][1]], self.task_of[dst_list[j][1]], "event")
+                found += 1
+        return found
+
+    def inferred_stream_waits(self) -> None:
+        """Old traces: an op that started late, right after another stream's op ended."""
+        by_dev: dict[str, list[int]] = {}
+        dev = self.ops["device"].to_numpy()
+        for g in self.gpu_idx.tolist():
+            by_dev.setdefault(str(dev[g]), []).append(g)
+        for ops in by_dev.values():
+            if len({int(self.stream[g]) for g in ops}) < 2:
+                continue
+            ops.sort(key=lambda g: (int(self.ts[g]), g))
+            ends = sorted((int(self.end[g]), g) for g in ops)
+            end_ts = np.array([x[0] for x in ends], dtype=np.int64)
+            prev_on_stream: dict[int, int] = {}
+            for g in ops:
+                st = int(self.stream[g])
+                release = self.launch_end.get(self.launch_of.get(g, -1), int(self.ts[g]))
+                p = prev_on_stream.get(st)
+                if p is not None:
+                    release = max(release, int(self.end[p]))
+                prev_on_stream[st] = g
+                if int(self.ts[g]) - release <= _WAIT_SLACK_NS:
+                    continue
+                k = int(np.searchsorted(end_ts, int(self.ts[g]) + 500, side="right")) - 1
+                while k >= 0 and int(self.stream[ends[k][1]]) == st:
+                    k -= 1
+                if k < 0:
+                    continue
+                e_other, other = ends[k]
+                if int(self.ts[g]) - e_other <= _EVENT_MATCH_NS and e_other > release:
+                    self.edge(self.task_of[other], self.task_of[g], "event")
+
+    def build(self) -> _Part:
+        self.host_lanes()
+        self.gpu_lanes()
+        self.launch_and_sync_edges()
+        if self.stream_wait_edges() == 0 and self.opt.infer_stream_waits:
+            self.inferred_stream_waits()
+        tasks = pd.DataFrame(self.rows)
+        if "marker" not in tasks:
+            tasks["marker"] = ""
+        tasks["marker"] = tasks["marker"].fillna("")
+        return _Part(
+            tasks,
+            (np.array(self.src, dtype=np.int64), np.array(self.dst, dtype=np.int64), self.kinds),
+            pd.DataFrame(self.lanes),
+        )
+
+
+def _extract_rank(ops: pd.DataFrame, rank: int, opt: ExtractOptions) -> _Part:
+    return _RankExtractor(ops, rank, opt).build()
+
+
+def _overhead_in(sorted_ts: np.ndarray, lo: int, hi: int, per_event: float) -> int:
+    if per_event <= 0:
+        return 0
+    k = np.searchsorted(sorted_ts, hi, side="left") - np.searchsorted(sorted_ts, lo, side="left")
+    return int(k * per_event)
