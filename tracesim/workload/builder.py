@@ -1,0 +1,412 @@
+"""The builder: a model spec, a parallel layout and a layer template -> per-rank task graphs.
+
+:func:`build_graph` resolves the template (:mod:`tracesim.workload.resolve`), builds one
+:class:`~tracesim.workload.units.Unit` per (pipeline stage, model chunk, pass), lays the
+units out in the order of the pipeline schedule (:mod:`tracesim.workload.schedules`) with
+the point-to-point transfers between stages, the data-parallel gradient synchronisation and
+the optimizer step, and instantiates the program of each stage for its ranks with numpy
+column operations.
+
+Lanes per rank (all ``gpu``): ``compute``; ``comm:tp``, ``comm:ep``, ``comm:cp`` /
+``comm:cp_recv`` (ring attention), ``comm:dp`` (gradient all-reduce / reduce-scatter,
+ZeRO all-gathers after the optimizer), ``comm:dp_ag`` (ZeRO-3 / FSDP parameter
+all-gathers), ``comm:pp_fs`` / ``comm:pp_fr`` (activations: send to the next stage,
+receive from the previous), ``comm:pp_bs`` / ``comm:pp_br`` (gradients), ``comm:pp_ag``
+(Megatron's scatter/gather of pipeline activations over the TP group). Separate lanes play
+the role of NCCL's separate streams, so gradient reduction overlaps the backward pass.
+
+``representatives=True`` builds one rank per pipeline stage (TP, CP and DP index 0): all
+other ranks of a stage run the same program, so their collectives are stood in for by the
+representative alone (a collective with one present member; the comm model is given the
+full group by :class:`tracesim.workload.symmetry.SymmetricComm`) and ring-attention
+transfers are matched with the rank's own send/receive pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tracesim.workload.graph import TaskGraph
+from tracesim.workload.instantiate import REPORT_KIND, instantiate
+from tracesim.workload.model import DTYPE_BYTES, ModelSpec
+from tracesim.workload.parallel import ParallelSpec, stage_split, validate_layout
+from tracesim.workload.placement import Placement
+from tracesim.workload.resolve import OpTimeFn, Resolved, resolve_template
+from tracesim.workload.schedules import get_schedule
+from tracesim.workload.template import LayerTemplate, evaluate
+from tracesim.workload.units import Unit
+
+#: duration of a collective when no network model is used: (collective, gkind, ranks, bytes) -> ns
+CommTimeFn = Callable[[str, str, int, int], int]
+
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """The task graph plus what the report needs about it."""
+
+    graph: TaskGraph
+    resolved: Resolved
+    placement: Placement
+    stage_params: tuple[float, ...]  # local parameters of one rank per stage
+    stage_expert_params: tuple[float, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _free(collective: str, gkind: str, ranks: int, msg_bytes: int) -> int:
+    return 0
+
+
+class _StageBuilder:
+    """Builds the program (task columns + local edges) of one pipeline stage."""
+
+    def __init__(self, model: ModelSpec, par: ParallelSpec, res: Resolved, op_time: OpTimeFn,
+                 template: LayerTemplate, stage: int):
+        self.model, self.par, self.res, self.stage = model, par, res, stage
+        self.op_time, self.template = op_time, template
+        self.split = stage_split(model, par)
+        self.starts = np.concatenate([[0], np.cumsum(self.split)]).astype(int)
+        self.n_chunks = len(self.split)
+        self.eb = DTYPE_BYTES[par.dtype]
+        self.grad_bytes = max(self.eb, 2)
+        self.param_bytes = max(self.eb, 2)
+        self.dpcp = par.dp * par.cp
+        self.shard = par.shard_params and self.dpcp > 1
+        kvh = model.kv_heads * model.head_dim
+        self.ring_msg = int(2 * par.micro_batch * (par.seq_len / par.cp) * kvh / par.tp * self.eb)
+
+    # ---- units -------------------------------------------------------------------------
+    def _layers(self, g: int) -> range:
+        return range(int(self.starts[g]), int(self.starts[g + 1]))
+
+    def _emit(self, u: Unit, ops, layer: int, phase: str, prefix: str = "") -> None:
+        """Append resolved ops, turning the attention-core run into a ring when cp > 1."""
+        cp = self.par.cp
+        i = 0
+        ops = list(ops)
+        while i < len(ops):
+            r = ops[i]
+            if cp > 1 and r.recompute and r.kind == "gpu":
+                j = i
+                while j < len(ops) and ops[j].recompute and ops[j].kind == "gpu":
+                    j += 1
+                msg = self.ring_msg * (2 if phase == "bwd" and not prefix else 1)
+                u.ring(ops[i:j], cp, msg, layer=layer, phase=phase, prefix=prefix)
+                i = j
+                continue
+            u.op(r, layer=layer, phase=phase, prefix=prefix)
+            i += 1
+
+    def _gather(self, u: Unit, params: float, layer: int, phase: str, prev_first: int) -> int:
+        return u.async_comm(lane="comm:dp_ag", name="zero3.all_gather", collective="all_gather",
+                            gkind="dpcp", msg_bytes=int(params * self.param_bytes), layer=layer,
+                            phase=phase, after=prev_first)
+
+    def _link_first(self, u: Unit, start: int, ag: int) -> int:
+        first = next((k for k in range(start, len(u)) if u.cols["lane"][k] == "compute"), -1)
+        u.edge(ag, first)
+        return first
+
+    def forward_unit(self, g: int) -> Unit:
+        u = Unit()
+        res = self.res
+        prev_first = -1
+        segs: list[tuple[int, Any]] = []
+        if g == 0:
+            segs.append((-1, res.prologue))
+        segs += [(layer, res.layer(self.model, layer)) for layer in self._layers(g)]
+        if g == self.n_chunks - 1:
+            segs.append((-1, res.epilogue))
+        for layer, sec in segs:
+            start = len(u)
+            ag = self._gather(u, sec.params, layer, "fwd", prev_first) if self.shard and sec.params else -1
+            self._emit(u, sec.fwd, layer, "fwd")
+            prev_first = self._link_first(u, start, ag) if ag >= 0 else prev_first
+        return u.freeze()
+
+    def backward_unit(self, g: int) -> Unit:
+        u = Unit()
+        res = self.res
+        segs: list[tuple[int, Any, bool]] = []
+        if g == self.n_chunks - 1:
+            segs.append((-1, res.epilogue, False))
+        segs += [(layer, res.layer(self.model, layer), True) for layer in reversed(self._layers(g))]
+        if g == 0:
+            segs.append((-1, res.prologue, False))
+        prev_first = -1
+        for layer, sec, is_layer in segs:
+            start = len(u)
+            name = "layer" if is_layer else ("epilogue" if sec is res.epilogue else "prologue")
+            ag = self._gather(u, sec.params, layer, "bwd", prev_first) if self.shard and sec.params else -1
+            if is_layer and self.par.recompute == "full":
+                self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
+            done_selective = not (is_layer and self.par.recompute == "selective")
+            for r in sec.bwd:
+                if not done_selective and r.recompute and r.kind == "gpu":
+                    self._emit(u, [x for x in sec.fwd if x.recompute], layer, "bwd", prefix="recompute:")
+                    done_selective = True
+                self._emit(u, [r], layer, "bwd")
+            u.marks[name] = u.tail
+            if ag >= 0:
+                prev_first = self._link_first(u, start, ag)
+            if self.shard and sec.params:
+                u.async_comm(lane="comm:dp", name="zero3.reduce_scatter", collective="reduce_scatter",
+                             gkind="dpcp", msg_bytes=int(sec.params * self.grad_bytes), layer=layer,
+                             phase="bwd", after=u.tail)
+        return u.freeze()
+
+
+class _Program:
+    """Accumulates unit copies (in schedule order) and extra tasks of one stage."""
+
+    def __init__(self) -> None:
+        self.units: list[tuple[Unit, str]] = []
+        self.offsets: list[int] = []
+        self.n_unit_tasks = 0
+        self.extra = Unit()
+        self.x_src: list[int] = []  # edges between unit tasks (>= 0) and extras (encoded < 0)
+        self.x_dst: list[int] = []
+
+    def add_unit(self, unit: Unit, tag: str) -> int:
+        off = self.n_unit_tasks
+        self.units.append((unit, tag))
+        self.offsets.append(off)
+        self.n_unit_tasks += len(unit)
+        return off
+
+    def extra_task(self, **kw: Any) -> int:
+        return -1 - self.extra.add(**kw)
+
+    def edge(self, a: int, b: int) -> None:
+        self.x_src.append(a)
+        self.x_dst.append(b)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        ex = self.extra.freeze().arrays
+        assert ex is not None
+        n_u = self.n_unit_tasks
+        out: dict[str, np.ndarray] = {}
+        for col in ex:
+            if col in ("src", "dst"):
+                continue
+            parts = [u.arrays[col] for u, _ in self.units] + [ex[col]]  # type: ignore[index]
+            out[col] = np.concatenate(parts) if parts else ex[col]
+        # local keys of unit comm tasks get the instance tag
+        keys = out["key"]
+        for (u, tag), off in zip(self.units, self.offsets, strict=True):
+            a = u.arrays
+            assert a is not None
+            comm = np.flatnonzero(a["kind"] != "gpu")
+            for i in comm:
+                keys[off + i] = f"{tag}|{a['key'][i]}"
+        srcs = [u.arrays["src"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
+        dsts = [u.arrays["dst"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
+        xs = np.asarray(self.x_src, dtype=np.int64)
+        xd = np.asarray(self.x_dst, dtype=np.int64)
+        xs = np.where(xs < 0, n_u + (-1 - xs), xs)
+        xd = np.where(xd < 0, n_u + (-1 - xd), xd)
+        srcs += [ex["src"] + n_u, xs]
+        dsts += [ex["dst"] + n_u, xd]
+        out["src"] = np.concatenate(srcs)
+        out["dst"] = np.concatenate(dsts)
+        return out
+
+
+def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    model, par, stage = sb.model, sb.par, sb.stage
+    pp, m, v = par.pp, par.num_micro, par.chunks
+    n_chunks = sb.n_chunks
+    items = get_schedule(par.schedule)(pp, stage, m, v)
+    fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
+    bwd_units = {c: sb.backward_unit(c * pp + stage) for c in range(v)}
+    prog = _Program()
+    tp = par.tp
+    act_bytes = par.micro_batch * (par.seq_len / par.cp) * model.hidden * sb.eb
+    p2p_bytes = int(act_bytes / tp)
+    last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
+    grad_sync: list[int] = []
+    bucket = par.bucket_size_params()
+    for idx, it in enumerate(items):
+        g = it.chunk * pp + stage
+        tag = f"{it.kind}{it.chunk}.{it.mb}"
+        if it.kind == "F":
+            unit = fwd_units[it.chunk]
+            recv_key, send_key, recv_lane, send_lane = f"f|{g}|{it.mb}", f"f|{g + 1}|{it.mb}", "comm:pp_fr", "comm:pp_fs"
+            has_recv, has_send, rsel, ssel = g > 0, g < n_chunks - 1, "pp_prev", "pp_next"
+        else:
+            unit = bwd_units[it.chunk]
+            recv_key, send_key, recv_lane, send_lane = f"b|{g}|{it.mb}", f"b|{g - 1}|{it.mb}", "comm:pp_br", "comm:pp_bs"
+            has_recv, has_send, rsel, ssel = g < n_chunks - 1, g > 0, "pp_next", "pp_prev"
+        entry_dep: int | None = None
+        if has_recv:
+            entry_dep = prog.extra_task(lane=recv_lane, kind="recv", name=f"pp.recv_{'act' if it.kind == 'F' else 'grad'}",
+                                        phase="fwd" if it.kind == "F" else "bwd", collective="recv",
+                                        gkind="pp", msg_bytes=p2p_bytes, peer_sel=rsel, key=recv_key)
+            if tp > 1 and not par.sp:
+                ag = prog.extra_task(lane="comm:pp_ag", kind="coll", name="pp.gather", phase="fwd" if it.kind == "F" else "bwd",
+                                     collective="all_gather", gkind="tp", msg_bytes=int(act_bytes), key=f"{tag}|ppag")
+                prog.edge(entry_dep, ag)
+                entry_dep = ag
+        off = prog.add_unit(unit, tag)
+        if entry_dep is not None:
+            for e in unit.entry:
+                prog.edge(entry_dep, off + e)
+        if has_send:
+            s = prog.extra_task(lane=send_lane, kind="send", name=f"pp.send_{'act' if it.kind == 'F' else 'grad'}",
+                                phase="fwd" if it.kind == "F" else "bwd", collective="send", gkind="pp",
+                                msg_bytes=p2p_bytes, peer_sel=ssel, key=send_key)
+            prog.edge(off + unit.tail, s)
+        if it.kind == "B" and idx == last_b[it.chunk] and not sb.shard and sb.dpcp > 1:
+            grad_sync += _buckets(sb, prog, unit, off, g, bucket)
+    # tied embeddings: first and last stage all-reduce the word-embedding gradient
+    emb_params = model.vocab * model.hidden / tp
+    has_emb = bool(sb.template.select("prologue")) and bool(sb.template.select("epilogue"))
+    if model.tied_embeddings and has_emb and pp > 1 and stage in (0, pp - 1):
+        c_emb = 0 if stage == 0 else v - 1
+        unit = bwd_units[c_emb]
+        off = prog.offsets[last_b[c_emb]]
+        e = prog.extra_task(lane="comm:dp", kind="coll", name="emb.all_reduce", phase="bwd",
+                            collective="all_reduce", gkind="emb", msg_bytes=int(emb_params * sb.grad_bytes), key="emb")
+        prog.edge(off + unit.tail, e)
+        grad_sync.append(e)
+    # optimizer over the local (possibly sharded) parameters
+    params, expert = _stage_params(sb, stage)
+    if emb_params and model.tied_embeddings and pp > 1 and stage == pp - 1:
+        params += emb_params
+    local = params - expert
+    edp = sb.dpcp // par.ep
+    if par.zero >= 1 or sb.shard:
+        local = (params - expert) / sb.dpcp + expert / edp
+    opt_flops = sum(evaluate(op.flops, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
+    opt_bytes = sum(evaluate(op.bytes, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
+    opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, {**sb.res.env, "params": local}),
+                            evaluate(op.bytes, {**sb.res.env, "params": local}), op) for op in sb.res.optimizer)
+    opt = prog.extra_task(lane="compute", kind="gpu", name="optimizer.step", op_class="optimizer", phase="opt",
+                          flops=opt_flops, nbytes=opt_bytes, dur_ns=opt_ns)
+    for gsync in grad_sync:
+        prog.edge(gsync, opt)
+    if sb.shard:
+        # the last ZeRO-3 reduce-scatter on the dp lane precedes the optimizer
+        rs_idx = [i for (u, _), off in zip(prog.units, prog.offsets, strict=True)
+                  for i in (off + np.flatnonzero(u.arrays["lane"] == "comm:dp")).tolist()]  # type: ignore[index]
+        if rs_idx:
+            prog.edge(rs_idx[-1], opt)
+    if 1 <= par.zero < 3 and not par.fsdp and sb.dpcp > 1:
+        for gk, n in (("dpcp", params - expert), ("edp", expert)):
+            if n and (gk == "dpcp" or edp > 1):
+                ag = prog.extra_task(lane="comm:dp", kind="coll", name="zero.all_gather", phase="opt",
+                                     collective="all_gather", gkind=gk, msg_bytes=int(n * sb.param_bytes),
+                                     key=f"zag|{gk}")
+                prog.edge(opt, ag)
+    info = {"params": params, "expert_params": expert, "items": len(items)}
+    return prog.arrays(), info
+
+
+def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
+    params = expert = 0.0
+    for c in range(sb.par.chunks):
+        g = c * sb.par.pp + stage
+        for layer in sb._layers(g):
+            sec = sb.res.layer(sb.model, layer)
+            params += sec.params
+            expert += sec.expert_params
+        if g == 0:
+            params += sb.res.prologue.params
+        if g == sb.n_chunks - 1:
+            params += sb.res.epilogue.params
+    return params, expert
+
+
+def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int) -> list[int]:
+    """Gradient buckets of chunk ``g`` after its last backward: dense params over DP x CP,
+    expert params over the expert-DP group, each bucket launched when its layers are done."""
+    par = sb.par
+    edp = sb.dpcp // par.ep
+    order: list[tuple[int, float, float]] = []  # (task that finishes the grads, dense, expert)
+    if g == sb.n_chunks - 1:
+        order.append((unit.marks['epilogue'], sb.res.epilogue.params, 0.0))
+    for layer in reversed(sb._layers(g)):
+        sec = sb.res.layer(sb.model, layer)
+        order.append((unit.layer_end[layer], sec.params - sec.expert_params, sec.expert_params))
+    if g == 0:
+        order.append((unit.tail, sb.res.prologue.params, 0.0))
+    out: list[int] = []
+    grad_bytes = sb.grad_bytes
+    coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+    for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)):
+        if size <= 1:
+            continue
+        acc = 0.0
+        n = 0
+        for j, row in enumerate(order):
+            acc += row[col]
+            last = j == len(order) - 1
+            if acc > 0 and (acc >= bucket or last):
+                t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
+                                    collective=coll, gkind=gk, msg_bytes=int(acc * grad_bytes),
+                                    key=f"g{g}|{gk}|{n}")
+                prog.edge(off + row[0], t)
+                out.append(t)
+                acc = 0.0
+                n += 1
+    return out
+
+
+def build_graph(
+    model: ModelSpec,
+    par: ParallelSpec,
+    template: LayerTemplate,
+    op_time: OpTimeFn,
+    *,
+    comm_time: CommTimeFn | None = None,
+    representatives: bool = False,
+    gpus: int | None = None,
+) -> BuildResult:
+    """Build the per-rank task graphs of ``model`` on layout ``par``.
+
+    Args:
+        model: the model spec.
+        par: the parallel layout (validated here; InputError names what disagrees).
+        template: the layer template (first-principles or trace-derived).
+        op_time: compute duration in ns for (op_class, flops, bytes, template op).
+        comm_time: duration in ns of a collective / transfer when the replay has no network
+            model; ``None`` makes communication free.
+        representatives: build one rank per pipeline stage only (see the module docstring).
+        gpus: the cluster's GPU count, checked against ``par.world``.
+    """
+    validate_layout(model, par, gpus)
+    placement = Placement(par)
+    res = resolve_template(template, model, par, op_time)
+    ctime = comm_time or _free
+    stage_progs = []
+    infos = []
+    for stage in range(par.pp):
+        sb = _StageBuilder(model, par, res, op_time, template, stage)
+        prog, info = _stage_program(sb, placement, comm_time is None)
+        stage_progs.append(prog)
+        infos.append(info)
+    ranks = placement.representatives() if representatives else list(range(par.world))
+    graph = instantiate(stage_progs, ranks, placement, ctime, representatives)
+    meta = {
+        "builder": "tracesim.workload.builder",
+        "model": model.to_dict(),
+        "parallel": par.to_dict(),
+        "template": dict(template.meta),
+        "representatives": representatives,
+    }
+    graph = graph.replace(meta=meta)
+    return BuildResult(
+        graph=graph,
+        resolved=res,
+        placement=placement,
+        stage_params=tuple(i["params"] for i in infos),
+        stage_expert_params=tuple(i["expert_params"] for i in infos),
+        info={"stages": infos},
+    )
+
+
+__all__ = ["REPORT_KIND", "BuildResult", "CommTimeFn", "build_graph"]

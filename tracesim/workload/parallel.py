@@ -1,0 +1,295 @@
+"""Parallel layouts: how a model is split over GPUs (house style rule 1: the "how").
+
+A :class:`ParallelSpec` holds the degrees of tensor (``tp``), pipeline (``pp``), data
+(``dp``), context (``cp``) and expert (``ep``) parallelism plus the options that change the
+task graph: sequence parallelism, virtual pipeline stages, ZeRO stage / FSDP, micro-batch and
+global batch (in sequences), the pipeline schedule, activation recomputation and the compute
+dtype. :func:`validate_layout` checks a spec against a model and a GPU count and raises
+:class:`~tracesim.errors.InputError` naming the numbers that disagree.
+
+Conventions (Megatron-LM): ``world = tp * pp * dp * cp``; expert parallelism is carved out of
+the data-parallel ranks (``ep`` divides ``dp``); ``global_batch = micro_batch * dp *
+num_micro``, where ``num_micro`` is the number of micro-batches per pipeline and iteration
+(gradient accumulation steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.workload.model import DTYPES, ModelSpec
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+TP_STYLES = ("colwise", "rowwise", "replicate")
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """A parallel layout and the training options that shape the per-rank task graphs.
+
+    Attributes:
+        tp, pp, dp, cp, ep: parallel degrees (GPU counts per dimension); ``ep`` divides ``dp``.
+        sp: Megatron sequence parallelism (norms / dropout sharded over the TP group,
+            all-gather / reduce-scatter instead of all-reduce).
+        vpp: virtual pipeline stages (model chunks) per pipeline rank, for ``interleaved``.
+        zero: ZeRO stage 0-3 (1: optimizer states sharded, 2: + gradients, 3: + parameters).
+        fsdp: PyTorch FSDP (full sharding, per-layer all-gather with prefetch); same
+            communication pattern as ``zero=3``.
+        micro_batch: sequences per micro-batch per data-parallel replica.
+        global_batch: sequences per iteration over all replicas.
+        seq_len: sequence length in tokens.
+        schedule: ``gpipe`` | ``1f1b`` | ``interleaved``.
+        recompute: activation recomputation ``none`` | ``selective`` | ``full``.
+        dtype: compute dtype ``fp32`` | ``bf16`` | ``fp16`` | ``fp8``.
+        stage_layers: optional uneven split, transformer layers per pipeline stage
+            (length ``pp``, or ``pp * vpp`` for interleaved, in model-chunk order).
+        tp_plan: optional overrides of the Megatron column / row rule, as pairs of
+            (module-name glob, ``colwise`` | ``rowwise`` | ``replicate``).
+        bucket_params: DDP gradient bucket size in parameters (0: Megatron's rule,
+            ``max(40e6, 1e6 * dp)``).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    vpp: int = 1
+    zero: int = 0
+    fsdp: bool = False
+    micro_batch: int = 1
+    global_batch: int = 1
+    seq_len: int = 2048
+    schedule: str = "1f1b"
+    recompute: str = "none"
+    dtype: str = "bf16"
+    stage_layers: tuple[int, ...] | None = None
+    tp_plan: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    bucket_params: int = 0
+
+    @property
+    def world(self) -> int:
+        """Number of GPUs (``tp * pp * dp * cp``)."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_micro(self) -> int:
+        """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline rank (``vpp`` for interleaved, else 1)."""
+        return self.vpp if self.schedule == "interleaved" else 1
+
+    @property
+    def shard_params(self) -> bool:
+        """Whether parameters are sharded over the data-parallel group (ZeRO-3 / FSDP)."""
+        return self.fsdp or self.zero >= 3
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def bucket_size_params(self) -> int:
+        """DDP bucket size in parameters (Megatron-LM's default rule when unset)."""
+        return self.bucket_params or max(40_000_000, 1_000_000 * self.dp)
+
+    def replace(self, **changes: Any) -> ParallelSpec:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stage_layers"] = list(self.stage_layers) if self.stage_layers else None
+        d["tp_plan"] = {k: v for k, v in self.tp_plan}
+        d["num_micro"] = self.num_micro
+        d["world"] = self.world
+        return d
+
+
+def _err(message: str, where: str) -> InputError:
+    return InputError(message, "layout", where)
+
+
+def stage_split(model: ModelSpec, par: ParallelSpec) -> tuple[int, ...]:
+    """Transformer layers per model chunk, in chunk order (``pp * chunks`` entries).
+
+    Chunk ``c`` (0-based, pipeline-order) runs on pipeline rank ``c % pp`` as its virtual
+    stage ``c // pp``. Without ``stage_layers`` the layers are split evenly (which
+    :func:`validate_layout` requires to be exact).
+    """
+    n = par.pp * par.chunks
+    if par.stage_layers:
+        return tuple(par.stage_layers)
+    return tuple([model.layers // n] * n)
+
+
+def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None) -> None:
+    """Check that ``par`` can run ``model`` on ``gpus`` GPUs; InputError names the numbers.
+
+    Checks: degrees and batch sizes positive; ``tp*pp*dp*cp == gpus``; heads, kv heads,
+    ffn and (MoE) expert ffn divisible by ``tp``; experts divisible by ``ep``; ``ep``
+    divides ``dp``; layers at least the number of pipeline stages (times virtual stages)
+    and evenly divisible unless an uneven split is given (which must sum to the layers);
+    global batch divisible by ``micro_batch * dp``; sequence divisible by ``cp`` (by
+    ``2 cp`` for load-balanced ring attention) and, with sequence parallelism, by ``tp``;
+    interleaved schedules need ``vpp > 1`` and micro-batches divisible by ``pp``.
+    """
+    for key in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len"):
+        value = getattr(par, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _err(f"must be a positive integer, got {value!r}", key)
+    if par.schedule not in SCHEDULES:
+        raise _err(f"{par.schedule!r} is not one of {', '.join(SCHEDULES)}", "schedule")
+    if par.recompute not in RECOMPUTE:
+        raise _err(f"{par.recompute!r} is not one of {', '.join(RECOMPUTE)}", "recompute")
+    if par.dtype not in DTYPES:
+        raise _err(f"{par.dtype!r} is not one of {', '.join(DTYPES)}", "dtype")
+    if par.zero not in (0, 1, 2, 3):
+        raise _err(f"ZeRO stage must be 0, 1, 2 or 3, got {par.zero!r}", "zero")
+    if par.fsdp and par.zero not in (0, 3):
+        raise _err(f"--fsdp shards like ZeRO-3 and cannot be combined with zero {par.zero}", "fsdp")
+    for pattern, style in par.tp_plan:
+        if style not in TP_STYLES:
+            raise _err(f"plan style {style!r} for {pattern!r} is not one of {', '.join(TP_STYLES)}", "tp_plan")
+    if gpus is not None and par.world != gpus:
+        raise _err(
+            f"tp {par.tp} x pp {par.pp} x dp {par.dp} x cp {par.cp} = {par.world} GPUs, "
+            f"but the cluster has {gpus}",
+            "gpus",
+        )
+    t = par.tp
+    if model.heads % t:
+        raise _err(f"heads {model.heads} are not divisible by tp {t}", "tp")
+    if model.kv_heads % t:
+        raise _err(f"kv_heads {model.kv_heads} are not divisible by tp {t}", "tp")
+    if model.ffn_hidden % t:
+        raise _err(f"ffn_hidden {model.ffn_hidden} is not divisible by tp {t}", "tp")
+    if model.is_moe:
+        ef = model.moe_ffn_hidden or model.ffn_hidden
+        if ef % t:
+            raise _err(f"moe_ffn_hidden {ef} is not divisible by tp {t}", "tp")
+        if model.experts % par.ep:
+            raise _err(f"experts {model.experts} are not divisible by ep {par.ep}", "ep")
+    elif par.ep > 1:
+        raise _err(f"ep {par.ep} > 1 needs a model with experts ({model.name} has none)", "ep")
+    if par.dp % par.ep:
+        raise _err(f"ep {par.ep} must divide dp {par.dp} (experts are split over DP ranks)", "ep")
+    if par.schedule == "interleaved":
+        if par.vpp < 2:
+            raise _err(f"the interleaved schedule needs vpp >= 2, got {par.vpp}", "vpp")
+        if par.pp < 2:
+            raise _err("the interleaved schedule needs pp >= 2", "pp")
+    elif par.vpp != 1:
+        raise _err(f"vpp {par.vpp} needs --schedule interleaved (got {par.schedule})", "vpp")
+    n_chunks = par.pp * par.chunks
+    if par.stage_layers:
+        if len(par.stage_layers) != n_chunks:
+            raise _err(
+                f"stage_layers has {len(par.stage_layers)} entries, expected pp x vpp = {n_chunks}",
+                "stage_layers",
+            )
+        if any(int(x) < 1 for x in par.stage_layers):
+            raise _err(f"every stage needs at least one layer, got {list(par.stage_layers)}", "stage_layers")
+        if sum(par.stage_layers) != model.layers:
+            raise _err(
+                f"stage_layers sum to {sum(par.stage_layers)}, the model has {model.layers} layers",
+                "stage_layers",
+            )
+    else:
+        if model.layers < n_chunks:
+            raise _err(
+                f"layers {model.layers} are fewer than pipeline stages pp {par.pp} x vpp "
+                f"{par.chunks} = {n_chunks}",
+                "pp",
+            )
+        if model.layers % n_chunks:
+            raise _err(
+                f"layers {model.layers} are not divisible by pp {par.pp} x vpp {par.chunks} "
+                f"= {n_chunks} (give stage_layers for an uneven split)",
+                "pp",
+            )
+    per_step = par.micro_batch * par.dp
+    if par.global_batch % per_step:
+        raise _err(
+            f"global batch {par.global_batch} is not divisible by micro-batch "
+            f"{par.micro_batch} x dp {par.dp} = {per_step}",
+            "global_batch",
+        )
+    m = par.num_micro
+    if par.schedule == "interleaved" and m % par.pp:
+        raise _err(
+            f"interleaved 1F1B needs micro-batches ({m}) divisible by pp {par.pp}", "global_batch"
+        )
+    s = par.seq_len
+    if par.cp > 1 and s % (2 * par.cp):
+        raise _err(f"seq_len {s} is not divisible by 2 x cp = {2 * par.cp} (ring attention)", "cp")
+    if par.sp and s % (t * par.cp):
+        raise _err(f"seq_len {s} is not divisible by tp {t} x cp {par.cp} (sequence parallel)", "sp")
+
+
+def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int | None) -> ParallelSpec:
+    """Build a :class:`ParallelSpec` from CLI-style options (``None`` or missing = default).
+
+    ``dp`` defaults to ``gpus / (tp * pp * cp)``; ``global_batch`` to ``micro_batch * dp``
+    (one micro-batch per replica); ``seq_len`` to the model's; ``dtype`` to the model's.
+    Sequence parallelism is switched on for a MoE model with ``tp > 1`` (Megatron-core
+    requires it) unless ``sp`` is given explicitly.
+    """
+
+    def get(key: str, default: Any) -> Any:
+        v = opts.get(key)
+        return default if v is None else v
+
+    tp, pp, cp = int(get("tp", 1)), int(get("pp", 1)), int(get("cp", 1))
+    if opts.get("dp") is None:
+        if gpus is None:
+            dp = 1
+        else:
+            if gpus % (tp * pp * cp):
+                raise _err(
+                    f"the cluster's {gpus} GPUs are not divisible by tp {tp} x pp {pp} x cp {cp} "
+                    f"= {tp * pp * cp}",
+                    "dp",
+                )
+            dp = gpus // (tp * pp * cp)
+    else:
+        dp = int(opts["dp"])
+    mb = int(get("micro_batch", 1))
+    gb = int(get("global_batch", mb * dp))
+    schedule = str(get("schedule", "1f1b"))
+    vpp = int(get("vpp", 1))
+    if opts.get("schedule") is None and vpp > 1:
+        schedule = "interleaved"
+    sp_opt = opts.get("sp")
+    sp = bool(sp_opt) if sp_opt is not None else (model.is_moe and tp > 1)
+    stage_layers = opts.get("stage_layers")
+    plan = opts.get("tp_plan") or ()
+    if isinstance(plan, Mapping):
+        plan = tuple((str(k), str(v)) for k, v in plan.items())
+    return ParallelSpec(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=int(get("ep", 1)),
+        sp=sp,
+        vpp=vpp,
+        zero=int(get("zero", 0)),
+        fsdp=bool(get("fsdp", False)),
+        micro_batch=mb,
+        global_batch=gb,
+        seq_len=int(get("seq_len", model.seq_len)),
+        schedule=schedule,
+        recompute=str(get("recompute", "none")),
+        dtype=str(get("dtype", model.dtype)),
+        stage_layers=tuple(int(x) for x in stage_layers) if stage_layers else None,
+        tp_plan=tuple(plan),
+        bucket_params=int(get("bucket_params", 0)),
+    )

@@ -1,0 +1,256 @@
+"""Resolve a layer template for one model and layout: numbers, durations and TP communication.
+
+:func:`resolve_template` evaluates every template op's expressions for a
+:class:`~tracesim.workload.model.ModelSpec` and a
+:class:`~tracesim.workload.parallel.ParallelSpec`, asks a duration function for each
+compute op, and inserts the tensor-parallel communication that Megatron's f / g operators
+imply:
+
+* walking a section's forward ops, the activation is ``full`` (replicated over the TP group,
+  or sequence-sharded with ``--sp``), ``sharded`` (features split, after a column-parallel
+  linear) or ``partial`` (partial sums, after a row-parallel linear or a vocab-parallel
+  embedding);
+* entering a column-parallel linear from ``full`` is Megatron's *f*: nothing forward
+  (all-gather with SP), all-reduce of the input gradient backward (reduce-scatter with SP);
+* a op that needs ``full`` input after ``partial`` is *g*: all-reduce forward
+  (reduce-scatter with SP), nothing backward (all-gather with SP);
+* after ``sharded`` it is an all-gather forward (a column-parallel linear with gathered
+  output), nothing backward;
+* a row-parallel linear fed ``full`` input slices it locally (all-gather of the input
+  gradient backward).
+
+The backward communication sits between the backward ops of the two forward ops it
+separates. Plans (``ParallelSpec.tp_plan``: module-name glob -> ``colwise`` | ``rowwise`` |
+``replicate``) override the template's marks.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tracesim.workload.model import DTYPE_BYTES, ModelSpec
+from tracesim.workload.parallel import ParallelSpec
+from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, symbol_env
+
+#: duration of one compute op: (op_class, flops, bytes, template op) -> ns
+OpTimeFn = Callable[[str, float, float, TemplateOp], int]
+
+
+@dataclass(frozen=True)
+class ROp:
+    """A resolved op: numbers for one rank of one layout.
+
+    ``kind`` is ``gpu`` (compute) or ``coll`` (collective); ``gkind`` is the placement
+    group kind the collective runs on (``tp``, ``ep``, ...); ``msg_bytes`` follows the
+    nccl-tests convention; ``recompute`` marks the selective-recompute set.
+    """
+
+    name: str
+    kind: str
+    op_class: str
+    phase: str
+    flops: float = 0.0
+    bytes: float = 0.0
+    dur_ns: int = 0
+    collective: str = ""
+    gkind: str = ""
+    msg_bytes: int = 0
+    recompute: bool = False
+    params: float = 0.0
+
+    @property
+    def is_comm(self) -> bool:
+        return self.kind != "gpu"
+
+
+@dataclass(frozen=True)
+class Section:
+    """Resolved forward and backward op lists of one template section (or layer kind)."""
+
+    fwd: tuple[ROp, ...]
+    bwd: tuple[ROp, ...]
+    params: float  # local parameters of the section (this rank)
+    expert_params: float = 0.0  # of which MoE expert weights (reduced over the expert-DP group)
+    model_flops_fwd: float = 0.0  # forward FLOPs of the full (unsharded) section, one micro-batch
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A template resolved for one model and layout."""
+
+    prologue: Section
+    dense: Section
+    moe: Section | None
+    epilogue: Section
+    optimizer: tuple[TemplateOp, ...]
+    env: dict = field(default_factory=dict)
+
+    def layer(self, model: ModelSpec, index: int) -> Section:
+        if model.moe_layer(index) and self.moe is not None:
+            return self.moe
+        return self.dense
+
+
+def _plan_style(op: TemplateOp, par: ParallelSpec) -> str:
+    style = op.tp_style
+    for pattern, s in par.tp_plan:
+        if fnmatch.fnmatchcase(op.name, pattern):
+            style = s
+    return style
+
+
+def _comm(name: str, collective: str, gkind: str, msg: float, phase: str) -> ROp:
+    return ROp(name=name, kind="coll", op_class="comm", phase=phase, collective=collective,
+               gkind=gkind, msg_bytes=int(round(msg)))
+
+
+def _resolve_section(
+    fwd_ops: Sequence[TemplateOp],
+    bwd_ops: Sequence[TemplateOp],
+    model: ModelSpec,
+    par: ParallelSpec,
+    op_time: OpTimeFn,
+    *,
+    end_full: bool,
+) -> Section:
+    eb = DTYPE_BYTES[par.dtype]
+    env_tp = symbol_env(model, par)
+    env_rep = symbol_env(model, par, tp_active=False)
+    env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1))
+    tp = par.tp
+    sp = par.sp
+    state = "full"
+    out_prev = 0.0
+    fwd: list[ROp] = []
+    fwd_index: dict[str, int] = {}
+    bwd_inserts: list[tuple[int, ROp]] = []  # (fwd boundary index, comm) in fwd order
+    sharded_name: dict[str, bool] = {}
+    params = 0.0
+    expert_params = 0.0
+    model_flops = 0.0
+
+    def to_full(i: int, name: str) -> None:
+        nonlocal state
+        if tp == 1:
+            state = "full"
+            return
+        if state == "partial":
+            fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", "tp", out_prev * eb, "fwd"))
+            if sp:
+                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", "tp", out_prev * eb, "bwd")))
+        elif state == "sharded":
+            fwd.append(_comm(f"{name}.tp_gather", "all_gather", "tp", out_prev * eb, "fwd"))
+        state = "full"
+
+    for i, op in enumerate(fwd_ops):
+        fwd_index.setdefault(op.name, i)
+        style = _plan_style(op, par)
+        env = env_rep
+        if op.kind == "comm":
+            if op.group_kind == "tp":
+                if tp > 1 and state == "sharded":
+                    fwd.append(_comm(op.name, op.collective, "tp", evaluate(op.msg_bytes, env_tp), "fwd"))
+            else:
+                to_full(i, op.name)
+                size = {"ep": par.ep, "cp": par.cp, "dp": par.dp}.get(op.group_kind, 1)
+                if size > 1:
+                    fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd"))
+            out_prev = evaluate(op.out, env_tp)
+            continue
+        if style == "colwise":
+            if state != "full":
+                to_full(i, op.name)
+            if tp > 1:
+                if sp:
+                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", "tp", out_prev * eb, "fwd"))
+                bwd_inserts.append((i, _comm(f"{op.name}.tp_f", "reduce_scatter" if sp else "all_reduce", "tp", out_prev * eb, "bwd")))
+            env = env_tp
+            state = "sharded"
+        elif style == "rowwise":
+            if state == "partial":
+                to_full(i, op.name)
+            if state == "full" and tp > 1:
+                bwd_inserts.append((i, _comm(f"{op.name}.tp_slice", "all_gather", "tp", out_prev * eb, "bwd")))
+            env = env_tp
+            state = "partial"
+        elif style == "vocab":
+            env = env_tp
+            state = "partial"
+        elif style == "replicate":
+            to_full(i, op.name)
+        elif op.shard == "feature":
+            env = env_tp if state == "sharded" else env_rep
+        else:
+            to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
+        sharded_name[op.name] = env is env_tp
+        flops = evaluate(op.flops, env)
+        nbytes = evaluate(op.bytes, env)
+        p = evaluate(op.params, env)
+        params += p
+        if op.part == "moe" and op.tp_style in ("colwise", "rowwise"):
+            expert_params += p
+        model_flops += evaluate(op.flops, env_full)
+        fwd.append(ROp(op.name, "gpu", op.op_class, "fwd", flops, nbytes,
+                       op_time(op.op_class, flops, nbytes, op), recompute=op.recompute, params=p))
+        out_prev = evaluate(op.out, env_tp)
+    if end_full:
+        to_full(len(fwd_ops), "end")
+
+    # backward: template order, with the mirrored TP communication
+    bwd: list[ROp] = []
+    pending = sorted(bwd_inserts, key=lambda x: -x[0])
+    for op in bwd_ops:
+        idx = fwd_index.get(op.name, len(fwd_ops))
+        while pending and idx < pending[0][0]:
+            bwd.append(pending.pop(0)[1])
+        if op.kind == "comm":
+            size = {"ep": par.ep, "cp": par.cp, "dp": par.dp, "tp": tp}.get(op.group_kind, 1)
+            if size > 1:
+                bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
+            continue
+        env = env_tp if sharded_name.get(op.name, False) else env_rep
+        flops = evaluate(op.flops, env)
+        nbytes = evaluate(op.bytes, env)
+        bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
+                       op_time(op.op_class, flops, nbytes, op), recompute=op.recompute))
+    bwd.extend(c for _, c in pending)
+    return Section(tuple(fwd), tuple(bwd), params, expert_params, model_flops)
+
+
+def resolve_template(
+    template: LayerTemplate, model: ModelSpec, par: ParallelSpec, op_time: OpTimeFn
+) -> Resolved:
+    """Evaluate ``template`` for ``model`` on layout ``par``; ``op_time`` gives compute ns."""
+
+    def sec(section: str, parts: Sequence[str] | None, end_full: bool) -> Section:
+        return _resolve_section(
+            template.select(section, "fwd", parts),
+            template.select(section, "bwd", parts),
+            model, par, op_time, end_full=end_full,
+        )
+
+    dense = sec("block", ("attn", "mlp"), True)
+    moe = sec("block", ("attn", "moe"), True) if model.is_moe and template.select("block", "fwd", ("moe",)) else None
+    return Resolved(
+        prologue=sec("prologue", None, True),
+        dense=dense,
+        moe=moe,
+        epilogue=sec("epilogue", None, False),
+        optimizer=tuple(template.select("optimizer")),
+        env=symbol_env(model, par),
+    )
+
+
+def model_flops_per_iteration(resolved: Resolved, model: ModelSpec, par: ParallelSpec) -> float:
+    """Model FLOPs of one iteration (forward + backward = 3x forward, no recomputation).
+
+    Summed over the whole model (all layers, embeddings, head) and the global batch; the
+    forward FLOPs come from the template evaluated without any parallel split.
+    """
+    per_mb = resolved.prologue.model_flops_fwd + resolved.epilogue.model_flops_fwd
+    for layer in range(model.layers):
+        per_mb += resolved.layer(model, layer).model_flops_fwd
+    micro_batches = par.global_batch / par.micro_batch
+    return 3.0 * per_mb * micro_batches

@@ -1,0 +1,298 @@
+"""Layer templates: one transformer layer (and its surroundings) as a list of ops whose sizes
+are expressions of the model dimensions and the parallel degrees.
+
+A :class:`LayerTemplate` has four sections (DESIGN.md, "Parameterisation"):
+
+* ``prologue``: embeddings (run by the first pipeline stage);
+* ``block``: one transformer layer, forward and backward; ops carry a ``part``
+  (``attn``, ``mlp`` for a dense MLP, ``moe`` for a mixture-of-experts MLP), so a dense layer
+  is ``attn + mlp`` and a MoE layer is ``attn + moe``;
+* ``epilogue``: final norm, LM head and loss (run by the last pipeline stage);
+* ``optimizer``: the optimizer step over the rank's local parameters.
+
+Each :class:`TemplateOp` has ``flops``, ``bytes``, ``out`` (output elements) and ``params``
+(parameters owned by the op) written as arithmetic expressions over the symbols of
+:data:`SYMBOLS`, always in *unsharded* form except for the explicit degree symbols: ``tp`` in
+an op marked ``shard="feature"`` is the tensor-parallel split of its features (the builder
+sets it to 1 where a plan keeps the op replicated), ``tps`` in a ``shard="sequence"`` op is
+the sequence-parallel split (``tp`` with ``--sp``, else 1), ``cp`` splits the sequence over
+context-parallel ranks and ``ep`` the experts over expert-parallel ranks.
+
+``tp_style`` marks linears (``colwise`` / ``rowwise``) or ``vocab`` (a vocab-parallel
+embedding, whose output is a partial sum); the builder places the TP communication from
+these marks (Megatron's f / g operators). Ops with ``kind="comm"`` are explicit
+communication (EP all-to-all, vocab-parallel loss all-reduce).
+
+Trace-derived templates also carry, per op, the duration measured on the source device and
+the op's FLOPs / bytes at the recorded dimensions, so the builder can anchor the prediction
+on the measurement (:func:`tracesim.hardware.costmodel.scale_duration`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.fileio import read_yaml, write_yaml
+
+SECTIONS = ("prologue", "block", "epilogue", "optimizer")
+PARTS = ("", "attn", "mlp", "moe")
+SHARDS = ("", "feature", "sequence")
+TP_STYLES = ("", "colwise", "rowwise", "vocab")
+
+#: symbols an expression may use, with their meaning
+SYMBOLS: dict[str, str] = {
+    "b": "micro-batch size (sequences)",
+    "s": "sequence length (tokens)",
+    "h": "hidden size",
+    "heads": "attention heads",
+    "kv_heads": "key/value heads",
+    "head_dim": "h / heads",
+    "kvh": "kv_heads * head_dim (width of the K and V projections)",
+    "ffn": "MLP hidden size",
+    "vocab": "vocabulary size",
+    "experts": "routed experts per MoE layer",
+    "top_k": "experts per token",
+    "moe_ffn": "expert MLP hidden size",
+    "eb": "bytes per element of the compute dtype",
+    "tp": "tensor-parallel degree (1 where the op is replicated)",
+    "tps": "sequence-parallel split (tp with --sp, else 1)",
+    "cp": "context-parallel degree",
+    "ep": "expert-parallel degree",
+    "params": "the rank's local parameters (optimizer ops only)",
+}
+
+_ALLOWED_NODES = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Pow,
+    ast.USub,
+    ast.UAdd,
+    ast.Call,
+)
+_FUNCS = {"max": max, "min": min, "ceil": math.ceil}
+
+
+@lru_cache(maxsize=4096)
+def compile_expr(expr: str) -> Any:
+    """Compile an arithmetic expression over :data:`SYMBOLS`; ValueError if it is not one."""
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an expression: {expr!r} ({exc.msg})") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"{type(node).__name__} not allowed in expression {expr!r}")
+        if isinstance(node, ast.Name) and node.id not in SYMBOLS and node.id not in _FUNCS:
+            raise ValueError(f"unknown symbol {node.id!r} in expression {expr!r}")
+        if isinstance(node, ast.Call) and not (
+            isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+        ):
+            raise ValueError(f"only max/min/ceil calls are allowed in {expr!r}")
+        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
+            raise ValueError(f"only numbers are allowed in {expr!r}")
+    return compile(tree, "<template expression>", "eval")
+
+
+def evaluate(expr: str, env: Mapping[str, float]) -> float:
+    """Value of ``expr`` with the symbols bound by ``env`` (a float)."""
+    if expr in ("", "0"):
+        return 0.0
+    code = compile_expr(expr)
+    scope: dict[str, Any] = dict(_FUNCS)
+    scope.update(env)
+    return float(eval(code, {"__builtins__": {}}, scope))  # noqa: S307 - AST checked above
+
+
+@dataclass(frozen=True)
+class TemplateOp:
+    """One op of a template (see the module docstring for the expression conventions).
+
+    Attributes:
+        name: module path inside its section (``attn.qkv``, ``mlp.fc1``, ``head``).
+        section: ``prologue`` | ``block`` | ``epilogue`` | ``optimizer``.
+        phase: ``fwd`` | ``bwd`` | ``opt``.
+        op_class: gemm | attention | elementwise | norm | softmax | ... | comm.
+        flops, bytes: expressions (floating-point operations; bytes moved to/from memory).
+        out: expression, elements of the op's output (unsharded), used to size TP
+            communication at region boundaries.
+        params: expression, parameters owned by the op (listed on forward ops only).
+        part: ``attn`` | ``mlp`` | ``moe`` for block ops, "" elsewhere.
+        shard: ``feature`` (split over TP inside a column-parallel region), ``sequence``
+            (split with sequence parallelism) or "".
+        tp_style: ``colwise`` | ``rowwise`` | ``vocab`` | "".
+        recompute: part of the selective-recompute set (the attention core).
+        kind: ``compute`` or ``comm``; comm ops have ``collective``, ``group_kind`` and
+            ``msg_bytes`` (an expression).
+        measured_ns: median duration measured on the source device (0: none).
+        src_flops, src_bytes: the op's FLOPs / bytes at the recorded dimensions.
+        count: how many recorded kernels were folded into this op.
+    """
+
+    name: str
+    section: str
+    phase: str
+    op_class: str
+    flops: str = "0"
+    bytes: str = "0"
+    out: str = "0"
+    params: str = "0"
+    part: str = ""
+    shard: str = ""
+    tp_style: str = ""
+    recompute: bool = False
+    kind: str = "compute"
+    collective: str = ""
+    group_kind: str = ""
+    msg_bytes: str = "0"
+    measured_ns: float = 0.0
+    src_flops: float = 0.0
+    src_bytes: float = 0.0
+    count: int = 1
+
+    def replace(self, **changes: Any) -> TemplateOp:
+        return dataclasses.replace(self, **changes)
+
+    def check(self) -> None:
+        """Validate fields and expressions; ValueError names the problem."""
+        if self.section not in SECTIONS:
+            raise ValueError(f"op {self.name}: section {self.section!r} not in {SECTIONS}")
+        if self.phase not in ("fwd", "bwd", "opt"):
+            raise ValueError(f"op {self.name}: phase {self.phase!r}")
+        if self.part not in PARTS or self.shard not in SHARDS or self.tp_style not in TP_STYLES:
+            raise ValueError(f"op {self.name}: bad part/shard/tp_style")
+        if self.kind not in ("compute", "comm"):
+            raise ValueError(f"op {self.name}: kind {self.kind!r}")
+        for expr in (self.flops, self.bytes, self.out, self.params, self.msg_bytes):
+            compile_expr(expr)
+
+
+@dataclass(frozen=True)
+class LayerTemplate:
+    """A model family's op template (see the module docstring).
+
+    ``meta`` records where it came from: ``source`` (``first-principles`` or a bundle
+    path), ``family``, ``device`` (the recording device, for measured durations), ``dims``
+    (the recorded model dimensions) and ``attention`` (``flash`` | ``unfused``).
+    """
+
+    ops: tuple[TemplateOp, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def select(
+        self, section: str, phase: str | None = None, parts: Iterable[str] | None = None
+    ) -> list[TemplateOp]:
+        """The ops of ``section`` (and ``phase``, and block ``parts``) in template order."""
+        want = set(parts) if parts is not None else None
+        return [
+            op
+            for op in self.ops
+            if op.section == section
+            and (phase is None or op.phase == phase)
+            and (want is None or op.part in want)
+        ]
+
+    def without(self, sections: Iterable[str]) -> LayerTemplate:
+        """A copy without the given sections (e.g. uniform pipeline stages for tests)."""
+        drop = set(sections)
+        return LayerTemplate(tuple(op for op in self.ops if op.section not in drop), self.meta)
+
+    @property
+    def measured(self) -> bool:
+        return any(op.measured_ns > 0 for op in self.ops)
+
+    def check(self) -> None:
+        names = set()
+        for op in self.ops:
+            op.check()
+            names.add((op.section, op.name, op.phase, op.part))
+        if not self.select("block", "fwd"):
+            raise ValueError("template has no forward block ops")
+
+    def to_dict(self) -> dict[str, Any]:
+        defaults = {f.name: f.default for f in dataclasses.fields(TemplateOp)}
+        ops = []
+        for op in self.ops:
+            d = dataclasses.asdict(op)
+            ops.append({k: v for k, v in d.items() if k in ("name", "section", "phase", "op_class") or v != defaults[k]})
+        return {"format": "tracesim-template", "version": 1, "meta": dict(self.meta), "ops": ops}
+
+    def save(self, path: str | Path) -> None:
+        """Write the template as YAML (``template.yaml`` of a workload directory)."""
+        write_yaml(path, self.to_dict())
+
+
+def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTemplate:
+    """Parse a template mapping written by :meth:`LayerTemplate.to_dict`; InputError on bad data."""
+    if not isinstance(data, Mapping) or data.get("format") != "tracesim-template":
+        raise InputError("not a tracesim layer template (format key missing)", file)
+    if data.get("version") != 1:
+        raise InputError(f"template version {data.get('version')!r}, expected 1", file, "version")
+    fields = {f.name for f in dataclasses.fields(TemplateOp)}
+    ops = []
+    for i, raw in enumerate(data.get("ops") or []):
+        if not isinstance(raw, Mapping):
+            raise InputError("expected a mapping", file, f"ops[{i}]")
+        unknown = set(raw) - fields
+        if unknown:
+            raise InputError(f"unknown keys {sorted(unknown)}", file, f"ops[{i}]")
+        try:
+            op = TemplateOp(**{k: raw[k] for k in raw})
+            op.check()
+        except (TypeError, ValueError) as exc:
+            raise InputError(str(exc), file, f"ops[{i}]") from None
+        ops.append(op)
+    tpl = LayerTemplate(tuple(ops), dict(data.get("meta") or {}))
+    try:
+        tpl.check()
+    except ValueError as exc:
+        raise InputError(str(exc), file, "ops") from None
+    return tpl
+
+
+def load_template(path: str | Path) -> LayerTemplate:
+    """Read a template YAML file (``template.yaml``)."""
+    return template_from_dict(read_yaml(path), path)
+
+
+def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool = True) -> dict[str, float]:
+    """Bind :data:`SYMBOLS` for ``model`` (a ModelSpec) and ``par`` (a ParallelSpec)."""
+    from tracesim.workload.model import DTYPE_BYTES
+
+    tp = float(par.tp)
+    return {
+        "b": float(par.micro_batch),
+        "s": float(par.seq_len),
+        "h": float(model.hidden),
+        "heads": float(model.heads),
+        "kv_heads": float(model.kv_heads),
+        "head_dim": float(model.head_dim),
+        "kvh": float(model.kv_heads * model.head_dim),
+        "ffn": float(model.ffn_hidden),
+        "vocab": float(model.vocab),
+        "experts": float(max(model.experts, 1)),
+        "top_k": float(max(model.top_k, 1)),
+        "moe_ffn": float(model.moe_ffn_hidden or model.ffn_hidden),
+        "eb": float(DTYPE_BYTES[par.dtype]),
+        "tp": tp if tp_active else 1.0,
+        "tps": tp if (par.sp and sp_active) else 1.0,
+        "cp": float(par.cp),
+        "ep": float(par.ep),
+        "params": 0.0,
+    }

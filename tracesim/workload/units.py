@@ -1,0 +1,159 @@
+"""Units: the task list of one pass (forward or backward) of one model chunk, for one rank.
+
+A :class:`Unit` is built once per (pipeline stage, model chunk, pass) and copied for every
+micro-batch by the builder. Tasks are columns (Python lists until frozen); edges are local
+indices. Lanes are names (``compute``, ``comm:tp``, ...), resolved to global lanes when the
+builder instantiates a rank.
+
+Inside a unit the *chain* (compute ops and the blocking communication between them: TP
+collectives, EP all-to-all, the context-parallel ring) runs in order; an edge joins two
+consecutive chain tasks whenever they sit on different lanes. Asynchronous tasks (ZeRO-3
+parameter all-gathers and gradient reduce-scatters) hang off the chain by explicit edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracesim.workload.resolve import ROp
+
+COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_ns", "layer",
+           "collective", "gkind", "msg_bytes", "peer_sel", "key")
+
+#: lane per communication group kind
+COMM_LANE = {"tp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp", "edp": "comm:dp",
+             "emb": "comm:dp"}
+
+
+@dataclass
+class Unit:
+    """Tasks of one pass of one model chunk on one rank (see the module docstring)."""
+
+    cols: dict[str, list] = field(default_factory=lambda: {c: [] for c in COLUMNS})
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    entry: list[int] = field(default_factory=list)  # chain tasks with no chain predecessor
+    tail: int = -1  # last chain task
+    tail_lane: str = ""
+    first_compute: int = -1
+    layer_end: dict[int, int] = field(default_factory=dict)  # layer -> its last compute task
+    marks: dict[str, int] = field(default_factory=dict)  # section name -> its last chain task
+    arrays: dict[str, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.cols["lane"])
+
+    def add(self, *, lane: str, kind: str, name: str, op_class: str = "comm", phase: str = "fwd",
+            flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0, layer: int = -1,
+            collective: str = "", gkind: str = "", msg_bytes: int = 0, peer_sel: str = "",
+            key: str = "") -> int:
+        i = len(self)
+        c = self.cols
+        c["lane"].append(lane)
+        c["kind"].append(kind)
+        c["name"].append(name)
+        c["op_class"].append(op_class)
+        c["phase"].append(phase)
+        c["flops"].append(flops)
+        c["bytes"].append(nbytes)
+        c["dur_ns"].append(int(dur_ns))
+        c["layer"].append(layer)
+        c["collective"].append(collective)
+        c["gkind"].append(gkind)
+        c["msg_bytes"].append(int(msg_bytes))
+        c["peer_sel"].append(peer_sel)
+        c["key"].append(key if key or kind == "gpu" else str(i))
+        return i
+
+    def edge(self, a: int, b: int) -> None:
+        if a >= 0 and b >= 0 and a != b:
+            self.src.append(a)
+            self.dst.append(b)
+
+    def _chain(self, i: int, lane: str) -> None:
+        if self.tail < 0:
+            self.entry.append(i)
+        elif self.tail_lane != lane:
+            self.edge(self.tail, i)
+        self.tail = i
+        self.tail_lane = lane
+
+    def op(self, r: ROp, *, layer: int, phase: str | None = None, prefix: str = "") -> int:
+        """Append a resolved op to the chain (compute on ``compute``, comm on its group lane)."""
+        ph = phase or r.phase
+        if r.kind == "gpu":
+            i = self.add(lane="compute", kind="gpu", name=prefix + r.name, op_class=r.op_class,
+                         phase=ph, flops=r.flops, nbytes=r.bytes, dur_ns=r.dur_ns, layer=layer)
+            if self.first_compute < 0:
+                self.first_compute = i
+            self._chain(i, "compute")
+            if layer >= 0:
+                self.layer_end[layer] = i
+            return i
+        lane = COMM_LANE[r.gkind]
+        i = self.add(lane=lane, kind="coll", name=prefix + r.name, phase=ph, layer=layer,
+                     collective=r.collective, gkind=r.gkind, msg_bytes=r.msg_bytes)
+        self._chain(i, lane)
+        return i
+
+    def ring(self, core: Sequence[ROp], steps: int, msg_bytes: int, *, layer: int,
+             phase: str, prefix: str = "") -> None:
+        """Ring attention over ``steps`` context-parallel ranks: the core ops run once per
+        step on 1/steps of the keys while the key/value block moves one rank on."""
+        kv_ready = self.tail
+        prev_recv = -1
+        for j in range(steps):
+            send = recv = -1
+            if j < steps - 1:
+                send = self.add(lane="comm:cp", kind="send", name=f"{prefix}cp.ring", phase=phase,
+                                layer=layer, collective="send", gkind="cp", msg_bytes=msg_bytes,
+                                peer_sel="cp_next")
+                pair = str(send)
+                self.cols["key"][send] = pair
+                recv = self.add(lane="comm:cp_recv", kind="recv", name=f"{prefix}cp.ring",
+                                phase=phase, layer=layer, collective="recv", gkind="cp",
+                                msg_bytes=msg_bytes, peer_sel="cp_prev", key=pair)
+                self.edge(kv_ready if j == 0 else prev_recv, send)
+                if self.tail < 0:
+                    self.entry.append(send)
+            for k, r in enumerate(core):
+                i = self.add(lane="compute", kind="gpu", name=f"{prefix}{r.name}", op_class=r.op_class,
+                             phase=phase, flops=r.flops / steps, nbytes=r.bytes / steps,
+                             dur_ns=int(round(r.dur_ns / steps)), layer=layer)
+                if self.first_compute < 0:
+                    self.first_compute = i
+                self._chain(i, "compute")
+                if k == 0 and prev_recv >= 0:
+                    self.edge(prev_recv, i)
+                self.layer_end[layer] = i
+            prev_recv = recv
+
+    def async_comm(self, *, lane: str, name: str, collective: str, gkind: str, msg_bytes: int,
+                   layer: int, phase: str, after: int = -1) -> int:
+        """A communication task off the chain, started after task ``after`` (if any)."""
+        i = self.add(lane=lane, kind="coll", name=name, phase=phase, layer=layer,
+                     collective=collective, gkind=gkind, msg_bytes=msg_bytes)
+        self.edge(after, i)
+        return i
+
+    def freeze(self) -> Unit:
+        """Convert the columns to numpy arrays (``arrays``); returns self."""
+        a: dict[str, np.ndarray] = {}
+        for c, vals in self.cols.items():
+            if c in ("flops", "bytes"):
+                a[c] = np.asarray(vals, dtype=np.float64)
+            elif c in ("dur_ns", "msg_bytes"):
+                a[c] = np.asarray(vals, dtype=np.int64)
+            elif c == "layer":
+                a[c] = np.asarray(vals, dtype=np.int32)
+            else:
+                arr = np.empty(len(vals), dtype=object)
+                arr[:] = vals
+                a[c] = arr
+        a["src"] = np.asarray(self.src, dtype=np.int64)
+        a["dst"] = np.asarray(self.dst, dtype=np.int64)
+        self.arrays = a
+        return self
