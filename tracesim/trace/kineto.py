@@ -38,6 +38,8 @@ _CAT_MAP = {
 _GPU_CATS = {"kernel", "memcpy", "memset", "sync", "gpu_annotation"}
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _MODULE_PREFIX = "nn.Module: "
+#: float-microsecond timestamps are good to ~0.25 us near 1e15; overlaps below this are noise
+_NEST_TOL_NS = 500
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer|block|decoder\.layers)\.(\d+)(?:\.|$)")
 
 
@@ -236,7 +238,10 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         order = idx[np.lexsort((event_id[idx], -end[idx], ts[idx]))]
         stack: list[int] = []
         for i in order:
-            while stack and end[stack[-1]] <= ts[i] and not (end[stack[-1]] == ts[i] == end[i]):
+            while stack and (
+                (end[stack[-1]] <= ts[i] and not (end[stack[-1]] == ts[i] == end[i]))
+                or end[i] > end[stack[-1]] + _NEST_TOL_NS
+            ):
                 stack.pop()
             if stack:
                 p = stack[-1]

@@ -41,8 +41,12 @@ _WAIT_SLACK_NS = 2_000
 #: ...and an op on another stream ended at most this long before it started
 _EVENT_MATCH_NS = 10_000
 #: longest device-side gap between a GPU op and the moment it was free to start that is
-#: kept as GPU scheduling overhead (longer ones are waits explained by edges)
+#: kept as GPU scheduling overhead when an event edge explains the rest of the wait
 _GPU_GAP_MAX_NS = 20_000
+#: a launch call longer than this that returned right after some GPU op ended was waiting
+#: for a free slot in the device's launch queue (the queue holds ~1024 pending launches)
+_QUEUE_WAIT_MIN_NS = 50_000
+_QUEUE_MATCH_NS = 20_000
 #: a copy call counts as blocking when it returned no earlier than this before the copy ended
 _BLOCKING_SLACK_NS = 1_000
 
@@ -107,12 +111,20 @@ def _concat(parts: Sequence[_Part]) -> TaskGraph:
     return TaskGraph(tt, et, lt, (), {"source": "extract"})
 
 
+#: timestamps of old traces are float microseconds near 1e15, good to ~0.25 us; events that
+#: overlap by less than this are siblings, not parent and child
+_NEST_TOL_NS = 500
+
+
 def _leaves(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Boolean mask (over time-sorted events) of events that contain no later event."""
     if len(ts) == 0:
         return np.zeros(0, dtype=bool)
-    nxt = np.append(ts[1:], np.iinfo(np.int64).max)
-    return nxt >= end
+    big = np.iinfo(np.int64).max // 2
+    nxt = np.append(ts[1:], big)
+    nxt_end = np.append(end[1:], big)
+    contains_next = (nxt < end) & (nxt_end <= end + _NEST_TOL_NS)
+    return ~contains_next
 
 
 class _RankExtractor:
@@ -143,6 +155,9 @@ class _RankExtractor:
         self.sync_by_corr = {
             int(self.corr[i]): i for i in np.flatnonzero(self.cat == "sync").tolist() if self.corr[i] >= 0
         }
+        order = self.gpu_idx[np.argsort(self.end[self.gpu_idx], kind="stable")]
+        self.gpu_by_end = order
+        self.gpu_end_sorted = self.end[order]
         self.rows: list[dict] = []
         self.lanes: list[dict] = []
         self.task_of: dict[int, int] = {}        # op row -> task (launch part of split calls)
@@ -159,6 +174,14 @@ class _RankExtractor:
             self.src.append(a)
             self.dst.append(b)
             self.kinds.append(kind)
+            if kind == "event":
+                self.explain_wait(b)
+
+    def explain_wait(self, task: int) -> None:
+        """An event edge explains a GPU op's wait: keep only a short scheduling gap."""
+        row = self.rows[task]
+        if row["gap_ns"] > _GPU_GAP_MAX_NS:
+            row["gap_ns"] = 0
 
     def add_task(self, lane_id: int, i: int | None, kind: str, nm: str, dur: int, gap: int) -> int:
         tid = len(self.rows)
@@ -241,6 +264,18 @@ class _RankExtractor:
             self.launch_end[i] = e
             self.pending_sync.append((i, tid, target_stream))
             return
+        if launched and dur > _QUEUE_WAIT_MIN_NS:
+            freed = self.queue_slot_freed_by(i, s, e, launched)
+            if freed is not None:
+                # the launch queue was full: the call waited for an earlier GPU op to end
+                wait_dur = max(0, e - int(self.end[freed]))
+                launch_dur = min(dur - min(dur, wait_dur), _QUEUE_WAIT_MIN_NS)
+                wp = self.add_task(lane_id, i, "cpu", f"{self.name[i]} (queue full)", 0, gap)
+                lp = self.add_task(lane_id, i, "cpu", self.name[i], max(wait_dur, launch_dur), 0)
+                self.task_of[i] = lp
+                self.launch_end[i] = e
+                self.pending_sync.append((i, wp, -2 - freed))
+                return
         blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS]
         if launched and blocking:
             first_start = min(int(self.ts[g]) for g in launched)
@@ -256,6 +291,18 @@ class _RankExtractor:
             return
         self.task_of[i] = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
         self.launch_end[i] = e
+
+    def queue_slot_freed_by(self, i: int, s: int, e: int, launched: list[int]) -> int | None:
+        """The GPU op whose end let a long launch call return (launch queue back-pressure)."""
+        k = int(np.searchsorted(self.gpu_end_sorted, e, side="right")) - 1
+        while k >= 0 and self.gpu_by_end[k] in launched:
+            k -= 1
+        if k < 0:
+            return None
+        g = int(self.gpu_by_end[k])
+        if int(self.gpu_end_sorted[k]) < s or e - int(self.gpu_end_sorted[k]) > _QUEUE_MATCH_NS:
+            return None
+        return g
 
     # -- GPU lanes
     def gpu_lanes(self) -> None:
@@ -275,9 +322,13 @@ class _RankExtractor:
                 # op on the stream done, launch call returned); short gaps are GPU
                 # scheduling overhead and kept, long ones are waits the edges explain.
                 r = self.launch_of.get(i)
-                free = max(prev_end if prev_end is not None else s, self.launch_end.get(r, s) if r is not None else s)
+                cands = [x for x in (prev_end, self.launch_end.get(r) if r is not None else None) if x is not None]
+                free = max(cands) if cands else s
                 gap = s - free
-                gap = gap if 0 < gap <= _GPU_GAP_MAX_NS else 0
+                # a longer wait is kept too unless an event edge explains it (see
+                # explain_wait): communication kernels of a one-rank trace waited for their
+                # peers, and a sampled trace may lack the op that was waited for
+                gap = max(0, gap)
                 prev_end = e
                 self.task_of[i] = self.add_task(lane_id, i, "gpu", self.name[i], e - s, gap)
 

@@ -1,0 +1,124 @@
+"""The Kineto reader on every public trace, plus argument styles and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from tracesim.errors import InputError
+from tracesim.trace.kineto import read_kineto
+from tracesim.trace.schema import COLUMNS, read_op_table, write_op_table
+
+KINETO_FILES = {
+    # file: (min events, steps, has GPU kernels, has comm)
+    "a100_2rank_nccl.json.gz": (20000, 3, True, True),
+    "v100_1rank.json.gz": (40000, 5, True, True),
+    "sampled_128rank_r0.json.gz": (4000, 2, True, True),
+    "sampled_128rank_r1.json.gz": (4000, 2, True, True),
+    "a100_alexnet_cuda_sync.json.gz": (500, 0, True, False),
+    "a100_event_sync_multi_stream.json.gz": (40, 0, True, False),
+    "a100_simple_add.trace.json.gz": (40, 0, True, False),
+    "mi250_minitoy.json.gz": (100, 2, True, False),
+}
+
+
+@pytest.mark.parametrize("fname", sorted(KINETO_FILES))
+def test_reads_every_public_trace(public_traces, fname, tmp_path):
+    min_events, n_steps, gpu, comm = KINETO_FILES[fname]
+    df = read_kineto(public_traces / fname)
+    assert list(df.columns) == list(COLUMNS)
+    assert len(df) >= min_events
+    steps = {s for s in df["step"].unique() if s}
+    assert len(steps) == n_steps
+    assert (df["cat"] == "kernel").any() == gpu
+    assert (df["op_class"] == "comm").any() == comm
+    assert (df["dur_ns"] >= 0).all()
+    # every kernel with a correlation id has its launching runtime call
+    k = df[(df["cat"] == "kernel") & (df["correlation"] >= 0)]
+    rt = set(df.loc[df["cat"] == "runtime", "correlation"])
+    assert k["correlation"].isin(rt).mean() > 0.99
+    # round trip through Parquet keeps everything, with the schema version
+    write_op_table(df, tmp_path / "ops.parquet")
+    back = read_op_table(tmp_path / "ops.parquet")
+    assert back.shape == df.shape
+    assert back["ts_ns"].tolist() == df["ts_ns"].tolist()
+
+
+def test_hip_runtime_names(public_traces):
+    df = read_kineto(public_traces / "mi250_minitoy.json.gz")
+    assert df.loc[df["cat"] == "runtime", "name"].str.startswith("hip").all()
+    kernels = df[df["cat"] == "kernel"]
+    assert (kernels["step"] != "").all()
+
+
+def test_nccl_sizes_and_phases(public_traces):
+    df = read_kineto(public_traces / "a100_2rank_nccl.json.gz")
+    nccl_k = df[(df["cat"] == "kernel") & df["name"].str.contains("ncclKernel_AllReduce")]
+    assert len(nccl_k) > 0
+    assert (nccl_k["collective"] == "all_reduce").all()
+    assert (nccl_k["msg_bytes"] > 0).mean() > 0.9
+    assert {"fwd", "bwd", "opt"} <= set(df["phase"])
+
+
+def test_string_style_args(tmp_path):
+    """Older traces store Input Dims / Input type as Python-literal strings."""
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.0,
+         "dur": 5.0, "args": {"Input Dims": "[[64, 32], [32, 16]]", "Input type": "['float', 'float']"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20.0,
+         "dur": 5.0, "args": {"Input Dims": [[64, 32], [32, 16]], "Input type": ["float", "float"]}},
+    ]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace))
+    df = read_kineto(p)
+    assert df["shapes"].iloc[0] == df["shapes"].iloc[1] == "[[64,32],[32,16]]"
+    assert df["flops"].iloc[0] == df["flops"].iloc[1] == 2 * 64 * 32 * 16
+
+
+def test_truncated_gzip(public_traces, tmp_path):
+    data = (public_traces / "mi250_minitoy.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="cut.json.gz.*(truncated|corrupt)"):
+        read_kineto(p)
+
+
+def test_not_a_trace(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"hello": 1}')
+    with pytest.raises(InputError, match="traceEvents"):
+        read_kineto(p)
+
+
+def test_invalid_json_names_line(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"traceEvents": [\n{"ph": "X",\n')
+    with pytest.raises(InputError, match="line"):
+        read_kineto(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        read_kineto(tmp_path / "nope.json")
+
+
+def test_bad_event_field(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": "x"}]}))
+    with pytest.raises(InputError, match=r"traceEvents\[0\]"):
+        read_kineto(p)
+
+
+def test_gzip_plain_equivalent(tmp_path):
+    trace = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1,
+                              "tid": 1, "ts": 1.5, "dur": 2.25}]}
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(trace))
+    b = tmp_path / "b.json.gz"
+    with gzip.open(b, "wt") as fh:
+        json.dump(trace, fh)
+    da, db = read_kineto(a), read_kineto(b)
+    assert da.equals(db)
+    assert da["ts_ns"].iloc[0] == 1500 and da["dur_ns"].iloc[0] == 2250
