@@ -1,0 +1,443 @@
+"""Cluster specs: where a job runs (house style rule 1: what / where / how are separate).
+
+A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.md``)::
+
+    name: h100x128
+    nodes: 16                  # or `gpus: 128` (must fill whole nodes), or both (must agree)
+    gpus_per_node: 8
+    device: h100               # a device profile name, or an inline profile mapping
+    intra_node:
+      kind: nvswitch           # nvswitch | nvlink_mesh | nvlink_ring | pcie
+      bandwidth_GBps: 450      # per GPU, per direction
+      latency_us: 0.6          # one-way GPU to GPU
+      nvls: true               # optional: NVSwitch in-network reduction (NVLink SHARP)
+    inter_node:                # required when nodes > 1
+      nics_per_node: 8
+      nic_Gbps: 400            # per NIC, per direction
+      topology: rail_optimized # fat_tree | rail_optimized | spine_leaf
+      latency_us: 2.5          # one-way NIC to NIC through one switch
+      levels: 2                # optional (default 2): switch levels above the NICs
+      oversubscription: 1      # optional (default 1): leaf down / up capacity ratio
+      nics_per_leaf: 32        # optional (default 32): NIC ports per leaf switch
+      switch_latency_us: 0.25  # optional (default 0.25): each switch-to-switch hop
+    collectives:               # optional
+      select: {all_reduce: [nvls, ring]}          # per collective: auto or preference list
+      algorithms:
+        ring: {efficiency: {intra: 0.80, inter: 0.94}, step_latency_us: 0.5}
+
+Unknown keys, non-positive bandwidths, GPUs that do not fill the nodes and NIC counts that do
+not divide the GPUs raise :class:`~tracesim.errors.InputError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.fileio import read_yaml
+from tracesim.spec import check_keys, get_number, get_str
+
+#: directory of the cluster specs shipped with tracesim (``topologies/`` of the checkout)
+TOPOLOGIES_DIR = Path(__file__).resolve().parents[2] / "topologies"
+
+INTRA_KINDS = ("nvswitch", "nvlink_mesh", "nvlink_ring", "pcie")
+FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
+#: collectives a cluster spec may name in ``collectives.select``
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send_recv",
+)
+
+DEFAULT_LEVELS = 2
+DEFAULT_OVERSUBSCRIPTION = 1.0
+DEFAULT_NICS_PER_LEAF = 32
+DEFAULT_SWITCH_LATENCY_US = 0.25
+
+
+@dataclass(frozen=True)
+class IntraNodeSpec:
+    """The scale-up fabric inside a node.
+
+    ``bandwidth_GBps`` is per GPU and per direction (all of a GPU's NVLinks together);
+    ``latency_us`` is the one-way GPU-to-GPU latency; ``nvls`` says whether the NVSwitch can
+    reduce in the network (NVLink SHARP, H100 and later).
+    """
+
+    kind: str
+    bandwidth_GBps: float
+    latency_us: float
+    nvls: bool = False
+
+
+@dataclass(frozen=True)
+class InterNodeSpec:
+    """The scale-out fabric between nodes.
+
+    ``nic_Gbps`` is per NIC and per direction, in gigabits per second. ``latency_us`` is the
+    one-way NIC-to-NIC latency through one switch; every further switch-to-switch hop adds
+    ``switch_latency_us``. ``levels`` counts switch levels (1: one switch, or one per rail;
+    2: leaf + spine; 3: leaf + spine + core). ``oversubscription`` is a leaf's NIC-facing
+    capacity over its uplink capacity. ``nics_per_leaf`` is the NIC ports of a leaf (for a
+    rail-optimised fabric: the nodes whose NICs of one rail share a leaf).
+    """
+
+    nics_per_node: int
+    nic_Gbps: float
+    topology: str
+    latency_us: float
+    levels: int = DEFAULT_LEVELS
+    oversubscription: float = DEFAULT_OVERSUBSCRIPTION
+    nics_per_leaf: int = DEFAULT_NICS_PER_LEAF
+    switch_latency_us: float = DEFAULT_SWITCH_LATENCY_US
+
+    @property
+    def nic_GBps(self) -> float:
+        """NIC bandwidth per direction in gigabytes per second."""
+        return self.nic_Gbps / 8.0
+
+
+@dataclass(frozen=True)
+class AlgorithmParams:
+    """Calibration of one collective algorithm; ``None`` means the algorithm's default.
+
+    ``efficiency_intra`` / ``efficiency_inter``: achieved fraction of line rate for flows
+    inside a node / flows crossing a NIC (0 < e <= 1). ``step_latency_us``: software latency
+    each algorithm step pays on top of the path latency.
+    """
+
+    efficiency_intra: float | None = None
+    efficiency_inter: float | None = None
+    step_latency_us: float | None = None
+
+
+@dataclass(frozen=True)
+class CollectivesSpec:
+    """Algorithm choice and calibration overrides (``collectives`` in the YAML).
+
+    ``select`` maps a collective to a preference list of algorithm names (``("auto",)`` =
+    cheapest predicted, like NCCL's tuner); ``algorithms`` maps an algorithm name to its
+    :class:`AlgorithmParams`. Both are tuples of pairs so the spec stays hashable.
+    """
+
+    select: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    algorithms: tuple[tuple[str, AlgorithmParams], ...] = ()
+
+    def selection(self, collective: str) -> tuple[str, ...]:
+        """The preference list for ``collective`` (``("auto",)`` when not given)."""
+        for name, algos in self.select:
+            if name == collective:
+                return algos
+        return ("auto",)
+
+    def params(self, algorithm: str) -> AlgorithmParams:
+        """The overrides for ``algorithm`` (all ``None`` when not given)."""
+        for name, p in self.algorithms:
+            if name == algorithm:
+                return p
+        return AlgorithmParams()
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A target cluster: GPUs, their device profile and the network joining them.
+
+    Global rank ``r`` runs on GPU ``r``, which sits in node ``r // gpus_per_node``.
+    ``device`` is kept as given (a profile name or an inline profile mapping).
+    """
+
+    name: str
+    nodes: int
+    gpus_per_node: int
+    device: str | Mapping[str, Any]
+    intra_node: IntraNodeSpec
+    inter_node: InterNodeSpec | None = None
+    collectives: CollectivesSpec = field(default_factory=CollectivesSpec)
+    description: str = ""
+    sources: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        """Total number of GPUs."""
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, rank: int) -> int:
+        """The node global rank ``rank`` runs on."""
+        return rank // self.gpus_per_node
+
+    def replace(self, **changes: Any) -> ClusterSpec:
+        """A copy with ``changes`` applied (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    def with_nic_Gbps(self, nic_Gbps: float) -> ClusterSpec:
+        """A copy whose NICs run at ``nic_Gbps`` (for bandwidth sweeps)."""
+        if self.inter_node is None:
+            raise ValueError(f"cluster {self.name!r} has no inter_node section")
+        if not nic_Gbps > 0:
+            raise ValueError(f"nic_Gbps must be > 0, got {nic_Gbps!r}")
+        return self.replace(inter_node=dataclasses.replace(self.inter_node, nic_Gbps=nic_Gbps))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as a YAML-ready mapping (loads back to an equal spec)."""
+        d: dict[str, Any] = {"name": self.name, "nodes": self.nodes}
+        d["gpus_per_node"] = self.gpus_per_node
+        d["device"] = self.device if isinstance(self.device, str) else dict(self.device)
+        d["intra_node"] = dataclasses.asdict(self.intra_node)
+        if self.inter_node is not None:
+            d["inter_node"] = dataclasses.asdict(self.inter_node)
+        coll: dict[str, Any] = {}
+        if self.collectives.select:
+            coll["select"] = {k: list(v) for k, v in self.collectives.select}
+        if self.collectives.algorithms:
+            algos: dict[str, Any] = {}
+            for name, p in self.collectives.algorithms:
+                entry: dict[str, Any] = {}
+                if p.efficiency_intra is not None or p.efficiency_inter is not None:
+                    entry["efficiency"] = {
+                        k: v
+                        for k, v in (("intra", p.efficiency_intra), ("inter", p.efficiency_inter))
+                        if v is not None
+                    }
+                if p.step_latency_us is not None:
+                    entry["step_latency_us"] = p.step_latency_us
+                algos[name] = entry
+            coll["algorithms"] = algos
+        if coll:
+            d["collectives"] = coll
+        if self.description:
+            d["description"] = self.description
+        if self.sources:
+            d["sources"] = list(self.sources)
+        return d
+
+    def key(self) -> str:
+        """A canonical string identifying the spec (used as a cache key)."""
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+
+# ----------------------------------------------------------------------------- validation
+
+_TOP_REQUIRED = ("name", "gpus_per_node", "device", "intra_node")
+_TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources")
+_INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
+_INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
+_INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us")
+
+
+def _get_bool(data: Mapping[str, Any], key: str, *, file: Any, where: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError(f"expected true or false, got {value!r}", file, f"{where}.{key}")
+    return value
+
+
+def _intra_from_dict(data: Any, file: Any) -> IntraNodeSpec:
+    w = "intra_node"
+    check_keys(data, _INTRA_REQUIRED, ("nvls",), file=file, where=w)
+    kind = get_str(data, "kind", file=file, where=w, choices=INTRA_KINDS)
+    bw = get_number(data, "bandwidth_GBps", file=file, where=w)
+    lat = get_number(data, "latency_us", file=file, where=w, allow_zero=True)
+    nvls = _get_bool(data, "nvls", file=file, where=w)
+    if nvls and kind != "nvswitch":
+        raise InputError(f"nvls needs kind nvswitch, not {kind!r}", file, f"{w}.nvls")
+    return IntraNodeSpec(kind=kind, bandwidth_GBps=bw, latency_us=lat, nvls=nvls)
+
+
+def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> InterNodeSpec:
+    w = "inter_node"
+    check_keys(data, _INTER_REQUIRED, _INTER_OPTIONAL, file=file, where=w)
+    nics = get_number(data, "nics_per_node", file=file, where=w, kind=int)
+    if gpus_per_node % nics and nics % gpus_per_node:
+        raise InputError(
+            f"{nics} NICs per node neither divide nor are a multiple of "
+            f"{gpus_per_node} GPUs per node",
+            file,
+            f"{w}.nics_per_node",
+        )
+    topo = get_str(data, "topology", file=file, where=w, choices=FABRICS)
+    levels = get_number(data, "levels", file=file, where=w, kind=int, default=DEFAULT_LEVELS)
+    allowed = {"fat_tree": (1, 2, 3), "rail_optimized": (1, 2, 3), "spine_leaf": (2,)}[topo]
+    if levels not in allowed:
+        raise InputError(
+            f"{topo} supports levels {', '.join(map(str, allowed))}, got {levels}",
+            file,
+            f"{w}.levels",
+        )
+    return InterNodeSpec(
+        nics_per_node=nics,
+        nic_Gbps=get_number(data, "nic_Gbps", file=file, where=w),
+        topology=topo,
+        latency_us=get_number(data, "latency_us", file=file, where=w, allow_zero=True),
+        levels=levels,
+        oversubscription=get_number(
+            data, "oversubscription", file=file, where=w, default=DEFAULT_OVERSUBSCRIPTION
+        ),
+        nics_per_leaf=get_number(
+            data, "nics_per_leaf", file=file, where=w, kind=int, default=DEFAULT_NICS_PER_LEAF
+        ),
+        switch_latency_us=get_number(
+            data, "switch_latency_us", file=file, where=w, allow_zero=True,
+            default=DEFAULT_SWITCH_LATENCY_US,
+        ),
+    )
+
+
+def _algorithm_names() -> dict[str, Any]:
+    # imported here: tracesim.network imports this module at load time
+    from tracesim.network.collectives import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
+    w = "collectives"
+    check_keys(data, (), ("select", "algorithms"), file=file, where=w)
+    algos = _algorithm_names()
+    select: list[tuple[str, tuple[str, ...]]] = []
+    sel = data.get("select", {}) or {}
+    check_keys(sel, (), COLLECTIVES, file=file, where=f"{w}.select")
+    for coll, value in sel.items():
+        place = f"{w}.select.{coll}"
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise InputError(f"expected an algorithm name or a list of them, got {value!r}", file, place)
+        for n in names:
+            if n == "auto":
+                continue
+            if n not in algos:
+                raise InputError(
+                    f"unknown algorithm {n!r} (known: auto, {', '.join(sorted(algos))})", file, place
+                )
+            if coll not in algos[n].collectives:
+                raise InputError(f"algorithm {n!r} does not implement {coll}", file, place)
+        select.append((coll, tuple(names)))
+    params: list[tuple[str, AlgorithmParams]] = []
+    alg = data.get("algorithms", {}) or {}
+    check_keys(alg, (), sorted(algos), file=file, where=f"{w}.algorithms")
+    for name, entry in alg.items():
+        place = f"{w}.algorithms.{name}"
+        check_keys(entry, (), ("efficiency", "step_latency_us"), file=file, where=place)
+        e_intra = e_inter = None
+        if "efficiency" in entry:
+            eff = entry["efficiency"]
+            if isinstance(eff, Mapping):
+                check_keys(eff, (), ("intra", "inter"), file=file, where=f"{place}.efficiency")
+                if "intra" in eff:
+                    e_intra = _efficiency(eff, "intra", file, f"{place}.efficiency")
+                if "inter" in eff:
+                    e_inter = _efficiency(eff, "inter", file, f"{place}.efficiency")
+            else:
+                e_intra = e_inter = _efficiency(entry, "efficiency", file, place)
+        lat = None
+        if "step_latency_us" in entry:
+            lat = get_number(entry, "step_latency_us", file=file, where=place, allow_zero=True)
+        params.append((name, AlgorithmParams(e_intra, e_inter, lat)))
+    return CollectivesSpec(select=tuple(select), algorithms=tuple(params))
+
+
+def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> float:
+    value = get_number(data, key, file=file, where=where)
+    if value > 1:
+        raise InputError(f"an efficiency is a fraction in (0, 1], got {value!r}", file, f"{where}.{key}")
+    return float(value)
+
+
+def _check_device(device: Any, file: Any) -> None:
+    if not isinstance(device, (str, Mapping)):
+        raise InputError(f"expected a device name or mapping, got {device!r}", file, "device")
+    try:
+        from tracesim.hardware.device import get_device  # type: ignore[attr-defined]
+    except ImportError:  # the device module is optional for the network layer
+        return
+    get_device(device, file=file, where="device")
+
+
+def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
+    """Validate a cluster-spec mapping strictly and return a :class:`ClusterSpec`."""
+    check_keys(data, _TOP_REQUIRED, _TOP_OPTIONAL, file=file)
+    name = get_str(data, "name", file=file)
+    gpn = get_number(data, "gpus_per_node", file=file, kind=int)
+    if "nodes" not in data and "gpus" not in data:
+        raise InputError("missing required key (or give `gpus`)", file, "nodes")
+    nodes = get_number(data, "nodes", file=file, kind=int) if "nodes" in data else None
+    if "gpus" in data:
+        gpus = get_number(data, "gpus", file=file, kind=int)
+        if gpus % gpn:
+            raise InputError(
+                f"{gpus} GPUs do not fill nodes of {gpn} GPUs (gpus_per_node)", file, "gpus"
+            )
+        if nodes is not None and nodes * gpn != gpus:
+            raise InputError(
+                f"{gpus} GPUs != nodes {nodes} x gpus_per_node {gpn}", file, "gpus"
+            )
+        nodes = gpus // gpn
+    assert nodes is not None
+    _check_device(data["device"], file)
+    intra = _intra_from_dict(data["intra_node"], file)
+    inter = None
+    if data.get("inter_node") is not None:
+        inter = _inter_from_dict(data["inter_node"], gpn, nodes, file)
+    elif nodes > 1:
+        raise InputError(f"missing required key (the cluster has {nodes} nodes)", file, "inter_node")
+    coll = CollectivesSpec()
+    if data.get("collectives") is not None:
+        coll = _collectives_from_dict(data["collectives"], file)
+    sources: tuple[str, ...] = ()
+    if "sources" in data:
+        s = data["sources"]
+        s = [s] if isinstance(s, str) else s
+        if not isinstance(s, list) or not all(isinstance(x, str) for x in s):
+            raise InputError(f"expected a string or a list of strings, got {s!r}", file, "sources")
+        sources = tuple(s)
+    device = data["device"]
+    return ClusterSpec(
+        name=name,
+        nodes=nodes,
+        gpus_per_node=gpn,
+        device=device if isinstance(device, str) else dict(device),
+        intra_node=intra,
+        inter_node=inter,
+        collectives=coll,
+        description=get_str(data, "description", file=file) if "description" in data else "",
+        sources=sources,
+    )
+
+
+def known_clusters() -> list[str]:
+    """Names of the cluster specs shipped in ``topologies/``."""
+    return sorted(p.stem for p in TOPOLOGIES_DIR.glob("*.yaml"))
+
+
+def load_cluster(path_or_name: str | Path | ClusterSpec) -> ClusterSpec:
+    """Load a cluster spec from a YAML path, or by name from ``topologies/<name>.yaml``.
+
+    A file in ASTRA-sim's analytical network format (``topology``, ``npus_count``,
+    ``bandwidth``, ``latency`` lists) is converted by
+    :func:`tracesim.interop.astrasim_network.cluster_from_astrasim`.
+    """
+    if isinstance(path_or_name, ClusterSpec):
+        return path_or_name
+    path = Path(path_or_name)
+    if not path.suffix and not path.exists():
+        candidate = TOPOLOGIES_DIR / f"{path_or_name}.yaml"
+        if not candidate.exists():
+            raise InputError(
+                f"unknown cluster {str(path_or_name)!r} (known: {', '.join(known_clusters())})",
+                "--cluster",
+            )
+        path = candidate
+    data = read_yaml(path)
+    if isinstance(data, Mapping) and "npus_count" in data:
+        from tracesim.interop.astrasim_network import cluster_from_astrasim_dict
+
+        return cluster_from_astrasim_dict(data, file=path, name=path.stem)
+    return cluster_from_dict(data, path)

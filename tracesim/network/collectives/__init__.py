@@ -1,0 +1,186 @@
+"""Collective algorithms: a registry of ways to turn a collective into phases of flows.
+
+An algorithm is a class registered with :func:`register` beside its implementation, one
+module per algorithm in this package (every module here is imported on first use, so adding
+an algorithm is one new file). Each algorithm says which collectives it implements, whether
+it applies to a group (:meth:`Algorithm.check`), its default calibration
+(:class:`~tracesim.hardware.cluster.AlgorithmParams`, overridable per cluster spec), and
+builds a list of :class:`Phase` for a group (:meth:`Algorithm.phases`).
+
+A phase is a set of flows that run concurrently; phases run one after another. A phase that
+stands for several identical algorithm steps (a ring all-reduce is one phase of 2(n-1)
+steps) carries ``steps``: its latency is ``steps`` times the step latency, and its flows
+carry the bytes of all its steps (the *aggregate* form; the network model can also replay
+the steps one by one). Flow sizes are weights: bytes per byte of the collective's
+``msg_bytes`` (nccl-tests convention), so one compiled phase serves every message size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracesim.hardware.cluster import AlgorithmParams
+from tracesim.network.routing import Router
+from tracesim.network.topology import Topology
+
+#: registered algorithms by name, in registration order
+ALGORITHMS: dict[str, Algorithm] = {}
+_loaded = False
+
+
+@dataclass
+class Phase:
+    """Flows that run at the same time: routes (link-id arrays) and weights (bytes per byte).
+
+    ``steps`` algorithm steps are aggregated in this phase; ``inter_steps`` of them cross
+    nodes and pay the inter-node path latency, the others the intra-node one (as NCCL's
+    tuning model counts them). Each step also pays the algorithm's step latency.
+    """
+
+    steps: int
+    inter_steps: int = 0
+    routes: list[np.ndarray] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+
+    def add(self, route: np.ndarray, weight: float) -> None:
+        self.routes.append(route)
+        self.weights.append(weight)
+
+
+class Group:
+    """A communicator's shape on the cluster: its ranks grouped by node, rails, channels.
+
+    Ranks are sorted by (node, local GPU); ``order`` keeps the caller's order (its first
+    rank is the root of broadcast / reduce). ``uniform`` is true when every node holds the
+    same local GPU indices of the group; then ``rails`` lists the distinct NIC indices those
+    GPUs own (one ring / tree channel per rail).
+    """
+
+    def __init__(self, topo: Topology, router: Router, ranks: Sequence[int]):
+        self.topo = topo
+        self.router = router
+        self.order = tuple(int(r) for r in ranks)
+        self.ranks = tuple(sorted(self.order))
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"duplicate ranks in group {self.order}")
+        g = topo.cluster.gpus_per_node
+        by_node: dict[int, list[int]] = {}
+        for r in self.ranks:
+            by_node.setdefault(r // g, []).append(r)
+        self.nodes = sorted(by_node)
+        self.by_node = [by_node[n] for n in self.nodes]
+        local_sets = {tuple(r % g for r in rs) for rs in self.by_node}
+        self.uniform = len(local_sets) == 1
+        self.per_node = len(self.by_node[0]) if self.uniform else 0
+        self.rails: list[int] = []
+        if self.uniform and len(self.nodes) > 1:
+            seen: list[int] = []
+            for r in self.by_node[0]:
+                for nic in topo.nics_of_gpu(r):
+                    if nic % topo.nics_per_node not in seen:
+                        seen.append(nic % topo.nics_per_node)
+            self.rails = seen
+
+    @property
+    def n(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def single_node(self) -> bool:
+        return len(self.nodes) == 1
+
+    def route(self, src: int, dst: int, rail: int | None = None) -> np.ndarray:
+        return self.router.route(src, dst, rail)
+
+    def channels(self) -> list[tuple[list[int], int | None]]:
+        """Ring channels: (rank order, rail) pairs, rail-aligned across nodes.
+
+        One channel per rail of a uniform multi-node group: on each node the local ranks are
+        rotated to start at the GPU owning that rail's NIC, so every node-crossing edge
+        enters and leaves on the same rail. Otherwise a single channel in sorted order.
+        """
+        if not self.rails:
+            return [(list(self.ranks), None)]
+        out = []
+        local_first = self.by_node[0]
+        for rail in self.rails:
+            pos = next(
+                i for i, r in enumerate(local_first)
+                if any(nic % self.topo.nics_per_node == rail for nic in self.topo.nics_of_gpu(r))
+            )
+            order = [rs[(pos + i) % len(rs)] for rs in self.by_node for i in range(len(rs))]
+            out.append((order, rail))
+        return out
+
+    def edge_route(self, a: int, b: int, rail: int | None) -> np.ndarray:
+        """Route of a ring / chain edge: pinned to the channel's rail when it leaves a node."""
+        g = self.topo.cluster.gpus_per_node
+        if rail is not None and a // g != b // g:
+            return self.router.route(a, b, rail)
+        return self.router.route(a, b)
+
+
+class Algorithm:
+    """Base class of collective algorithms (see the module docstring)."""
+
+    name: str = ""
+    collectives: frozenset[str] = frozenset()
+    #: collectives for which ``auto`` selection considers this algorithm
+    auto: frozenset[str] = frozenset()
+    defaults: AlgorithmParams = AlgorithmParams(1.0, 1.0, 0.0)
+
+    def check(self, group: Group, collective: str) -> str | None:
+        """None if the algorithm applies to ``collective`` on ``group``, else why not."""
+        if collective not in self.collectives:
+            return f"{self.name} does not implement {collective}"
+        return None
+
+    def phases(self, group: Group, collective: str) -> list[Phase]:
+        """The phases of ``collective`` on ``group`` (weights in bytes per message byte)."""
+        raise NotImplementedError
+
+
+def register(
+    name: str,
+    *,
+    collectives: Sequence[str],
+    efficiency_intra: float,
+    efficiency_inter: float,
+    step_latency_us: float,
+    auto: Sequence[str] | None = None,
+) -> Callable[[type[Algorithm]], type[Algorithm]]:
+    """Class decorator: register an algorithm under ``name`` with its default calibration.
+
+    ``auto``: the collectives for which automatic selection considers it (default: all of
+    ``collectives``); other uses need an explicit choice.
+    """
+
+    def deco(cls: type[Algorithm]) -> type[Algorithm]:
+        if name in ALGORITHMS:
+            raise ValueError(f"collective algorithm {name!r} registered twice")
+        cls.name = name
+        cls.collectives = frozenset(collectives)
+        cls.auto = frozenset(collectives if auto is None else auto)
+        cls.defaults = AlgorithmParams(efficiency_intra, efficiency_inter, step_latency_us)
+        ALGORITHMS[name] = cls()
+        return cls
+
+    return deco
+
+
+def load_algorithms() -> dict[str, Algorithm]:
+    """Import every algorithm module of this package (once) and return the registry."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            importlib.import_module(f"{__name__}.{info.name}")
+    return ALGORITHMS
+
+
+load_algorithms()

@@ -1,0 +1,352 @@
+"""The network model the replay engine talks to (:class:`tracesim.engine.comm.CommModel`).
+
+:class:`NetworkModel` turns each collective into phases of flows with a registered
+algorithm (:mod:`tracesim.network.collectives`), and runs the flows on a shared
+:class:`~tracesim.network.flows.FlowNetwork`, so collectives of different groups that are in
+flight at the same time share links by max-min fairness. Global rank ``r`` is GPU ``r``.
+Simulated time is integer nanoseconds.
+
+Per flow: bytes on the wire = weight x msg_bytes / efficiency, where the efficiency is the
+algorithm's ``efficiency_inter`` if the flow's route crosses a NIC, else its
+``efficiency_intra``. Per phase: latency = steps x (algorithm step latency + the largest
+path latency among the phase's flows), paid before the phase's flows start.
+
+Algorithm choice (like NCCL's tuner): a preference list per collective, from the ``algo``
+argument, else the cluster spec's ``collectives.select``, else ``auto``. ``auto`` picks the
+applicable algorithm with the smallest predicted uncongested time for that group and size
+(each compiled collective's isolated time is affine in the size: L + k x bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from tracesim.errors import InputError
+from tracesim.hardware.cluster import AlgorithmParams, ClusterSpec
+from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
+from tracesim.network.flows import FlowNetwork
+from tracesim.network.maxmin import max_min_sorted
+from tracesim.network.routing import Router
+from tracesim.network.topology import Topology
+
+#: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
+COLLECTIVES = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "send_recv", "barrier",
+)
+
+
+@dataclass(frozen=True)
+class CompiledPhase:
+    """A phase ready to run: CSR routes, wire bytes per message byte, latency in ns."""
+
+    e_ptr: np.ndarray
+    e_link: np.ndarray
+    wire_per_byte: np.ndarray
+    steps: int
+    latency_ns: float
+
+
+@dataclass(frozen=True)
+class CompiledCollective:
+    """A collective on one group with one algorithm; isolated time = fixed_ns + ns_per_byte x S."""
+
+    algorithm: str
+    phases: tuple[CompiledPhase, ...]
+    fixed_ns: float
+    ns_per_byte: float
+
+    def estimate_ns(self, msg_bytes: float) -> float:
+        return self.fixed_ns + self.ns_per_byte * msg_bytes
+
+
+class _Shared:
+    """Topology, router and compiled collectives of one cluster spec (shared by models)."""
+
+    def __init__(self, cluster: ClusterSpec):
+        self.cluster = cluster
+        self.topo = Topology(cluster)
+        self.router = Router(self.topo)
+        self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
+        self.groups: dict[tuple[int, ...], Group] = {}
+
+    def params(self, algo: Algorithm) -> AlgorithmParams:
+        over = self.cluster.collectives.params(algo.name)
+        d = algo.defaults
+        return AlgorithmParams(
+            d.efficiency_intra if over.efficiency_intra is None else over.efficiency_intra,
+            d.efficiency_inter if over.efficiency_inter is None else over.efficiency_inter,
+            d.step_latency_us if over.step_latency_us is None else over.step_latency_us,
+        )
+
+    def group(self, ranks: tuple[int, ...]) -> Group:
+        grp = self.groups.get(ranks)
+        if grp is None:
+            grp = Group(self.topo, self.router, ranks)
+            self.groups[ranks] = grp
+        return grp
+
+    def compile(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> CompiledCollective:
+        key = (algo.name, collective, ranks)
+        cc = self.compiled.get(key)
+        if cc is not None:
+            return cc
+        grp = self.group(ranks)
+        p = self.params(algo)
+        assert p.efficiency_intra and p.efficiency_inter and p.step_latency_us is not None
+        step_ns = p.step_latency_us * 1000.0
+        phases = []
+        fixed = 0.0
+        per_byte = 0.0
+        for ph in algo.phases(grp, collective):
+            lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
+            e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=e_ptr[1:])
+            e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
+            inter = np.array([self.router.crosses_nic(r) for r in ph.routes], dtype=bool)
+            eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
+            wire = np.asarray(ph.weights, dtype=np.float64) / eff
+            lats = np.array([self.router.latency_ns(r) for r in ph.routes])
+            lat_inter = float(lats[inter].max()) if inter.any() else 0.0
+            lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
+            n_inter = min(ph.inter_steps, ph.steps)
+            latency = (ph.steps - n_inter) * (step_ns + lat_intra) + n_inter * (step_ns + lat_inter)
+            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, latency)
+            phases.append(cp)
+            fixed += cp.latency_ns
+            per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
+        cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
+        self.compiled[key] = cc
+        return cc
+
+
+def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
+    """Time per message byte of a phase running alone, from its flows' max-min rates."""
+    lens = np.diff(cp.e_ptr)
+    nz = np.flatnonzero((lens > 0) & (cp.wire_per_byte > 0))
+    if len(nz) == 0:
+        return 0.0
+    e_flow = np.repeat(np.arange(len(nz)), lens[nz])
+    e_link = np.concatenate([cp.e_link[cp.e_ptr[i] : cp.e_ptr[i + 1]] for i in nz])
+    rates = max_min_sorted(e_flow, e_link, capacity)
+    return float(np.max(cp.wire_per_byte[nz] / rates))
+
+
+_SHARED: dict[str, _Shared] = {}
+_SHARED_MAX = 16
+
+
+def _shared(cluster: ClusterSpec) -> _Shared:
+    """The shared topology / routes / compiled collectives of a spec (bounded cache)."""
+    key = cluster.key()
+    sh = _SHARED.get(key)
+    if sh is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.pop(next(iter(_SHARED)))
+        sh = _SHARED[key] = _Shared(cluster)
+    return sh
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One finished operation (``NetworkModel.records``): what, where, when (ns)."""
+
+    collective: str
+    group_kind: str
+    ranks: int
+    msg_bytes: int
+    algorithm: str
+    start_ns: int
+    end_ns: int
+
+
+class NetworkModel:
+    """Flow-level network model of a cluster (implements the engine's ``CommModel``).
+
+    Args:
+        cluster: the target cluster.
+        algo: per-collective algorithm choice (``{"all_reduce": "ring"}``; a value may be
+            ``"auto"`` or a comma-separated preference list); overrides the spec's
+            ``collectives.select``.
+        steps: replay each aggregate phase step by step (``steps`` latency/flow rounds)
+            instead of as one aggregate phase; slower, for validation.
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        algo: Mapping[str, str] | None = None,
+        *,
+        steps: bool = False,
+    ):
+        self.cluster = cluster
+        self._shared = _shared(cluster)
+        self.topology = self._shared.topo
+        self.router = self._shared.router
+        self.algo = dict(algo or {})
+        for coll, names in self.algo.items():
+            _validate_choice(coll, names)
+        self.steps = steps
+        self.env: simpy.Environment | None = None
+        self.flows = FlowNetwork(self.topology.capacity)
+        self.records: list[CommRecord] = []
+
+    # ------------------------------------------------------------------ CommModel
+
+    def attach(self, env: simpy.Environment) -> None:
+        """Bind to the engine's environment (integer ns)."""
+        self.env = env
+        self.flows.attach(env)
+
+    def collective(
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+    ) -> simpy.Event:
+        """Start ``collective`` over global ``ranks`` now; the event fires when it is done."""
+        env = self._env()
+        ranks = tuple(int(r) for r in ranks)
+        if collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+        self._check_ranks(ranks)
+        if collective == "barrier":
+            collective, msg_bytes = "all_reduce", 0
+        if len(ranks) <= 1:
+            return env.timeout(0)
+        cc = self.compiled(collective, ranks, msg_bytes)
+        return env.process(self._run(cc, collective, group_kind, len(ranks), msg_bytes))
+
+    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
+        """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
+        env = self._env()
+        self._check_ranks((src, dst))
+        if src == dst:
+            return env.timeout(0)
+        algo = ALGORITHMS["p2p"]
+        p = self._shared.params(algo)
+        route = self.router.route(src, dst)
+        eff = p.efficiency_inter if self.router.crosses_nic(route) else p.efficiency_intra
+        assert eff and p.step_latency_us is not None
+        lat = p.step_latency_us * 1000.0 + self.router.latency_ns(route)
+        cp = CompiledPhase(
+            np.array([0, len(route)], dtype=np.int64), route,
+            np.array([1.0 / eff]), 1, lat,
+        )
+        cc = CompiledCollective("p2p", (cp,), lat, 0.0)
+        return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
+
+    # ------------------------------------------------------------------ selection
+
+    def select(self, collective: str, ranks: Sequence[int], msg_bytes: int) -> str:
+        """The algorithm ``collective`` of ``msg_bytes`` on ``ranks`` would use."""
+        return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).algorithm
+
+    def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int) -> float:
+        """Predicted uncongested time (ns) of a collective, without simulating it."""
+        return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).estimate_ns(msg_bytes)
+
+    def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int) -> CompiledCollective:
+        """Choose the algorithm and return the compiled collective (cached per group)."""
+        prefs = self._preferences(collective)
+        grp = self._shared.group(ranks)
+        reasons = []
+        for name in prefs:
+            if name == "auto":
+                best: CompiledCollective | None = None
+                for algo in ALGORITHMS.values():
+                    if collective in algo.auto and algo.check(grp, collective) is None:
+                        cc = self._shared.compile(algo, collective, ranks)
+                        if best is None or cc.estimate_ns(msg_bytes) < best.estimate_ns(msg_bytes):
+                            best = cc
+                if best is not None:
+                    return best
+                reasons.append(f"no algorithm implements {collective}")
+                continue
+            algo = ALGORITHMS[name]
+            why = algo.check(grp, collective)
+            if why is None:
+                return self._shared.compile(algo, collective, ranks)
+            reasons.append(why)
+        raise InputError(
+            f"no applicable algorithm for {collective} on {len(ranks)} ranks over "
+            f"{len(grp.nodes)} node(s) from {', '.join(prefs)}: {'; '.join(reasons)}",
+            "--algo",
+        )
+
+    def _preferences(self, collective: str) -> tuple[str, ...]:
+        if collective in self.algo:
+            return _split(self.algo[collective])
+        return self.cluster.collectives.selection(collective)
+
+    # ------------------------------------------------------------------ running
+
+    def _env(self) -> simpy.Environment:
+        if self.env is None:
+            raise RuntimeError("NetworkModel.attach(env) must be called first")
+        return self.env
+
+    def _check_ranks(self, ranks: Sequence[int]) -> None:
+        n = self.cluster.gpus
+        for r in ranks:
+            if not 0 <= r < n:
+                raise ValueError(f"rank {r} outside the cluster's {n} GPUs")
+
+    def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: int) -> Any:
+        env = self._env()
+        t0 = int(env.now)
+        for ph in cc.phases:
+            rounds = ph.steps if (self.steps and ph.steps > 1) else 1
+            lat = ph.latency_ns / rounds
+            nbytes = ph.wire_per_byte * (float(msg_bytes) / rounds)
+            for _ in range(rounds):
+                if lat > 0:
+                    yield env.timeout(int(round(lat)))
+                yield self.flows.start(ph.e_ptr, ph.e_link, nbytes)
+        self.records.append(
+            CommRecord(collective, kind, n, int(msg_bytes), cc.algorithm, t0, int(env.now))
+        )
+
+
+def _split(value: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(value)
+
+
+def _validate_choice(collective: str, value: str | Sequence[str]) -> None:
+    if collective not in COLLECTIVES:
+        raise InputError(f"unknown collective {collective!r}", "--algo")
+    for name in _split(value):
+        if name != "auto" and name not in ALGORITHMS:
+            raise InputError(
+                f"unknown algorithm {name!r} (known: auto, {', '.join(ALGORITHMS)})", "--algo"
+            )
+
+
+def collective_time_ns(
+    cluster: ClusterSpec,
+    collective: str,
+    n_ranks_or_ranks: int | Sequence[int],
+    msg_bytes: int,
+    algo: str | Mapping[str, str] | None = None,
+) -> int:
+    """Time (ns) of one collective running alone on ``cluster``, simulated in a fresh env.
+
+    ``n_ranks_or_ranks``: a rank count (ranks 0..n-1) or the ranks themselves. ``algo``: an
+    algorithm name (or preference list) for this collective, or a per-collective mapping.
+    """
+    if isinstance(n_ranks_or_ranks, int):
+        ranks = tuple(range(n_ranks_or_ranks))
+    else:
+        ranks = tuple(int(r) for r in n_ranks_or_ranks)
+    if isinstance(algo, str):
+        algo = {collective: algo}
+    env = simpy.Environment()
+    model = NetworkModel(cluster, algo)
+    model.attach(env)
+    ev = model.collective(collective, ranks, msg_bytes)
+    env.run(until=ev)
+    return int(env.now)
