@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "extract",
     "replay",
     "validate",
+    "netbench",
 )
 
 
