@@ -90,9 +90,15 @@ def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, ra
     return float(np.mean(np.abs(sim_rel - rec_rel)) / 1000.0)
 
 
+def extract_options(source: Source, profiler_overhead_ns: float = 0.0) -> ExtractOptions:
+    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly."""
+    joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
+    return ExtractOptions(profiler_overhead_ns=profiler_overhead_ns, joint_ranks=joint)
+
+
 def self_replay(source: Source) -> list[StepResult]:
     """Replay ``source`` with its recorded durations; one result per (rank, step)."""
-    graph = extract(source.op_table)
+    graph = extract(source.op_table, extract_options(source))
     result = replay(graph)
     steps = step_times(graph, result)
     if not steps:
@@ -102,7 +108,7 @@ def self_replay(source: Source) -> list[StepResult]:
     measured_unprof = None
     overhead = _overhead_ns(source)
     if overhead is not None:
-        g2 = extract(source.op_table, ExtractOptions(profiler_overhead_ns=overhead))
+        g2 = extract(source.op_table, extract_options(source, overhead))
         r2 = replay(g2)
         unprof = {(rk, ev): pred for rk, _, ev, _, pred, _, _ in step_times(g2, r2)}
         measured_unprof = float(source.meta["measured_step_time_s"]["median"])

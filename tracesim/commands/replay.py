@@ -18,7 +18,8 @@ from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.fileio import write_json
 from tracesim.sources import load_source, source_kind
-from tracesim.workload.extract import ExtractOptions, extract
+from tracesim.selfreplay import extract_options
+from tracesim.workload.extract import extract
 
 _RETARGET_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp",
                   "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype")
@@ -88,7 +89,7 @@ def _self_replay(source: Path) -> dict[str, Any]:
     src = load_source(source)
     po = (src.meta or {}).get("profiler_overhead") or {}
     overhead = float(po.get("per_event_ns", 0.0)) if isinstance(po, dict) else 0.0
-    graph = extract(src.op_table, ExtractOptions(profiler_overhead_ns=overhead))
+    graph = extract(src.op_table, extract_options(src, overhead))
     result = replay(graph)
     res = self_result(src, graph, result)
     res["profiler_overhead_removed_ns_per_event"] = overhead

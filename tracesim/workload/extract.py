@@ -47,6 +47,10 @@ _GPU_GAP_MAX_NS = 20_000
 #: for a free slot in the device's launch queue (the queue holds ~1024 pending launches)
 _QUEUE_WAIT_MIN_NS = 50_000
 _QUEUE_MATCH_NS = 20_000
+#: a host thread idle for at least this long, that resumed at most _THREAD_WAKE_NS after an
+#: op on another thread of its rank ended, was waiting for that op
+_THREAD_IDLE_NS = 200_000
+_THREAD_WAKE_NS = 100_000
 #: a copy call counts as blocking when it returned no earlier than this before the copy ended
 _BLOCKING_SLACK_NS = 1_000
 
@@ -64,6 +68,10 @@ class ExtractOptions:
 
     profiler_overhead_ns: float = 0.0
     infer_stream_waits: bool = True
+    #: replay all ranks together: a common time origin (ranks recorded on one host share a
+    #: clock) and collectives matched across ranks (each takes the shortest member's
+    #: recorded time; the rest of every member's wait comes out of the simulation)
+    joint_ranks: bool = False
 
 
 def _runtime_base(name: str) -> str:
@@ -79,9 +87,54 @@ def extract(op_table: pd.DataFrame, options: ExtractOptions | None = None) -> Ta
     if op_table.empty:
         raise InputError("the trace has no events to replay", "trace")
     parts = []
+    t0 = None
+    if options.joint_ranks:
+        host = op_table["cat"].isin(_HOST_CATS + ("annotation",))
+        t0 = int(op_table.loc[host, "ts_ns"].min())
     for rank in sorted(op_table["rank"].unique()):
-        parts.append(_extract_rank(op_table[op_table["rank"] == rank], int(rank), options))
-    return _concat(parts)
+        parts.append(_RankExtractor(op_table[op_table["rank"] == rank], int(rank), options, t0).build())
+    graph = _concat(parts)
+    if options.joint_ranks and len(parts) > 1:
+        graph = _match_collectives(graph)
+    return graph
+
+
+def _match_collectives(graph: TaskGraph) -> TaskGraph:
+    """Turn the executing comm tasks of every rank into matched collectives.
+
+    The k-th executing collective of each type on each rank are one collective (a
+    data-parallel recording has one process group, so program order matches them).
+    Executing comm tasks are GPU communication kernels and the ``gloo:*`` ops that gloo runs
+    on its own threads.
+    """
+    t = graph.tasks.copy()
+    name = t["name"].to_numpy()
+    is_exec = ((t["kind"].to_numpy() == "gpu") & (t["op_class"].to_numpy() == "comm")) | (
+        np.char.startswith(name.astype(str), "gloo:")
+    )
+    ranks = tuple(graph.ranks)
+    idx = np.flatnonzero(is_exec)
+    if not len(idx):
+        return graph
+    coll = t["collective"].to_numpy()
+    rec = t["rec_start"].to_numpy() if "rec_start" in t else t["task_id"].to_numpy()
+    keys = np.array([""] * len(t), dtype=object)
+    counters: dict[tuple[int, str], int] = {}
+    for i in sorted(idx.tolist(), key=lambda i: (int(t["rank"].iat[i]), int(rec[i]), i)):
+        k = (int(t["rank"].iat[i]), str(coll[i]))
+        n = counters.get(k, 0)
+        counters[k] = n + 1
+        keys[i] = f"{coll[i]}#{n}"
+    # only keys present on every rank become collectives
+    present: dict[str, int] = {}
+    for i in idx.tolist():
+        present[keys[i]] = present.get(keys[i], 0) + 1
+    ok = np.array([present.get(keys[i], 0) == len(ranks) for i in range(len(t))]) & is_exec
+    t.loc[ok, "kind"] = "coll"
+    t.loc[ok, "match_key"] = keys[ok]
+    t.loc[ok, "group"] = 0
+    t.loc[ok, "group_kind"] = "dp"
+    return graph.replace(tasks=t, groups=(ranks,))
 
 
 @dataclass
@@ -130,7 +183,8 @@ def _leaves(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
 class _RankExtractor:
     """Builds one rank's tasks, lanes and edges (see the module docstring)."""
 
-    def __init__(self, ops: pd.DataFrame, rank: int, opt: ExtractOptions):
+    def __init__(self, ops: pd.DataFrame, rank: int, opt: ExtractOptions, t0: int | None = None):
+        self.t0 = t0
         self.ops = ops.reset_index(drop=True)
         self.rank = rank
         self.opt = opt
@@ -203,7 +257,7 @@ class _RankExtractor:
         host = self.host
         if not host.any():
             raise InputError(f"rank {self.rank}: the trace has no host (CPU) events", "trace")
-        t0 = int(self.ts[host | self.is_step].min())
+        t0 = int(self.ts[host | self.is_step].min()) if self.t0 is None else self.t0
         ts, end, name = self.ts, self.end, self.name
         step_rows = np.flatnonzero(self.is_step)
         overhead = float(self.opt.profiler_overhead_ns)
@@ -240,10 +294,13 @@ class _RankExtractor:
                 gap -= take
                 dur = max(0, dur - int(ov - take))
                 prev_end = e
+                first_new = len(self.rows)
                 if self.cat[i] == "runtime":
                     self.runtime_call(i, lane_id, gap, dur, s, e)
                 else:
                     self.task_of[i] = self.add_task(lane_id, i, "cpu", name[i], dur, gap)
+                for row in self.rows[first_new:]:
+                    row["rec_start"], row["rec_end"] = s, e
 
     def runtime_call(self, i: int, lane_id: int, gap: int, dur: int, s: int, e: int) -> None:
         """A runtime call: plain, launching, or blocking (split into launch + wait parts)."""
@@ -415,8 +472,75 @@ class _RankExtractor:
                 if int(self.ts[g]) - e_other <= _EVENT_MATCH_NS and e_other > release:
                     self.edge(self.task_of[other], self.task_of[g], "event")
 
+    def thread_edges(self) -> None:
+        """Cross-thread dependencies of the host lanes.
+
+        * a ``c10d::<op>`` call enqueues work that a backend thread runs as ``gloo:<op>``:
+          the k-th of each are linked, and the backend op starts when it is enqueued;
+        * a thread that sat idle for a while and resumed right after an op on another thread
+          of the rank ended was woken by it (the autograd engine handing back to the main
+          thread, a wait on an asynchronous collective): that op -> the resumed task.
+        """
+        rows = self.rows
+        host = [k for k, r in enumerate(rows) if "rec_start" in r and self.lanes[r["lane"]]["kind"] == "cpu"]
+        if not host:
+            return
+        enq: dict[str, list[int]] = {}
+        run: dict[str, list[int]] = {}
+        for k in host:
+            nm = rows[k]["name"]
+            if nm.startswith("c10d::"):
+                enq.setdefault(nm[6:].strip("_"), []).append(k)
+            elif nm.startswith("gloo:"):
+                run.setdefault(nm[5:].strip("_").replace("_", ""), []).append(k)
+        for op, ks in enq.items():
+            rs = run.get(op.replace("_", ""), [])
+            for a, b in zip(sorted(ks, key=lambda k: rows[k]["rec_start"]),
+                            sorted(rs, key=lambda k: rows[k]["rec_start"]), strict=False):
+                if rows[b]["rec_start"] >= rows[a]["rec_start"]:
+                    self.edge(a, b, "thread")
+                    rows[b]["gap_ns"] = 0
+        # a waker is an executing collective or the last op of a burst of backward work on
+        # another thread (its own thread then goes idle); polling threads never wake anyone
+        next_start: dict[int, int] = {}
+        by_lane: dict[int, list[int]] = {}
+        for k in host:
+            by_lane.setdefault(rows[k]["lane"], []).append(k)
+        for ks in by_lane.values():
+            ks.sort(key=lambda k: rows[k]["rec_start"])
+            for a, b in zip(ks, ks[1:], strict=False):
+                next_start[a] = rows[b]["rec_start"]
+
+        def waker(k: int) -> bool:
+            r = rows[k]
+            if r["name"].startswith(("gloo:", "nccl:")):
+                return True
+            idle_after = next_start.get(k, 1 << 62) - r["rec_end"] >= _THREAD_IDLE_NS
+            return r.get("phase") == "bwd" and idle_after
+
+        ends = sorted((rows[k]["rec_end"], k) for k in host if waker(k))
+        end_ts = np.array([e for e, _ in ends], dtype=np.int64)
+        prev_end_on_lane: dict[int, int] = {}
+        for k in sorted(host, key=lambda k: (rows[k]["lane"], k)):
+            r = rows[k]
+            lane = r["lane"]
+            prev = prev_end_on_lane.get(lane)
+            prev_end_on_lane[lane] = r["rec_end"]
+            if prev is None or r["gap_ns"] < _THREAD_IDLE_NS:
+                continue
+            j = int(np.searchsorted(end_ts, r["rec_start"], side="right")) - 1
+            while j >= 0 and rows[ends[j][1]]["lane"] == lane:
+                j -= 1
+            if j < 0:
+                continue
+            e_other, other = ends[j]
+            if r["rec_start"] - e_other <= _THREAD_WAKE_NS and e_other > prev:
+                self.edge(other, k, "thread")
+                r["gap_ns"] = 0
+
     def build(self) -> _Part:
         self.host_lanes()
+        self.thread_edges()
         self.gpu_lanes()
         self.launch_and_sync_edges()
         if self.stream_wait_edges() == 0 and self.opt.infer_stream_waits:
@@ -430,10 +554,6 @@ class _RankExtractor:
             (np.array(self.src, dtype=np.int64), np.array(self.dst, dtype=np.int64), self.kinds),
             pd.DataFrame(self.lanes),
         )
-
-
-def _extract_rank(ops: pd.DataFrame, rank: int, opt: ExtractOptions) -> _Part:
-    return _RankExtractor(ops, rank, opt).build()
 
 
 def _overhead_in(sorted_ts: np.ndarray, lo: int, hi: int, per_event: float) -> int:
