@@ -18,6 +18,7 @@ from tracesim.errors import InputError, ReplayError
 
 #: modules under tracesim.commands that each define ``command`` (a click command)
 COMMAND_MODULES = (
+    "calibrate",
     "collect",
     "extract",
     "replay",
@@ -37,6 +38,9 @@ class _Group(click.Group):
             sys.exit(2)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:  # output piped into head / less that closed early
+            sys.stderr.close()
+            sys.exit(0)
         except KeyboardInterrupt:
             click.echo("tracesim: interrupted", err=True)
             sys.exit(130)

@@ -17,8 +17,8 @@ import click
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.fileio import write_json
-from tracesim.sources import load_source, source_kind
 from tracesim.selfreplay import extract_options
+from tracesim.sources import load_source, source_kind
 from tracesim.workload.extract import extract
 
 _RETARGET_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp",
