@@ -1,50 +1,116 @@
-"""Profiler-overhead calibration: a microbenchmark run before the training steps.
+"""Profiler-overhead calibration, measured before the training steps (never on them).
 
-The profiler (and the execution-trace observer) adds a roughly constant cost to every event
-it records. A replay of recorded durations sees that cost twice: inside an event's recorded
-duration (its start/end callbacks) and in the gaps between events. Because the self-replay
-check must not fit the overhead on the run it is tested on, it is measured here, separately,
-with the same profiler configuration as the training steps:
+``torch.profiler`` with ``record_shapes`` / ``with_flops`` and, above all, the
+execution-trace observer add a cost to every event they record (about 8-12 us per op on a
+CPU, most of it the execution trace). A replay of recorded durations reproduces the
+*profiled* step; to predict an unprofiled step that cost must be removed, and the self-replay
+check must not fit it on the steps it is tested on. So it is measured here, separately, on a
+*calibration twin*: the same model family and layer count (hence the same sequence of ops,
+module scopes and annotations) with tiny tensor sizes, run in the same process under the same
+profiler configuration (:func:`collectors.train.make_profiler`):
 
-* ``n_events`` calls of a tiny op (``torch.add`` on one-element tensors), timed without the
-  profiler and inside an active profiler (CPU activity, ``record_shapes``, ``with_flops``,
-  execution-trace observer running): ``per_event_ns = (t_profiled - t_plain) / n_events``;
-  ``inside_ns`` is how much of it shows up inside the recorded ``aten::add`` durations
-  (mean recorded duration minus the plain per-call time), the rest lies between events.
-* the same for ``record_function`` annotations (what module scopes and phases cost):
-  ``per_annotation_ns``.
+* ``sessions`` times: time ``plain_steps`` unprofiled twin steps (median), then one profiler
+  session of 1 warm-up + ``steps`` active steps, timing each active step and counting its
+  events from the exported trace (:func:`collectors.train.count_step_events`);
+* ``per_event_ns = (sum of active step times - steps x plain median) / events``, the median
+  over sessions. It applies to every ``cpu_op`` and ``user_annotation`` event of a profiled
+  step (the ``events`` count of ``per_rank[].profiled_step_events``).
 
-Each figure is the median over ``repeats`` alternating plain/profiled runs, in integer ns.
+A second microbenchmark times ``n_ops`` calls of ``torch.add`` on one-element tensors (and as
+many empty ``record_function`` blocks) with and without the profiler: ``op_ns`` /
+``annotation_ns`` per event, and ``op_inside_ns`` / ``annotation_inside_ns``, the part that
+lands inside the recorded duration (mean recorded duration minus the plain per-call time);
+the rest lies in the gaps between events. All figures are integer nanoseconds.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import statistics
 import tempfile
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
+from torch.profiler import record_function
+
+from collectors.train import count_step_events, make_profiler, make_training
+from tracesim.workload.model import ModelSpec
+
+#: twin sizes: tiny tensors, same layers / heads / experts as the real model
+TWIN_HEAD_DIM = 8
+TWIN_FFN = 32
+TWIN_VOCAB = 64
+TWIN_SEQ = 16
+TWIN_BATCH = 2
 
 
-@contextlib.contextmanager
-def _profiler(activities: list[ProfilerActivity], et_dir: Path) -> Iterator[profile]:
-    et = ExecutionTraceObserver().register_callback(str(et_dir / "calib_et.json"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        prof = profile(
-            activities=activities,
-            record_shapes=True,
-            with_flops=True,
-            execution_trace_observer=et,
-        )
-        with prof:
-            yield prof
+def twin_spec(spec: ModelSpec) -> ModelSpec:
+    """The calibration twin of ``spec``: same structure and op sequence, tiny sizes."""
+    return spec.replace(
+        name=f"{spec.name}-calibration-twin",
+        hidden=spec.heads * TWIN_HEAD_DIM,
+        ffn_hidden=TWIN_FFN,
+        moe_ffn_hidden=TWIN_FFN if spec.is_moe else 0,
+        vocab=TWIN_VOCAB,
+        seq_len=TWIN_SEQ,
+    )
+
+
+def _timed_ns(fn: Callable[[], Any]) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
+def step_overhead(spec: ModelSpec, device: torch.device, steps: int = 1, sessions: int = 5,
+                  plain_steps: int = 5) -> dict[str, Any]:
+    """Per-event profiler overhead from the calibration twin of ``spec`` (see module doc)."""
+    twin = twin_spec(spec)
+    training = make_training(twin, TWIN_BATCH, device, seed=99)
+    for _ in range(3):
+        training.step()
+    per_event, plain_med, prof_med, n_events = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp:
+        trace_file = Path(tmp) / "trace.json"
+        for _ in range(sessions):
+            plain = statistics.median(_timed_ns(training.step) for _ in range(plain_steps))
+            active = []
+            prof = make_profiler(
+                device, steps, Path(tmp) / "et.json",
+                on_trace_ready=lambda p: p.export_chrome_trace(str(trace_file)),
+            )
+            with prof:
+                for i in range(1 + steps):
+                    dt = _timed_ns(training.step)
+                    if i:
+                        active.append(dt)
+                    prof.step()
+            with open(trace_file) as fh:
+                counted = count_step_events(json.load(fh))
+            events = sum(c["events"] for c in counted)
+            per_event.append((sum(active) - steps * plain) / max(1, events))
+            plain_med.append(plain)
+            prof_med.append(sum(active) / steps)
+            n_events.append(events / steps)
+    training.scopes.remove()
+    return {
+        "per_event_ns": max(0, round(statistics.median(per_event))),
+        "per_event_ns_spread": [max(0, round(min(per_event))), max(0, round(max(per_event)))],
+        "twin": {
+            "hidden": twin.hidden,
+            "ffn_hidden": twin.ffn_hidden,
+            "vocab": twin.vocab,
+            "seq_len": twin.seq_len,
+            "batch": TWIN_BATCH,
+            "events_per_step": round(statistics.median(n_events)),
+            "plain_step_ns": round(statistics.median(plain_med)),
+            "profiled_step_ns": round(statistics.median(prof_med)),
+        },
+        "sessions": sessions,
+    }
 
 
 def _loop_ops(n: int, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -58,70 +124,54 @@ def _loop_annotations(n: int) -> None:
             pass
 
 
-def _timed(fn: Callable[[], None]) -> int:
-    t0 = time.perf_counter_ns()
-    fn()
-    return time.perf_counter_ns() - t0
+def _loop_cost(body: Callable[[], None], name: str, n: int, repeats: int,
+               device: torch.device, tmp: Path) -> tuple[int, int]:
+    """(per-event overhead, part of it inside the recorded duration), medians, in ns."""
+    per, inside = [], []
+    for _ in range(repeats):
+        plain = _timed_ns(body)
+        prof = make_profiler(device, None, tmp / "et.json")  # records from the start
+        with prof:
+            profiled = _timed_ns(body)
+        durs = [e.time_range.elapsed_us() * 1000.0 for e in prof.events() if e.name == name]
+        if len(durs) != n:
+            raise RuntimeError(f"calibration recorded {len(durs)} {name} events, expected {n}")
+        per.append((profiled - plain) / n)
+        inside.append(statistics.fmean(durs) - plain / n)
+    return max(0, round(statistics.median(per))), max(0, round(statistics.median(inside)))
 
 
-def _measure(
-    body: Callable[[], None], n: int, name: str, repeats: int, activities: list[ProfilerActivity]
-) -> tuple[int, int, int, int]:
-    """Return (plain_ns, profiled_ns, mean recorded duration ns, events counted), medians."""
-    plain, profiled, inside, counted = [], [], [], []
-    with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp:
-        for _ in range(repeats):
-            plain.append(_timed(body))
-            with _profiler(activities, Path(tmp)) as prof:
-                profiled.append(_timed(body))
-            durs = [e.time_range.elapsed_us() * 1000.0 for e in prof.events() if e.name == name]
-            counted.append(len(durs))
-            inside.append(int(statistics.fmean(durs)) if durs else 0)
-    return (
-        int(statistics.median(plain)),
-        int(statistics.median(profiled)),
-        int(statistics.median(inside)),
-        int(statistics.median(counted)),
-    )
+def op_overhead(device: torch.device, n_ops: int = 1000, repeats: int = 3) -> dict[str, Any]:
+    """Per-event cost of a tiny aten op and of an empty annotation (see module doc)."""
+    a, b = torch.ones(1, device=device), torch.ones(1, device=device)
+    with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        _loop_cost(lambda: _loop_ops(50, a, b), "aten::add", 50, 1, device, tmp)  # warm-up
+        op_ns, op_in = _loop_cost(lambda: _loop_ops(n_ops, a, b), "aten::add", n_ops,
+                                  repeats, device, tmp)
+        an_ns, an_in = _loop_cost(lambda: _loop_annotations(n_ops), "calib", n_ops,
+                                  repeats, device, tmp)
+    return {"op_ns": op_ns, "op_inside_ns": op_in, "annotation_ns": an_ns,
+            "annotation_inside_ns": an_in, "n_ops": n_ops, "repeats": repeats}
 
 
-def measure_profiler_overhead(
-    device: str = "cpu", n_events: int = 2000, repeats: int = 5
-) -> dict[str, Any]:
-    """Measure the profiler's per-event cost on this process; all times in integer ns.
-
-    Returns the ``profiler_overhead`` mapping of ``meta.yaml``: ``per_event_ns``,
-    ``inside_ns``, ``per_annotation_ns``, ``annotation_inside_ns``, ``method``,
-    ``n_events``, ``repeats``.
-    """
-    activities = [ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(ProfilerActivity.CUDA)
-    a = torch.ones(1)
-    b = torch.ones(1)
-    # warm up the profiler machinery (first use loads Kineto) and the op itself
-    _measure(lambda: _loop_ops(50, a, b), 50, "aten::add", 1, activities)
-
-    plain, prof, dur, counted = _measure(
-        lambda: _loop_ops(n_events, a, b), n_events, "aten::add", repeats, activities
-    )
-    a_plain, a_prof, a_dur, a_counted = _measure(
-        lambda: _loop_annotations(n_events), n_events, "calib", repeats, activities
-    )
-    if counted != n_events or a_counted != n_events:
-        raise RuntimeError(
-            f"calibration recorded {counted} / {a_counted} events, expected {n_events}"
-        )
+def measure_profiler_overhead(spec: ModelSpec, device: torch.device, steps: int = 1,
+                              sessions: int = 5, n_ops: int = 1000) -> dict[str, Any]:
+    """The ``profiler_overhead`` mapping of ``meta.yaml`` (integer ns; see module doc)."""
+    twin = step_overhead(spec, device, steps=steps, sessions=sessions)
+    loops = op_overhead(device, n_ops=n_ops)
     return {
-        "per_event_ns": max(0, round((prof - plain) / n_events)),
-        "inside_ns": max(0, dur - round(plain / n_events)),
-        "per_annotation_ns": max(0, round((a_prof - a_plain) / n_events)),
-        "annotation_inside_ns": max(0, a_dur - round(a_plain / n_events)),
+        "per_event_ns": twin["per_event_ns"],
         "method": (
-            "microbenchmark before training: torch.add on 1-element tensors and empty "
-            "record_function blocks, timed with and without torch.profiler (record_shapes, "
-            "with_flops, execution trace observer); median of repeats"
+            "calibration twin (same model structure, tiny sizes) stepped with and without "
+            "the collector's profiler (record_shapes, with_flops, execution trace observer) "
+            "in the same process before training; (profiled - plain) step time / events "
+            "per step, median over sessions"
         ),
-        "n_events": n_events,
-        "repeats": repeats,
+        "applies_to": "every cpu_op and user_annotation event of a profiled step",
+        "n_events": twin["twin"]["events_per_step"] * steps * sessions,
+        "per_event_ns_spread": twin["per_event_ns_spread"],
+        "twin": twin["twin"],
+        "sessions": twin["sessions"],
+        "loops": loops,
     }
