@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.engine.replay import ReplayResult
+from tracesim.errors import InputError
 from tracesim.report.breakdown import breakdown
 from tracesim.selfreplay import step_times
 from tracesim.sources import Source
@@ -42,6 +43,9 @@ def model_flops_per_step(source: Source, rank: int, step: str) -> float:
 def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[str, Any]:
     """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null)."""
     steps = step_times(graph, result)
+    if not steps:
+        raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
+                         "replay (record with torch.profiler and call prof.step())", source.path)
     ranks = sorted({s[0] for s in steps})
     r0 = ranks[0]
     mine = [s for s in steps if s[0] == r0]

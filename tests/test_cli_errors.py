@@ -1,0 +1,90 @@
+"""Bad input at the command line: exit 2, one line naming the file, no traceback, no output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracesim.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+def check_error(p: subprocess.CompletedProcess, *needles: str) -> None:
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture
+def truncated(tmp_path, public_traces):
+    data = (public_traces / "mi250_minitoy.json.gz").read_bytes()
+    p = tmp_path / "trunc.json.gz"
+    p.write_bytes(data[: len(data) // 3])
+    return p
+
+
+def test_truncated_gzip_replay(truncated, tmp_path):
+    out = tmp_path / "out"
+    check_error(run("replay", str(truncated), "-o", str(out)), "trunc.json.gz", "gzip")
+    assert not out.exists()
+
+
+def test_truncated_gzip_extract(truncated, tmp_path):
+    out = tmp_path / "w"
+    check_error(run("extract", str(truncated), "-o", str(out)), "trunc.json.gz")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [truncated]  # no temp dirs left behind
+
+
+def test_non_trace_json(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"lr": 0.1}))
+    check_error(run("validate", "self-replay", str(p)), "config.json", "traceEvents")
+
+
+def test_trace_without_steps(public_traces, tmp_path):
+    out = tmp_path / "o"
+    check_error(run("replay", str(public_traces / "a100_simple_add.trace.json.gz"), "-o", str(out)),
+                "a100_simple_add.trace.json.gz", "ProfilerStep")
+    assert not out.exists()
+
+
+def test_missing_file(tmp_path):
+    check_error(run("validate", "self-replay", str(tmp_path / "nope.json.gz")), "nope.json.gz", "not found")
+
+
+def test_plain_text_not_json(tmp_path):
+    p = tmp_path / "notes.json.gz"
+    with gzip.open(p, "wt") as fh:
+        fh.write("hello")
+    check_error(run("extract", str(p), "-o", str(tmp_path / "w")), "notes.json.gz", "JSON")
+
+
+def test_validate_json_shape(public_traces):
+    p = run("validate", "self-replay", "--json", str(public_traces / "mi250_minitoy.json.gz"))
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)["results"]
+    assert len(res) == 2
+    for r in res:
+        assert {"source", "rank", "step", "measured_s", "predicted_s", "rel_error"} <= set(r)
+        assert r["step"].startswith("ProfilerStep#")
+
+
+def test_extract_writes_workload(public_traces, tmp_path):
+    out = tmp_path / "w"
+    p = run("extract", str(public_traces / "mi250_minitoy.json.gz"), "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert {x.name for x in out.iterdir()} == {"ops.parquet", "tasks.parquet", "edges.parquet",
+                                                "lanes.parquet", "graph.yaml"}
