@@ -1,0 +1,229 @@
+"""Kernel-time model and scaling of measured times to other devices and shapes.
+
+The model (DESIGN.md, "Kernel-time scaling") is a roofline with size-dependent efficiency::
+
+    t = max(flops / (peak[dtype] * eff_c(class, dtype, flops)),
+            bytes / (hbm_bw * eff_m(class, bytes))) + launch_overhead
+
+with the curves taken from the device profile. The band (low, mid, high) widens each
+efficiency by the class's ``spread``: low uses ``eff * (1 + spread)`` (capped at 1), high uses
+``eff * (1 - spread)``; the launch overhead is the same in all three.
+
+Scaling (:func:`scale_duration`): a measured time on the same device at the same cost
+features is used as is (``measured``); a measured time on another device or at other shapes
+is multiplied by the model's ratio (target over source, ``scaled``); with no measurement the
+model alone is used (``model``). Every function has a vectorised twin for op tables with
+millions of rows: :func:`op_times_ns`, :func:`op_time_bands_ns`, :func:`scale_durations`.
+All times returned are integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from tracesim.hardware.device import DeviceProfile, get_device
+
+METHODS = ("measured", "scaled", "model")
+
+#: classes whose FLOPs run on matrix units at the dtype's peak; the others run on vector units
+#: (CUDA cores, CPU SIMD) at the fp32 peak whatever their storage dtype
+MATRIX_CLASSES = ("gemm", "attention")
+
+
+class CostLike(Protocol):
+    """Anything with the four cost features (e.g. tracesim.workload.classify.OpCost)."""
+
+    op_class: str
+    flops: float
+    bytes: float
+    dtype: str
+
+
+def _dev(device: DeviceProfile | str | Mapping[str, Any]) -> DeviceProfile:
+    return device if isinstance(device, DeviceProfile) else get_device(device)
+
+
+def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.ndarray,
+             dtype: Any, sign: float) -> np.ndarray:
+    """Seconds per op; ``sign`` = 0 (mid), +1 (low: faster), -1 (high: slower)."""
+    n = flops.shape[0]
+    cls = np.broadcast_to(np.asarray(op_class, dtype=object), (n,))
+    dts = np.broadcast_to(np.asarray(dtype, dtype=object), (n,))
+    out = np.empty(n, dtype=float)
+    if n == 0:
+        return out
+    if cls.ndim == 1 and n > 1 and not (isinstance(op_class, str) and isinstance(dtype, str)):
+        codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([cls, dts]))
+        groups = [(np.flatnonzero(codes == j), u) for j, u in enumerate(uniques)]
+    else:
+        groups = [(slice(None), (cls[0], dts[0]))]
+    bw = dev.hbm_GBps * 1e9
+    launch = dev.launch_overhead_us * 1e-6
+    for idx, (c, dt) in groups:
+        ce = dev.class_efficiency(str(c))
+        dt = str(dt) if dt else "fp32"
+        f = flops[idx]
+        b = nbytes[idx]
+        scale = 1.0 + sign * ce.spread
+        eff_c = np.minimum(ce.compute_curve(dt).at(f) * scale, 1.0)
+        eff_m = np.minimum(ce.memory.at(b) * scale, 1.0)
+        peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32")
+        t_c = f / (peak * eff_c)
+        t_m = b / (bw * eff_m)
+        out[idx] = np.maximum(t_c, t_m) + launch
+    return out
+
+
+def _arr(x: Any) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    a = np.atleast_1d(a)
+    return np.where(np.isfinite(a) & (a > 0), a, 0.0)
+
+
+def _ns(t: np.ndarray) -> np.ndarray:
+    return np.rint(t * 1e9).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- scalar API
+
+
+def op_time_ns(device: DeviceProfile | str, op_class: str, flops: float, bytes: float,
+               dtype: str) -> int:
+    """Model time of one op on ``device``, in integer nanoseconds.
+
+    Args:
+        device: a :class:`DeviceProfile` or anything :func:`get_device` accepts.
+        op_class: op class (tracesim.workload.classify.OP_CLASSES).
+        flops: floating-point operations; bytes: bytes moved; dtype: compute dtype.
+    """
+    t = _times_s(_dev(device), op_class, _arr(flops), _arr(bytes), dtype, 0.0)
+    return int(_ns(t)[0])
+
+
+def op_time_band_ns(device: DeviceProfile | str, op_class: str, flops: float, bytes: float,
+                    dtype: str) -> tuple[int, int, int]:
+    """(low, mid, high) model time in ns from the class's efficiency spread."""
+    dev = _dev(device)
+    f, b = _arr(flops), _arr(bytes)
+    lo, mid, hi = (int(_ns(_times_s(dev, op_class, f, b, dtype, s))[0]) for s in (1.0, 0.0, -1.0))
+    return lo, mid, hi
+
+
+def _same(src_dev: DeviceProfile, src: CostLike, dst_dev: DeviceProfile, dst: CostLike) -> bool:
+    return (src_dev.name == dst_dev.name and src.op_class == dst.op_class
+            and float(src.flops) == float(dst.flops) and float(src.bytes) == float(dst.bytes)
+            and (src.dtype or "fp32") == (dst.dtype or "fp32"))
+
+
+def scale_duration(measured_ns: int | None, src_device: DeviceProfile | str, src_cost: CostLike,
+                   dst_device: DeviceProfile | str, dst_cost: CostLike) -> tuple[int, str]:
+    """Duration of an op on ``dst_device`` at ``dst_cost``, anchored on a measurement.
+
+    Returns:
+        (duration_ns, method) with method ``measured`` (same device and cost features),
+        ``scaled`` (measured x model ratio dst/src) or ``model`` (``measured_ns`` is None).
+    """
+    lo_mid_hi = scale_duration_band(measured_ns, src_device, src_cost, dst_device, dst_cost)
+    return lo_mid_hi[1], lo_mid_hi[3]
+
+
+def scale_duration_band(measured_ns: int | None, src_device: DeviceProfile | str,
+                        src_cost: CostLike, dst_device: DeviceProfile | str,
+                        dst_cost: CostLike) -> tuple[int, int, int, str]:
+    """(low, mid, high, method): :func:`scale_duration` with its uncertainty band.
+
+    A measured op has no band (low = mid = high); a scaled op's band is the measurement times
+    the target's (low, high) over the source's mid; a modelled op uses :func:`op_time_band_ns`.
+    """
+    dst_dev = _dev(dst_device)
+    if measured_ns is None or not np.isfinite(measured_ns) or measured_ns < 0:
+        lo, mid, hi = op_time_band_ns(dst_dev, dst_cost.op_class, dst_cost.flops, dst_cost.bytes,
+                                      dst_cost.dtype)
+        return lo, mid, hi, "model"
+    src_dev = _dev(src_device)
+    m = int(measured_ns)
+    if _same(src_dev, src_cost, dst_dev, dst_cost):
+        return m, m, m, "measured"
+    src_t = op_time_ns(src_dev, src_cost.op_class, src_cost.flops, src_cost.bytes, src_cost.dtype)
+    lo, mid, hi = op_time_band_ns(dst_dev, dst_cost.op_class, dst_cost.flops, dst_cost.bytes,
+                                  dst_cost.dtype)
+    if src_t <= 0:
+        return m, m, m, "scaled"
+    return (int(round(m * lo / src_t)), int(round(m * mid / src_t)), int(round(m * hi / src_t)),
+            "scaled")
+
+
+# --------------------------------------------------------------------------- vectorised API
+
+
+def op_times_ns(device: DeviceProfile | str, op_class: Any, flops: Any, bytes: Any,
+                dtype: Any) -> np.ndarray:
+    """Vectorised :func:`op_time_ns`: arrays (or scalars, broadcast) in, int64 ns array out."""
+    f, b = _arr(flops), _arr(bytes)
+    f, b = np.broadcast_arrays(f, b)
+    return _ns(_times_s(_dev(device), op_class, np.ascontiguousarray(f), np.ascontiguousarray(b),
+                        dtype, 0.0))
+
+
+def op_time_bands_ns(device: DeviceProfile | str, op_class: Any, flops: Any, bytes: Any,
+                     dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised :func:`op_time_band_ns`: (low, mid, high) int64 ns arrays."""
+    dev = _dev(device)
+    f, b = np.broadcast_arrays(_arr(flops), _arr(bytes))
+    f, b = np.ascontiguousarray(f), np.ascontiguousarray(b)
+    lo, mid, hi = (_ns(_times_s(dev, op_class, f, b, dtype, s)) for s in (1.0, 0.0, -1.0))
+    return lo, mid, hi
+
+
+def _cols(costs: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def col(k: str, default: Any) -> np.ndarray:
+        v = costs[k] if k in costs else default
+        return np.broadcast_to(np.asarray(v, dtype=object if k in ("op_class", "dtype") else float), (n,))
+
+    dts = col("dtype", "fp32")
+    dts = np.where(pd.isna(dts) | (dts == ""), "fp32", dts).astype(object)
+    return col("op_class", "other"), _arr(col("flops", 0.0)), _arr(col("bytes", 0.0)), dts
+
+
+def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs: Mapping[str, Any],
+                    dst_device: DeviceProfile | str, dst_costs: Mapping[str, Any],
+                    *, band: bool = False) -> Any:
+    """Vectorised :func:`scale_duration` over op tables.
+
+    Args:
+        measured_ns: measured durations; NaN or a negative value means "not measured".
+        src_costs, dst_costs: mappings (e.g. DataFrames) with columns ``op_class``, ``flops``,
+            ``bytes``, ``dtype`` (scalars broadcast).
+        band: also return the low and high arrays.
+
+    Returns:
+        ``(ns, method)`` — int64 durations and a string array of :data:`METHODS` — or, with
+        ``band=True``, ``(low, mid, high, method)``.
+    """
+    meas = np.atleast_1d(np.asarray(measured_ns, dtype=float))
+    n = meas.shape[0]
+    src_dev, dst_dev = _dev(src_device), _dev(dst_device)
+    sc, sf, sb, sd = _cols(src_costs, n)
+    dc, df, db, dd = _cols(dst_costs, n)
+    have = np.isfinite(meas) & (meas >= 0)
+    same = (have & (src_dev.name == dst_dev.name) & (sc == dc) & (sf == df) & (sb == db)
+            & (sd == dd))
+    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s) for s in (1.0, 0.0, -1.0))
+    src_t = _times_s(src_dev, sc, sf, sb, sd, 0.0)
+    scaled = have & ~same
+    ratio_ok = scaled & (src_t > 0)
+    m = np.where(have, meas, 0.0)
+    outs = []
+    for t in (lo, mid, hi):
+        o = np.where(same, m * 1e-9, t)
+        o = np.where(ratio_ok, m * 1e-9 * t / np.where(src_t > 0, src_t, 1.0), o)
+        o = np.where(scaled & ~ratio_ok, m * 1e-9, o)
+        outs.append(_ns(o))
+    method = np.where(same, "measured", np.where(scaled, "scaled", "model")).astype(object)
+    if band:
+        return outs[0], outs[1], outs[2], method
+    return outs[1], method

@@ -1,0 +1,334 @@
+"""Device profiles: peak throughput, memory bandwidth, launch overhead, efficiency curves.
+
+A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``)::
+
+    name: a100
+    aliases: [A100-SXM4-80GB]          # exact names (normalised) that select this profile
+    patterns: ['a100']                 # regexes on the normalised name; longest match wins
+    kind: gpu                          # gpu | cpu
+    source: NVIDIA A100 datasheet
+    base: a100                         # optional: take missing keys from another profile
+    peak_tflops: {fp32: 19.5, tf32: 156, bf16: 312, fp16: 312}   # dense, per device
+    hbm_GBps: 2039                     # memory bandwidth, GB/s (1e9 bytes/s)
+    hbm_GiB: 80
+    launch_overhead_us: 2.0            # fixed time added to every op (kernel) on this device
+    efficiency:                        # per op class; 'default' covers unlisted classes
+      default: {compute: [[1.0e6, 0.05], [1.0e9, 0.5]], memory: [[1.0e4, 0.05], [1.0e8, 0.85]], spread: 0.3}
+      gemm:
+        compute: {default: [[flops, eff], ...], tf32: [[flops, eff], ...]}   # per dtype
+        memory: [[bytes, eff], ...]
+        spread: 0.2                    # relative half-width of the efficiency band
+
+Curves are ``[size, efficiency]`` points (FLOPs for compute, bytes for memory), interpolated
+linearly in log10(size) and held constant beyond the ends. A dtype missing from
+``peak_tflops`` falls back along :data:`PEAK_FALLBACK` (V100 has no bf16: bf16 runs at fp32
+peak). Normalised names: lower case, spaces and underscores as ``-``, vendor prefixes
+(``nvidia-``, ``tesla-``, ``amd-``, ``instinct-``) removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from tracesim.errors import InputError
+from tracesim.fileio import read_yaml
+from tracesim.spec import check_keys, get_number, get_str
+
+DEVICES_DIR = Path(__file__).resolve().parent / "devices"
+
+PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+#: dtype -> the peak_tflops keys tried in order
+PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",),
+    "tf32": ("tf32", "fp32"),
+    "bf16": ("bf16", "fp16", "fp32"),
+    "fp16": ("fp16", "bf16", "fp32"),
+    "fp8": ("fp8", "fp16", "bf16", "fp32"),
+}
+
+_KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
+_KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
+                  "calibration", "threads", "notes")
+_PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """Efficiency (0..1] as a function of op size (FLOPs or bytes), log-linear."""
+
+    log_sizes: tuple[float, ...]
+    effs: tuple[float, ...]
+
+    def at(self, size: Any) -> Any:
+        """Efficiency at ``size`` (scalar or numpy array); sizes <= 1 use the first point."""
+        x = np.log10(np.maximum(np.asarray(size, dtype=float), 1.0))
+        out = np.interp(x, self.log_sizes, self.effs)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def points(self) -> list[list[float]]:
+        return [[float(10.0 ** s), float(e)] for s, e in zip(self.log_sizes, self.effs, strict=True)]
+
+
+@dataclass(frozen=True)
+class ClassEfficiency:
+    """Efficiency curves of one op class: compute (per dtype), memory, and their spread."""
+
+    compute: Mapping[str, EfficiencyCurve]
+    memory: EfficiencyCurve
+    spread: float
+
+    def compute_curve(self, dtype: str) -> EfficiencyCurve:
+        return self.compute.get(dtype) or self.compute["default"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One accelerator (or host CPU) as the cost model sees it.
+
+    Attributes:
+        name: profile name (``a100``, ``h100``, ``host-cpu``, ...).
+        peak_tflops: dense peak TFLOP/s per dtype (keys from :data:`PEAK_KEYS`).
+        hbm_GBps: memory bandwidth in GB/s (1e9 bytes/s).
+        hbm_GiB: memory capacity in GiB (0 if unknown).
+        launch_overhead_us: fixed time per op (kernel launch / dispatch), microseconds.
+        efficiency: op class -> :class:`ClassEfficiency`; always has ``default``.
+        kind: ``gpu`` or ``cpu``.
+    """
+
+    name: str
+    peak_tflops: Mapping[str, float]
+    hbm_GBps: float
+    hbm_GiB: float
+    launch_overhead_us: float
+    efficiency: Mapping[str, ClassEfficiency]
+    kind: str = "gpu"
+    aliases: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    source: str = ""
+    raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``, following :data:`PEAK_FALLBACK` (ints/fp64: fp32)."""
+        for key in PEAK_FALLBACK.get(dtype, ("fp32",)):
+            v = self.peak_tflops.get(key)
+            if v:
+                return float(v) * 1e12
+        return float(max(self.peak_tflops.values())) * 1e12
+
+    def class_efficiency(self, op_class: str) -> ClassEfficiency:
+        return self.efficiency.get(op_class) or self.efficiency["default"]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def normalize_name(name: str) -> str:
+    """Lower case, ``-`` for spaces/underscores, vendor prefixes removed."""
+    s = re.sub(r"[\s_]+", "-", name.strip().lower())
+    changed = True
+    while changed:
+        changed = False
+        for p in _PREFIXES:
+            if s.startswith(p):
+                s = s[len(p):]
+                changed = True
+    return s
+
+
+def _curve(data: Any, file: str | Path | None, where: str) -> EfficiencyCurve:
+    if not isinstance(data, list) or not data:
+        raise InputError("expected a non-empty list of [size, efficiency] points", file, where)
+    pts = []
+    for i, p in enumerate(data):
+        if (not isinstance(p, (list, tuple)) or len(p) != 2
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in p)):
+            raise InputError(f"expected [size, efficiency], got {p!r}", file, f"{where}[{i}]")
+        size, eff = float(p[0]), float(p[1])
+        if not (size > 0 and 0 < eff <= 1.0):
+            raise InputError(f"need size > 0 and 0 < efficiency <= 1, got {p!r}", file, f"{where}[{i}]")
+        pts.append((np.log10(size), eff))
+    pts.sort()
+    if any(a[0] == b[0] for a, b in zip(pts, pts[1:], strict=False)):
+        raise InputError("duplicate size in curve", file, where)
+    return EfficiencyCurve(tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+
+
+def _class_eff(data: Any, file: str | Path | None, where: str) -> ClassEfficiency:
+    check_keys(data, ("compute", "memory"), ("spread", "source"), file=file, where=where)
+    comp = data["compute"]
+    if isinstance(comp, Mapping):
+        if "default" not in comp:
+            raise InputError("missing required key", file, f"{where}.compute.default")
+        curves = {}
+        for k, v in comp.items():
+            if k != "default" and k not in PEAK_KEYS:
+                raise InputError(f"unknown dtype {k!r} (allowed: default, {', '.join(PEAK_KEYS)})",
+                                 file, f"{where}.compute.{k}")
+            curves[str(k)] = _curve(v, file, f"{where}.compute.{k}")
+    else:
+        curves = {"default": _curve(comp, file, f"{where}.compute")}
+    spread = get_number(data, "spread", file=file, where=where, allow_zero=True, default=0.25)
+    if spread >= 1.0:
+        raise InputError(f"must be < 1, got {spread!r}", file, f"{where}.spread")
+    return ClassEfficiency(MappingProxyType(curves), _curve(data["memory"], file, f"{where}.memory"),
+                           float(spread))
+
+
+def parse_profile(data: Any, file: str | Path | None = None, where: str = "device") -> DeviceProfile:
+    """Build a :class:`DeviceProfile` from a mapping; errors name ``file`` and the key."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"expected a device profile mapping, got {type(data).__name__}", file, where)
+    if "base" in data:
+        base_name = get_str(data, "base", file=file, where=where)
+        base = _builtin_raw().get(_lookup_name(base_name) or "")
+        if base is None:
+            raise InputError(f"unknown base profile {base_name!r}; known: {', '.join(known_devices())}",
+                             file, f"{where}.base")
+        merged = dict(base)
+        merged.update({k: v for k, v in data.items() if k != "base"})
+        for k in ("aliases", "patterns"):
+            merged[k] = data.get(k, [])
+        data = merged
+    check_keys(data, _KEYS_REQUIRED, _KEYS_OPTIONAL, file=file, where=where)
+    name = get_str(data, "name", file=file, where=where)
+    peaks = check_keys(data["peak_tflops"], (), PEAK_KEYS, file=file, where=f"{where}.peak_tflops")
+    peak = {k: get_number(peaks, k, file=file, where=f"{where}.peak_tflops") for k in peaks
+            if peaks[k] is not None}
+    if not peak:
+        raise InputError("needs at least one dtype", file, f"{where}.peak_tflops")
+    eff_raw = data["efficiency"]
+    if not isinstance(eff_raw, Mapping) or "default" not in eff_raw:
+        raise InputError("missing required key", file, f"{where}.efficiency.default")
+    from tracesim.workload.classify import OP_CLASSES
+
+    eff = {}
+    for cls, v in eff_raw.items():
+        if cls != "default" and cls not in OP_CLASSES:
+            raise InputError(f"unknown op class {cls!r} (allowed: default, {', '.join(OP_CLASSES)})",
+                             file, f"{where}.efficiency.{cls}")
+        eff[str(cls)] = _class_eff(v, file, f"{where}.efficiency.{cls}")
+    kind = get_str(data, "kind", file=file, where=where, choices=("gpu", "cpu"), default="gpu")
+    lists = {}
+    for k in ("aliases", "patterns"):
+        v = data.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise InputError("expected a list of strings", file, f"{where}.{k}")
+        lists[k] = tuple(v)
+    for p in lists["patterns"]:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise InputError(f"bad regex {p!r}: {exc}", file, f"{where}.patterns") from None
+    return DeviceProfile(
+        name=name,
+        peak_tflops=MappingProxyType(peak),
+        hbm_GBps=get_number(data, "hbm_GBps", file=file, where=where),
+        hbm_GiB=get_number(data, "hbm_GiB", file=file, where=where, allow_zero=True, default=0.0)
+        if "hbm_GiB" in data else 0.0,
+        launch_overhead_us=get_number(data, "launch_overhead_us", file=file, where=where,
+                                      allow_zero=True),
+        efficiency=MappingProxyType(eff),
+        kind=kind,
+        aliases=lists["aliases"],
+        patterns=lists["patterns"],
+        source=str(data.get("source", "")),
+        raw=MappingProxyType(dict(data)),
+    )
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@lru_cache(maxsize=1)
+def _builtin_raw() -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for path in sorted(DEVICES_DIR.glob("*.yaml")):
+        data = read_yaml(path)
+        if not isinstance(data, Mapping) or "name" not in data:
+            raise InputError("device profile without a name", path)
+        out[str(data["name"])] = data
+    return out
+
+
+@cache
+def _builtin(name: str) -> DeviceProfile:
+    path = DEVICES_DIR / f"{name}.yaml"
+    return parse_profile(_builtin_raw()[name], path if path.exists() else None, "device")
+
+
+def known_devices() -> list[str]:
+    """Names of the shipped profiles."""
+    return sorted(_builtin_raw())
+
+
+def _lookup_name(spec: str) -> str | None:
+    raw = _builtin_raw()
+    norm = normalize_name(spec)
+    for name, data in raw.items():
+        if norm == normalize_name(name):
+            return name
+        if any(norm == normalize_name(a) for a in data.get("aliases", []) or []):
+            return name
+    best, best_len = None, -1
+    for name, data in raw.items():
+        for pat in data.get("patterns", []) or []:
+            if re.search(pat, norm) and len(pat) > best_len:
+                best, best_len = name, len(pat)
+    return best
+
+
+def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Path | None = None,
+               where: str = "device") -> DeviceProfile:
+    """Resolve a device: profile name, datasheet or trace device name, YAML path, or mapping.
+
+    Args:
+        spec: ``a100``, ``A100-SXM4-80GB``, ``NVIDIA A100-PG509-200``, ``Tesla V100-SXM2-32GB``,
+            ``host-cpu``, a path to a profile YAML (e.g. one written by ``tracesim calibrate``),
+            or an inline profile mapping (``base: h100`` fills the keys it leaves out).
+        file, where: where ``spec`` came from, for error messages.
+
+    Raises:
+        InputError: unknown name (the message lists the known profiles) or a bad profile.
+    """
+    if isinstance(spec, DeviceProfile):
+        return spec
+    if isinstance(spec, Mapping):
+        return parse_profile(spec, file, where)
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(f"expected a device name or profile, got {spec!r}", file, where)
+    path = Path(spec)
+    if spec.endswith((".yaml", ".yml")) or (path.is_file() and path.suffix in ("", ".yaml", ".yml")):
+        return parse_profile(read_yaml(path), path, "device")
+    name = _lookup_name(spec)
+    if name is None:
+        raise InputError(f"unknown device {spec!r}; known: {', '.join(known_devices())} "
+                         "(or a profile YAML path)", file, where)
+    return _builtin(name)
+
+
+def device_from_properties(props: Mapping[str, Any]) -> str | None:
+    """Profile name for a Kineto ``deviceProperties`` entry (name, memory, SM count), or None.
+
+    Uses the name first; AMD devices that report a generic name ("AMD Radeon Graphics") are
+    told apart by compute capability and CU count (104 CUs per MI250 GCD).
+    """
+    name = str(props.get("name", ""))
+    hit = _lookup_name(name) if name else None
+    if hit is not None:
+        mem = props.get("totalGlobalMem")
+        if hit == "a100" and isinstance(mem, (int, float)) and mem < 60 * 2**30:
+            return "a100-40gb"
+        return hit
+    if "amd" in name.lower() or "radeon" in name.lower():
+        if props.get("computeMajor") == 9 and props.get("numSms") == 104:
+            return "mi250"
+    return None
