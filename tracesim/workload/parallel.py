@@ -234,6 +234,17 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"seq_len {s} is not divisible by tp {t} x cp {par.cp} (sequence parallel)", "sp")
 
 
+def default_vpp(layers: int, pp: int) -> int:
+    """Virtual stages per pipeline rank when ``--schedule interleaved`` has no ``--vpp``:
+    the smallest divisor > 1 of the layers per stage (2 when even), so each model chunk is
+    as large as possible while the bubble still shrinks (Narayanan et al. 2021 use 2+)."""
+    per = layers // pp if pp and layers % pp == 0 else 0
+    for v in range(2, per + 1):
+        if per % v == 0:
+            return v
+    return 1
+
+
 def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int | None) -> ParallelSpec:
     """Build a :class:`ParallelSpec` from CLI-style options (``None`` or missing = default).
 
@@ -267,6 +278,10 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
     vpp = int(get("vpp", 1))
     if opts.get("schedule") is None and vpp > 1:
         schedule = "interleaved"
+    if schedule == "interleaved" and pp == 1:
+        schedule, vpp = "1f1b", 1  # one stage: nothing to interleave
+    elif schedule == "interleaved" and opts.get("vpp") is None:
+        vpp = default_vpp(model.layers, pp)
     sp_opt = opts.get("sp")
     sp = bool(sp_opt) if sp_opt is not None else (model.is_moe and tp > 1)
     stage_layers = opts.get("stage_layers")

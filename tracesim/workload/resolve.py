@@ -27,8 +27,11 @@ separates. Plans (``ParallelSpec.tp_plan``: module-name glob -> ``colwise`` | ``
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 from tracesim.workload.model import DTYPE_BYTES, ModelSpec
 from tracesim.workload.parallel import ParallelSpec
@@ -96,9 +99,47 @@ class Resolved:
 def _plan_style(op: TemplateOp, par: ParallelSpec) -> str:
     style = op.tp_style
     for pattern, s in par.tp_plan:
-        if fnmatch.fnmatchcase(op.name, pattern):
+        if fnmatch.fnmatchcase(op.module, pattern):
             style = s
     return style
+
+
+_TORCH_TYPES = {"fp32": "float", "bf16": "c10::BFloat16", "fp16": "c10::Half", "fp8": "c10::Float8_e4m3fn"}
+
+
+@lru_cache(maxsize=65536)
+def _leaf_cost(name: str, dims_json: str, dtype: str) -> tuple[float, float]:
+    from tracesim.workload.classify import op_cost
+
+    dims = json.loads(dims_json)
+    tname = _TORCH_TYPES.get(dtype, "float")
+    types = ["TensorList" if (isinstance(d, list) and d and isinstance(d[0], list))
+             else (tname if isinstance(d, list) and d else "") for d in dims]
+    c = op_cost(name, dims, types)
+    return c.flops, c.bytes
+
+
+def _eval_shapes(shapes: Any, env: Mapping[str, float]) -> Any:
+    if isinstance(shapes, list):
+        return [_eval_shapes(x, env) for x in shapes]
+    if isinstance(shapes, str):
+        return max(int(round(evaluate(shapes, env))), 1)
+    return shapes
+
+
+def op_numbers(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, float],
+               dtype: str) -> tuple[float, float]:
+    """(flops, bytes) of ``op`` for one rank: expressions, or re-costed recorded leaves
+    (at the unsharded target dimensions ``env_full``) times the split expressions."""
+    if not op.leaves:
+        return evaluate(op.flops, env), evaluate(op.bytes, env)
+    flops = nbytes = 0.0
+    for name, shapes in json.loads(op.leaves):
+        dims = _eval_shapes(shapes, env_full)
+        f, b = _leaf_cost(name, json.dumps(dims), dtype)
+        flops += f
+        nbytes += b
+    return flops * evaluate(op.flops, env), nbytes * evaluate(op.bytes, env)
 
 
 def _comm(name: str, collective: str, gkind: str, msg: float, phase: str) -> ROp:
@@ -185,13 +226,12 @@ def _resolve_section(
         else:
             to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
         sharded_name[op.name] = env is env_tp
-        flops = evaluate(op.flops, env)
-        nbytes = evaluate(op.bytes, env)
+        flops, nbytes = op_numbers(op, env, env_full, par.dtype)
         p = evaluate(op.params, env)
         params += p
         if op.part == "moe" and op.tp_style in ("colwise", "rowwise"):
             expert_params += p
-        model_flops += evaluate(op.flops, env_full)
+        model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(ROp(op.name, "gpu", op.op_class, "fwd", flops, nbytes,
                        op_time(op.op_class, flops, nbytes, op), recompute=op.recompute, params=p))
         out_prev = evaluate(op.out, env_tp)
@@ -202,7 +242,8 @@ def _resolve_section(
     bwd: list[ROp] = []
     pending = sorted(bwd_inserts, key=lambda x: -x[0])
     for op in bwd_ops:
-        idx = fwd_index.get(op.name, len(fwd_ops))
+        ref = op.fwd or op.name
+        idx = fwd_index.get(ref, len(fwd_ops))
         while pending and idx < pending[0][0]:
             bwd.append(pending.pop(0)[1])
         if op.kind == "comm":
@@ -210,9 +251,8 @@ def _resolve_section(
             if size > 1:
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
             continue
-        env = env_tp if sharded_name.get(op.name, False) else env_rep
-        flops = evaluate(op.flops, env)
-        nbytes = evaluate(op.bytes, env)
+        env = env_tp if sharded_name.get(ref, False) else env_rep
+        flops, nbytes = op_numbers(op, env, env_full, par.dtype)
         bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
                        op_time(op.op_class, flops, nbytes, op), recompute=op.recompute))
     bwd.extend(c for _, c in pending)

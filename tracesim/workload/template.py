@@ -142,7 +142,13 @@ class TemplateOp:
             ``msg_bytes`` (an expression).
         measured_ns: median duration measured on the source device (0: none).
         src_flops, src_bytes: the op's FLOPs / bytes at the recorded dimensions.
-        count: how many recorded kernels were folded into this op.
+        count: how many recorded ops were folded into this op.
+        leaves: trace-derived ops only: JSON list of ``[op name, input shapes]`` of the
+            recorded leaf ops, shapes written with expressions of the *unsharded* model
+            dimensions; the builder re-costs them at the target dimensions
+            (:func:`tracesim.workload.classify.op_cost`) and then multiplies by the
+            ``flops`` / ``bytes`` expressions, which hold the parallel split (``1/(cp*tp)``).
+        fwd: for a backward op, the name of the forward op it differentiates ("" = ``name``).
     """
 
     name: str
@@ -165,6 +171,13 @@ class TemplateOp:
     src_flops: float = 0.0
     src_bytes: float = 0.0
     count: int = 1
+    leaves: str = ""
+    fwd: str = ""
+
+    @property
+    def module(self) -> str:
+        """Module path of the op (the name up to a ``:``)."""
+        return self.name.split(":", 1)[0]
 
     def replace(self, **changes: Any) -> TemplateOp:
         return dataclasses.replace(self, **changes)

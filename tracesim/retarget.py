@@ -1,0 +1,166 @@
+"""Retargeting: predict one training iteration of a model on a cluster and parallel layout.
+
+:func:`run_retarget` is what ``tracesim replay --model/--cluster/--tp ...`` calls. It
+
+1. loads the model spec (``--model``, else the source bundle's), the cluster spec and the
+   layout (:func:`tracesim.workload.parallel.parallel_from_options`);
+2. picks the layer template: the source's (a bundle or trace: extracted from its op table;
+   a workload directory: its ``template.yaml``), else the stored default bundle of the
+   model's family, else the first-principles template of the family;
+3. turns each template op into a duration on the cluster's device: measured on the same
+   device -> the measurement (scaled by the cost model's ratio when the shapes changed);
+   measured on another GPU -> scaled; measured on a CPU or not measured -> the cost model;
+4. builds the task graph (one representative rank per pipeline stage unless ``full``) and
+   replays it on the flow-level network model of the cluster;
+5. reports iteration time, throughput, TFLOP/s and MFU (model FLOPs only, no
+   recomputation), the breakdown, and the memory estimate (a warning, or with ``strict``
+   an error, when the worst stage does not fit the device).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.workload.blocks import first_principles_template
+from tracesim.workload.model import WORKLOADS_DIR, ModelSpec, load_model, model_from_dict
+from tracesim.workload.parallel import ParallelSpec, parallel_from_options
+from tracesim.workload.template import LayerTemplate
+
+#: above this many GPUs the replay simulates one representative rank per pipeline stage
+SYMMETRY_MIN_GPUS = 64
+
+
+def _load_model(source: str | None, opts: Mapping[str, Any]) -> ModelSpec:
+    if opts.get("model"):
+        name = str(opts["model"])
+        shipped = WORKLOADS_DIR / f"{name}.yaml"
+        if not name.endswith((".yaml", ".yml")) and not Path(name).exists() and shipped.exists():
+            return load_model(shipped)  # names with dots (gpt3-1.7b) are not paths
+        return load_model(name)
+    if source:
+        from tracesim.workload.template_trace import bundle_meta
+
+        meta = bundle_meta(source)
+        if meta and isinstance(meta.get("model"), Mapping):
+            return model_from_dict(meta["model"], Path(source) / "meta.yaml")
+    raise InputError("give --model (a model spec), or a source bundle whose meta.yaml has one", "--model")
+
+
+def choose_template(source: str | None, model: ModelSpec, opts: Mapping[str, Any]) -> tuple[LayerTemplate, list[str]]:
+    """The layer template for ``model``: from ``source``, the family's stored bundle, or
+    first principles (``opts['template'] == 'analytic'`` forces the last)."""
+    from tracesim.workload.template_trace import default_bundle, template_from_source
+
+    warnings: list[str] = []
+    attention = str(opts.get("attention") or "flash")
+    if opts.get("template") == "analytic":
+        return first_principles_template(model, attention), warnings
+    if source:
+        return template_from_source(source, model), warnings
+    bundle = default_bundle(model.family)
+    if bundle is not None:
+        try:
+            return template_from_source(str(bundle), model), warnings
+        except InputError as exc:
+            warnings.append(f"default template {bundle} unusable ({exc.message}); using first principles")
+    return first_principles_template(model, attention), warnings
+
+
+def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
+    """Predict an iteration of ``--model`` on ``--cluster`` with the given layout.
+
+    Args:
+        source: a bundle, trace or workload directory whose template to use, or None.
+        opts: the replay flags: model, cluster, tp, pp, dp, cp, ep, sp, vpp, zero, fsdp,
+            micro_batch, global_batch, seq_len, schedule, recompute, dtype, strict, full.
+
+    Returns:
+        The ``replay --json`` object (DESIGN.md): iteration_time_s, tokens_per_s,
+        tflops_per_gpu, mfu, gpus, model, parallel, cluster, breakdown, memory_gib_per_gpu,
+        warnings, and details (memory parts, template, duration methods, replay size).
+    """
+    from tracesim.engine.replay import replay
+    from tracesim.hardware.cluster import load_cluster
+    from tracesim.hardware.device import get_device
+    from tracesim.network.model import NetworkModel
+    from tracesim.workload.breakdown import mean_breakdown, rank_breakdowns
+    from tracesim.workload.builder import build_graph
+    from tracesim.workload.durations import make_op_time
+    from tracesim.workload.memory import estimate_memory
+    from tracesim.workload.resolve import model_flops_per_iteration
+    from tracesim.workload.symmetry import SymmetricComm
+
+    t_wall = time.perf_counter()
+    warnings: list[str] = []
+    model = _load_model(source, opts)
+    if not opts.get("cluster"):
+        raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
+    cluster = load_cluster(str(opts["cluster"]))
+    device = get_device(cluster.device)
+    par: ParallelSpec = parallel_from_options(opts, model, cluster.gpus)
+    if par.world > cluster.gpus:
+        raise InputError(
+            f"tp {par.tp} x pp {par.pp} x dp {par.dp} x cp {par.cp} = {par.world} GPUs, but "
+            f"cluster {cluster.name} has {cluster.gpus}", "--dp")
+    if par.world < cluster.gpus:
+        warnings.append(f"the layout uses {par.world} of the cluster's {cluster.gpus} GPUs "
+                        f"(ranks 0..{par.world - 1})")
+    if model.is_moe and par.tp > 1 and par.sp and opts.get("sp") is None:
+        warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
+    template, w = choose_template(source, model, opts)
+    warnings += w
+    op_time, methods = make_op_time(template, device, par.dtype)
+    symmetric = not opts.get("full") and par.world >= SYMMETRY_MIN_GPUS
+    built = build_graph(model, par, template, op_time, representatives=symmetric)
+    graph = built.graph
+    net = NetworkModel(cluster)
+    comm = SymmetricComm(net, graph) if symmetric else net
+    t_rep = time.perf_counter()
+    result = replay(graph, comm)
+    t_rep = time.perf_counter() - t_rep
+    iter_s = result.makespan_ns * 1e-9
+    per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
+    breakdown = mean_breakdown(per_rank)
+    flops = model_flops_per_iteration(built.resolved, model, par)
+    tflops = flops / iter_s / par.world / 1e12 if iter_s > 0 else 0.0
+    peak = device.peak_flops(par.dtype) / 1e12
+    mem = estimate_memory(model, par, built.stage_params, built.stage_expert_params,
+                          flash=template.meta.get("attention", "flash") != "unfused",
+                          capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0))
+    if not mem.fits:
+        msg = (f"the layout needs {mem.total_gib:.1f} GiB per GPU on pipeline stage "
+               f"{mem.worst_stage}, more than the device's {mem.capacity_gib:.0f} GiB")
+        if opts.get("strict"):
+            raise InputError(msg, "--strict")
+        warnings.append(msg)
+    return {
+        "mode": "retarget",
+        "iteration_time_s": iter_s,
+        "tokens_per_s": par.tokens_per_iteration / iter_s if iter_s > 0 else 0.0,
+        "tflops_per_gpu": tflops,
+        "mfu": tflops / peak if peak else 0.0,
+        "gpus": par.world,
+        "model": model.to_dict(),
+        "parallel": par.to_dict(),
+        "cluster": cluster.name,
+        "device": device.name,
+        "breakdown": breakdown,
+        "memory_gib_per_gpu": round(mem.total_gib, 3),
+        "memory": mem.to_dict(),
+        "model_flops_per_iteration": flops,
+        "template": dict(template.meta),
+        "duration_methods": methods,
+        "replay": {
+            "symmetric": symmetric,
+            "tasks": graph.n_tasks,
+            "events": result.events,
+            "replay_wall_s": round(t_rep, 3),
+            "wall_s": round(time.perf_counter() - t_wall, 3),
+        },
+        "per_stage_breakdown": {str(k): v for k, v in per_rank.items()} if symmetric else {},
+        "warnings": warnings,
+    }

@@ -1,0 +1,186 @@
+"""Per-GPU memory estimate: parameters, gradients, optimizer states and activations.
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020): per parameter, the weight in
+the compute dtype (``max(eb, 2)`` bytes), its gradient (``max(eb, 2)``) and Adam's states
+(12 bytes: fp32 master weight and two moments in mixed precision; 8 in pure fp32, where the
+weight is its own master). ZeRO-1 shards the optimizer states over the data-parallel (x
+context-parallel) group, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights (plus two
+gathered layers in flight: the current one and the prefetched one). Expert weights shard over
+the expert-data-parallel group instead.
+
+Activations per transformer layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
+Activation Recomputation in Large Transformer Models"), generalised to any FFN width,
+SwiGLU, grouped-query attention, MoE (top-k expert copies of the MLP activations) and
+context parallelism (the sequence split over ``cp``)::
+
+    attention  2sbh (QKV input) + 2sbh (Q) + 4sb kvh (K, V) + 2sbh (proj input) + sbh (mask)
+               + 5 b heads s^2 / cp (scores, softmax, dropout; absent with flash attention
+               or selective recomputation)
+    MLP        2sbh (fc1 input) + 4sbf (GELU input, fc2 input) + sbh (mask)
+               or, SwiGLU: 2sbh + 6sbf
+    norms      4sbh
+
+with 2-byte elements scaled to the dtype (masks stay 1 byte). Without sequence parallelism
+the norm inputs, the QKV / fc1 inputs and the dropout masks are replicated over the TP group
+and the rest is split by ``tp``; with it everything is split. Full recomputation keeps only
+each layer's input (``2sbh``, split with SP). The number of micro-batches a stage holds at
+once is counted from the pipeline schedule itself (forwards run minus backwards run, at the
+worst point), weighted by the layers of each chunk. The last stage also holds one
+micro-batch's fp32 logits.
+
+Not counted: allocator fragmentation, framework workspace (cuBLAS, NCCL buffers), and
+temporary buffers inside kernels; real jobs need a few GiB on top.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracesim.workload.model import DTYPE_BYTES, ModelSpec
+from tracesim.workload.parallel import ParallelSpec, stage_split
+from tracesim.workload.schedules import get_schedule
+
+GiB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Memory per GPU in GiB for the worst pipeline stage, plus every stage's total."""
+
+    params_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    total_gib: float
+    worst_stage: int
+    per_stage_gib: tuple[float, ...]
+    capacity_gib: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        """True if the worst stage fits the device memory (or the capacity is unknown)."""
+        return self.capacity_gib <= 0 or self.total_gib <= self.capacity_gib
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "params": round(self.params_gib, 3),
+            "grads": round(self.grads_gib, 3),
+            "optimizer": round(self.optimizer_gib, 3),
+            "activations": round(self.activations_gib, 3),
+            "total": round(self.total_gib, 3),
+            "worst_stage": self.worst_stage,
+            "capacity": self.capacity_gib,
+            "fits": self.fits,
+        }
+
+
+def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:
+    """Activation bytes one rank keeps for one transformer layer and one micro-batch."""
+    eb = DTYPE_BYTES[par.dtype]
+    scale = eb / 2.0
+    s = par.seq_len / par.cp
+    b, h, t = par.micro_batch, model.hidden, par.tp
+    kvh = model.kv_heads * model.head_dim
+    sbh = s * b * h
+    if par.recompute == "full":
+        return 2 * sbh * scale / (t if par.sp else 1)
+    moe = model.moe_layer(layer)
+    f = (model.moe_ffn_hidden or model.ffn_hidden) * model.top_k if moe else model.ffn_hidden
+    dropout = model.norm == "layernorm"  # gpt-style blocks use dropout, llama-style do not
+    mask = sbh if dropout else 0.0
+    # element counts (2-byte elements) split by tp, and replicated ones (without SP)
+    attn_split = 2 * sbh + 4 * s * b * kvh + 2 * sbh
+    attn_repl = 2 * sbh
+    if model.activation == "swiglu":
+        mlp_split, mlp_repl = 6 * s * b * f, 2 * sbh
+    else:
+        mlp_split, mlp_repl = 4 * s * b * f, 2 * sbh
+    norms = 4 * sbh
+    split_b = (attn_split + mlp_split) * scale
+    repl_b = (attn_repl + mlp_repl + norms) * scale + 2 * mask  # masks are 1 byte
+    total = split_b / t + (repl_b / t if par.sp else repl_b)
+    if not flash and par.recompute == "none":
+        total += 5 * b * model.heads * s * par.seq_len / t * scale
+    return total
+
+
+def in_flight(par: ParallelSpec, stage: int) -> list[int]:
+    """Peak micro-batches held per local chunk on ``stage`` (at the schedule's worst point)."""
+    items = get_schedule(par.schedule)(par.pp, stage, par.num_micro, par.chunks)
+    return [max(1, _peak(items, c)) for c in range(par.chunks)]
+
+
+def _peak(items: list, chunk: int | None) -> int:
+    cur = peak = 0
+    for it in items:
+        if chunk is not None and it.chunk != chunk:
+            continue
+        cur += 1 if it.kind == "F" else -1
+        peak = max(peak, cur)
+    return peak
+
+
+def estimate_memory(
+    model: ModelSpec,
+    par: ParallelSpec,
+    stage_params: tuple[float, ...],
+    stage_expert_params: tuple[float, ...],
+    *,
+    flash: bool = True,
+    capacity_gib: float = 0.0,
+) -> MemoryEstimate:
+    """Memory per GPU of every pipeline stage; the worst one is reported.
+
+    Args:
+        stage_params, stage_expert_params: local parameters of one rank per stage (from
+            :class:`tracesim.workload.builder.BuildResult`).
+        flash: attention without a stored score matrix.
+        capacity_gib: device memory (0: unknown).
+    """
+    eb = DTYPE_BYTES[par.dtype]
+    wb = gb = max(eb, 2)
+    ob = 8 if par.dtype == "fp32" else 12
+    dpcp = par.dp * par.cp
+    edp = max(dpcp // par.ep, 1)
+    split = stage_split(model, par)
+    totals = []
+    rows = []
+    for stage in range(par.pp):
+        dense = stage_params[stage] - stage_expert_params[stage]
+        expert = stage_expert_params[stage]
+        # model states, each sharded by ZeRO stage
+        w = dense * wb / (dpcp if par.shard_params else 1) + expert * wb / (edp if par.shard_params else 1)
+        g = dense * gb / (dpcp if par.zero >= 2 or par.shard_params else 1) + expert * gb / (
+            edp if par.zero >= 2 or par.shard_params else 1)
+        o = dense * ob / (dpcp if par.zero >= 1 or par.shard_params else 1) + expert * ob / (
+            edp if par.zero >= 1 or par.shard_params else 1)
+        if par.shard_params and dpcp > 1:
+            n_layers = sum(split[c * par.pp + stage] for c in range(par.chunks))
+            w += 2 * (stage_params[stage] / max(n_layers, 1)) * wb  # gathered layers in flight
+        # activations: peak in-flight micro-batches per chunk x that chunk's layers
+        held = in_flight(par, stage)
+        act = 0.0
+        layer0 = 0
+        starts = [sum(split[:g]) for g in range(len(split))]
+        for c in range(par.chunks):
+            g_idx = c * par.pp + stage
+            layer0 = starts[g_idx]
+            per_mb = sum(layer_activation_bytes(model, par, li, flash=flash)
+                         for li in range(layer0, layer0 + split[g_idx]))
+            act += held[c] * per_mb
+        if stage == par.pp - 1:
+            act += 4.0 * par.micro_batch * (par.seq_len / par.cp) * model.vocab / par.tp
+        if stage == 0:
+            act += held[0] * par.micro_batch * (par.seq_len / par.cp) * model.hidden * eb / (par.tp if par.sp else 1)
+        rows.append((w, g, o, act))
+        totals.append((w + g + o + act) / GiB)
+    worst = max(range(par.pp), key=lambda i: totals[i])
+    w, g, o, act = rows[worst]
+    return MemoryEstimate(
+        params_gib=w / GiB, grads_gib=g / GiB, optimizer_gib=o / GiB, activations_gib=act / GiB,
+        total_gib=totals[worst], worst_stage=worst, per_stage_gib=tuple(totals),
+        capacity_gib=float(capacity_gib),
+        details={"in_flight_stage0": in_flight(par, 0)},
+    )
