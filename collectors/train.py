@@ -29,7 +29,8 @@ def sync(device: torch.device) -> None:
 
 @dataclass
 class Training:
-    """A model, its optimizer and one fixed batch; ``step()`` runs one training step."""
+    """A model, its optimizer and one fixed batch; ``step()`` runs one training step and
+    returns its (detached) loss."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -63,7 +64,7 @@ def make_training(spec: ModelSpec, batch: int, device: torch.device, seed: int =
             opt.step()
             opt.zero_grad(set_to_none=True)
         sync(device)
-        return loss
+        return loss.detach()
 
     return Training(model=model, optimizer=opt, scopes=scopes, step=step)
 
