@@ -98,7 +98,7 @@ def extract_options(source: Source, profiler_overhead_ns: float = 0.0) -> Extrac
 
 def self_replay(source: Source) -> list[StepResult]:
     """Replay ``source`` with its recorded durations; one result per (rank, step)."""
-    graph = extract(source.op_table, extract_options(source))
+    graph = extract(source.op_table, extract_options(source), source.et_tables)
     result = replay(graph)
     steps = step_times(graph, result)
     if not steps:
@@ -108,7 +108,7 @@ def self_replay(source: Source) -> list[StepResult]:
     measured_unprof = None
     overhead = _overhead_ns(source)
     if overhead is not None:
-        g2 = extract(source.op_table, extract_options(source, overhead))
+        g2 = extract(source.op_table, extract_options(source, overhead), source.et_tables)
         r2 = replay(g2)
         unprof = {(rk, ev): pred for rk, _, ev, _, pred, _, _ in step_times(g2, r2)}
         measured_unprof = float(source.meta["measured_step_time_s"]["median"])

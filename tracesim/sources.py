@@ -22,6 +22,8 @@ class Source:
     op_table: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     device: str = ""
+    #: rank -> execution-trace table (tracesim.trace.et.read_et), where one was recorded
+    et_tables: dict[int, pd.DataFrame] = field(default_factory=dict)
 
 
 def source_kind(path: str | Path) -> str:
@@ -45,6 +47,7 @@ def source_kind(path: str | Path) -> str:
 
 def load_source(path: str | Path) -> Source:
     """Load a bundle, trace or op table into one op table (rank column set per file)."""
+    from tracesim.trace.et import read_et
     from tracesim.trace.kineto import load_trace_json, op_table_from_events, trace_device
     from tracesim.trace.schema import read_op_table
 
@@ -55,16 +58,38 @@ def load_source(path: str | Path) -> Source:
 
         b = load_bundle(p)
         tables = []
+        ets = {}
         device = str(b.meta.get("device", ""))
         for r in b.ranks:
             data = load_trace_json(b.trace_path(r))
             tables.append(op_table_from_events(data, b.trace_path(r), rank=r))
             device = device or trace_device(data)
-        return Source(p, kind, pd.concat(tables, ignore_index=True), dict(b.meta), device)
+            et_path = b.et_path(r)
+            if et_path is not None and Path(et_path).exists():
+                ets[r] = read_et(et_path)
+        return Source(p, kind, pd.concat(tables, ignore_index=True), dict(b.meta), device, ets)
     if kind == "trace":
         data = load_trace_json(p)
-        return Source(p, kind, op_table_from_events(data, p), {}, trace_device(data))
+        table = op_table_from_events(data, p)
+        ets = {}
+        sibling = _et_sibling(p)
+        if sibling is not None:
+            ets[int(table["rank"].iat[0]) if len(table) else 0] = read_et(sibling)
+        return Source(p, kind, table, {}, trace_device(data), ets)
     if kind == "optable":
         return Source(p, kind, read_op_table(p), {}, "")
     raise InputError("a workload directory holds a task graph, not a recorded trace; "
                      "give the bundle or trace it was extracted from", p)
+
+
+def _et_sibling(trace: Path) -> Path | None:
+    """``X.trace.json[.gz]`` recorded together with ``X.et.json[.gz]``."""
+    name = trace.name
+    for suffix in (".trace.json.gz", ".trace.json"):
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            for et_suffix in (".et.json.gz", ".et.json"):
+                cand = trace.with_name(stem + et_suffix)
+                if cand.exists():
+                    return cand
+    return None

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from tracesim.errors import InputError
+from tracesim.selfreplay import extract_options
 from tracesim.sources import load_source
 from tracesim.trace.schema import write_op_table
 from tracesim.workload.extract import extract
@@ -28,7 +29,7 @@ def command(source: Path, out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(p.name not in _OUTPUTS for p in out.iterdir())):
         raise InputError("exists and is not a workload directory; refusing to overwrite it", out)
     src = load_source(source)
-    graph = extract(src.op_table)
+    graph = extract(src.op_table, extract_options(src), src.et_tables)
     graph.validate()
     graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
                                 "bundle_meta": src.meta or {}})

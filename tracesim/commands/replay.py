@@ -89,7 +89,7 @@ def _self_replay(source: Path) -> dict[str, Any]:
     src = load_source(source)
     po = (src.meta or {}).get("profiler_overhead") or {}
     overhead = float(po.get("per_event_ns", 0.0)) if isinstance(po, dict) else 0.0
-    graph = extract(src.op_table, extract_options(src, overhead))
+    graph = extract(src.op_table, extract_options(src, overhead), src.et_tables)
     result = replay(graph)
     res = self_result(src, graph, result)
     res["profiler_overhead_removed_ns_per_event"] = overhead

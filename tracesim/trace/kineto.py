@@ -49,6 +49,16 @@ def load_trace_json(path: str | Path) -> dict[str, Any]:
     Raises InputError naming the file for a missing file, a truncated or corrupt gzip
     stream, invalid JSON, or JSON that is not a Chrome trace.
     """
+    data = load_json_file(path)
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise InputError("not a Chrome/Kineto trace: no 'traceEvents' list", path, "traceEvents")
+    return data
+
+
+def load_json_file(path: str | Path) -> Any:
+    """Load a JSON file, plain or gzipped; InputError for missing, truncated or bad files."""
     path = Path(path)
     if not path.exists():
         raise InputError("file not found", path)
@@ -72,10 +82,6 @@ def load_trace_json(path: str | Path) -> dict[str, Any]:
         raise InputError(
             f"invalid JSON ({exc.msg}); the file may be truncated", path, f"line {exc.lineno}"
         ) from None
-    if isinstance(data, list):
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise InputError("not a Chrome/Kineto trace: no 'traceEvents' list", path, "traceEvents")
     return data
 
 

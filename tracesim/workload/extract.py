@@ -23,7 +23,7 @@ so that waiting comes out of the simulation instead of being replayed from the r
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,8 +81,16 @@ def _runtime_base(name: str) -> str:
     return name
 
 
-def extract(op_table: pd.DataFrame, options: ExtractOptions | None = None) -> TaskGraph:
-    """Build the task graph of every rank in ``op_table`` (ranks are replayed together)."""
+def extract(
+    op_table: pd.DataFrame,
+    options: ExtractOptions | None = None,
+    et_tables: Mapping[int, pd.DataFrame] | None = None,
+) -> TaskGraph:
+    """Build the task graph of every rank in ``op_table`` (ranks are replayed together).
+
+    ``et_tables`` (rank -> :func:`tracesim.trace.et.read_et` table) adds the execution
+    trace's data dependencies between host ops on different threads.
+    """
     options = options or ExtractOptions()
     if op_table.empty:
         raise InputError("the trace has no events to replay", "trace")
@@ -92,7 +100,8 @@ def extract(op_table: pd.DataFrame, options: ExtractOptions | None = None) -> Ta
         host = op_table["cat"].isin(_HOST_CATS + ("annotation",))
         t0 = int(op_table.loc[host, "ts_ns"].min())
     for rank in sorted(op_table["rank"].unique()):
-        parts.append(_RankExtractor(op_table[op_table["rank"] == rank], int(rank), options, t0).build())
+        ex = _RankExtractor(op_table[op_table["rank"] == rank], int(rank), options, t0)
+        parts.append(ex.build((et_tables or {}).get(int(rank))))
     graph = _concat(parts)
     if options.joint_ranks and len(parts) > 1:
         graph = _match_collectives(graph)
@@ -538,8 +547,24 @@ class _RankExtractor:
                 self.edge(other, k, "thread")
                 r["gap_ns"] = 0
 
-    def build(self) -> _Part:
+    def data_edges(self, et: pd.DataFrame) -> None:
+        """Execution-trace data dependencies between host ops on different threads."""
+        from tracesim.trace.et import data_dependencies, event_key
+
+        key = event_key(self.ops)
+        row_of = {int(k): i for i, k in enumerate(key.tolist()) if k >= 0}
+        for p, c in data_dependencies(et):
+            a, b = self.task_of.get(row_of.get(p, -1)), self.task_of.get(row_of.get(c, -1))
+            if a is None or b is None:
+                continue
+            ra, rb = self.rows[a], self.rows[b]
+            if ra["lane"] != rb["lane"] and ra.get("rec_end", 0) <= rb.get("rec_start", 0) + _NEST_TOL_NS:
+                self.edge(a, b, "data")
+
+    def build(self, et: pd.DataFrame | None = None) -> _Part:
         self.host_lanes()
+        if et is not None:
+            self.data_edges(et)
         self.thread_edges()
         self.gpu_lanes()
         self.launch_and_sync_edges()
