@@ -282,7 +282,15 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
         mem_gib = _host_mem_gib()
         host = platform.processor() or platform.machine()
     return _assemble(samples, launch, peaks, bw, mem_gib, is_cuda, name, ref_name, host, quick,
-                     torch.__version__, torch.get_num_threads())
+                     str(torch.__version__), torch.get_num_threads())
+
+
+def _fresh(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _fresh(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_fresh(x) for x in v]
+    return v
 
 
 def _host_mem_gib() -> float:
@@ -313,11 +321,12 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         return max(t - launch, 0.1 * t)
 
     gemm = samples["gemm"]
+    flat_samples = {c: v["default"] for c, v in samples.items() if c != "gemm"}
     measured_peaks = {k: max(f / t for f, _, t in v) / 1e12 for k, v in gemm.items()}
     if not peaks:
         peaks = {("fp32" if k == "default" else k): round(v, 4) for k, v in measured_peaks.items()}
     if bw <= 0:
-        bw = round(max(b / t for _, b, t in samples["memcpy"]) / 1e9, 3)
+        bw = round(max(b / t for _, b, t in flat_samples["memcpy"]) / 1e9, 3)
 
     def peak_of(key: str) -> float:
         k = "fp32" if key == "default" else key
@@ -333,7 +342,7 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         effs = [f / (peak_of(key) * busy(t)) for f, _, t in rows]
         return fit_curve(sizes, effs, per_decade=2), sizes, effs
 
-    copy_curve, cs, ce = mem_curve(samples["memcpy"])
+    copy_curve, cs, ce = mem_curve(flat_samples["memcpy"])
     flat = [[1.0, 1.0]]
     eff: dict[str, Any] = {}
     g_curves = {}
@@ -344,17 +353,19 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         g_spreads.append(spread_of(s, e, curve))
     eff["gemm"] = {"compute": g_curves if len(g_curves) > 1 else g_curves["default"],
                    "memory": copy_curve, "spread": max(g_spreads)}
-    att, s, e = comp_curve(samples["attention"], "default")
+    att, s, e = comp_curve(flat_samples["attention"], "default")
     eff["attention"] = {"compute": att, "memory": copy_curve, "spread": spread_of(s, e, att)}
-    ew_mem, s, e = mem_curve(samples["elementwise"])
-    ew_comp, s2, e2 = comp_curve(samples["elementwise_compute"], "default")
+    ew_mem, s, e = mem_curve(flat_samples["elementwise"])
+    ew_comp, s2, e2 = comp_curve(flat_samples["elementwise_compute"], "default")
     eff["elementwise"] = {"compute": ew_comp, "memory": ew_mem,
                           "spread": max(spread_of(s, e, ew_mem), spread_of(s2, e2, ew_comp))}
     eff["memcpy"] = {"compute": flat, "memory": copy_curve, "spread": spread_of(cs, ce, copy_curve)}
     for cls in ("norm", "softmax", "reduction", "embedding", "optimizer"):
-        curve, s, e = mem_curve(samples[cls])
+        curve, s, e = mem_curve(flat_samples[cls])
         eff[cls] = {"compute": flat, "memory": curve, "spread": spread_of(s, e, curve)}
     eff["default"] = dict(eff["elementwise"])
+    # fresh lists everywhere, so the YAML has no anchors / aliases
+    eff = {c: {k: _fresh(v) for k, v in d.items()} for c, d in eff.items()}
     today = _dt.date.today().isoformat()
     machine = _cpu_model() if not is_cuda else host
     nm = name or ("host-cpu" if not is_cuda else f"{ref_name or 'gpu'}-measured")

@@ -50,7 +50,7 @@ PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
     "fp32": ("fp32",),
     "tf32": ("tf32", "fp32"),
-    "bf16": ("bf16", "fp16", "fp32"),
+    "bf16": ("bf16", "fp32"),
     "fp16": ("fp16", "bf16", "fp32"),
     "fp8": ("fp8", "fp16", "bf16", "fp32"),
 }
@@ -306,7 +306,7 @@ def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Pat
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"expected a device name or profile, got {spec!r}", file, where)
     path = Path(spec)
-    if spec.endswith((".yaml", ".yml")) or (path.is_file() and path.suffix in ("", ".yaml", ".yml")):
+    if spec.endswith((".yaml", ".yml")) or ("/" in spec and path.is_file()):
         return parse_profile(read_yaml(path), path, "device")
     name = _lookup_name(spec)
     if name is None:

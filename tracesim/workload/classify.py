@@ -262,7 +262,7 @@ _KERNEL_DTYPE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fp8", ("e4m3", "e5m2", "fp8", "f8f8", "qgmma")),
     ("tf32", ("tf32", "s1688", "s16816", "tensorop_s", "xf32")),
     ("bf16", ("bf16", "bfloat16", "s16816gemm_bf16")),
-    ("fp16", ("h884", "h1688", "h16816", "fp16", "f16f16", "hgemm", "hcudnn", "half", "_hh_",
+    ("fp16", ("h884", "h1688", "h16816", "fp16", "f16f16", "_f16_", "hgemm", "hcudnn", "half", "_hh_",
               "hh_")),
     ("fp32", ("sgemm", "scudnn", "simt_s", "sgemv", "_ss_")),
 )
