@@ -52,6 +52,9 @@ def _norm(spec: ModelSpec) -> nn.Module:
 class Rotary(nn.Module):
     """Rotary position embedding applied to ``[batch, heads, seq, head_dim]`` tensors."""
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, head_dim: int, max_seq: int, base: float = 10000.0):
         super().__init__()
         inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))

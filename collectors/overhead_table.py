@@ -10,12 +10,13 @@ event ``(profiled - unprofiled median) / events``, and the error of the correcte
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.trace.bundle import load_bundle
 
 
-def rows(path: str) -> list[dict[str, object]]:
+def rows(path: str) -> list[dict[str, Any]]:
     """One row per (rank, profiled step) of the bundle at ``path``; times in ms, costs in ns."""
     bundle = load_bundle(path)
     out = []

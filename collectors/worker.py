@@ -96,7 +96,9 @@ def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> di
         ids = [device.index] if device.type == "cuda" else None
 
         def wrap(model: torch.nn.Module) -> torch.nn.Module:
-            return DistributedDataParallel(model, device_ids=ids)
+            # an expert that gets no token on a rank has no gradient there
+            return DistributedDataParallel(model, device_ids=ids,
+                                           find_unused_parameters=cfg.spec.is_moe)
 
     training = make_training(cfg.spec, cfg.batch, device, seed=rank, wrap=wrap)
     step = training.step
