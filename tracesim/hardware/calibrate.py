@@ -24,6 +24,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,8 @@ def spread_of(sizes: Sequence[float], effs: Sequence[float], curve: Sequence[Seq
 
 
 def _time_call(fn: Callable[[], Any], sync: Callable[[], None], min_s: float, max_reps: int) -> float:
-    """Median seconds per call of ``fn`` (after a warm-up), over batches lasting >= min_s/5."""
+    """Seconds per call of ``fn``: the fastest of several batches (each lasting about min_s/5)
+    after a warm-up; the minimum is the estimate least disturbed by other processes."""
     fn()
     sync()
     t0 = time.perf_counter()
@@ -96,7 +98,7 @@ def _time_call(fn: Callable[[], Any], sync: Callable[[], None], min_s: float, ma
     sync()
     one = max(time.perf_counter() - t0, 1e-7)
     per_batch = int(max(1, min(max_reps, (min_s / 5) / one)))
-    samples = []
+    samples: list[float] = []
     deadline = time.perf_counter() + min_s
     while len(samples) < 5 or (time.perf_counter() < deadline and len(samples) < 15):
         t0 = time.perf_counter()
@@ -106,7 +108,7 @@ def _time_call(fn: Callable[[], Any], sync: Callable[[], None], min_s: float, ma
         samples.append((time.perf_counter() - t0) / per_batch)
         if one * per_batch > 2 * min_s and len(samples) >= 3:
             break
-    return float(np.median(samples))
+    return float(np.min(samples))
 
 
 def _plan(quick: bool) -> dict[str, Any]:
@@ -198,7 +200,7 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
 
     # launch / dispatch overhead: a one-element add
     a1, b1 = rnd(1), rnd(1)
-    launch = tm(lambda: torch.add(a1, b1))
+    launch = tm(partial(torch.add, a1, b1))
     say(f"launch overhead {launch * 1e6:.2f} us")
 
     samples: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
@@ -217,7 +219,7 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
         try:
             for m, k, n in plan["gemm"]:
                 a, b = rnd(m, k, dtype=dt), rnd(k, n, dtype=dt)
-                t = tm(lambda a=a, b=b: torch.mm(a, b))
+                t = tm(partial(torch.mm, a, b))
                 record("gemm", "aten::mm", [[m, k], [k, n]], [_type_name(dt)] * 2, t, key)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old_tf32
@@ -226,43 +228,43 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
     # memory: copies
     for n in plan["copy"]:
         src, dst = rnd(n), rnd(n)
-        t = tm(lambda s=src, d=dst: d.copy_(s))
+        t = tm(partial(dst.copy_, src))
         record("memcpy", "aten::copy_", [[n], [n], []], ["float", "float", "Scalar"], t)
     # pointwise: add (memory) and gelu (compute-heavy on CPUs)
     for n in plan["pointwise"]:
         x, y = rnd(n), rnd(n)
         record("elementwise", "aten::add", [[n], [n], []], ["float", "float", "Scalar"],
-               tm(lambda x=x, y=y: torch.add(x, y)))
+               tm(partial(torch.add, x, y)))
         record("elementwise_compute", "aten::gelu", [[n], []], ["float", "String"],
-               tm(lambda x=x: torch.nn.functional.gelu(x)))
+               tm(partial(torch.nn.functional.gelu, x)))
     # row-wise ops
     for r, h in plan["rows"]:
         x = rnd(r, h)
         w, bias = rnd(h), rnd(h)
         record("norm", "aten::native_layer_norm", [[r, h], [h], [h], [h], []],
                ["float", "ScalarList", "float", "float", "Scalar"],
-               tm(lambda x=x, w=w, b=bias, h=h: torch.nn.functional.layer_norm(x, (h,), w, b)))
+               tm(partial(torch.nn.functional.layer_norm, x, (h,), w, bias)))
         record("softmax", "aten::_softmax", [[r, h], [], []], ["float", "Scalar", "Scalar"],
-               tm(lambda x=x: torch.softmax(x, -1)))
+               tm(partial(torch.softmax, x, -1)))
         record("reduction", "aten::sum", [[r, h], [], [], []], ["float", "ScalarList", "Scalar", ""],
-               tm(lambda x=x: x.sum(-1)))
+               tm(partial(torch.sum, x, -1)))
         idx = torch.randint(0, 4 * h, (r,), generator=gen, device=dev)
         table = rnd(4 * h, h)
         record("embedding", "aten::embedding", [[4 * h, h], [r], [], [], []],
                ["float", "long", "Scalar", "Scalar", "Scalar"],
-               tm(lambda t_=table, i=idx: torch.nn.functional.embedding(i, t_)))
+               tm(partial(torch.nn.functional.embedding, idx, table)))
     # optimizer: foreach ops over lists of tensors
     for count, size in plan["opt_lists"]:
         ps = [rnd(size) for _ in range(count)]
         gs = [rnd(size) for _ in range(count)]
         record("optimizer", "aten::_foreach_add_", [[[size]] * count, [[size]] * count, []],
                ["TensorList", "TensorList", "Scalar"],
-               tm(lambda p=ps, g=gs: torch._foreach_add_(p, g, alpha=-1e-3)))
+               tm(partial(torch._foreach_add_, ps, gs, alpha=-1e-3)))
     # attention
     for bsz, heads, seq, dim in plan["attn"]:
         q, k, v = rnd(bsz, heads, seq, dim), rnd(bsz, heads, seq, dim), rnd(bsz, heads, seq, dim)
         record("attention", "aten::scaled_dot_product_attention", [list(q.shape)] * 3,
-               ["float"] * 3, tm(lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v)))
+               ["float"] * 3, tm(partial(torch.nn.functional.scaled_dot_product_attention, q, k, v)))
     say("pointwise, norm, softmax, reduction, embedding, optimizer, attention done")
 
     if is_cuda:

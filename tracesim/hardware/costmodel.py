@@ -56,6 +56,7 @@ def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.nd
     out = np.empty(n, dtype=float)
     if n == 0:
         return out
+    groups: list[tuple[Any, Any]]
     if cls.ndim == 1 and n > 1 and not (isinstance(op_class, str) and isinstance(dtype, str)):
         codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([cls, dts]))
         groups = [(np.flatnonzero(codes == j), u) for j, u in enumerate(uniques)]

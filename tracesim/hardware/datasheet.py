@@ -67,7 +67,7 @@ LAUNCH_OVERHEAD_US = 2.5
 
 #: A100 TF32 GEMM curve calibrated on sampled_128rank_r0 (recommendation-model GEMMs) with
 #: kernel_eval.fit_from_trace; tested on other traces (ResNet-50), never on this one
-A100_TF32_FROM_TRACE = {
+A100_TF32_FROM_TRACE: dict[str, Any] = {
     "trace": "sampled_128rank_r0.json.gz",
     "points": [[4.719e7, 0.0151], [1.638e8, 0.0489], [5.285e8, 0.1386], [1.678e9, 0.2971],
                [6.711e9, 0.3158], [6.872e10, 0.4147]],
@@ -104,7 +104,7 @@ def profile(name: str) -> dict[str, Any]:
     flat = [[1.0, 1.0]]
     compute = _compute(peaks, g["e_max"], g["t_ramp_us"], gemm_keys)
     if name in ("a100", "a100-40gb"):
-        compute["tf32"] = copy.deepcopy(A100_TF32_FROM_TRACE["points"])
+        compute["tf32"] = [list(p) for p in A100_TF32_FROM_TRACE["points"]]
     eff: dict[str, Any] = {
         "default": {"compute": flat, "memory": copy.deepcopy(memory), "spread": 0.3},
         "gemm": {"compute": compute, "memory": copy.deepcopy(memory), "spread": g["spread"]},

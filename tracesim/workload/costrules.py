@@ -8,7 +8,7 @@ use their class's default (pointwise-style bytes: inputs read plus the largest w
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,7 @@ def _shape(d: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in d if isinstance(x, (int, float)) and not isinstance(x, bool))
 
 
-def _prod(s: Sequence[int]) -> int:
+def _prod(s: Iterable[int]) -> int:
     p = 1
     for v in s:
         p *= max(int(v), 0)

@@ -6,6 +6,8 @@ Argument positions follow the aten schemas (``native_functions.yaml``) of PyTorc
 
 from __future__ import annotations
 
+from functools import partial
+
 from tracesim.workload.costrules import _SCALAR_TYPE_CODES, DTYPE_BYTES, Args, _prod, classes, rule
 
 # --------------------------------------------------------------------------- GEMM
@@ -176,7 +178,7 @@ def _conv_fwd(name: str, a: Args) -> tuple[float, float]:
 
 
 for _name in _CONV_ARGS:
-    rule("gemm", _name)(lambda a, _n=_name: _conv_fwd(_n, a))
+    rule("gemm", _name)(partial(_conv_fwd, _name))
 
 
 @rule("gemm", "convolution_backward", "cudnn_convolution_backward", "miopen_convolution_backward",
@@ -257,7 +259,7 @@ def _attention(name: str, a: Args) -> tuple[float, float]:
 
 
 for _name in _ATTN_ARGS:
-    rule("attention", _name)(lambda a, _n=_name: _attention(_n, a))
+    rule("attention", _name)(partial(_attention, _name))
 
 
 # --------------------------------------------------------------------------- norm / softmax
@@ -352,7 +354,8 @@ def _r_embedding(a: Args) -> tuple[float, float]:
 def _r_embedding_bwd(a: Args) -> tuple[float, float]:
     g = a.numel(0)
     num_weights = a.value(2)
-    h = a.shape(0)[-1] if a.shape(0) else 0
+    s0 = a.shape(0)
+    h = s0[-1] if s0 else 0
     wsize = num_weights * h if isinstance(num_weights, int) else g
     return float(g), (g + wsize) * a.elt(0) + a.nbytes(1)
 
