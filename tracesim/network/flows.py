@@ -49,7 +49,9 @@ class _Buf:
 
 @dataclass(frozen=True)
 class FlowRecord:
-    """A finished flow (kept only when ``record=True``): bytes asked and delivered, times."""
+    """A finished flow (kept only when ``record=True``): bytes asked, bytes delivered by its
+    integrated rate (short of ``nbytes`` by at most half a nanosecond's worth: completion
+    times are rounded to whole ns), start and end times in ns."""
 
     flow_id: int
     nbytes: float
@@ -64,9 +66,11 @@ class FlowNetwork:
     Args:
         capacity: capacity of every link in bytes/ns (== GB/s), indexed by link id.
         record: keep a :class:`FlowRecord` per finished flow in ``records`` (tests, tools).
+        compact_min: drop finished flows from the arrays once more than this many (and more
+            than half of all) flow-link entries are dead.
     """
 
-    def __init__(self, capacity: np.ndarray, *, record: bool = False):
+    def __init__(self, capacity: np.ndarray, *, record: bool = False, compact_min: int = 4096):
         self.capacity = np.asarray(capacity, dtype=np.float64)
         if (self.capacity <= 0).any():
             raise ValueError("link capacities must be > 0")
@@ -76,6 +80,7 @@ class FlowNetwork:
         #: bytes carried by each link by flows that have finished
         self.link_bytes = np.zeros(len(self.capacity))
         self.recomputes = 0
+        self.compact_min = compact_min
         # flow slots
         self._rem = _Buf(np.float64)
         self._rate = _Buf(np.float64)
@@ -205,8 +210,6 @@ class FlowNetwork:
             return
         idx = np.flatnonzero(done)
         alive[idx] = False
-        self._sent.v[idx] += rem[idx]
-        rem[idx] = 0.0
         rate[idx] = 0.0
         self._n_alive -= len(idx)
         e_flow = self._e_flow.v
@@ -226,6 +229,9 @@ class FlowNetwork:
                         int(self._t0.v[i]), now,
                     )
                 )
+        # the last fraction of a nanosecond's worth of bytes (rounding to integer ns)
+        self._sent.v[idx] += rem[idx]
+        rem[idx] = 0.0
         groups, counts = np.unique(self._group.v[idx], return_counts=True)
         fired = []
         for g, c in zip(groups.tolist(), counts.tolist(), strict=True):
@@ -235,13 +241,13 @@ class FlowNetwork:
             else:
                 del self._group_left[g]
                 fired.append(self._group_event.pop(g))
-        if self._n_dead_entries > max(4096, len(e_flow) // 2):
+        if self._n_dead_entries > max(self.compact_min, len(e_flow) // 2):
             self._compact()
         for ev in fired:  # in group (start) order: deterministic
             ev.succeed()
 
     def _compact(self) -> None:
-        alive = self._alive.v
+        alive = self._alive.v.copy()  # the buffers below are rewritten in place
         keep = np.flatnonzero(alive)
         new_index = np.full(len(alive), -1, dtype=np.int64)
         new_index[keep] = np.arange(len(keep))
@@ -269,26 +275,32 @@ class FlowNetwork:
         e_link_a = e_link[e_alive]
         lm = dirty
         fm = np.zeros(len(alive), dtype=bool)
+        n_marked = 0
         while True:
             hit = lm[e_link_a]
             newf = np.zeros(len(alive), dtype=bool)
             newf[e_flow_a[hit]] = True
             grow = newf & ~fm
-            if not grow.any():
+            n_grow = int(grow.sum())
+            if not n_grow:
                 break
             fm |= newf
-            sel = grow[e_flow_a]
-            before = lm.sum()
-            lm[e_link_a[sel]] = True
-            if lm.sum() == before:
+            n_marked += n_grow
+            if 2 * n_marked > self._n_alive:  # most flows: stop searching, take them all
+                fm = alive.copy()
                 break
+            lm[e_link_a[grow[e_flow_a]]] = True
         if not fm.any():
             return
-        sel = fm[e_flow_a]
-        ef = e_flow_a[sel]
-        el = e_link_a[sel]
-        slots, local = np.unique(ef, return_inverse=True)
-        self._rate.v[slots] = max_min_sorted(local, el, self.capacity)
+        if fm is alive or fm.sum() == self._n_alive:
+            ef, el = e_flow_a, e_link_a
+        else:
+            sel = fm[e_flow_a]
+            ef = e_flow_a[sel]
+            el = e_link_a[sel]
+        starts = np.r_[True, ef[1:] != ef[:-1]]
+        local = np.cumsum(starts) - 1
+        self._rate.v[ef[starts]] = max_min_sorted(local, el, self.capacity)
         self.recomputes += 1
 
     def _schedule(self, now: int) -> None:

@@ -32,30 +32,39 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
 
     Returns:
         rate per flow (length F), bytes/ns.
+
+    Every round is a handful of O(entries) numpy passes (gathers, one ``reduceat`` over
+    the flow groups, ``bincount`` over links); nothing is sorted.
     """
     n = len(e_flow)
     if n == 0:
         return np.zeros(0)
     n_flows = int(e_flow[-1]) + 1
-    links, e_l = np.unique(e_link, return_inverse=True)
+    # compact the links used to 0..n_links-1 without sorting
+    used = np.zeros(len(capacity), dtype=bool)
+    used[e_link] = True
+    links = np.flatnonzero(used)
+    to_local = np.cumsum(used) - 1
+    e_l = to_local[e_link]
     n_links = len(links)
     cap = capacity[links].astype(np.float64)
     cnt = np.bincount(e_l, minlength=n_links).astype(np.float64)
     f_starts = np.flatnonzero(np.r_[True, e_flow[1:] != e_flow[:-1]])
-    order = np.argsort(e_l, kind="stable")
-    l_sorted = e_l[order]
-    l_starts = np.flatnonzero(np.r_[True, l_sorted[1:] != l_sorted[:-1]])
-    e_flow_by_link = e_flow[order]
     rate = np.zeros(n_flows)
     alive = np.ones(n, dtype=bool)
     inf = np.inf
+    hi = 1.0 - REL_TOL
     while True:
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(cnt > 0, cap / cnt, inf)
-        fmin = np.minimum.reduceat(np.where(alive, share[e_l], inf), f_starts)
-        alive_by_link = alive[order]
-        lmin = np.minimum.reduceat(np.where(alive_by_link, fmin[e_flow_by_link], inf), l_starts)
-        bott = (cnt > 0) & (share <= lmin * (1.0 + REL_TOL))
+        e_share = share[e_l]
+        fmin = np.minimum.reduceat(np.where(alive, e_share, inf), f_starts)
+        e_fmin = fmin[e_flow]
+        # a link is a local bottleneck when none of its unfrozen flows has a smaller share
+        # elsewhere; all its flows then freeze at its share
+        below = alive & (e_fmin < e_share * hi)
+        n_below = np.bincount(e_l[below], minlength=n_links)
+        bott = (cnt > 0) & (n_below == 0)
         hit = alive & bott[e_l]
         freeze = np.zeros(n_flows, dtype=bool)
         freeze[e_flow[hit]] = True

@@ -255,12 +255,18 @@ class NetworkModel:
         reasons = []
         for name in prefs:
             if name == "auto":
+                cands = {
+                    algo.name: self._shared.compile(algo, collective, ranks)
+                    for algo in ALGORITHMS.values()
+                    if collective in algo.auto and algo.check(grp, collective) is None
+                }
+                terms = {k: (cc.fixed_ns, cc.ns_per_byte) for k, cc in cands.items()}
                 best: CompiledCollective | None = None
-                for algo in ALGORITHMS.values():
-                    if collective in algo.auto and algo.check(grp, collective) is None:
-                        cc = self._shared.compile(algo, collective, ranks)
-                        if best is None or cc.estimate_ns(msg_bytes) < best.estimate_ns(msg_bytes):
-                            best = cc
+                best_ns = 0.0
+                for k, cc in cands.items():  # registry order breaks ties
+                    t = ALGORITHMS[k].selection_ns(grp, cc.fixed_ns, cc.ns_per_byte, msg_bytes, terms)
+                    if best is None or t < best_ns:
+                        best, best_ns = cc, t
                 if best is not None:
                     return best
                 reasons.append(f"no algorithm implements {collective}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,6 +143,16 @@ class Algorithm:
     def phases(self, group: Group, collective: str) -> list[Phase]:
         """The phases of ``collective`` on ``group`` (weights in bytes per message byte)."""
         raise NotImplementedError
+
+    def selection_ns(
+        self, group: Group, fixed_ns: float, ns_per_byte: float, msg_bytes: float,
+        others: Mapping[str, tuple[float, float]],
+    ) -> float:
+        """Predicted time used by ``auto`` selection (default: the isolated time
+        ``fixed_ns + ns_per_byte * msg_bytes``); ``others`` holds the other candidates'
+        ``(fixed_ns, ns_per_byte)`` by name, for algorithms that rate themselves as NCCL's
+        tuner does, relative to another."""
+        return fixed_ns + ns_per_byte * msg_bytes
 
 
 def register(

@@ -10,6 +10,12 @@ sends four half-buffers (to its parent and two children in one tree, to its pare
 other), so the uncongested time is 2 log2(m) a + 2 S / B.
 
 Trees are built per rail (one per NIC channel), rail-aligned like the ring's channels.
+
+The flows carry the tree's true byte counts, so with two or three nodes a tree moves fewer
+bytes per NIC than a ring of all the ranks does. NCCL's tuner does not credit that: it rates a
+tree's bandwidth at 0.92 (n-1)/n of the ring's, so real jobs run rings for large messages and
+trees only where latency wins. ``auto`` selection follows NCCL here (see
+:meth:`Tree.selection_ns`), because it must predict what NCCL will run.
 Default calibration: the ring's efficiencies times 0.92 (0.74 / 0.86), the factor NCCL's own
 tuning model (src/graph/tuning.cc) applies to tree all-reduce bandwidth; the reference data
 has no tree measurement. Groups within one node do not use trees.
@@ -17,7 +23,14 @@ has no tree measurement. Groups within one node do not use trees.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tracesim.network.collectives import Algorithm, Group, Phase, register
+
+#: NCCL's tuner rates tree all-reduce bandwidth at 0.92 x its bus bandwidth, with
+#: algbw = busbw / 2 (src/graph/tuning.cc); against a ring's algbw = busbw n / (2(n-1)) that
+#: is 0.92 (n-1) / n of the ring's algorithm bandwidth.
+NCCL_TREE_FACTOR = 0.92
 
 
 def btree_parents(m: int) -> list[int]:
@@ -84,6 +97,16 @@ class Tree(Algorithm):
         if group.single_node:
             return "tree applies to groups spanning nodes (within a node NCCL uses ring / NVLS)"
         return None
+
+    def selection_ns(
+        self, group: Group, fixed_ns: float, ns_per_byte: float, msg_bytes: float,
+        others: Mapping[str, tuple[float, float]],
+    ) -> float:
+        """Isolated time, with the bandwidth term no better than NCCL's tuner rates it."""
+        if "ring" in others and group.n > 1:
+            ring_per_byte = others["ring"][1]
+            ns_per_byte = max(ns_per_byte, ring_per_byte * group.n / (NCCL_TREE_FACTOR * (group.n - 1)))
+        return fixed_ns + ns_per_byte * msg_bytes
 
     def phases(self, group: Group, collective: str) -> list[Phase]:
         if group.uniform:
