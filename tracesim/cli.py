@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "replay",
     "validate",
     "netbench",
+    "sweep",
 )
 
 
