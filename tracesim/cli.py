@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "validate",
     "netbench",
     "sweep",
+    "convert",
 )
 
 
