@@ -90,6 +90,12 @@ def test_variants_are_new_frozen_specs():
     assert fast.key() != c.key()
     bigger = c.replace(nodes=32)
     assert bigger.gpus == 256 and c.gpus == 128
+    assert c.with_inter_node(oversubscription=2).inter_node.oversubscription == 2
+    with pytest.raises(InputError) as err:  # variants are validated like files
+        c.replace(nodes=0)
+    assert err.value.where == "nodes"
+    with pytest.raises(InputError):
+        c.with_inter_node(nics_per_node=3)
     with pytest.raises(AttributeError):
         c.nodes = 3  # type: ignore[misc]
     assert isinstance(hash(c.inter_node), int)

@@ -125,10 +125,8 @@ def test_fabric_sizes_and_oversubscription():
     c = load_cluster("h100x1024").replace()
     topo = Topology(c)
     assert topo.n_leaves == 1024 // 32 and topo.uplinks == 32
-    inter = c.inter_node
     for o in (1.0, 2.0, 3.0):
-        oc = c.replace(inter_node=type(inter)(**{**inter.__dict__, "oversubscription": o}))
-        t = Topology(oc)
+        t = Topology(c.with_inter_node(oversubscription=o))
         up_cap = t.capacity[t.leaf_up[0]].sum()
         assert up_cap == pytest.approx(32 * 50.0 / o)
     sel = Topology(load_cluster("a100-selene"))

@@ -175,8 +175,13 @@ class ClusterSpec:
         return rank // self.gpus_per_node
 
     def replace(self, **changes: Any) -> ClusterSpec:
-        """A copy with ``changes`` applied (``dataclasses.replace``)."""
-        return dataclasses.replace(self, **changes)
+        """A validated copy with ``changes`` applied (``dataclasses.replace``).
+
+        The result is checked like a loaded spec (InputError, file ``ClusterSpec.replace``).
+        """
+        new = dataclasses.replace(self, **changes)
+        checked = cluster_from_dict(new.to_dict(), "ClusterSpec.replace")
+        return checked
 
     def with_nic_Gbps(self, nic_Gbps: float) -> ClusterSpec:
         """A copy whose NICs run at ``nic_Gbps`` (for bandwidth sweeps)."""
@@ -185,6 +190,12 @@ class ClusterSpec:
         if not nic_Gbps > 0:
             raise ValueError(f"nic_Gbps must be > 0, got {nic_Gbps!r}")
         return self.replace(inter_node=dataclasses.replace(self.inter_node, nic_Gbps=nic_Gbps))
+
+    def with_inter_node(self, **changes: Any) -> ClusterSpec:
+        """A copy with fields of ``inter_node`` changed (``oversubscription=2``, ...)."""
+        if self.inter_node is None:
+            raise ValueError(f"cluster {self.name!r} has no inter_node section")
+        return self.replace(inter_node=dataclasses.replace(self.inter_node, **changes))
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a YAML-ready mapping (loads back to an equal spec)."""

@@ -33,10 +33,8 @@ class Case:
 
 def _a100_3x4nic() -> ClusterSpec:
     """The 3-node A100 system of nccl-tests issue 119: 8 GPUs and 4 x 200G NICs per node."""
-    base = load_cluster("a100-selene")
-    assert base.inter_node is not None
-    inter = base.inter_node.__class__(**{**base.inter_node.__dict__, "nics_per_node": 4})
-    return base.replace(name="a100-3node-4nic", nodes=3, inter_node=inter)
+    base = load_cluster("a100-selene").with_inter_node(nics_per_node=4)
+    return base.replace(name="a100-3node-4nic", nodes=3)
 
 
 _SPECIAL = {"a100-3node-4nic": _a100_3x4nic}

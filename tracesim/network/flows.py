@@ -14,6 +14,7 @@ one Python object per flow. Simulated time is integer nanoseconds; rates are byt
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ class _Buf:
     """A growable 1-D numpy array (amortised doubling)."""
 
     def __init__(self, dtype: type, size: int = 1024):
-        self.a = np.zeros(size, dtype=dtype)
+        self.a: np.ndarray = np.zeros(size, dtype=dtype)
         self.n = 0
 
     def extend(self, values: np.ndarray) -> None:
@@ -142,7 +143,7 @@ class FlowNetwork:
         self._group_left[gid] = n_new
         self._group_event[gid] = ev
         base = self._rem.n
-        lens = np.diff(np.asarray(e_ptr, dtype=np.int64))
+        lens: np.ndarray = np.diff(np.asarray(e_ptr, dtype=np.int64))
         e_link = np.asarray(e_link, dtype=np.int64)
         self._rem.extend(nbytes)
         self._rate.extend(np.zeros(n_new))
@@ -175,7 +176,13 @@ class FlowNetwork:
         self._gen += 1
         gen = self._gen
         t = self.env.timeout(0)
-        t.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+        t.callbacks.append(self._timer_callback(gen))
+
+    def _timer_callback(self, gen: int) -> Callable[[simpy.Event], None]:
+        def callback(_event: simpy.Event) -> None:
+            self._on_timer(gen)
+
+        return callback
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._gen:
@@ -261,7 +268,14 @@ class FlowNetwork:
         self._n_dead_entries = 0
 
     def _recompute(self) -> None:
-        """Recompute rates of the flows connected (through links) to the dirty links."""
+        """Recompute rates of the flows connected (through links) to the dirty links.
+
+        Max-min allocations decompose over connected components of the flow-link graph,
+        so only the component(s) of the flows that started or ended are re-solved; when the
+        search reaches most flows it stops and re-solves them all. (Restricting the search
+        to saturated links was tried: it re-solves fewer flows per event but costs more in
+        bookkeeping than it saves on the benchmarks of scripts/bench_network.py.)
+        """
         self._any_dirty = False
         dirty = self._dirty
         self._dirty = np.zeros(len(self.capacity), dtype=bool)
@@ -319,4 +333,4 @@ class FlowNetwork:
         gen = self._gen
         self._pending_now = step == 0
         t = self.env.timeout(step)
-        t.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+        t.callbacks.append(self._timer_callback(gen))

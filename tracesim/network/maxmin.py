@@ -33,8 +33,9 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
     Returns:
         rate per flow (length F), bytes/ns.
 
-    Every round is a handful of O(entries) numpy passes (gathers, one ``reduceat`` over
-    the flow groups, ``bincount`` over links); nothing is sorted.
+    Every round is a handful of numpy passes over the entries of the flows not yet frozen
+    (gathers, one ``reduceat`` over the flow groups, ``bincount`` over links); nothing is
+    sorted, and frozen flows drop out of the arrays.
     """
     n = len(e_flow)
     if n == 0:
@@ -49,33 +50,36 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
     n_links = len(links)
     cap = capacity[links].astype(np.float64)
     cnt = np.bincount(e_l, minlength=n_links).astype(np.float64)
-    f_starts = np.flatnonzero(np.r_[True, e_flow[1:] != e_flow[:-1]])
     rate = np.zeros(n_flows)
-    alive = np.ones(n, dtype=bool)
+    ef = e_flow  # entries of the flows not yet frozen (shrinks every round)
     inf = np.inf
     hi = 1.0 - REL_TOL
     while True:
+        change = np.r_[True, ef[1:] != ef[:-1]]
+        starts = np.flatnonzero(change)
+        seg_of_entry = np.cumsum(change) - 1
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(cnt > 0, cap / cnt, inf)
         e_share = share[e_l]
-        fmin = np.minimum.reduceat(np.where(alive, e_share, inf), f_starts)
-        e_fmin = fmin[e_flow]
+        fmin_seg = np.minimum.reduceat(e_share, starts)
+        e_fmin = fmin_seg[seg_of_entry]
         # a link is a local bottleneck when none of its unfrozen flows has a smaller share
         # elsewhere; all its flows then freeze at its share
-        below = alive & (e_fmin < e_share * hi)
+        below = e_fmin < e_share * hi
         n_below = np.bincount(e_l[below], minlength=n_links)
         bott = (cnt > 0) & (n_below == 0)
-        hit = alive & bott[e_l]
-        freeze = np.zeros(n_flows, dtype=bool)
-        freeze[e_flow[hit]] = True
-        rate[freeze] = fmin[freeze]
-        ent = alive & freeze[e_flow]
-        cap -= np.bincount(e_l[ent], weights=rate[e_flow[ent]], minlength=n_links)
+        seg_freeze = np.zeros(len(starts), dtype=bool)
+        seg_freeze[seg_of_entry[bott[e_l]]] = True
+        rate[ef[starts[seg_freeze]]] = fmin_seg[seg_freeze]
+        ent = seg_freeze[seg_of_entry]
+        cap -= np.bincount(e_l[ent], weights=e_fmin[ent], minlength=n_links)
         cnt -= np.bincount(e_l[ent], minlength=n_links)
         np.maximum(cap, 0.0, out=cap)
-        alive &= ~ent
-        if not alive.any():
+        keep = ~ent
+        if not keep.any():
             return rate
+        ef = ef[keep]
+        e_l = e_l[keep]
 
 
 def max_min_rates(routes: Sequence[Sequence[int]], capacity: np.ndarray) -> np.ndarray:
@@ -89,7 +93,7 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity: np.ndarray) -> np.n
     nz = np.flatnonzero(lens > 0)
     if len(nz) == 0:
         return rate
-    e_link = np.concatenate([np.asarray(routes[i], dtype=np.int64) for i in nz])
+    e_link = np.concatenate([np.asarray(routes[int(i)], dtype=np.int64) for i in nz])
     e_flow = np.repeat(np.arange(len(nz)), lens[nz])
     rate[nz] = max_min_sorted(e_flow, e_link, capacity)
     return rate

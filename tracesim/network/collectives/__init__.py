@@ -106,7 +106,7 @@ class Group:
         """
         if not self.rails:
             return [(list(self.ranks), None)]
-        out = []
+        out: list[tuple[list[int], int | None]] = []
         local_first = self.by_node[0]
         for rail in self.rails:
             pos = next(

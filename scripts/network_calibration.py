@@ -1,0 +1,35 @@
+"""Print the calibration table of docs/network.md: nccl-tests busbw, measured vs simulated.
+
+Usage: .venv/bin/python scripts/network_calibration.py [path/to/nccl_busbw.csv]
+
+Default reference file: ../shared/reference/nccl_busbw.csv beside the checkout. Every row is
+simulated at 8 GiB on the shipped cluster specs (tracesim.network.calibration); the error is
+against the published value (0 inside a published range).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tracesim.network.calibration import compare  # noqa: E402
+
+
+def main() -> None:
+    default = Path(__file__).resolve().parents[2] / "shared" / "reference" / "nccl_busbw.csv"
+    ref = Path(sys.argv[1]) if len(sys.argv) > 1 else default
+    rows = compare(ref)
+    print("| reference system / collective | measured busbw (GB/s) | simulated case | simulated busbw (GB/s) | error |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.system} / {r.collective} | {r.reference} | {r.case.label} "
+              f"(`{r.case.cluster}`) | {r.simulated_GBps:.1f} | {r.error * 100:+.1f}% |")
+    worst = max(abs(r.error) for r in rows)
+    mean = sum(abs(r.error) for r in rows) / len(rows)
+    print(f"\n{len(rows)} cases, mean |error| {mean * 100:.1f}%, max |error| {worst * 100:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
