@@ -10,8 +10,9 @@ one pass (one iteration) on every rank of ``all_gpus``, all ranks running the ro
   recomputed first), input-gradient compute, its collective (blocking), weight-gradient
   compute, its collective issued without waiting (lane ``comm:dp``, overlapping the rest of
   the backward; the iteration ends when the last one has finished);
-* each collective is followed by the row's process time on its lane (SimAI adds it to every
-  collective's completion); ``NONE`` columns give a zero-duration placeholder that keeps
+* each collective is followed by the row's process time (SimAI adds it to every
+  collective's completion): a task on the compute lane after a blocking collective, on
+  ``comm:dp`` after a weight-gradient one; ``NONE`` columns give a zero-duration placeholder that keeps
   the column's size (so every number of the row survives), and no delay.
 
 Ranks are laid out as SimAI's MockNccl groups: rank = t + tp (s + pp d), d = e + ep q
@@ -87,6 +88,7 @@ class _Program:
         self.dst: list[int] = []
         self.cursor = -1  # the task the next compute waits for (when not on the compute lane)
         self.cursor_on_compute = True
+        self.last_wg = -1  # the previous weight-gradient collective (they queue on comm:dp)
 
     def add(self, **kw: Any) -> int:
         i = len(self.cols["name"])
@@ -123,10 +125,16 @@ class _Program:
                      layer=idx, collective=c.collective, gkind=group, msg_bytes=c.size_bytes,
                      op_class="comm", key=f"{keytag}{idx}|{slot}")
         self.edge(after, k)
-        done = self.add(lane=lane, kind="gpu", name=f"{name}_done", dur_ns=row.update_ns,
-                        phase=phase, layer=idx, op_class="other")
+        if slot == "wg":
+            if self.last_wg >= 0:  # explicit queueing edge, so breakdowns follow the chain
+                self.edge(self.last_wg, k)
+            self.last_wg = k
+        # the process time after the collective: on the compute lane when it blocks
+        done = self.add(lane=lane if slot == "wg" else "compute", kind="gpu", name=f"{name}_done",
+                        dur_ns=row.update_ns, phase=phase, layer=idx, op_class="other")
+        self.edge(k, done)
         if slot != "wg":
-            self.cursor, self.cursor_on_compute = done, False
+            self.cursor, self.cursor_on_compute = done, True
 
 
 def _program(w: AicbWorkload, file: Any = None) -> _Program:

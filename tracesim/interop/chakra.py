@@ -192,6 +192,8 @@ def _node(g: int, me: int, local: dict[int, int], kind: str, cols: Mapping[str, 
     if kind in ("cpu", "gpu"):
         _attr(node, "num_ops", "int64_val", int(round(flops)))
         _attr(node, "tensor_size", "uint64_val", int(round(nbytes)))
+        if msg:
+            _attr(node, _P + "msg_bytes", "int64_val", msg)
     elif kind == "coll":
         coll = str(cols["collective"][g])
         if coll not in COMM_TYPES:

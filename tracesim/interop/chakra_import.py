@@ -239,7 +239,8 @@ def _task(nd: Any, a: Mapping[str, Any], r: int, path: Path,
         "group_kind": str(a.get("tracesim.group_kind", "")),
         "flops": float(a.get("tracesim.flops", a.get("num_ops", 0) or 0)),
         "bytes": float(a.get("tracesim.bytes", a.get("tensor_size", 0) or 0)),
-        "collective": "", "msg_bytes": 0, "peer": -1, "_members": (),
+        "collective": "", "msg_bytes": int(a.get("tracesim.msg_bytes", 0)), "peer": -1,
+        "_members": (),
     }
     typ = nd.type
     key = a.get("tracesim.match_key")

@@ -191,7 +191,10 @@ def build_workload(opts: Mapping[str, Any]) -> TaskGraph:
     par = parallel_from_options(opts, model, cluster.gpus)
     template, _ = choose_template(None, model, opts)
     op_time, _ = make_op_time(template, device, par.dtype)
-    built = build_graph(model, par, template, op_time, gpus=cluster.gpus)
+    if par.world > cluster.gpus:
+        raise InputError(f"the layout needs {par.world} GPUs, cluster {cluster.name} has {cluster.gpus}",
+                         "--cluster")
+    built = build_graph(model, par, template, op_time)
     return built.graph.replace(meta={**built.graph.meta, "cluster": cluster.name,
                                      "device": device.name})
 

@@ -1,0 +1,328 @@
+"""Chakra ET export / import.
+
+The exported files are decoded here by a minimal protobuf wire-format reader written from
+the public et_def.proto field numbers, independent of tracesim's schema module; and "foreign"
+ET files (without tracesim's attributes) are written by a minimal encoder for the import
+tests.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracesim.engine.replay import replay
+from tracesim.errors import InputError
+from tracesim.hardware.cluster import load_cluster
+from tracesim.interop import chakra_schema as pb
+from tracesim.interop.chakra import export_chakra
+from tracesim.interop.chakra_import import import_chakra, read_et
+from tracesim.network.model import NetworkModel
+from tracesim.workload.blocks import first_principles_template
+from tracesim.workload.builder import build_graph
+from tracesim.workload.durations import make_op_time
+from tracesim.workload.model import model_from_dict
+from tracesim.workload.parallel import parallel_from_options
+
+# ---------------------------------------------------------------- independent wire format
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        out |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return out, pos
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, object]]:
+    """(field number, wire type, value) of a message; value: int or bytes."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, pos = _varint(buf, pos)
+        elif wt == 1:
+            v = buf[pos : pos + 8]
+            pos += 8
+        elif wt == 2:
+            n, pos = _varint(buf, pos)
+            v = buf[pos : pos + n]
+            pos += n
+        elif wt == 5:
+            v = buf[pos : pos + 4]
+            pos += 4
+        else:
+            raise AssertionError(f"unexpected wire type {wt}")
+        out.append((num, wt, v))
+    return out
+
+
+def _messages(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        n, pos = _varint(data, pos)
+        out.append(data[pos : pos + n])
+        pos += n
+    assert pos == len(data)
+    return out
+
+
+def _repeated_varints(entries: list[tuple[int, int, object]], num: int) -> list[int]:
+    vals: list[int] = []
+    for n, wt, v in entries:
+        if n != num:
+            continue
+        if wt == 2:  # packed
+            p = 0
+            while p < len(v):
+                x, p = _varint(v, p)
+                vals.append(x)
+        else:
+            vals.append(v)
+    return vals
+
+
+def _signed64(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def decode_node(buf: bytes) -> dict:
+    """Node: 1 id, 2 name, 3 type, 4 ctrl_deps, 5 data_deps, 7 duration_micros, 10 attr."""
+    f = _fields(buf)
+    node = {"id": 0, "name": "", "type": 0, "duration_micros": 0, "attrs": {}}
+    for num, _, v in f:
+        if num == 1:
+            node["id"] = v
+        elif num == 2:
+            node["name"] = v.decode()
+        elif num == 3:
+            node["type"] = v
+        elif num == 7:
+            node["duration_micros"] = v
+        elif num == 10:
+            name, value = None, None
+            for an, _, av in _fields(v):
+                if an == 1:
+                    name = av.decode()
+                elif an in (7, 9, 13):  # int32_val, int64_val, uint64_val
+                    value = _signed64(av)
+                elif an == 27:  # bool_val
+                    value = bool(av)
+                elif an == 29:  # string_val
+                    value = av.decode()
+                elif an == 3:  # double_val
+                    value = struct.unpack("<d", av)[0]
+                elif an == 28:  # bool_list
+                    value = [bool(x) for x in _repeated_varints(_fields(av), 1)]
+            node["attrs"][name] = value
+    node["ctrl_deps"] = _repeated_varints(f, 4)
+    node["data_deps"] = _repeated_varints(f, 5)
+    return node
+
+
+# ---------------------------------------------------------------- independent encoder
+
+
+def _enc_varint(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, x = x & 0x7F, x >> 7
+        out.append(b | (0x80 if x else 0))
+        if not x:
+            return bytes(out)
+
+
+def _key(num: int, wt: int) -> bytes:
+    return _enc_varint(num << 3 | wt)
+
+
+def _ld(num: int, payload: bytes) -> bytes:
+    return _key(num, 2) + _enc_varint(len(payload)) + payload
+
+
+def _attr_int(name: str, num: int, value: int) -> bytes:
+    return _ld(10, _ld(1, name.encode()) + _key(num, 0) + _enc_varint(value))
+
+
+def _attr_str(name: str, value: str) -> bytes:
+    return _ld(10, _ld(1, name.encode()) + _ld(29, value.encode()))
+
+
+def _attr_bool(name: str, value: bool) -> bytes:
+    return _ld(10, _ld(1, name.encode()) + _key(27, 0) + _enc_varint(int(value)))
+
+
+def encode_node(nid: int, name: str, ntype: int, dur_us: int, deps: list[int], attrs: bytes) -> bytes:
+    body = _key(1, 0) + _enc_varint(nid) + _ld(2, name.encode()) + _key(3, 0) + _enc_varint(ntype)
+    if deps:
+        body += _ld(5, b"".join(_enc_varint(d) for d in deps))
+    body += _key(7, 0) + _enc_varint(dur_us) + attrs
+    return _enc_varint(len(body)) + body
+
+
+def encode_meta() -> bytes:
+    body = _ld(1, b"0.0.4")
+    return _enc_varint(len(body)) + body
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def built():
+    """An 8-rank workload (tp 2, pp 2, dp 2) of a small GPT, built by the builder."""
+    model = model_from_dict(dict(name="gpt-small", family="gpt", layers=4, hidden=256, heads=8,
+                                 ffn_hidden=1024, vocab=1000, seq_len=128))
+    cluster = load_cluster("h100x8")
+    from tracesim.hardware.device import get_device
+
+    device = get_device(cluster.device)
+    par = parallel_from_options({"tp": 2, "pp": 2, "dp": 2, "global_batch": 8, "micro_batch": 1},
+                                model, cluster.gpus)
+    tpl = first_principles_template(model, "flash")
+    op_time, _ = make_op_time(tpl, device, par.dtype)
+    graph = build_graph(model, par, tpl, op_time).graph
+    return graph, cluster
+
+
+def test_round_trip_same_iteration_and_nodes(built, tmp_path):
+    graph, cluster = built
+    ex = export_chakra(graph, tmp_path / "wl")
+    back = import_chakra(tmp_path / "wl")
+    for r in graph.ranks:
+        assert ex.nodes_per_rank[r] == int((graph.tasks["rank"] == r).sum())
+        assert int((back.tasks["rank"] == r).sum()) == ex.nodes_per_rank[r]
+    a = replay(graph, NetworkModel(cluster)).makespan_ns
+    b = replay(back, NetworkModel(cluster)).makespan_ns
+    assert abs(b - a) / a < 1e-3
+    assert a == b  # nanosecond durations travel in tracesim.dur_ns
+    for col in ("name", "kind", "dur_ns", "collective", "msg_bytes", "peer", "phase", "layer"):
+        assert (graph.tasks[col].to_numpy() == back.tasks[col].to_numpy()).all(), col
+
+
+def test_exported_files_decode_with_an_independent_reader(built, tmp_path):
+    graph, _ = built
+    ex = export_chakra(graph, tmp_path / "wl")
+    groups = json.loads(ex.comm_group_file.read_text())
+    assert set(groups) == {str(i) for i in range(1, len(groups) + 1)}
+    t = graph.tasks
+    sends: dict[int, tuple] = {}
+    recvs: dict[int, tuple] = {}
+    type_of = {"cpu": 4, "gpu": 4, "coll": 7, "send": 5, "recv": 6}
+    for r in graph.ranks:
+        msgs = _messages(Path(f"{tmp_path / 'wl'}.{r}.et").read_bytes())
+        meta = _fields(msgs[0])
+        assert (1, 2, b"0.0.4") in meta
+        nodes = [decode_node(m) for m in msgs[1:]]
+        rows = t[t["rank"] == r]
+        assert len(nodes) == len(rows)
+        ids = {n["id"] for n in nodes}
+        assert ids == set(range(len(nodes)))
+        for n, (_, row) in zip(nodes, rows.iterrows(), strict=True):
+            assert n["name"] == row["name"]
+            assert n["type"] == type_of[row["kind"]]
+            assert n["duration_micros"] == (int(row["dur_ns"]) + 500) // 1000
+            assert set(n["data_deps"]) <= ids and n["id"] not in n["data_deps"]
+            a = n["attrs"]
+            assert a["is_cpu_op"] is (row["kind"] == "cpu")
+            if row["kind"] == "coll":
+                assert a["comm_size"] == row["msg_bytes"]
+                assert a["comm_type"] == {"all_reduce": 0, "all_gather": 2, "reduce_scatter": 7,
+                                          "all_to_all": 6}[row["collective"]]
+                assert r in groups[a["pg_name"]]
+                assert a["involved_dim"] == [True] * 4
+            elif row["kind"] in ("send", "recv"):
+                key = (a["comm_src"], a["comm_dst"], a["comm_size"])
+                (sends if row["kind"] == "send" else recvs)[a["comm_tag"]] = key
+                assert (a["comm_src"] if row["kind"] == "send" else a["comm_dst"]) == r
+            else:
+                assert a["num_ops"] == round(row["flops"])
+    assert sends and sends == recvs  # every tag: one send and one matching receive
+
+
+def test_foreign_files_import_and_replay(tmp_path):
+    """Two ranks written by hand (no tracesim attributes), replayed with recorded times."""
+    prefix = tmp_path / "foreign"
+    comp, send, recv, coll = 4, 5, 6, 7
+    ar = _attr_int("comm_type", 9, 0) + _attr_int("comm_size", 9, 1 << 20) + _attr_str("pg_name", "1")
+    r0 = [encode_node(0, "fwd", comp, 10, [], _attr_bool("is_cpu_op", False)),
+          encode_node(1, "allreduce", coll, 3, [0], ar),
+          encode_node(2, "send", send, 2, [1], _attr_int("comm_src", 7, 0) + _attr_int("comm_dst", 7, 1)
+                      + _attr_int("comm_tag", 7, 5) + _attr_int("comm_size", 9, 4096))]
+    r1 = [encode_node(0, "fwd", comp, 20, [], b""),
+          encode_node(1, "allreduce", coll, 3, [0], ar),
+          encode_node(2, "recv", recv, 2, [1], _attr_int("comm_src", 7, 0) + _attr_int("comm_dst", 7, 1)
+                      + _attr_int("comm_tag", 7, 5) + _attr_int("comm_size", 9, 4096)),
+          encode_node(3, "bwd", comp, 5, [2], b"")]
+    Path(f"{prefix}.0.et").write_bytes(encode_meta() + b"".join(r0))
+    Path(f"{prefix}.1.et").write_bytes(encode_meta() + b"".join(r1))
+    Path(f"{prefix}.json").write_text(json.dumps({"1": [0, 1]}))
+    g = import_chakra(Path(f"{prefix}.1.et"))
+    assert g.ranks == [0, 1] and g.n_tasks == 7
+    assert g.groups == ((0, 1),)
+    assert sorted(g.tasks["kind"]) == ["coll", "coll", "gpu", "gpu", "gpu", "recv", "send"]
+    # recorded durations (us -> ns): rank 1 is the critical path 20 + 3 + 2 + 5 us
+    assert replay(g).makespan_ns == 30_000
+    # on a network the all-reduce of 1 MiB takes its simulated time instead
+    net = replay(g, NetworkModel(load_cluster("h100x8"))).makespan_ns
+    assert 25_000 < net < 100_000
+
+
+def test_foreign_import_of_a_stripped_export_stays_close(built, tmp_path):
+    """Without tracesim's attributes (microsecond durations, lanes from node types) the
+    replayed iteration moves by the rounding only."""
+    graph, cluster = built
+    export_chakra(graph, tmp_path / "wl")
+    for r in graph.ranks:
+        path = Path(f"{tmp_path / 'wl'}.{r}.et")
+        meta, nodes = read_et(path)
+        out = [pb.delimited(pb.GlobalMetadata(version="0.0.4"))]
+        for nd in nodes:
+            keep = [a for a in nd.attr if not a.name.startswith("tracesim.")]
+            del nd.attr[:]
+            nd.attr.extend(keep)
+            out.append(pb.delimited(nd))
+        Path(f"{tmp_path / 'plain'}.{r}.et").write_bytes(b"".join(out))
+    (tmp_path / "plain.json").write_text((tmp_path / "wl.json").read_text())
+    plain = import_chakra(tmp_path / "plain")
+    assert plain.n_tasks == graph.n_tasks
+    a = replay(graph, NetworkModel(cluster)).makespan_ns
+    b = replay(plain, NetworkModel(cluster)).makespan_ns
+    durations = graph.tasks["dur_ns"].to_numpy()
+    rounding = np.abs((durations + 500) // 1000 * 1000 - durations).sum()
+    assert abs(b - a) <= rounding, (a, b, rounding)
+    assert abs(b - a) / a < 0.05
+
+
+def test_bad_files_name_the_file_and_node(tmp_path):
+    p = tmp_path / "x"
+    good = encode_meta() + encode_node(0, "a", 4, 1, [], b"")
+    Path(f"{p}.0.et").write_bytes(good[:-3])
+    with pytest.raises(InputError, match="truncated") as e:
+        import_chakra(p)
+    assert "x.0.et" in str(e.value)
+    Path(f"{p}.0.et").write_bytes(good + encode_node(1, "b", 4, 1, [7], b""))
+    with pytest.raises(InputError, match="node 1: depends on missing node 7"):
+        import_chakra(p)
+    ar = _attr_int("comm_type", 9, 0) + _attr_int("comm_size", 9, 64) + _attr_str("pg_name", "9")
+    Path(f"{p}.0.et").write_bytes(good + encode_node(1, "ar", 7, 1, [0], ar))
+    with pytest.raises(InputError, match="communicator group '9'"):
+        import_chakra(p)
+    with pytest.raises(InputError, match="no Chakra ET files"):
+        import_chakra(tmp_path / "nothing")
+
+
+def test_representative_graph_is_refused(built, tmp_path):
+    graph, _ = built
+    with pytest.raises(InputError, match="representative"):
+        export_chakra(graph.replace(meta={**graph.meta, "representatives": True}), tmp_path / "w")
