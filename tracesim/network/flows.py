@@ -80,6 +80,8 @@ class FlowNetwork:
         self.records: list[FlowRecord] = []
         #: bytes carried by each link by flows that have finished
         self.link_bytes = np.zeros(len(self.capacity))
+        #: number of active flows crossing each link
+        self.link_flows = np.zeros(len(self.capacity), dtype=np.int64)
         self.recomputes = 0
         self.compact_min = compact_min
         # flow slots
@@ -162,8 +164,13 @@ class FlowNetwork:
             self._rate.v[base:][empty] = np.inf
         self._dirty[e_link] = True
         self._any_dirty = True
+        self.link_flows += np.bincount(e_link, minlength=len(self.capacity))
         self._kick()
         return ev
+
+    def busy(self, e_link: np.ndarray) -> bool:
+        """Whether any of the links ``e_link`` carries an active flow now."""
+        return bool(len(e_link)) and bool(self.link_flows[e_link].any())
 
     # ------------------------------------------------------------------ internals
 
@@ -227,6 +234,7 @@ class FlowNetwork:
         self.link_bytes += np.bincount(
             links, weights=self._bytes0.v[e_flow[ent]], minlength=len(self.capacity)
         )
+        self.link_flows -= np.bincount(links, minlength=len(self.capacity))
         self._n_dead_entries += int(ent.sum())
         if self.record:
             for i in idx:

@@ -173,8 +173,12 @@ class NetworkModel:
         algo: per-collective algorithm choice (``{"all_reduce": "ring"}``; a value may be
             ``"auto"`` or a comma-separated preference list); overrides the spec's
             ``collectives.select``.
-        steps: replay each aggregate phase step by step (``steps`` latency/flow rounds)
-            instead of as one aggregate phase; slower, for validation.
+        phases: how a phase of k identical steps runs. ``"aggregate"``: one round (k step
+            latencies, then flows carrying all k steps' bytes). ``"steps"``: k rounds of one
+            latency and 1/k of the bytes, each ending when its slowest flow ends (a ring
+            coupled step by step). ``"auto"`` (default, as DESIGN.md says): before each
+            round, aggregate the remaining steps if none of the phase's links carries other
+            traffic, else run one step and look again.
     """
 
     def __init__(
@@ -182,7 +186,7 @@ class NetworkModel:
         cluster: ClusterSpec,
         algo: Mapping[str, str] | None = None,
         *,
-        steps: bool = False,
+        phases: str = "auto",
     ):
         self.cluster = cluster
         self._shared = _shared(cluster)
@@ -191,7 +195,9 @@ class NetworkModel:
         self.algo = dict(algo or {})
         for coll, names in self.algo.items():
             _validate_choice(coll, names)
-        self.steps = steps
+        if phases not in ("auto", "aggregate", "steps"):
+            raise ValueError(f"phases must be auto, aggregate or steps, not {phases!r}")
+        self.phases = phases
         self.env: simpy.Environment | None = None
         self.flows = FlowNetwork(self.topology.capacity)
         self.records: list[CommRecord] = []
@@ -304,13 +310,20 @@ class NetworkModel:
         env = self._env()
         t0 = int(env.now)
         for ph in cc.phases:
-            rounds = ph.steps if (self.steps and ph.steps > 1) else 1
-            lat = ph.latency_ns / rounds
-            nbytes = ph.wire_per_byte * (float(msg_bytes) / rounds)
-            for _ in range(rounds):
-                if lat > 0:
-                    yield env.timeout(int(round(lat)))
-                yield self.flows.start(ph.e_ptr, ph.e_link, nbytes)
+            k = max(1, ph.steps)
+            left = k
+            while left:
+                if self.phases == "aggregate" or k == 1:
+                    now = left
+                elif self.phases == "steps":
+                    now = 1
+                else:  # auto: aggregate what is left unless another flow shares the links
+                    now = 1 if self.flows.busy(ph.e_link) else left
+                lat_ns = int(round(ph.latency_ns * now / k))
+                if lat_ns > 0:
+                    yield env.timeout(lat_ns)
+                yield self.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (msg_bytes * now / k))
+                left -= now
         self.records.append(
             CommRecord(collective, kind, n, int(msg_bytes), cc.algorithm, t0, int(env.now))
         )
