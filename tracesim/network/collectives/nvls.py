@@ -2,8 +2,8 @@
 
 Each GPU pushes its whole buffer into the switch, which reduces it, and receives the reduced
 buffer back (multimem load-reduce / store), both directions at once: S bytes up and S bytes
-down per GPU, two steps of latency. Uncongested: 2a + S / (e B), so busbw =
-2(n-1)/n * e B, well above a ring's (n-1)/n... ceiling per direction.
+down per GPU, two steps of latency. Uncongested: 2a + S / (e B), so algbw = e B and
+busbw = 2(n-1)/n e B, where a ring's algbw is only n/(2(n-1)) e B.
 
 Default calibration: efficiency 0.61, fitted to the ~476-480 GB/s busbw nccl-tests shows
 for 8 x H100 (450 GB/s per direction): 0.61 * 450 * 1.75 = 480. It stands for the switch's
