@@ -244,6 +244,12 @@ def test_trivial_groups_and_barrier():
     env.run(until=ev)
     assert 0 < env.now < 50_000  # latency only
     assert model.records[-1].msg_bytes == 0
+    assert model.estimate_ns("barrier", tuple(range(8)), 0) == env.now  # started at 0
+    # a send/recv pair estimate equals a simulated p2p transfer
+    t0 = env.now
+    ev = model.p2p(0, 1, S)
+    env.run(until=ev)
+    assert model.estimate_ns("send_recv", (0, 1), S) == pytest.approx(env.now - t0, abs=2)
 
 
 # ------------------------------------------------------------------ calibration

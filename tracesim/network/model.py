@@ -256,6 +256,10 @@ class NetworkModel:
 
     def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int) -> CompiledCollective:
         """Choose the algorithm and return the compiled collective (cached per group)."""
+        if collective == "barrier":
+            collective, msg_bytes = "all_reduce", 0
+        if collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
         prefs = self._preferences(collective)
         grp = self._shared.group(ranks)
         reasons = []
