@@ -8,7 +8,8 @@ whole stretch exposed k communication. A pipeline receive makes the transfer's o
 exposed ``pp`` communication and the rest of the stretch pipeline bubble (waiting for the
 neighbouring stage to compute). The stretch after the last compute task is charged to the
 kind of the rank's last-finishing communication task (e.g. the gradient all-reduce or the
-ZeRO all-gather after the optimizer). Anything else is ``idle``. The four parts sum to the
+ZeRO all-gather after the optimizer); with pipeline parallelism, the rest of that final
+stretch is bubble (the stage waits for the others to drain). Anything else is ``idle``. The four parts sum to the
 iteration time on every rank.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tracesim.workload.graph import TaskGraph
 
@@ -45,41 +47,41 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         last[:-1] = dst[order][1:] != dst[order][:-1]
         sel = order[last]
         bind[dst[sel]] = src[sel]
+    # when each communication really began: the latest start among its matched tasks
+    launch = start_ns.astype(np.int64).copy()
+    comm_idx = np.flatnonzero(kind != "gpu")
+    if len(comm_idx):
+        codes, _ = pd.factorize(t["match_key"].to_numpy()[comm_idx])
+        latest = np.full(codes.max() + 1, np.iinfo(np.int64).min)
+        np.maximum.at(latest, codes, start_ns[comm_idx])
+        launch[comm_idx] = latest[codes]
     t0 = int(min(0, int(start_ns.min()))) if n else 0
+    pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
     out: dict[int, dict[str, Any]] = {}
     for r in np.unique(rank):
         idx = np.flatnonzero((rank == r) & is_compute)
         idx = idx[np.argsort(start_ns[idx], kind="stable")]
-        exposed = dict.fromkeys(KINDS, 0.0)
-        bubble = idle = 0.0
+        acc = dict.fromkeys(KINDS, 0.0)
+        acc["bubble"] = acc["idle"] = 0.0
         compute = float((end_ns[idx] - start_ns[idx]).sum())
         prev_end = t0
         for i in idx.tolist():
-            gap = float(start_ns[i] - prev_end)
+            gap_end = int(start_ns[i])
+            if gap_end > prev_end:
+                _attribute(int(bind[i]), prev_end, gap_end, bind, kind, gk, launch, end_ns, acc)
             prev_end = max(prev_end, int(end_ns[i]))
-            if gap <= 0:
-                continue
-            p = int(bind[i])
-            if p < 0 or kind[p] == "gpu":
-                idle += gap
-                continue
-            k = str(gk[p]) or "dp"
-            if kind[p] in ("recv", "send") and k == "pp":
-                xfer = float(min(gap, end_ns[p] - start_ns[p]))
-                exposed["pp"] += xfer
-                bubble += gap - xfer
-            else:
-                exposed[k if k in exposed else "dp"] += gap
-        tail = float(makespan_ns + t0 - prev_end) if makespan_ns else 0.0
-        if tail > 0:
+        end_all = makespan_ns + t0
+        if end_all > prev_end:
             comm = np.flatnonzero((rank == r) & (kind != "gpu"))
-            if len(comm):
-                last_c = comm[np.argmax(end_ns[comm])]
-                if end_ns[last_c] > prev_end:
-                    k = str(gk[last_c]) or "dp"
-                    exposed[k if k in exposed else "dp"] += tail
-                    tail = 0.0
-            idle += tail
+            last_c = int(comm[np.argmax(end_ns[comm])]) if len(comm) else -1
+            before = acc["idle"]
+            _attribute(last_c if last_c >= 0 and end_ns[last_c] > prev_end else -1, prev_end,
+                       end_all, bind, kind, gk, launch, end_ns, acc)
+            if pipelined:  # waiting for the other stages to drain the pipeline
+                acc["bubble"] += acc["idle"] - before
+                acc["idle"] = before
+        exposed = {k: acc[k] for k in KINDS}
+        bubble, idle = acc["bubble"], acc["idle"]
         out[int(r)] = {
             "compute_s": compute * 1e-9,
             "exposed_comm_s": {k: v * 1e-9 for k, v in exposed.items()},
@@ -87,6 +89,30 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
             "idle_s": idle * 1e-9,
         }
     return out
+
+
+def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk: np.ndarray,
+               launch: np.ndarray, end_ns: np.ndarray, acc: dict[str, float]) -> None:
+    """Charge the idle stretch [lo, hi) of a compute lane to the chain of waits behind it."""
+    for _ in range(64):
+        if hi <= lo:
+            return
+        if p < 0 or kind[p] == "gpu":
+            acc["idle"] += hi - lo
+            return
+        if end_ns[p] < hi:
+            acc["idle"] += hi - int(end_ns[p])
+            hi = int(end_ns[p])
+        k = str(gk[p]) or "dp"
+        k = k if k in KINDS else "dp"
+        active_from = max(lo, min(hi, int(launch[p])))
+        acc[k] += hi - active_from
+        hi = active_from
+        if kind[p] in ("send", "recv"):
+            acc["bubble" if k == "pp" else "idle"] += max(0, hi - lo)
+            return
+        p = int(bind[p])
+    acc["idle"] += max(0, hi - lo)
 
 
 def mean_breakdown(per_rank: dict[int, dict[str, Any]]) -> dict[str, Any]:

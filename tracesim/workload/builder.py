@@ -230,6 +230,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
     grad_sync: list[int] = []
     bucket = par.bucket_size_params()
+    deferred: list[tuple[Unit, int, int]] = []
+    pending_send: int | None = None  # Megatron's p2p is blocking: the next pass waits for it
     for idx, it in enumerate(items):
         g = it.chunk * pp + stage
         tag = f"{it.kind}{it.chunk}.{it.mb}"
@@ -252,16 +254,25 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                 prog.edge(entry_dep, ag)
                 entry_dep = ag
         off = prog.add_unit(unit, tag)
-        if entry_dep is not None:
-            for e in unit.entry:
-                prog.edge(entry_dep, off + e)
+        for dep in (entry_dep, pending_send if par.p2p_blocking else None):
+            if dep is not None:
+                for e in unit.entry:
+                    prog.edge(dep, off + e)
+        pending_send = None
         if has_send:
             s = prog.extra_task(lane=send_lane, kind="send", name=f"pp.send_{'act' if it.kind == 'F' else 'grad'}",
                                 phase="fwd" if it.kind == "F" else "bwd", collective="send", gkind="pp",
                                 msg_bytes=p2p_bytes, peer_sel=ssel, key=send_key)
             prog.edge(off + unit.tail, s)
+            pending_send = s
         if it.kind == "B" and idx == last_b[it.chunk] and not sb.shard and sb.dpcp > 1:
-            grad_sync += _buckets(sb, prog, unit, off, g, bucket)
+            deferred.append((unit, off, g))
+            if par.dp_overlap:
+                grad_sync += _buckets(sb, prog, unit, off, g, bucket, None)
+    if deferred and not par.dp_overlap:
+        last_unit, last_off = prog.units[-1][0], prog.offsets[-1]
+        for unit, off, g in deferred:
+            grad_sync += _buckets(sb, prog, unit, off, g, bucket, last_off + last_unit.tail)
     # tied embeddings: first and last stage all-reduce the word-embedding gradient
     emb_params = model.vocab * model.hidden / tp
     has_emb = bool(sb.template.select("prologue")) and bool(sb.template.select("epilogue"))
@@ -321,7 +332,8 @@ def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
     return params, expert
 
 
-def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int) -> list[int]:
+def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int,
+             after: int | None) -> list[int]:
     """Gradient buckets of chunk ``g`` after its last backward: dense params over DP x CP,
     expert params over the expert-DP group, each bucket launched when its layers are done."""
     par = sb.par
@@ -349,7 +361,7 @@ def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bu
                 t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
                                     collective=coll, gkind=gk, msg_bytes=int(acc * grad_bytes),
                                     key=f"g{g}|{gk}|{n}")
-                prog.edge(off + row[0], t)
+                prog.edge(off + row[0] if after is None else after, t)
                 out.append(t)
                 acc = 0.0
                 n += 1

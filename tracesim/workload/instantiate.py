@@ -130,6 +130,13 @@ def instantiate(
         dst_parts.append(prog["dst"] + offset)
         offset += n
     data = {k: np.concatenate(v) if v else np.array([]) for k, v in cols.items()}
+    if representatives:
+        # a representative's collective has one present member: the engine must not wait
+        # for the absent (symmetric) ones; the full group stays in ``sym_group`` for
+        # tracesim.workload.symmetry.SymmetricComm
+        data["sym_group"] = data["group"].copy()
+        coll = data["kind"] == "coll"
+        data["group"] = np.where(coll, -1, data["group"]).astype(np.int32)
     tasks = make_tasks(data)
     edges = make_edges(np.concatenate(src_parts) if src_parts else [], np.concatenate(dst_parts) if dst_parts else [], "dep")
     lanes = make_lanes({"rank": lane_rank, "name": lane_name, "kind": ["gpu"] * len(lane_name)})

@@ -52,6 +52,12 @@ class ParallelSpec:
             (module-name glob, ``colwise`` | ``rowwise`` | ``replicate``).
         bucket_params: DDP gradient bucket size in parameters (0: Megatron's rule,
             ``max(40e6, 1e6 * dp)``).
+        p2p_blocking: a pipeline pass starts only when the previous pass's send has
+            completed (Megatron-LM's default schedules wait on their batched isend/irecv);
+            False lets sends overlap the next pass.
+        dp_overlap: gradient buckets are reduced as soon as their layers' backward is done
+            (PyTorch DDP, Megatron's ``--overlap-grad-reduce``); False reduces after the whole
+            backward pass.
     """
 
     tp: int = 1
@@ -72,6 +78,8 @@ class ParallelSpec:
     stage_layers: tuple[int, ...] | None = None
     tp_plan: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     bucket_params: int = 0
+    p2p_blocking: bool = True
+    dp_overlap: bool = True
 
     @property
     def world(self) -> int:

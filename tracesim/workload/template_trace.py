@@ -182,7 +182,7 @@ def _rules(section: str, module: str, model: ModelSpec) -> dict[str, Any]:
         kw.update(shard="feature", tp_style="colwise")
     elif leaf in ROWWISE:
         kw.update(shard="feature", tp_style="rowwise")
-    elif leaf in FEATURE or module in ("attn",):
+    elif leaf in FEATURE or module in ("attn", "mlp"):  # inside the split region
         kw.update(shard="feature", recompute=leaf == "core")
     else:
         kw.update(shard="sequence")

@@ -1,0 +1,104 @@
+"""Megatron-LM SC'21 Table 1: predicted vs published TFLOP/s per GPU, no per-row tuning.
+
+For every row of ``../shared/reference/megatron_sc21_table1.csv`` the GPT model of that size
+is retargeted onto ``topologies/a100-selene.yaml`` with the row's TP, PP, DP and global batch,
+the interleaved schedule and full recomputation. TFLOP/s per GPU is computed with the paper's
+formula ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` over (iteration time x GPUs).
+
+Assumptions, the same for every row (docs/retarget.md): micro-batch size 1; interleaving
+depth = the smallest divisor > 1 of the layers per stage; the first-principles GPT template
+with Megatron-2021's unfused attention (no FlashAttention in 2021); pipeline transfers
+blocking, with the scatter/gather optimisation; gradient reduction overlapped.
+
+Run ``python tests/test_megatron_sc21.py`` to print the table (markdown) for the docs.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+TABLE = SHARED / "reference" / "megatron_sc21_table1.csv"
+CLUSTER = Path(__file__).resolve().parents[1] / "topologies" / "a100-selene.yaml"
+
+pytestmark = pytest.mark.skipif(not TABLE.exists(), reason=f"{TABLE} not found (needs ../shared)")
+
+
+def model_name(params_billion: float) -> str:
+    return f"gpt3-{params_billion:g}b" if params_billion < 1000 else "gpt3-1t"
+
+
+def paper_flops(row: dict) -> float:
+    B, s, V = int(row["global_batch"]), 2048, 51200
+    h, n_layers = int(row["hidden"]), int(row["layers"])
+    return 96 * B * s * n_layers * h * h * (1 + s / (6 * h) + V / (16 * n_layers * h))
+
+
+def predict_rows() -> list[dict]:
+    from tracesim.retarget import run_retarget
+
+    out = []
+    for row in csv.DictReader(TABLE.open()):
+        tp, pp, gpus = int(row["tp"]), int(row["pp"]), int(row["gpus"])
+        opts = {
+            "model": model_name(float(row["params_billion"])), "cluster": str(CLUSTER),
+            "tp": tp, "pp": pp, "dp": gpus // (tp * pp), "global_batch": int(row["global_batch"]),
+            "schedule": "interleaved", "recompute": "full", "micro_batch": 1,
+            "template": "analytic", "attention": "unfused",
+        }
+        res = run_retarget(None, opts)
+        tflops = paper_flops(row) / (res["iteration_time_s"] * gpus) / 1e12
+        published = float(row["tflops_per_gpu"])
+        out.append({"row": row, "res": res, "tflops": tflops, "published": published,
+                    "rel_error": (tflops - published) / published})
+    return out
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return predict_rows()
+
+
+@pytest.mark.slow
+def test_layouts_are_the_papers(rows: list[dict]) -> None:
+    for r in rows:
+        par = r["res"]["parallel"]
+        assert (par["tp"], par["pp"], par["world"]) == (int(r["row"]["tp"]), int(r["row"]["pp"]),
+                                                        int(r["row"]["gpus"]))
+        assert r["res"]["memory"]["fits"], r["row"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="with the shipped A100 profile (GEMM efficiency plateau 0.80 of 312 TFLOP/s) the "
+           "predictions run 6-21% above the published TFLOP/s (MAE ~14%, docs/retarget.md); "
+           "a sustained-clock GEMM calibration (~0.70) brings every row but one within 10%",
+)
+def test_every_row_within_10_percent_and_mae_under_7(rows: list[dict]) -> None:
+    errors = [abs(r["rel_error"]) for r in rows]
+    assert max(errors) < 0.10, [round(e, 3) for e in errors]
+    assert sum(errors) / len(errors) < 0.07
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| model | tp | pp | dp | vpp | micro-batches | GPUs | batch | iteration (s) | "
+             "predicted TFLOP/s | published | error |", "|---" * 12 + "|"]
+    for r in rows:
+        p, row = r["res"]["parallel"], r["row"]
+        lines.append(
+            f"| {model_name(float(row['params_billion']))} | {p['tp']} | {p['pp']} | {p['dp']} | "
+            f"{p['vpp']} | {p['num_micro']} | {row['gpus']} | {row['global_batch']} | "
+            f"{r['res']['iteration_time_s']:.2f} | {r['tflops']:.1f} | {r['published']:.0f} | "
+            f"{r['rel_error'] * 100:+.1f}% |")
+    mae = sum(abs(r["rel_error"]) for r in rows) / len(rows)
+    lines.append(f"\nmean absolute error {mae * 100:.1f}%, largest "
+                 f"{max(abs(r['rel_error']) for r in rows) * 100:.1f}%")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(predict_rows()))
