@@ -295,6 +295,8 @@ def test_foreign_import_of_a_stripped_export_stays_close(built, tmp_path):
         Path(f"{tmp_path / 'plain'}.{r}.et").write_bytes(b"".join(out))
     (tmp_path / "plain.json").write_text((tmp_path / "wl.json").read_text())
     plain = import_chakra(tmp_path / "plain")
+    same = import_chakra(tmp_path / "wl", plain=True)  # the reader's own switch
+    assert (same.tasks["dur_ns"].to_numpy() == plain.tasks["dur_ns"].to_numpy()).all()
     assert plain.n_tasks == graph.n_tasks
     a = replay(graph, NetworkModel(cluster)).makespan_ns
     b = replay(plain, NetworkModel(cluster)).makespan_ns

@@ -31,6 +31,9 @@ _BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "z
               default="auto", show_default=True, help="Input format (auto: from the path).")
 @click.option("--comm-groups", type=click.Path(path_type=Path),
               help="Chakra input: ASTRA-sim communicator-group JSON (default <prefix>.json).")
+@click.option("--chakra-plain", "plain", is_flag=True,
+              help="Chakra input: ignore tracesim's own attributes (read the files as ASTRA-sim "
+                   "does: microsecond durations, no lanes).")
 @click.option("--rank", type=click.IntRange(min=0),
               help="AICB output: the rank whose program is written (default: the lowest).")
 @click.option("--replay-on", "replay_on", help="After converting, replay the workload on this "
@@ -55,7 +58,7 @@ _BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "z
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Recomputation.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), help="Compute dtype.")
 def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path | None,
-            rank: int | None, replay_on: str | None, system: Path | None, as_json: bool,
+            plain: bool, rank: int | None, replay_on: str | None, system: Path | None, as_json: bool,
             **build: Any) -> None:
     """Convert SOURCE (or a built --model workload) to --to's format and write it to OUT.
 
@@ -79,7 +82,7 @@ def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path
         if extra:
             raise InputError(f"--{extra[0].replace('_', '-')} builds a workload; it cannot be "
                              "combined with a SOURCE", f"--{extra[0].replace('_', '-')}")
-        graph, src_fmt = load_workload(source, fmt, comm_groups=comm_groups)
+        graph, src_fmt = load_workload(source, fmt, comm_groups=comm_groups, plain=plain)
     if system is not None and not replay_on:
         raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
     written, warnings = save_workload(graph, out, to, rank=rank)

@@ -102,7 +102,8 @@ def _exact(graph: TaskGraph, r: int) -> AicbWorkload | None:
 
 def _layout(graph: TaskGraph, r: int, t: Any) -> dict[str, int]:
     """tp, pp, dp, ep, vpp, ga of the graph (from its meta, else from its groups)."""
-    par = graph.meta.get("parallel") if isinstance(graph.meta.get("parallel"), dict) else {}
+    raw = graph.meta.get("parallel")
+    par: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
     world = len(graph.ranks)
     sizes: dict[str, int] = {}
     for gk, g in zip(t["group_kind"], t["group"], strict=True):
@@ -145,9 +146,10 @@ def _generic(graph: TaskGraph, r: int) -> tuple[AicbWorkload, list[str]]:
     nxt = {a: b for a, b in zip(compute, compute[1:], strict=False)}
 
     def walk(start: int, nbrs: dict[int, list[int]], pick: Any) -> int:
-        seen, frontier, found = {start}, [start], []
+        seen, frontier = {start}, [start]
+        found: list[int] = []
         for _ in range(8):
-            nf = []
+            nf: list[int] = []
             for v in frontier:
                 for w in nbrs.get(v, ()):
                     if w in seen:

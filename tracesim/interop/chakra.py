@@ -233,8 +233,8 @@ def _node(g: int, me: int, local: dict[int, int], kind: str, cols: Mapping[str, 
     return node
 
 
-def import_chakra(prefix: str | Path, comm_groups: Any = None) -> TaskGraph:
+def import_chakra(prefix: str | Path, comm_groups: Any = None, *, plain: bool = False) -> TaskGraph:
     """Read ET files as a task graph (:func:`tracesim.interop.chakra_import.import_chakra`)."""
     from tracesim.interop.chakra_import import import_chakra as _imp
 
-    return _imp(prefix, comm_groups)
+    return _imp(prefix, comm_groups, plain=plain)

@@ -82,8 +82,9 @@ def read_et(path: Path) -> tuple[Any, list[Any]]:
     return meta, nodes
 
 
-def _attrs(msg: Any) -> dict[str, Any]:
-    return {a.name: pb.attr_value(a) for a in msg.attr}
+def _attrs(msg: Any, plain: bool = False) -> dict[str, Any]:
+    return {a.name: pb.attr_value(a) for a in msg.attr
+            if not (plain and a.name.startswith("tracesim."))}
 
 
 def _order(nodes: list[Any], deps: list[set[int]], ids: dict[int, int], path: Path) -> list[int]:
@@ -131,13 +132,16 @@ def load_comm_groups(path: str | Path | None) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any] | None = None) -> TaskGraph:
+def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any] | None = None,
+                  *, plain: bool = False) -> TaskGraph:
     """Read ``<prefix>.<rank>.et`` files (and the communicator-group JSON) as a task graph.
 
     Args:
         prefix: the ET prefix, one ET file, or a directory with one prefix's files.
         comm_groups: the communicator-group JSON (path or parsed mapping); by default
             ``<prefix>.json`` when it exists.
+        plain: ignore the ``tracesim.*`` attributes, reading the files as another tool
+            (ASTRA-sim) sees them: microsecond durations, no lanes.
 
     Raises:
         InputError: naming the file and node for undecodable messages, dependencies on
@@ -159,7 +163,7 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
     graph_meta: dict[str, Any] = {}
     for r, path in files.items():
         gm, nodes = read_et(path)
-        gattrs = _attrs(gm)
+        gattrs = _attrs(gm, plain)
         if "tracesim.meta_json" in gattrs and not graph_meta:
             try:
                 graph_meta = dict(json.loads(gattrs["tracesim.meta_json"]))
@@ -177,7 +181,8 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
             if missing:
                 raise InputError(f"depends on missing node {missing[0]}", path, f"node {nd.id}")
             deps.append(ds)
-        native = bool(nodes) and all(any(x.name == "tracesim.lane" for x in nd.attr) for nd in nodes)
+        native = not plain and bool(nodes) and all(
+            any(x.name == "tracesim.lane" for x in nd.attr) for nd in nodes)
         # tracesim's own files keep the task order (lanes run in it); others: topological
         order = list(range(len(nodes))) if native else _order(nodes, deps, ids, path)
         base = len(rows["name"])
@@ -187,7 +192,7 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
         ordinals: dict[tuple, int] = defaultdict(int)
         for v in order:
             nd = nodes[v]
-            a = _attrs(nd)
+            a = _attrs(nd, plain)
             task = _task(nd, a, r, path, groups_by_pg, all_ranks, ordinals)
             lane_name = str(a.get("tracesim.lane") or task.pop("_lane"))
             task.pop("_lane", None)
