@@ -221,3 +221,20 @@ def test_uneven_stages_and_gradient_overlap() -> None:
         bwd_end = r.end_ns[(x["phase"] == "bwd").to_numpy() & (x["kind"] == "gpu").to_numpy()].max()
         first_ar = r.start_ns[(x["group_kind"] == "dp").to_numpy()].min()
         assert (first_ar < bwd_end) == overlap
+
+
+def test_merged_compute_replays_the_same() -> None:
+    par = ParallelSpec(tp=2, pp=2, dp=2, cp=2, global_batch=8, seq_len=128, schedule="interleaved",
+                       vpp=2, recompute="selective", sp=True)
+    tpl = first_principles_template(LLAMA)
+
+    def ct(coll: str, kind: str, n: int, nbytes: int) -> int:
+        return 1000 + nbytes // 1000
+
+    plain = build_graph(LLAMA, par, tpl, op_time, comm_time=ct)
+    merged = build_graph(LLAMA, par, tpl, op_time, comm_time=ct, merge_compute=True)
+    assert merged.graph.n_tasks < 0.8 * plain.graph.n_tasks
+    merged.graph.validate()
+    assert replay(merged.graph).makespan_ns == replay(plain.graph).makespan_ns
+    t = merged.graph.tasks
+    assert t["dur_ns"].sum() == plain.graph.tasks["dur_ns"].sum()

@@ -120,7 +120,8 @@ def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
     warnings += w
     op_time, methods = make_op_time(template, device, par.dtype)
     symmetric = not opts.get("full") and par.world >= SYMMETRY_MIN_GPUS
-    built = build_graph(model, par, template, op_time, representatives=symmetric)
+    built = build_graph(model, par, template, op_time, representatives=symmetric,
+                        merge_compute=symmetric)
     graph = built.graph
     net = NetworkModel(cluster)
     # a symmetric replay has only the representatives' flows, so flow-level contention is not

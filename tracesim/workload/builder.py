@@ -65,8 +65,9 @@ class _StageBuilder:
     """Builds the program (task columns + local edges) of one pipeline stage."""
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, res: Resolved, op_time: OpTimeFn,
-                 template: LayerTemplate, stage: int):
+                 template: LayerTemplate, stage: int, merge: bool = False):
         self.model, self.par, self.res, self.stage = model, par, res, stage
+        self.merge = merge
         self.op_time, self.template = op_time, template
         self.split = stage_split(model, par)
         self.starts = np.concatenate([[0], np.cumsum(self.split)]).astype(int)
@@ -126,7 +127,7 @@ class _StageBuilder:
             ag = self._gather(u, sec.params, layer, "fwd", prev_first) if self.shard and sec.params else -1
             self._emit(u, sec.fwd, layer, "fwd")
             prev_first = self._link_first(u, start, ag) if ag >= 0 else prev_first
-        return u.freeze()
+        return (u.compacted() if self.merge else u).freeze()
 
     def backward_unit(self, g: int) -> Unit:
         u = Unit()
@@ -157,7 +158,7 @@ class _StageBuilder:
                 u.async_comm(lane="comm:dp", name="zero3.reduce_scatter", collective="reduce_scatter",
                              gkind="dpcp", msg_bytes=int(sec.params * self.grad_bytes), layer=layer,
                              phase="bwd", after=u.tail)
-        return u.freeze()
+        return (u.compacted() if self.merge else u).freeze()
 
 
 class _Program:
@@ -377,6 +378,7 @@ def build_graph(
     comm_time: CommTimeFn | None = None,
     representatives: bool = False,
     gpus: int | None = None,
+    merge_compute: bool = False,
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -389,6 +391,7 @@ def build_graph(
             model; ``None`` makes communication free.
         representatives: build one rank per pipeline stage only (see the module docstring).
         gpus: the cluster's GPU count, checked against ``par.world``.
+        merge_compute: merge runs of consecutive compute tasks (:meth:`Unit.compacted`).
     """
     validate_layout(model, par, gpus)
     placement = Placement(par)
@@ -397,7 +400,7 @@ def build_graph(
     stage_progs = []
     infos = []
     for stage in range(par.pp):
-        sb = _StageBuilder(model, par, res, op_time, template, stage)
+        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute)
         prog, info = _stage_program(sb, placement, comm_time is None)
         stage_progs.append(prog)
         infos.append(info)
