@@ -124,7 +124,11 @@ _POOL.Add(_file_descriptor())
 
 
 def _cls(name: str) -> Any:
-    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+    desc = _POOL.FindMessageTypeByName(f"{_PACKAGE}.{name}")
+    get = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.21
+    if get is not None:
+        return get(desc)
+    return message_factory.MessageFactory(_POOL).GetPrototype(desc)  # pragma: no cover
 
 
 Node = _cls("Node")
