@@ -195,3 +195,16 @@ def test_builder_workload_to_aicb_and_back(tmp_path):
     assert b <= a * 1.001  # only a dependency was dropped
     assert (a - b) / a < 0.15
     assert np.isfinite(a)
+
+
+def test_one_rank_symmetric_replay_matches_full(gpt7b):
+    """Every rank runs the same rows: rank 0 alone, its collectives over the full groups,
+    replays like all 16 (TP inside nodes, DP one NIC per rail: no shared links)."""
+    w, g = gpt7b
+    one = aicb_to_graph(w, one_rank=True)
+    assert one.ranks == [0] and one.n_tasks * 16 == g.n_tasks
+    full = replay_workload(g, "h100x128")
+    sym = replay_workload(one, "h100x128")
+    assert sym["gpus"] == 16
+    assert sym["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.01)
+    assert format_aicb(graph_to_aicb(one)[0]) == gpt7b_text()

@@ -34,6 +34,8 @@ _BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "z
 @click.option("--chakra-plain", "plain", is_flag=True,
               help="Chakra input: ignore tracesim's own attributes (read the files as ASTRA-sim "
                    "does: microsecond durations, no lanes).")
+@click.option("--one-rank", "one_rank", is_flag=True,
+              help="AICB input: build rank 0 only and replay it symmetrically (large all_gpus).")
 @click.option("--rank", type=click.IntRange(min=0),
               help="AICB output: the rank whose program is written (default: the lowest).")
 @click.option("--replay-on", "replay_on", help="After converting, replay the workload on this "
@@ -58,7 +60,7 @@ _BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "z
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Recomputation.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), help="Compute dtype.")
 def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path | None,
-            plain: bool, rank: int | None, replay_on: str | None, system: Path | None, as_json: bool,
+            plain: bool, one_rank: bool, rank: int | None, replay_on: str | None, system: Path | None, as_json: bool,
             **build: Any) -> None:
     """Convert SOURCE (or a built --model workload) to --to's format and write it to OUT.
 
@@ -82,7 +84,8 @@ def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path
         if extra:
             raise InputError(f"--{extra[0].replace('_', '-')} builds a workload; it cannot be "
                              "combined with a SOURCE", f"--{extra[0].replace('_', '-')}")
-        graph, src_fmt = load_workload(source, fmt, comm_groups=comm_groups, plain=plain)
+        graph, src_fmt = load_workload(source, fmt, comm_groups=comm_groups, plain=plain,
+                                        one_rank=one_rank)
     if system is not None and not replay_on:
         raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
     written, warnings = save_workload(graph, out, to, rank=rank)

@@ -161,8 +161,14 @@ def _program(w: AicbWorkload, file: Any = None) -> _Program:
     return prog
 
 
-def aicb_to_graph(w: AicbWorkload, file: Any = None) -> TaskGraph:
-    """The per-rank task graph of ``w`` for all ``all_gpus`` ranks (see the module docstring)."""
+def aicb_to_graph(w: AicbWorkload, file: Any = None, *, one_rank: bool = False) -> TaskGraph:
+    """The per-rank task graph of ``w`` for all ``all_gpus`` ranks (see the module docstring).
+
+    ``one_rank``: build rank 0 only, for a symmetric replay (every rank runs the same rows):
+    its collectives have no present partner (``group`` -1) and keep their full group in the
+    ``sym_group`` column, which :class:`tracesim.workload.symmetry.SymmetricComm` hands to
+    the network model (traffic of the other ranks' groups is not simulated).
+    """
     prog = _program(w, file)
     cols = {k: np.asarray(v, dtype=object) for k, v in prog.cols.items()}
     n = len(cols["name"])
@@ -173,7 +179,8 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None) -> TaskGraph:
     groups: dict[tuple[int, ...], int] = {}
     parts: dict[str, list[Any]] = defaultdict(list)
     src, dst = np.asarray(prog.src, dtype=np.int64), np.asarray(prog.dst, dtype=np.int64)
-    for rank in range(w.all_gpus):
+    ranks = [0] if one_rank else list(range(w.all_gpus))
+    for k, rank in enumerate(ranks):
         group = np.full(n, -1, dtype=np.int64)
         key = np.full(n, "", dtype=object)
         for i in comm.tolist():
@@ -182,12 +189,12 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None) -> TaskGraph:
             group[i] = gi
             key[i] = f"{cols['gkind'][i]}{gi}|{cols['key'][i]}"
         parts["rank"].append(np.full(n, rank))
-        parts["lane"].append(lane_of + rank * len(lane_names))
+        parts["lane"].append(lane_of + k * len(lane_names))
         parts["group"].append(group)
         parts["match_key"].append(key)
-        parts["src"].append(src + rank * n)
-        parts["dst"].append(dst + rank * n)
-    reps = w.all_gpus
+        parts["src"].append(src + k * n)
+        parts["dst"].append(dst + k * n)
+    reps = len(ranks)
     tasks = make_tasks({
         "rank": np.concatenate(parts["rank"]), "lane": np.concatenate(parts["lane"]),
         "kind": np.tile(cols["kind"], reps), "name": np.tile(cols["name"], reps),
@@ -195,16 +202,19 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None) -> TaskGraph:
         "op_class": np.tile(cols["op_class"], reps), "phase": np.tile(cols["phase"], reps),
         "layer": np.tile(cols["layer"].astype(np.int64), reps),
         "collective": np.tile(cols["collective"], reps),
-        "group": np.concatenate(parts["group"]),
+        "group": np.full(n, -1) if one_rank else np.concatenate(parts["group"]),
         "group_kind": np.tile(np.array([_REPORT.get(g, "") for g in cols["gkind"]], dtype=object), reps),
         "msg_bytes": np.tile(cols["msg_bytes"].astype(np.int64), reps),
         "match_key": np.concatenate(parts["match_key"]),
     })
-    lanes = make_lanes({"rank": np.repeat(np.arange(reps), len(lane_names)),
+    if one_rank:
+        tasks["sym_group"] = np.concatenate(parts["group"])
+    lanes = make_lanes({"rank": np.repeat(np.asarray(ranks), len(lane_names)),
                         "name": lane_names * reps, "kind": ["gpu"] * (len(lane_names) * reps)})
     edges = make_edges(np.concatenate(parts["src"]), np.concatenate(parts["dst"]), "dep")
     meta = {
         "source_format": "aicb",
+        "representatives": one_rank,
         "parallel": {"tp": w.tp, "pp": w.pp, "dp": w.dp, "ep": w.ep, "vpp": w.vpp,
                      "num_micro": w.ga},
         "aicb": {"policy": w.policy, "tp": w.tp, "ep": w.ep, "pp": w.pp, "vpp": w.vpp, "ga": w.ga,

@@ -116,7 +116,7 @@ class _Aicb:
         from tracesim.interop.aicb import read_aicb
         from tracesim.interop.aicb_graph import aicb_to_graph
 
-        return aicb_to_graph(read_aicb(path), path)
+        return aicb_to_graph(read_aicb(path), path, one_rank=bool(opts.get("one_rank")))
 
     @staticmethod
     def write(graph: TaskGraph, path: Path, opts: Mapping[str, Any]) -> tuple[list[Path], list[str]]:
@@ -224,11 +224,19 @@ def replay_workload(graph: TaskGraph, cluster: str | Path | ClusterSpec,
         spec = apply_system(spec, mapping)
         warnings += [f"system configuration: {w}" for w in mapping.warnings]
     ranks = graph.ranks
-    if ranks and ranks[-1] >= spec.gpus:
-        raise InputError(f"the workload uses ranks 0..{ranks[-1]} but cluster {spec.name} has "
+    needed = max([ranks[-1] + 1 if ranks else 0] + [max(g) + 1 for g in graph.groups])
+    if needed > spec.gpus:
+        raise InputError(f"the workload uses ranks 0..{needed - 1} but cluster {spec.name} has "
                          f"{spec.gpus} GPUs", "--cluster")
+    comm: Any = NetworkModel(spec)
+    if graph.meta.get("representatives"):
+        from tracesim.workload.symmetry import SymmetricComm
+
+        comm = SymmetricComm(comm, graph)
+        warnings.append("symmetric replay: one rank per class simulated; its collectives run "
+                        "over their full groups, other groups' traffic is not simulated")
     t0 = time.perf_counter()
-    result = replay(graph, NetworkModel(spec))
+    result = replay(graph, comm)
     wall = time.perf_counter() - t0
     per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
     imported = graph.meta.get("imported_from")
@@ -236,7 +244,8 @@ def replay_workload(graph: TaskGraph, cluster: str | Path | ClusterSpec,
     out: dict[str, Any] = {
         "mode": "replay-workload",
         "iteration_time_s": result.makespan_ns * 1e-9,
-        "gpus": len(ranks),
+        "gpus": (int(graph.meta["aicb"]["all_gpus"]) if isinstance(graph.meta.get("aicb"), dict)
+                 else len(ranks)),
         "model": (graph.meta["model"].get("name") if isinstance(graph.meta.get("model"), dict)
                   else f"({fmt} workload)"),
         "parallel": graph.meta.get("parallel"),
