@@ -89,14 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="micro-batch per rank")
     p.add_argument("--seq-len", type=int, default=None, help="default: the model's seq_len")
     p.add_argument("--threads", type=int, default=None, help="torch threads per rank")
-    p.add_argument("--calib-events", type=int, default=2000, help="overhead microbenchmark size")
     p.add_argument("-o", "--out", required=True, help="bundle directory to write")
     return p.parse_args(argv)
 
 
 def _check(args: argparse.Namespace) -> None:
     for flag, minimum in (("ranks", 1), ("steps", 1), ("warmup", 0), ("measure", 1),
-                          ("batch", 1), ("calib_events", 10)):
+                          ("batch", 1)):
         value = getattr(args, flag)
         if value < minimum:
             raise InputError(f"must be >= {minimum}, got {value}", "--" + flag.replace("_", "-"))
@@ -189,7 +188,7 @@ def _run_ranks(cfg: RankConfig) -> list[dict[str, Any]]:
     return [results[r] for r in range(cfg.ranks)]
 
 
-def _meta(args: argparse.Namespace, spec: ModelSpec, cfg: RankConfig,
+def _meta(spec: ModelSpec, cfg: RankConfig,
           results: list[dict[str, Any]]) -> dict[str, Any]:
     r0 = results[0]
     meta: dict[str, Any] = {
@@ -249,7 +248,6 @@ def collect(args: argparse.Namespace) -> Path:
         measure=args.measure,
         batch=args.batch,
         threads=threads,
-        calib_events=args.calib_events,
         bundle_dir=str(tmp),
         master_port=_free_port() if args.ranks > 1 else 0,
     )
@@ -258,7 +256,7 @@ def collect(args: argparse.Namespace) -> Path:
              f"seq {spec.seq_len}, {args.warmup} warm-up + {args.steps} profiled + "
              f"{args.measure} measured steps on {args.device}")
         results = _run_ranks(cfg)
-        write_yaml(tmp / "meta.yaml", _meta(args, spec, cfg, results))
+        write_yaml(tmp / "meta.yaml", _meta(spec, cfg, results))
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -38,7 +38,6 @@ class RankConfig:
     measure: int
     batch: int
     threads: int
-    calib_events: int
     bundle_dir: str
     master_port: int
 
