@@ -54,7 +54,16 @@ def command(source: Path | None, out: Path | None, as_json: bool, strict: bool, 
     Times are seconds, throughput tokens/s, TFLOP/s per GPU. Exit code 2 on bad input.
     """
     retarget = any(flags.get(k) is not None for k in _RETARGET_KEYS)
-    if retarget:
+    only_cluster = flags.get("cluster") is not None and not any(
+        flags.get(k) is not None for k in _RETARGET_KEYS if k != "cluster")
+    if (source is not None and only_cluster and source_kind(source) == "workload"
+            and not (source / "template.yaml").exists()):
+        # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
+        from tracesim.interop.workload import replay_workload
+        from tracesim.workload.graph_io import load_graph
+
+        res = replay_workload(load_graph(source), str(flags["cluster"]))
+    elif retarget:
         from tracesim.retarget import run_retarget
 
         opts = {k: v for k, v in flags.items() if v is not None}
@@ -96,6 +105,18 @@ def _self_replay(source: Path) -> dict[str, Any]:
     return res
 
 
+def fmt_seconds(x: float | None) -> str:
+    """Seconds with a unit that keeps 4 significant digits (s, ms or us)."""
+    if x is None:
+        return "n/a"
+    ax = abs(x)
+    if ax >= 1 or ax == 0:
+        return f"{x:.4g} s"
+    if ax >= 1e-3:
+        return f"{x * 1e3:.4g} ms"
+    return f"{x * 1e6:.4g} us"
+
+
 def format_report(res: dict[str, Any]) -> str:
     """A plain-text report of a replay result."""
     def f(x: Any, fmt: str) -> str:
@@ -107,11 +128,11 @@ def format_report(res: dict[str, Any]) -> str:
     mname = model.get("name") if isinstance(model, dict) else model
     lines.append(f"tracesim {title}: model {mname or 'unknown'} on {res.get('cluster')} "
                  f"({res.get('gpus')} rank(s), device {res.get('device', '')})")
-    lines.append(f"  iteration time     {f(res.get('iteration_time_s'), '.4f')} s")
+    lines.append(f"  iteration time     {fmt_seconds(res.get('iteration_time_s'))}")
     if res.get("measured_step_time_s") is not None:
         m = res["measured_step_time_s"]
         err = (res["iteration_time_s"] - m) / m * 100 if m else 0.0
-        lines.append(f"  measured           {m:.4f} s   (error {err:+.2f}%)")
+        lines.append(f"  measured           {fmt_seconds(m)}   (error {err:+.2f}%)")
     lines.append(f"  tokens/s           {f(res.get('tokens_per_s'), ',.0f')}")
     lines.append(f"  TFLOP/s per GPU    {f(res.get('tflops_per_gpu'), '.3f')}")
     lines.append(f"  MFU                {f(res.get('mfu'), '.1%')}")
@@ -119,12 +140,12 @@ def format_report(res: dict[str, Any]) -> str:
     bd = res.get("breakdown") or {}
     if bd:
         lines.append("  breakdown (one iteration, first rank):")
-        lines.append(f"    compute          {bd.get('compute_s', 0):.4f} s")
+        lines.append(f"    compute          {fmt_seconds(bd.get('compute_s', 0))}")
         for k, v in (bd.get("exposed_comm_s") or {}).items():
             if v:
-                lines.append(f"    exposed {k:<8} {v:.4f} s")
-        lines.append(f"    bubble           {bd.get('bubble_s', 0):.4f} s")
-        lines.append(f"    idle             {bd.get('idle_s', 0):.4f} s")
+                lines.append(f"    exposed {k:<8} {fmt_seconds(v)}")
+        lines.append(f"    bubble           {fmt_seconds(bd.get('bubble_s', 0))}")
+        lines.append(f"    idle             {fmt_seconds(bd.get('idle_s', 0))}")
     for w in res.get("warnings", []) or []:
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
