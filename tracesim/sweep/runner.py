@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -102,8 +104,18 @@ def _connect(workers: int, scheduler: str | None) -> tuple[Any, Any]:
             return Client(scheduler, timeout="20s"), None
         except (OSError, TimeoutError) as exc:
             raise InputError(f"cannot reach the Dask scheduler ({exc})", "--scheduler", scheduler) from None
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR)
+    # Worker processes start with SIGINT ignored (the disposition survives exec), so Ctrl-C
+    # reaches only this process, which writes the finished points and closes the cluster.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if main:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.ERROR)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
     return Client(cluster), cluster
 
 
