@@ -36,7 +36,9 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     methods: Counter = Counter()
     src_name = template.meta.get("device")
     src_dev = None
-    if src_name:
+    if src_name and str(src_name) == device.name:
+        src_dev = device  # recorded on the target itself (e.g. a CPU profile named like it)
+    elif src_name:
         try:
             src_dev = get_device(str(src_name))
         except Exception:  # an unknown recording device: fall back to the model
