@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from tracesim.workload.template import LayerTemplate, TemplateOp
 
 
-class _Cost(NamedTuple):
+@dataclass
+class _Cost:
     op_class: str
     flops: float
     bytes: float
@@ -54,7 +56,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
-        if use_measured and op.measured_ns > 0:
+        if use_measured and src_dev is not None and op.measured_ns > 0:
             ns, method = scale_duration(
                 int(op.measured_ns), src_dev, _Cost(op_class, op.src_flops, op.src_bytes, src_dtype),
                 device, _Cost(op_class, flops, nbytes, dtype),

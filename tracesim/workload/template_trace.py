@@ -249,7 +249,7 @@ def extract_template(
     top_of: dict[int, int] = {}
     for e in eids.tolist():  # parents start no later than their children
         p = parent[e]
-        top_of[e] = top_of.get(p, p) if p in is_cpu else e
+        top_of[e] = top_of.get(p, int(p)) if p in is_cpu else int(e)
     # the outermost ops with a cost: an op's own cost includes what it calls; wrappers
     # (autograd nodes, module calls) cost nothing, so their costed descendants stand in
     flops_of = dict(zip(eids.tolist(), cpu["flops"].to_numpy().tolist(), strict=True))
