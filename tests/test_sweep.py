@@ -312,3 +312,21 @@ def test_cli_dry_run_and_bad_space(tmp_path):
     p = _cli("sweep", str(good), "-o", str(tmp_path / "o"), "--workers", "2", "--scheduler",
              "tcp://127.0.0.1:1")
     assert p.returncode == 2 and "--workers" in p.stderr
+
+
+def test_worker_without_the_sweep_dir_writes_specs_locally(tmp_path, monkeypatch):
+    # a worker on another machine does not see SWEEP_DIR: the task carries the specs
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "worker-tmp"))
+    (tmp_path / "worker-tmp").mkdir()
+    point = expand_space(space_from_dict({"base": {**TINY, "nic_Gbps": 200, "nodes": 2, "dp": 16,
+                                                   "global_batch": 16}}, tmp_path / "s.yaml"),
+                         tmp_path / "not-written").points[0]
+    row = run_point(point)
+    assert row["status"] == "ok", row["error"]
+    assert not (tmp_path / "not-written").exists()
+    local = tmp_path / "worker-tmp" / "tracesim-sweep"
+    assert (local / "clusters" / Path(point.cluster_file).name).exists()
+    assert (local / "models" / Path(point.model_file).name).exists()
+    assert row["result.cluster"] == "h100x8-2n-nic200G" and row["gpus"] == 16

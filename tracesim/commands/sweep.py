@@ -88,7 +88,7 @@ def command(space: Path, out: Path, scheduler: str | None, workers: int | None, 
     table = read_results(out)
     keys = {p.key for p in exp.points}
     top_df = ranked(table, by=rank_by, top=top, keys=keys) if table is not None else None
-    if top_df is not None and not top_df.empty:
+    if table is not None and top_df is not None and not top_df.empty:
         from tracesim.fileio import atomic_path
 
         with atomic_path(out / "ranking.csv") as tmp:
