@@ -44,6 +44,12 @@ _RETARGET_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp",
 @click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), help="Pipeline schedule.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recomputation.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), help="Compute dtype.")
+@click.option("--template", help="Layer template: 'analytic' (first principles) or a bundle / trace "
+              "to take it from (default: SOURCE, else the family's stored bundle).")
+@click.option("--attention", type=click.Choice(["flash", "unfused"]),
+              help="Attention kernel of the analytic template (unfused: 2021-era softmax kernels).")
+@click.option("--network", type=click.Choice(["flow", "estimate"]),
+              help="flow: flow-level max-min network model; estimate: uncongested closed forms (faster).")
 @click.option("--strict", is_flag=True, help="Error (not warn) when the layout does not fit in memory.")
 @click.option("--full", is_flag=True, help="Simulate every rank (no symmetry reduction).")
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), help="Result directory to write.")
@@ -67,6 +73,9 @@ def command(source: Path | None, out: Path | None, as_json: bool, strict: bool, 
         from tracesim.retarget import run_retarget
 
         opts = {k: v for k, v in flags.items() if v is not None}
+        if opts.get("template") not in (None, "analytic") and source is None:
+            source, opts["template"] = Path(str(opts["template"])), None
+            opts = {k: v for k, v in opts.items() if v is not None}
         opts["strict"] = strict
         opts["full"] = full
         res = run_retarget(str(source) if source else None, opts)

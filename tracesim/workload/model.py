@@ -116,7 +116,9 @@ class ModelSpec:
         attn = h * h + 2 * h * kv + h * h  # q, k, v, out
         gated = self.activation == "swiglu"
         mlp_dense = (3 if gated else 2) * h * f
-        norms = 2 * h
+        # LayerNorm has a weight and a bias, RMSNorm only a weight; two norms per layer
+        norm_params = 2 * h if self.norm == "layernorm" else h
+        norms = 2 * norm_params
         bias = 0 if self.family == "llama" else (h + 2 * kv + h + f + h)
         total = 0
         for layer in range(self.layers):
@@ -128,7 +130,9 @@ class ModelSpec:
             total += attn + mlp + norms + bias
         emb = v * h
         total += emb if self.tied_embeddings else 2 * emb
-        total += h  # final norm
+        if self.family == "gpt":
+            total += self.seq_len * h  # learned position embeddings
+        total += norm_params  # final norm
         return total
 
 
@@ -180,7 +184,7 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """Load a model spec from a YAML path, or by name from ``workloads/<name>.yaml``."""
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
+    if path.suffix not in (".yaml", ".yml") and not path.exists():
         candidate = WORKLOADS_DIR / f"{name_or_path}.yaml"
         if not candidate.exists():
             known = sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml"))
