@@ -40,6 +40,8 @@ _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _MODULE_PREFIX = "nn.Module: "
 #: float-microsecond timestamps are good to ~0.25 us near 1e15; overlaps below this are noise
 _NEST_TOL_NS = 500
+#: trace files this large (bytes on disk, gzipped or not) are read by the streaming parser
+STREAM_MIN_BYTES = 64 << 20
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer|block|decoder\.layers)\.(\d+)(?:\.|$)")
 
 
@@ -47,14 +49,26 @@ def load_trace_json(path: str | Path) -> dict[str, Any]:
     """Load a Kineto trace file (``.json`` or ``.json.gz``) as a dict.
 
     Raises InputError naming the file for a missing file, a truncated or corrupt gzip
-    stream, invalid JSON, or JSON that is not a Chrome trace.
+    stream, invalid JSON, or JSON that is not a Chrome trace. Files of ``STREAM_MIN_BYTES``
+    or more are parsed event by event (tracesim.trace.stream), keeping only the events the
+    op table reads (the others become an empty placeholder, so indices do not move).
     """
+    p = Path(path)
+    if p.is_file() and p.stat().st_size >= STREAM_MIN_BYTES:
+        from tracesim.trace.stream import load_trace_streaming
+
+        return load_trace_streaming(p, keep=_op_event)
     data = load_json_file(path)
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise InputError("not a Chrome/Kineto trace: no 'traceEvents' list", path, "traceEvents")
     return data
+
+
+def _op_event(ev: Any) -> bool:
+    """Whether op_table_from_events reads this event (a complete event of a known cat)."""
+    return isinstance(ev, dict) and ev.get("ph") == "X" and str(ev.get("cat", "")).lower() in _CAT_MAP
 
 
 def load_json_file(path: str | Path) -> Any:
