@@ -92,6 +92,8 @@ def load_json_file(path: str | Path) -> Any:
         data = json.loads(raw)
     except UnicodeDecodeError:
         raise InputError("not a JSON text file", path) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply", path) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"invalid JSON ({exc.msg}); the file may be truncated", path, f"line {exc.lineno}"
