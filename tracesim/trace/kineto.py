@@ -42,6 +42,8 @@ _MODULE_PREFIX = "nn.Module: "
 _NEST_TOL_NS = 500
 #: trace files this large (bytes on disk, gzipped or not) are read by the streaming parser
 STREAM_MIN_BYTES = 64 << 20
+#: |ts| and dur above this many microseconds do not fit int64 nanoseconds
+_MAX_US = 2**62 / 1000.0
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|blocks|h|layer|block|decoder\.layers)\.(\d+)(?:\.|$)")
 
 
@@ -120,14 +122,15 @@ def _int(value: Any, default: int = -1) -> int:
     if isinstance(value, bool):
         return default
     if isinstance(value, int):
-        return value
+        return value if abs(value) < 2**62 else default  # must fit an int64 column
     if isinstance(value, float) and value == value and abs(value) < 2**62:
         return int(value)
     if isinstance(value, str):
         try:
-            return int(value, 0)
+            v = int(value, 0)
         except ValueError:
             return default
+        return v if abs(v) < 2**62 else default
     return default
 
 
@@ -189,6 +192,9 @@ def op_table_from_events(
             )
         if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur != dur or dur < 0:
             raise InputError(f"bad 'dur' {dur!r}", path, f"traceEvents[{idx}]")
+        if not (abs(ts) < _MAX_US and dur < _MAX_US):  # also NaN / inf: ns must fit in int64
+            raise InputError(f"'ts' {ts!r} or 'dur' {dur!r} out of range (microseconds)", path,
+                             f"traceEvents[{idx}]")
         args = ev.get("args") or {}
         if not isinstance(args, dict):
             args = {}
