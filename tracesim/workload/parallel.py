@@ -315,4 +315,5 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         stage_layers=tuple(int(x) for x in stage_layers) if stage_layers else None,
         tp_plan=tuple(plan),
         bucket_params=int(get("bucket_params", 0)),
+        dp_overlap=bool(get("dp_overlap", True)),
     )
