@@ -74,9 +74,49 @@ def read_yaml(path: str | Path) -> Any:
     except UnicodeDecodeError:
         raise InputError("not a text file", path) from None
     try:
-        return yaml.safe_load(text)
+        return _safe_load(text, path)
+    except RecursionError:
+        raise InputError("YAML nested too deeply", path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise InputError(f"invalid YAML: {problem}", path, where) from None
+
+
+#: nodes a YAML document may hold once its aliases are expanded (an "alias bomb" of nine
+#: lists of nine aliases expands to 9**9 nodes and hangs anything that walks it)
+YAML_MAX_NODES = 1_000_000
+
+
+def _safe_load(text: str, path: Path) -> Any:
+    """``yaml.safe_load``, refusing recursive aliases and alias expansion past YAML_MAX_NODES."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+        active: set[int] = set()
+        stack: list[tuple[Any, bool]] = [(node, False)]
+        while stack:
+            n, done = stack.pop()
+            kids = [x for kv in n.value for x in kv] if isinstance(n, yaml.MappingNode) else (
+                n.value if isinstance(n, yaml.SequenceNode) else [])
+            if done:
+                active.discard(id(n))
+                sizes[id(n)] = 1 + sum(sizes[id(k)] for k in kids)
+                if sizes[id(n)] > YAML_MAX_NODES:
+                    raise InputError(f"YAML aliases expand to more than {YAML_MAX_NODES} values",
+                                     path)
+                continue
+            if id(n) in sizes:
+                continue
+            if id(n) in active:
+                raise InputError("recursive YAML alias (a value that contains itself)", path)
+            active.add(id(n))
+            stack.append((n, True))
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
