@@ -22,9 +22,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.workload.blocks import first_principles_template
@@ -72,6 +76,44 @@ def choose_template(source: str | None, model: ModelSpec, opts: Mapping[str, Any
     return first_principles_template(model, attention), warnings
 
 
+@dataclass
+class RetargetRun:
+    """Everything one retarget replay produced (for reports that need more than the dict).
+
+    Attributes:
+        result: the ``replay --json`` object (what :func:`run_retarget` returns).
+        graph: the replayed task graph.
+        replay: the engine's per-task start / end times (ns).
+        comm: the communication model the engine talked to.
+        network: the flow-level :class:`~tracesim.network.model.NetworkModel` (also behind
+            ``comm`` for estimates, but then it carried no flows).
+        links: the per-link traffic recorder when ``record_links`` was asked for and the
+            network was simulated flow by flow, else None.
+        per_rank: breakdown of every simulated rank (seconds; sums to the iteration time).
+        op_methods: scaling method of each template op, by op name (see
+            :meth:`task_methods`).
+    """
+
+    result: dict
+    graph: Any
+    replay: Any
+    comm: Any
+    network: Any
+    links: Any = None
+    per_rank: dict = field(default_factory=dict)
+    op_methods: dict = field(default_factory=dict)
+
+    def task_methods(self) -> np.ndarray:
+        """Per task (row order), how its duration was obtained: ``measured`` | ``scaled`` |
+        ``model`` for compute (``mixed`` for a merged task whose parts differ), ``flow`` or
+        ``estimate`` (the network model used) for communication."""
+        return _task_methods(self.graph, self.op_methods, str(self.result["replay"]["network"]))
+
+
+#: progress callback: (stage, done, total)
+ProgressFn = Callable[[str, int, int], None]
+
+
 def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
     """Predict an iteration of ``--model`` on ``--cluster`` with the given layout.
 
@@ -87,6 +129,53 @@ def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
         The ``replay --json`` object (DESIGN.md): iteration_time_s, tokens_per_s,
         tflops_per_gpu, mfu, gpus, model, parallel, cluster, breakdown, memory_gib_per_gpu,
         warnings, and details (memory parts, template, duration methods, replay size).
+    """
+    return simulate_retarget(source, opts).result
+
+
+def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dict[str, str]]:
+    """Wrap ``op_time`` to remember the scaling method of each template op, by op name."""
+    by_name: dict[str, str] = {}
+
+    def wrapped(op_class: str, flops: float, nbytes: float, op: Any) -> int:
+        before = dict(methods)
+        ns = op_time(op_class, flops, nbytes, op)
+        got = [k for k, v in methods.items() if v != before.get(k, 0)]
+        if got:
+            name = str(getattr(op, "name", ""))
+            prev = by_name.get(name)
+            by_name[name] = got[0] if prev in (None, got[0]) else "mixed"
+        return ns
+
+    return wrapped, by_name
+
+
+def _task_methods(graph: Any, by_name: Mapping[str, str], comm_method: str) -> np.ndarray:
+    """Per-task scaling method (see :meth:`RetargetRun.task_methods`)."""
+    t = graph.tasks
+    names = t["name"].astype(str)
+    uniq = names.unique()
+    table = {}
+    for name in uniq.tolist():
+        parts = {by_name.get(p.split(":")[0], "") for p in name.split("..")}
+        parts.discard("")
+        table[name] = parts.pop() if len(parts) == 1 else ("mixed" if parts else "model")
+    out = names.map(table).to_numpy(dtype=object)
+    comm = ~t["kind"].isin(["gpu", "cpu"]).to_numpy()
+    out[comm] = comm_method
+    return out
+
+
+def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
+                      record_links: bool = False,
+                      progress: ProgressFn | None = None) -> RetargetRun:
+    """:func:`run_retarget`, returning the graph, replay and models along with the result.
+
+    Args:
+        source, opts: as :func:`run_retarget`.
+        record_links: record every flow's bytes per link (for ``links.parquet`` and the
+            link heat map); only a flow-level replay has flows.
+        progress: called with (stage, done, total) while building and replaying.
     """
     from tracesim.engine.replay import replay
     from tracesim.hardware.cluster import load_cluster
@@ -119,18 +208,38 @@ def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
     template, w = choose_template(source, model, opts)
     warnings += w
     op_time, methods = make_op_time(template, device, par.dtype)
+    op_time, by_name = _method_recorder(op_time, methods)
+    if progress:
+        progress("build", 0, 1)
     symmetric = not opts.get("full") and par.world >= SYMMETRY_MIN_GPUS
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=symmetric)
     graph = built.graph
     net = NetworkModel(cluster)
+    recorder = None
     # a symmetric replay has only the representatives' flows, so flow-level contention is not
     # modelled faithfully anyway: charge each collective its uncongested time instead
     network = str(opts.get("network") or ("estimate" if symmetric else "flow"))
     base = EstimateComm(net) if network == "estimate" else net
     comm = SymmetricComm(base, graph) if symmetric else base
+    if record_links and network == "flow":
+        from tracesim.report.links import LinkRecorder
+
+        recorder = LinkRecorder.install(net)
+    observers = []
+    if progress:
+        n_tasks = graph.n_tasks
+        step = max(1, n_tasks // 200)
+        done = [0]
+
+        def _tick(_t: int, _s: int, _e: int) -> None:
+            done[0] += 1
+            if done[0] % step == 0 or done[0] == n_tasks:
+                progress("replay", done[0], n_tasks)
+
+        observers.append(_tick)
     t_rep = time.perf_counter()
-    result = replay(graph, comm)
+    result = replay(graph, comm, observers=observers)
     t_rep = time.perf_counter() - t_rep
     iter_s = result.makespan_ns * 1e-9
     per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
@@ -147,7 +256,7 @@ def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
         if opts.get("strict"):
             raise InputError(msg, "--strict")
         warnings.append(msg)
-    return {
+    res = {
         "mode": "retarget",
         "iteration_time_s": iter_s,
         "tokens_per_s": par.tokens_per_iteration / iter_s if iter_s > 0 else 0.0,
@@ -175,3 +284,4 @@ def run_retarget(source: str | None, opts: Mapping[str, object]) -> dict:
         "per_stage_breakdown": {str(k): v for k, v in per_rank.items()} if symmetric else {},
         "warnings": warnings,
     }
+    return RetargetRun(res, graph, result, comm, net, recorder, per_rank, by_name)

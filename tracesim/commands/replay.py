@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
-from tracesim.fileio import write_json
+from tracesim.report.resultdir import Replayed, enrich, write_result_dir
+from tracesim.report.terminal import Progress, print_report, report_text
+from tracesim.report.terminal import fmt_seconds as fmt_seconds
 from tracesim.selfreplay import extract_options
 from tracesim.sources import load_source, source_kind
 from tracesim.workload.extract import extract
@@ -62,34 +65,44 @@ def command(source: Path | None, out: Path | None, as_json: bool, strict: bool, 
     retarget = any(flags.get(k) is not None for k in _RETARGET_KEYS)
     only_cluster = flags.get("cluster") is not None and not any(
         flags.get(k) is not None for k in _RETARGET_KEYS if k != "cluster")
-    if (source is not None and only_cluster and source_kind(source) == "workload"
-            and not (source / "template.yaml").exists()):
-        # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
-        from tracesim.interop.workload import replay_workload
-        from tracesim.workload.graph_io import load_graph
+    progress = Progress()
+    try:
+        if (source is not None and only_cluster and source_kind(source) == "workload"
+                and not (source / "template.yaml").exists()):
+            # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
+            from tracesim.interop.workload import replay_workload
+            from tracesim.workload.graph_io import load_graph
 
-        res = replay_workload(load_graph(source), str(flags["cluster"]))
-    elif retarget:
-        from tracesim.retarget import run_retarget
+            rep = Replayed(replay_workload(load_graph(source), str(flags["cluster"])))
+        elif retarget:
+            from tracesim.retarget import simulate_retarget
 
-        opts = {k: v for k, v in flags.items() if v is not None}
-        if opts.get("template") not in (None, "analytic") and source is None:
-            source, opts["template"] = Path(str(opts["template"])), None
-            opts = {k: v for k, v in opts.items() if v is not None}
-        opts["strict"] = strict
-        opts["full"] = full
-        res = run_retarget(str(source) if source else None, opts)
-    else:
-        if source is None:
-            raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
-                             "layout flags to retarget", "SOURCE")
-        res = _self_replay(source)
+            opts = {k: v for k, v in flags.items() if v is not None}
+            if opts.get("template") not in (None, "analytic") and source is None:
+                source, opts["template"] = Path(str(opts["template"])), None
+                opts = {k: v for k, v in opts.items() if v is not None}
+            opts["strict"] = strict
+            opts["full"] = full
+            run = simulate_retarget(str(source) if source else None, opts,
+                                    record_links=out is not None, progress=progress)
+            rep = Replayed(run.result, run.graph, run.replay.start_ns, run.replay.end_ns,
+                           run.task_methods() if out is not None else None, run.per_rank,
+                           run.links, run.network.topology)
+        else:
+            if source is None:
+                raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
+                                 "layout flags to retarget", "SOURCE")
+            rep = _self_replay(source)
+    finally:
+        progress.close()
     if out is not None:
-        write_json(out / "result.json", res)
+        res = write_result_dir(out, rep)
+    else:
+        res = enrich(rep)
     if as_json:
         click.echo(json.dumps(res, indent=2, default=_json_default))
     else:
-        click.echo(format_report(res))
+        print_report(res)
 
 
 def _json_default(o: Any) -> Any:
@@ -98,7 +111,7 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _self_replay(source: Path) -> dict[str, Any]:
+def _self_replay(source: Path) -> Replayed:
     from tracesim.report.selfresult import self_result
 
     if source_kind(source) == "workload":
@@ -111,50 +124,10 @@ def _self_replay(source: Path) -> dict[str, Any]:
     result = replay(graph)
     res = self_result(src, graph, result)
     res["profiler_overhead_removed_ns_per_event"] = overhead
-    return res
-
-
-def fmt_seconds(x: float | None) -> str:
-    """Seconds with a unit that keeps 4 significant digits (s, ms or us)."""
-    if x is None:
-        return "n/a"
-    ax = abs(x)
-    if ax >= 1 or ax == 0:
-        return f"{x:.4g} s"
-    if ax >= 1e-3:
-        return f"{x * 1e3:.4g} ms"
-    return f"{x * 1e6:.4g} us"
+    methods = np.full(graph.n_tasks, "measured", dtype=object)
+    return Replayed(res, graph, result.start_ns, result.end_ns, methods)
 
 
 def format_report(res: dict[str, Any]) -> str:
-    """A plain-text report of a replay result."""
-    def f(x: Any, fmt: str) -> str:
-        return "n/a" if x is None else format(x, fmt)
-
-    lines = []
-    title = res.get("mode", "replay")
-    model = res.get("model")
-    mname = model.get("name") if isinstance(model, dict) else model
-    lines.append(f"tracesim {title}: model {mname or 'unknown'} on {res.get('cluster')} "
-                 f"({res.get('gpus')} rank(s), device {res.get('device', '')})")
-    lines.append(f"  iteration time     {fmt_seconds(res.get('iteration_time_s'))}")
-    if res.get("measured_step_time_s") is not None:
-        m = res["measured_step_time_s"]
-        err = (res["iteration_time_s"] - m) / m * 100 if m else 0.0
-        lines.append(f"  measured           {fmt_seconds(m)}   (error {err:+.2f}%)")
-    lines.append(f"  tokens/s           {f(res.get('tokens_per_s'), ',.0f')}")
-    lines.append(f"  TFLOP/s per GPU    {f(res.get('tflops_per_gpu'), '.3f')}")
-    lines.append(f"  MFU                {f(res.get('mfu'), '.1%')}")
-    lines.append(f"  memory per GPU     {f(res.get('memory_gib_per_gpu'), '.1f')} GiB")
-    bd = res.get("breakdown") or {}
-    if bd:
-        lines.append("  breakdown (one iteration, first rank):")
-        lines.append(f"    compute          {fmt_seconds(bd.get('compute_s', 0))}")
-        for k, v in (bd.get("exposed_comm_s") or {}).items():
-            if v:
-                lines.append(f"    exposed {k:<8} {fmt_seconds(v)}")
-        lines.append(f"    bubble           {fmt_seconds(bd.get('bubble_s', 0))}")
-        lines.append(f"    idle             {fmt_seconds(bd.get('idle_s', 0))}")
-    for w in res.get("warnings", []) or []:
-        lines.append(f"  warning: {w}")
-    return "\n".join(lines)
+    """A plain-text report of a replay result (:func:`tracesim.report.terminal.report_text`)."""
+    return report_text(res)

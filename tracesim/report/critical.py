@@ -1,0 +1,114 @@
+"""The critical path of a replay and its top contributors.
+
+Walking back from the task that ends last: a task started when the latest of its
+constraints was met, its previous task on the same lane (program order, plus the lane's
+``gap_ns``) or an explicit predecessor (edges), so the path continues through whichever of
+them ended last. A collective or send/recv cannot start before its last member arrives: the
+path jumps to that member (on whichever rank it is) and charges the operation from that
+arrival to its end; waiting for the late member is thereby charged to what made it late.
+Time on the path not covered by any task (lane gaps) is charged to ``(gap)``.
+
+The path's pieces add up to the iteration time (the makespan). Contributors group the
+path by task name (communication by collective and group kind), in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracesim.workload.graph import COMM_KINDS, TaskGraph
+
+
+def critical_path(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray) -> list[tuple[int, int, int]]:
+    """The critical path as ``(task, from_ns, to_ns)`` pieces, latest first (task -1: gap)."""
+    t = graph.tasks
+    n = len(t)
+    if n == 0:
+        return []
+    lane = t["lane"].to_numpy()
+    kind = t["kind"].to_numpy()
+    is_comm = np.isin(kind, COMM_KINDS)
+    # previous task on the same lane (lanes run in ascending task id)
+    order = np.lexsort((np.arange(n), lane))
+    prev_lane = np.full(n, -1, dtype=np.int64)
+    same = lane[order][1:] == lane[order][:-1]
+    prev_lane[order[1:][same]] = order[:-1][same]
+    # explicit predecessors: the latest-ending one per destination
+    src = graph.edges["src"].to_numpy().astype(np.int64)
+    dst = graph.edges["dst"].to_numpy().astype(np.int64)
+    best_pred = np.full(n, -1, dtype=np.int64)
+    if len(src):
+        o = np.lexsort((end_ns[src], dst))
+        last = np.ones(len(o), dtype=bool)
+        last[:-1] = dst[o][1:] != dst[o][:-1]
+        best_pred[dst[o][last]] = src[o][last]
+    # the latest-arriving member of every communication operation
+    last_member = np.arange(n, dtype=np.int64)
+    ci = np.flatnonzero(is_comm)
+    if len(ci):
+        codes, _ = pd.factorize(t["match_key"].to_numpy()[ci])
+        lm = np.full(codes.max() + 1, -1, dtype=np.int64)
+        o = np.lexsort((ci, start_ns[ci], codes))  # by op, then start: last one wins
+        lm[codes[o]] = ci[o]
+        last_member[ci] = lm[codes]
+    pieces: list[tuple[int, int, int]] = []
+    cur = int(np.argmax(end_ns))
+    hi = int(end_ns[cur])
+    seen = 0
+    while cur >= 0 and seen <= 2 * n:
+        seen += 1
+        if is_comm[cur]:
+            cur = int(last_member[cur])
+        s = int(start_ns[cur])
+        if hi > s:
+            pieces.append((cur, s, hi))
+        cands = [int(p) for p in (prev_lane[cur], best_pred[cur]) if p >= 0]
+        if not cands:
+            break
+        p = max(cands, key=lambda x: (int(end_ns[x]), x))
+        pe = min(int(end_ns[p]), s)
+        if s > pe:
+            pieces.append((-1, pe, s))
+        cur, hi = p, pe
+    return pieces
+
+
+def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
+                     top: int = 10) -> list[dict[str, Any]]:
+    """Critical-path time grouped by what ran: ``name``, ``category`` (the op class, or the
+    communication group kind), ``time_s``, ``share`` (of the path), ``count`` (pieces)."""
+    pieces = critical_path(graph, start_ns, end_ns)
+    if not pieces:
+        return []
+    t = graph.tasks
+    names = t["name"].astype(str).to_numpy()
+    kind = t["kind"].to_numpy()
+    coll = t["collective"].astype(str).to_numpy()
+    gk = t["group_kind"].astype(str).to_numpy()
+    opc = t["op_class"].astype(str).to_numpy()
+    acc: dict[tuple[str, str], list[float]] = {}
+    total = 0
+    for task, a, b in pieces:
+        total += b - a
+        if task < 0:
+            key = ("(gap)", "idle")
+        elif kind[task] in COMM_KINDS:
+            key = (f"{coll[task] or kind[task]} ({gk[task] or 'other'})", gk[task] or "comm")
+        else:
+            key = (_short(names[task]), opc[task])
+        v = acc.setdefault(key, [0.0, 0])
+        v[0] += b - a
+        v[1] += 1
+    rows = [{"name": k[0], "category": k[1], "time_s": v[0] * 1e-9,
+             "share": v[0] / total if total else 0.0, "count": int(v[1])}
+            for k, v in acc.items()]
+    rows.sort(key=lambda r: (-r["time_s"], r["name"]))
+    return rows[:top]
+
+
+def _short(name: str) -> str:
+    """Merged compute tasks are named ``first..last``: keep them recognisable but short."""
+    return name if len(name) <= 60 else name[:28] + "..." + name[-28:]

@@ -1,0 +1,212 @@
+"""The result directory of ``tracesim replay ... -o OUT`` (schema in docs/formats.md).
+
+=======================  =================================================================
+file                     what
+=======================  =================================================================
+``result.json``          the ``replay --json`` object, plus ``files`` (this table) and,
+                         when the task graph is at hand, ``per_rank_breakdown``,
+                         ``timeline_breakdown`` and ``critical_path``
+``timeline.json.gz``     Chrome / Kineto trace of the simulated iteration
+                         (:mod:`tracesim.report.timeline`)
+``kineto/rank<R>.json.gz`` the same, one file per rank, for Holistic Trace Analysis
+``ops.parquet``          every simulated task: start, end, lane, class, scaling method
+``links.parquet``        per-link bytes and utilisation over time (:mod:`.links`)
+``breakdown.png``        where the iteration goes, per rank
+``gantt.png``            per-rank Gantt chart of the iteration
+``links.png``            link utilisation heat map (flow-level replays)
+=======================  =================================================================
+
+Times in files are integer nanoseconds (``*_ns``) or seconds (``*_s``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracesim.workload.graph import COMM_KINDS, TaskGraph
+
+FILES = {
+    "result.json": "the replay --json object (docs/formats.md)",
+    "timeline.json.gz": "Chrome/Kineto trace of the simulated iteration (Perfetto, chrome://tracing)",
+    "kineto": "one Kineto trace per rank (Holistic Trace Analysis: TraceAnalysis(trace_dir=...))",
+    "ops.parquet": "every simulated task: start/end ns, lane, class, scaling method",
+    "links.parquet": "per-link bytes and utilisation per time bin",
+    "breakdown.png": "where the iteration goes, per rank",
+    "gantt.png": "Gantt chart of the iteration, lanes coloured by class",
+    "links.png": "link utilisation heat map",
+}
+
+
+@dataclass
+class Replayed:
+    """What a result directory is written from: the result dict and, when available, the
+    replayed graph with its simulated times, per-task scaling methods, per-rank breakdowns,
+    the link recorder and the network topology."""
+
+    result: dict
+    graph: TaskGraph | None = None
+    start_ns: np.ndarray | None = None
+    end_ns: np.ndarray | None = None
+    methods: np.ndarray | None = None
+    per_rank: dict = field(default_factory=dict)
+    links: Any = None
+    topology: Any = None
+
+
+def ops_table(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
+              methods: np.ndarray | None = None) -> pd.DataFrame:
+    """``ops.parquet``: one row per task (columns in docs/formats.md)."""
+    t = graph.tasks
+    lanes = graph.lanes
+    lane = t["lane"].to_numpy()
+    comm = np.isin(t["kind"].to_numpy(), COMM_KINDS)
+    gk = t["group_kind"].astype(str).to_numpy()
+    cls = t["op_class"].astype(str).to_numpy().astype(object)
+    cls[comm] = np.where(gk[comm] != "", gk[comm], "comm")
+    return pd.DataFrame({
+        "task_id": t["task_id"].to_numpy(np.int64),
+        "rank": t["rank"].to_numpy(np.int32),
+        "lane": lanes["name"].astype(str).to_numpy()[lane],
+        "lane_kind": lanes["kind"].astype(str).to_numpy()[lane],
+        "kind": t["kind"].astype(str).to_numpy(),
+        "name": t["name"].astype(str).to_numpy(),
+        "class": cls.astype(str),
+        "op_class": t["op_class"].astype(str).to_numpy(),
+        "phase": t["phase"].astype(str).to_numpy(),
+        "layer": t["layer"].to_numpy(np.int32),
+        "collective": t["collective"].astype(str).to_numpy(),
+        "group_kind": gk,
+        "msg_bytes": t["msg_bytes"].to_numpy(np.int64),
+        "flops": t["flops"].to_numpy(np.float64),
+        "start_ns": np.asarray(start_ns, dtype=np.int64),
+        "end_ns": np.asarray(end_ns, dtype=np.int64),
+        "dur_ns": np.asarray(end_ns, dtype=np.int64) - np.asarray(start_ns, dtype=np.int64),
+        "method": (np.asarray(methods, dtype=object).astype(str) if methods is not None
+                   else np.full(len(t), "", dtype=object)),
+    })
+
+
+def enrich(rep: Replayed, top: int = 10) -> dict:
+    """The result dict with ``per_rank_breakdown`` and ``critical_path`` added (when the
+    graph is at hand); what ``replay --json`` prints and ``result.json`` holds."""
+    res = dict(rep.result)
+    if rep.graph is None or rep.start_ns is None or rep.end_ns is None:
+        return res
+    from tracesim.report.critical import top_contributors
+
+    res["critical_path"] = top_contributors(rep.graph, rep.start_ns, rep.end_ns, top=top)
+    if rep.per_rank:
+        res["per_rank_breakdown"] = {str(k): v for k, v in sorted(rep.per_rank.items())}
+    return res
+
+
+def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
+                     max_ranks: int | None = None, plots: bool = True) -> dict:
+    """Write the result directory (module docstring); returns the result dict written.
+
+    Args:
+        out: the directory (created).
+        rep: what to write.
+        bins: time bins of ``links.parquet``.
+        max_ranks: ranks in the timeline (default :data:`tracesim.report.timeline.MAX_RANKS`).
+        plots: write the PNGs (needs matplotlib; without it they are skipped with a warning).
+    """
+    from tracesim.fileio import write_json
+    from tracesim.report import timeline as tl
+    from tracesim.report.links import link_utilisation
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    res = enrich(rep)
+    written: dict[str, Any] = {"dir": str(out)}
+    g = rep.graph
+    links_df = None
+    if g is not None and rep.start_ns is not None and rep.end_ns is not None:
+        from tracesim.report.breakdown import breakdown
+
+        mr = max_ranks or tl.MAX_RANKS
+        info = tl.write_timeline(out / "timeline.json.gz", g, rep.start_ns, rep.end_ns,
+                                 max_ranks=mr, methods=rep.methods,
+                                 meta={"result": {k: res.get(k) for k in ("mode", "cluster", "gpus")}})
+        written["timeline.json.gz"] = FILES["timeline.json.gz"]
+        tl.write_kineto_ranks(out / "kineto", g, rep.start_ns, rep.end_ns, max_ranks=mr,
+                              methods=rep.methods)
+        written["kineto"] = FILES["kineto"]
+        res["timeline"] = info
+        t0 = int(min(0, int(rep.start_ns.min()))) if len(rep.start_ns) else 0
+        t1 = int(rep.end_ns.max()) if len(rep.end_ns) else 0
+        res["timeline_breakdown"] = {
+            str(r): breakdown(g, _as_result(rep), r, t0, t1) for r in info["ranks_shown"]}
+        ops = ops_table(g, rep.start_ns, rep.end_ns, rep.methods)
+        ops.to_parquet(out / "ops.parquet", index=False)
+        written["ops.parquet"] = FILES["ops.parquet"]
+        if rep.topology is not None:
+            links_df = link_utilisation(rep.links, rep.topology, t1 - t0, bins=bins)
+            links_df.to_parquet(out / "links.parquet", index=False)
+            written["links.parquet"] = FILES["links.parquet"]
+            if links_df.empty:
+                res.setdefault("warnings", []).append(
+                    "links.parquet is empty: the estimate network model simulates no flows "
+                    "(use --network flow for per-link traffic)")
+    if plots:
+        try:
+            from tracesim.report import plots as pl
+
+            per_rank = rep.per_rank or {}
+            pl.save(pl.breakdown_figure(res, per_rank), out / "breakdown.png")
+            written["breakdown.png"] = FILES["breakdown.png"]
+            if g is not None and rep.start_ns is not None and rep.end_ns is not None:
+                pl.save(pl.gantt_figure(g, rep.start_ns, rep.end_ns, title=pl._title(res)),
+                        out / "gantt.png")
+                written["gantt.png"] = FILES["gantt.png"]
+            if links_df is not None and not links_df.empty:
+                pl.save(pl.links_figure(links_df, title=pl._title(res)), out / "links.png")
+                written["links.png"] = FILES["links.png"]
+        except ImportError:
+            res.setdefault("warnings", []).append(
+                "matplotlib is not installed: no PNGs written (pip install 'tracesim[plot]')")
+    res["files"] = written
+    write_json(out / "result.json", json.loads(json.dumps(res, default=_json_default)))
+    return res
+
+
+def _as_result(rep: Replayed) -> Any:
+    from tracesim.engine.replay import ReplayResult
+
+    assert rep.start_ns is not None and rep.end_ns is not None
+    span = int(rep.end_ns.max() - min(0, int(rep.start_ns.min()))) if len(rep.end_ns) else 0
+    return ReplayResult(rep.start_ns, rep.end_ns, span, 0)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Mapping):
+        return dict(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def load_result(path: str | Path) -> dict:
+    """A result dict from a result directory or a ``result.json`` file."""
+    from tracesim.errors import InputError
+
+    p = Path(path)
+    f = p / "result.json" if p.is_dir() else p
+    if not f.exists():
+        raise InputError(f"no result.json in {p} (write one with tracesim replay ... -o DIR)", p)
+    try:
+        data = json.loads(f.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", f, f"line {exc.lineno}") from None
+    if not isinstance(data, dict) or "iteration_time_s" not in data:
+        raise InputError("not a tracesim result (no iteration_time_s)", f, "iteration_time_s")
+    return data

@@ -1,0 +1,194 @@
+"""The terminal report of a replay, and progress output on stderr.
+
+:func:`report_text` is the plain-text report (used when stdout is not a terminal, in logs
+and in tests); :func:`print_report` prints a rich table when stdout is a terminal (and rich
+is installed), the plain text otherwise. Both show: iteration time, tokens/s, TFLOP/s per
+GPU, MFU, memory per GPU, the breakdown (compute, exposed communication per group kind,
+pipeline bubble, idle) with shares of the iteration, and the critical path's top
+contributors when the result has them (``critical_path``).
+
+:class:`Progress` writes a one-line progress indicator to stderr, only when stderr is a
+terminal; it is a ``(stage, done, total)`` callback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+KIND_ORDER = ("tp", "cp", "ep", "pp", "dp")
+
+
+def fmt_seconds(x: float | None) -> str:
+    """Seconds with a unit that keeps 4 significant digits (s, ms or us)."""
+    if x is None:
+        return "n/a"
+    ax = abs(x)
+    if ax >= 1 or ax == 0:
+        return f"{x:.4g} s"
+    if ax >= 1e-3:
+        return f"{x * 1e3:.4g} ms"
+    return f"{x * 1e6:.4g} us"
+
+
+def _f(x: Any, fmt: str, suffix: str = "") -> str:
+    return "n/a" if x is None else format(x, fmt) + suffix
+
+
+def headline(res: Mapping[str, Any]) -> str:
+    """One line: what ran where."""
+    model = res.get("model")
+    mname = model.get("name") if isinstance(model, Mapping) else model
+    par = res.get("parallel") if isinstance(res.get("parallel"), Mapping) else {}
+    lay = " ".join(f"{k.upper()}{par[k]}" for k in ("tp", "pp", "dp", "cp", "ep")
+                   if k in par and (k in ("tp", "pp", "dp") or par[k] not in (None, 1)))
+    return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
+            f"{res.get('cluster')} ({res.get('gpus')} GPU(s), {res.get('device', '') or '?'})"
+            + (f", {lay}" if lay else ""))
+
+
+def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of the headline metrics."""
+    rows = [("iteration time", fmt_seconds(res.get("iteration_time_s")))]
+    m = res.get("measured_step_time_s")
+    if m is not None:
+        err = (res["iteration_time_s"] - m) / m * 100 if m else 0.0
+        rows.append(("measured", f"{fmt_seconds(m)} (error {err:+.2f}%)"))
+    rows += [
+        ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
+        ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),
+        ("MFU", _f(res.get("mfu"), ".1%")),
+        ("memory per GPU", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
+    ]
+    return rows
+
+
+def breakdown_rows(res: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """(part, seconds, share of the iteration) rows; zero parts are left out except compute."""
+    bd = res.get("breakdown") or {}
+    it = float(res.get("iteration_time_s") or 0.0)
+    rows = [("compute", float(bd.get("compute_s") or 0.0))]
+    ex = bd.get("exposed_comm_s") or {}
+    for k in (*KIND_ORDER, *sorted(set(ex) - set(KIND_ORDER))):
+        if ex.get(k):
+            rows.append((f"exposed {k} comm", float(ex[k])))
+    for k in ("bubble", "idle"):
+        if bd.get(f"{k}_s"):
+            rows.append((k if k == "idle" else "pipeline bubble", float(bd[f"{k}_s"])))
+    return [(n, v, v / it if it else 0.0) for n, v in rows]
+
+
+def report_text(res: Mapping[str, Any], top: int = 8) -> str:
+    """The plain-text report."""
+    lines = [headline(res)]
+    for label, value in metric_rows(res):
+        lines.append(f"  {label:<18} {value}")
+    if res.get("breakdown"):
+        lines.append("  breakdown (mean over simulated ranks):")
+        for name, v, share in breakdown_rows(res):
+            lines.append(f"    {name:<20} {fmt_seconds(v):>11}  {share:6.1%}")
+    cp = res.get("critical_path") or []
+    if cp:
+        lines.append("  critical path, top contributors:")
+        for row in cp[:top]:
+            lines.append(f"    {row['name'][:44]:<44} {row['category']:<11} "
+                         f"{fmt_seconds(row['time_s']):>11}  {row['share']:6.1%}  x{row['count']}")
+    files = res.get("files")
+    if isinstance(files, Mapping) and files.get("dir"):
+        lines.append(f"  written to {files['dir']}/ ({', '.join(k for k in files if k != 'dir')})")
+    for w in res.get("warnings", []) or []:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines)
+
+
+def print_report(res: Mapping[str, Any], file: TextIO | None = None, *, rich: bool | None = None) -> None:
+    """Print the report: a rich table on a terminal, else :func:`report_text`."""
+    out = file or sys.stdout
+    use_rich = _isatty(out) if rich is None else rich
+    if use_rich:
+        try:
+            _print_rich(res, out)
+            return
+        except ImportError:
+            pass
+    out.write(report_text(res) + "\n")
+
+
+def _print_rich(res: Mapping[str, Any], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(file=out, highlight=False)
+    con.print(f"[bold]{headline(res)}[/bold]")
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="cyan")
+    t.add_column(justify="right")
+    for label, value in metric_rows(res):
+        t.add_row(label, value)
+    con.print(t)
+    if res.get("breakdown"):
+        b = Table(title="where the iteration goes (mean over simulated ranks)", title_justify="left")
+        b.add_column("part")
+        b.add_column("time", justify="right")
+        b.add_column("share", justify="right")
+        b.add_column("")
+        for name, v, share in breakdown_rows(res):
+            b.add_row(name, fmt_seconds(v), f"{share:.1%}", "#" * int(round(share * 30)))
+        con.print(b)
+    cp = res.get("critical_path") or []
+    if cp:
+        c = Table(title="critical path: top contributors", title_justify="left")
+        for col, just in (("op", "left"), ("class", "left"), ("time", "right"),
+                          ("share", "right"), ("count", "right")):
+            c.add_column(col, justify=just)  # type: ignore[arg-type]
+        for row in cp[:8]:
+            c.add_row(row["name"], row["category"], fmt_seconds(row["time_s"]),
+                      f"{row['share']:.1%}", str(row["count"]))
+        con.print(c)
+    files = res.get("files")
+    if isinstance(files, Mapping) and files.get("dir"):
+        con.print(f"written to [bold]{files['dir']}/[/bold]: {', '.join(k for k in files if k != 'dir')}")
+    for w in res.get("warnings", []) or []:
+        con.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _isatty(f: Any) -> bool:
+    try:
+        return bool(f.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """``(stage, done, total)`` callback printing one updating line on stderr (a terminal
+    only; elsewhere it does nothing). At most ``hz`` updates per second."""
+
+    def __init__(self, stream: TextIO | None = None, hz: float = 5.0, force: bool = False):
+        self.stream = stream or sys.stderr
+        self.enabled = force or _isatty(self.stream)
+        self.min_dt = 1.0 / hz
+        self._last = 0.0
+        self._shown = False
+        self._t0 = time.perf_counter()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if done < total and now - self._last < self.min_dt:
+            return
+        self._last = now
+        pct = 100.0 * done / total if total else 100.0
+        self.stream.write(f"\r{stage:<8} {pct:5.1f}%  {done:,}/{total:,} tasks  "
+                          f"{now - self._t0:6.1f} s ")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        """Erase the progress line."""
+        if self._shown:
+            self.stream.write("\r" + " " * 60 + "\r")
+            self.stream.flush()
+            self._shown = False

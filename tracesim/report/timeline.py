@@ -1,0 +1,193 @@
+"""The simulated timeline as a Chrome / Kineto trace (``timeline.json.gz``).
+
+Open it in Perfetto (ui.perfetto.dev) or chrome://tracing. Layout:
+
+* one process per simulated rank (``pid`` = rank, named ``rank R``), one thread per lane
+  (``tid`` = the lane's index on its rank, named after the lane: ``compute``, ``comm:tp``,
+  ``comm:pp_fs``, ``cpu:1234``, ``stream:7``);
+* one complete event (``ph: X``) per task, times in microseconds with nanosecond
+  precision; GPU lanes' events have ``cat: kernel`` and ``args.stream`` like Kineto's, CPU
+  lanes' ``cat: cpu_op``;
+* collectives and send/recv are named ``ncclDevKernel_<Collective>_<kind>`` (so trace
+  analysers such as HTA classify them as communication) and carry ``Collective name``,
+  ``msg_bytes``, ``Group size``, ``Process Group Name`` and ``Process Group Ranks``;
+* flow arrows (``ph: s`` / ``f``, ``cat: dependency``) for task-graph edges whose two ends
+  are on different lanes.
+
+Bounded for big runs: only the ranks that were simulated (a symmetric replay simulates one
+representative per pipeline stage), at most ``max_ranks`` of them (the lowest rank numbers),
+and at most ``max_flows`` arrows (the earliest by source end time). What was left out is
+written in the trace's ``tracesim`` header.
+
+:func:`write_kineto_ranks` writes the same events as one file per rank with Kineto's
+``distributedInfo`` header, which is what Holistic Trace Analysis (``TraceAnalysis``) reads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracesim.workload.graph import COMM_KINDS, TaskGraph
+
+#: defaults that keep a timeline openable in a browser
+MAX_RANKS = 64
+MAX_FLOWS = 20_000
+
+_CAMEL = {
+    "all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+    "all_to_all": "AllToAll", "broadcast": "Broadcast", "reduce": "Reduce", "send": "SendRecv",
+    "recv": "SendRecv", "barrier": "Barrier",
+}
+
+
+def select_ranks(graph: TaskGraph, max_ranks: int = MAX_RANKS) -> list[int]:
+    """The ranks a timeline shows: the simulated ones, the lowest ``max_ranks``."""
+    ranks = sorted(int(r) for r in np.unique(graph.tasks["rank"].to_numpy()))
+    return ranks[:max_ranks]
+
+
+def chrome_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, *,
+                  ranks: list[int] | None = None, max_flows: int = MAX_FLOWS,
+                  methods: np.ndarray | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """Trace events of the given ranks and a summary of what was kept.
+
+    Args:
+        graph: the replayed graph.
+        start_ns, end_ns: simulated task times (the engine's ReplayResult).
+        ranks: ranks to include (default :func:`select_ranks`).
+        max_flows: cap on dependency arrows.
+        methods: per-task scaling method, written into each event's args when given.
+    """
+    t = graph.tasks
+    lanes = graph.lanes
+    all_ranks = sorted(int(r) for r in np.unique(t["rank"].to_numpy()))
+    ranks = select_ranks(graph) if ranks is None else ranks
+    keep_rank = np.isin(t["rank"].to_numpy(), ranks)
+    lane_rank = lanes["rank"].to_numpy()
+    lane_names = lanes["name"].astype(str).to_numpy()
+    lane_kind = lanes["kind"].astype(str).to_numpy()
+    # tid: position of the lane among its rank's lanes
+    tid = np.zeros(len(lanes), dtype=np.int64)
+    for r in np.unique(lane_rank):
+        idx = np.flatnonzero(lane_rank == r)
+        tid[idx] = np.arange(len(idx))
+    ev: list[dict] = []
+    for r in ranks:
+        ev.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
+        ev.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
+        for ln in np.flatnonzero(lane_rank == r).tolist():
+            ev.append({"ph": "M", "name": "thread_name", "pid": r, "tid": int(tid[ln]),
+                       "args": {"name": str(lane_names[ln])}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": int(tid[ln]),
+                       "args": {"sort_index": int(tid[ln])}})
+    idx = np.flatnonzero(keep_rank)
+    cols = {c: t[c].to_numpy()[idx] for c in ("rank", "lane", "kind", "name", "op_class", "phase",
+                                              "layer", "collective", "group", "group_kind",
+                                              "msg_bytes", "peer", "flops")}
+    s = start_ns[idx]
+    e = end_ns[idx]
+    groups = graph.groups
+    sym = t["sym_group"].to_numpy()[idx] if "sym_group" in t else None
+    for j, task in enumerate(idx.tolist()):
+        lane = int(cols["lane"][j])
+        kind = str(cols["kind"][j])
+        gpu = lane_kind[lane] == "gpu"
+        args: dict[str, Any] = {"task_id": task, "correlation": task, "External id": task,
+                                "phase": str(cols["phase"][j]), "op_class": str(cols["op_class"][j])}
+        if gpu:
+            args["stream"] = int(tid[lane]) + 1
+            args["device"] = int(cols["rank"][j])
+        if int(cols["layer"][j]) >= 0:
+            args["layer"] = int(cols["layer"][j])
+        if methods is not None:
+            args["method"] = str(methods[task])
+        if kind in COMM_KINDS:
+            coll = str(cols["collective"][j]) or kind
+            gk = str(cols["group_kind"][j]) or "other"
+            name = f"ncclDevKernel_{_CAMEL.get(coll, coll.title().replace('_', ''))}_{gk}"
+            g = int(cols["group"][j])
+            if g < 0 and sym is not None:
+                g = int(sym[j])
+            members = list(groups[g]) if 0 <= g < len(groups) else []
+            args.update({"op": str(cols["name"][j]), "Collective name": coll,
+                         "msg_bytes": int(cols["msg_bytes"][j]), "group_kind": gk,
+                         "Group size": len(members) if members else 2,
+                         "Process Group Name": f"{gk}{g}" if g >= 0 else gk,
+                         "Process Group Ranks": str(members)})
+            if int(cols["peer"][j]) >= 0:
+                args["peer"] = int(cols["peer"][j])
+        else:
+            name = str(cols["name"][j])
+            if float(cols["flops"][j]) > 0:
+                args["flops"] = float(cols["flops"][j])
+        ev.append({"ph": "X", "cat": "kernel" if gpu else "cpu_op", "name": name,
+                   "pid": int(cols["rank"][j]), "tid": int(tid[lane]),
+                   "ts": round(int(s[j]) / 1e3, 3), "dur": round(int(e[j] - s[j]) / 1e3, 3),
+                   "args": args})
+    # dependency arrows across lanes
+    src = graph.edges["src"].to_numpy()
+    dst = graph.edges["dst"].to_numpy()
+    tl = t["lane"].to_numpy()
+    cross = (tl[src] != tl[dst]) & keep_rank[src] & keep_rank[dst]
+    src, dst = src[cross], dst[cross]
+    n_cross = len(src)
+    order = np.argsort(end_ns[src], kind="stable")[:max_flows]
+    trank = t["rank"].to_numpy()
+    for k, o in enumerate(order.tolist()):
+        a, b = int(src[o]), int(dst[o])
+        ev.append({"ph": "s", "id": k, "cat": "dependency", "name": "dep", "pid": int(trank[a]),
+                   "tid": int(tid[tl[a]]), "ts": round(int(end_ns[a]) / 1e3, 3)})
+        ev.append({"ph": "f", "bp": "e", "id": k, "cat": "dependency", "name": "dep",
+                   "pid": int(trank[b]), "tid": int(tid[tl[b]]),
+                   "ts": round(int(max(start_ns[b], end_ns[a])) / 1e3, 3)})
+    info = {"ranks_shown": ranks, "ranks_simulated": len(all_ranks), "tasks_shown": int(len(idx)),
+            "flow_arrows": int(len(order)), "cross_lane_edges": int(n_cross),
+            "max_flows": max_flows}
+    return ev, info
+
+
+def write_timeline(path: str | Path, graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
+                   *, max_ranks: int = MAX_RANKS, max_flows: int = MAX_FLOWS,
+                   methods: np.ndarray | None = None, meta: dict | None = None) -> dict[str, Any]:
+    """Write ``timeline.json.gz`` (module docstring); returns what was kept."""
+    events, info = chrome_events(graph, start_ns, end_ns, ranks=select_ranks(graph, max_ranks),
+                                 max_flows=max_flows, methods=methods)
+    doc = {"schemaVersion": 1, "displayTimeUnit": "ns",
+           "tracesim": {**info, **(meta or {})}, "traceEvents": events}
+    _dump_gz(Path(path), doc)
+    return info
+
+
+def write_kineto_ranks(folder: str | Path, graph: TaskGraph, start_ns: np.ndarray,
+                       end_ns: np.ndarray, *, max_ranks: int = MAX_RANKS,
+                       max_flows: int = MAX_FLOWS, methods: np.ndarray | None = None) -> list[Path]:
+    """One Kineto-style trace per rank (``rank<R>.json.gz``), for HTA's TraceAnalysis."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = select_ranks(graph, max_ranks)
+    world = len(np.unique(graph.tasks["rank"].to_numpy()))
+    out = []
+    for r in ranks:
+        events, _ = chrome_events(graph, start_ns, end_ns, ranks=[r], max_flows=max_flows,
+                                  methods=methods)
+        doc = {"schemaVersion": 1,
+               "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world},
+               "displayTimeUnit": "ns", "traceEvents": events}
+        p = folder / f"rank{r}.json.gz"
+        _dump_gz(p, doc)
+        out.append(p)
+    return out
+
+
+def _dump_gz(path: Path, doc: dict) -> None:
+    """Write JSON (``": "`` separators: HTA finds the rank with a regex) gzipped, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+        json.dump(doc, f, separators=(",", ": "))
+    tmp.replace(path)
