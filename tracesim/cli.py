@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "netbench",
     "sweep",
     "convert",
+    "compare",
 )
 
 

@@ -62,37 +62,10 @@ def command(source: Path | None, out: Path | None, as_json: bool, strict: bool, 
 
     Times are seconds, throughput tokens/s, TFLOP/s per GPU. Exit code 2 on bad input.
     """
-    retarget = any(flags.get(k) is not None for k in _RETARGET_KEYS)
-    only_cluster = flags.get("cluster") is not None and not any(
-        flags.get(k) is not None for k in _RETARGET_KEYS if k != "cluster")
     progress = Progress()
     try:
-        if (source is not None and only_cluster and source_kind(source) == "workload"
-                and not (source / "template.yaml").exists()):
-            # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
-            from tracesim.interop.workload import replay_workload
-            from tracesim.workload.graph_io import load_graph
-
-            rep = Replayed(replay_workload(load_graph(source), str(flags["cluster"])))
-        elif retarget:
-            from tracesim.retarget import simulate_retarget
-
-            opts = {k: v for k, v in flags.items() if v is not None}
-            if opts.get("template") not in (None, "analytic") and source is None:
-                source, opts["template"] = Path(str(opts["template"])), None
-                opts = {k: v for k, v in opts.items() if v is not None}
-            opts["strict"] = strict
-            opts["full"] = full
-            run = simulate_retarget(str(source) if source else None, opts,
-                                    record_links=out is not None, progress=progress)
-            rep = Replayed(run.result, run.graph, run.replay.start_ns, run.replay.end_ns,
-                           run.task_methods() if out is not None else None, run.per_rank,
-                           run.links, run.network.topology)
-        else:
-            if source is None:
-                raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
-                                 "layout flags to retarget", "SOURCE")
-            rep = _self_replay(source)
+        rep = run_replay(source, flags, strict=strict, full=full, detail=out is not None,
+                         progress=progress)
     finally:
         progress.close()
     if out is not None:
@@ -103,6 +76,46 @@ def command(source: Path | None, out: Path | None, as_json: bool, strict: bool, 
         click.echo(json.dumps(res, indent=2, default=_json_default))
     else:
         print_report(res)
+
+
+def run_replay(source: Path | None, flags: dict[str, Any], *, strict: bool = False,
+               full: bool = False, detail: bool = False,
+               progress: Any = None) -> Replayed:
+    """What ``tracesim replay`` runs, as a :class:`~tracesim.report.resultdir.Replayed`.
+
+    ``flags`` are the command's options by parameter name (``model``, ``cluster``, ``tp``,
+    ..., ``network``; None = not given); ``detail`` also records per-link traffic and
+    per-task scaling methods (for a result directory).
+    """
+    flags = {k: flags.get(k) for k in (*_RETARGET_KEYS, "template", "attention", "network")}
+    retarget = any(flags.get(k) is not None for k in _RETARGET_KEYS)
+    only_cluster = flags.get("cluster") is not None and not any(
+        flags.get(k) is not None for k in _RETARGET_KEYS if k != "cluster")
+    if (source is not None and only_cluster and source_kind(source) == "workload"
+            and not (source / "template.yaml").exists()):
+        # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
+        from tracesim.interop.workload import replay_workload
+        from tracesim.workload.graph_io import load_graph
+
+        return Replayed(replay_workload(load_graph(source), str(flags["cluster"])))
+    if retarget:
+        from tracesim.retarget import simulate_retarget
+
+        opts = {k: v for k, v in flags.items() if v is not None}
+        if opts.get("template") not in (None, "analytic") and source is None:
+            source, opts["template"] = Path(str(opts["template"])), None
+            opts = {k: v for k, v in opts.items() if v is not None}
+        opts["strict"] = strict
+        opts["full"] = full
+        run = simulate_retarget(str(source) if source else None, opts,
+                                record_links=detail, progress=progress)
+        return Replayed(run.result, run.graph, run.replay.start_ns, run.replay.end_ns,
+                        run.task_methods() if detail else None, run.per_rank,
+                        run.links, run.network.topology)
+    if source is None:
+        raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
+                         "layout flags to retarget", "SOURCE")
+    return _self_replay(source)
 
 
 def _json_default(o: Any) -> Any:

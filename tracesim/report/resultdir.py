@@ -173,7 +173,7 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
             res.setdefault("warnings", []).append(
                 "matplotlib is not installed: no PNGs written (pip install 'tracesim[plot]')")
     res["files"] = written
-    write_json(out / "result.json", json.loads(json.dumps(res, default=_json_default)))
+    write_json(out / "result.json", json.loads(json.dumps(res, default=json_default)))
     return res
 
 
@@ -185,7 +185,7 @@ def _as_result(rep: Replayed) -> Any:
     return ReplayResult(rep.start_ns, rep.end_ns, span, 0)
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     if hasattr(o, "tolist"):

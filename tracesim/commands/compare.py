@@ -1,0 +1,104 @@
+"""``tracesim compare``: several replays side by side (one table, one PNG chart).
+
+Each RUN is a result directory written by ``tracesim replay ... -o DIR`` (or its
+``result.json``), or a replay spec: a ``replay`` command line in one quoted string
+(``"replay --model llama3-70b --cluster h100x1024 --tp 8 --pp 8 --dp 16"``; a leading
+``tracesim`` is allowed too). ``--common`` adds the same arguments to every spec.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracesim.errors import InputError
+from tracesim.report.compare import compare_table, default_labels, format_table
+from tracesim.report.resultdir import enrich, json_default, load_result
+from tracesim.report.terminal import Progress
+
+
+def load_run(spec: str, common: str = "") -> dict[str, Any]:
+    """A result dict from a result directory / result.json, or by running a replay spec."""
+    p = Path(spec)
+    if p.exists():
+        return load_result(p)
+    args = shlex.split(spec)
+    if args[:1] == ["tracesim"]:
+        args = args[1:]
+    if args[:1] != ["replay"]:
+        raise InputError(f"{spec!r} is neither a result directory / result.json nor a replay "
+                         "spec (\"replay --model M --cluster C --tp 8 ...\")", spec)
+    from tracesim.commands.replay import command as replay_command
+    from tracesim.commands.replay import run_replay
+
+    args = args[1:] + shlex.split(common)
+    try:
+        ctx = replay_command.make_context("replay", args)
+    except click.exceptions.Exit:
+        raise InputError("a replay spec cannot ask for --help", spec) from None
+    except click.ClickException as exc:
+        raise InputError(f"bad replay spec: {exc.format_message()}", spec) from None
+    params = dict(ctx.params)
+    for k in ("output", "out", "as_json"):
+        if params.pop(k, None):
+            raise InputError("a replay spec cannot write files or print JSON (-o / --json): "
+                             "give compare -o instead", spec)
+    progress = Progress()
+    try:
+        rep = run_replay(params.pop("source"), params, strict=bool(params.pop("strict")),
+                         full=bool(params.pop("full")), progress=progress)
+    finally:
+        progress.close()
+    return enrich(rep)
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--common", default="", help="Replay arguments added to every spec (quoted).")
+@click.option("--labels", help="Comma-separated labels, one per RUN (default: what differs).")
+@click.option("-o", "--output", "out", type=click.Path(path_type=Path),
+              help="Directory for compare.png, compare.json and compare.csv.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | None,
+            as_json: bool) -> None:
+    """Compare RUNs (result directories, or quoted "replay ..." command lines) side by side.
+
+    For each metric the table gives every run's value, the winner (lowest time / memory,
+    highest tokens/s, TFLOP/s, MFU) and the ratio winner vs runner-up. Times in seconds.
+    """
+    results = [load_run(r, common) for r in runs]
+    if labels:
+        names = [x.strip() for x in labels.split(",")]
+        if len(names) != len(runs):
+            raise InputError(f"--labels has {len(names)} labels for {len(runs)} runs", "--labels")
+    else:
+        names = default_labels(results, [Path(r).name if Path(r).exists() else r for r in runs])
+    if len(set(names)) != len(names):
+        names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
+    table = compare_table(results, names)
+    doc = {"labels": names, "runs": list(runs),
+           "metrics": json.loads(table.to_json(orient="records")),
+           "results": results}
+    if out is not None:
+        from tracesim.fileio import write_json
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "compare.json", json.loads(json.dumps(doc, default=json_default)))
+        table.to_csv(out / "compare.csv", index=False)
+        try:
+            from tracesim.report.plots import compare_figure, save
+
+            save(compare_figure(names, results), out / "compare.png")
+        except ImportError:
+            click.echo("tracesim: warning: matplotlib is not installed, no compare.png "
+                       "(pip install 'tracesim[plot]')", err=True)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=json_default))
+        return
+    click.echo(format_table(table, names))
+    if out is not None:
+        click.echo(f"written to {out}/ (compare.png, compare.json, compare.csv)")

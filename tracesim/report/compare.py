@@ -1,0 +1,154 @@
+"""Several replay results side by side: one table, one chart, a winner and a ratio per metric.
+
+:func:`compare_table` takes result dicts (``replay --json`` objects, ``result.json`` files)
+and returns one row per metric with one column per run, the ``winner`` (the best run: lowest
+for times and memory, highest for throughput, TFLOP/s and MFU) and ``ratio``: how many times
+better the winner is than the runner-up (``>= 1``; for 'lower is better' metrics the
+runner-up's value over the winner's, else the winner's over the runner-up's). A metric
+missing from any run, or whose runner-up is 0, has no ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+#: (key, label, better) in table order; keys are result keys or breakdown parts
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("iteration_time_s", "iteration time (s)", "lower"),
+    ("tokens_per_s", "tokens/s", "higher"),
+    ("tflops_per_gpu", "TFLOP/s per GPU", "higher"),
+    ("mfu", "MFU", "higher"),
+    ("memory_gib_per_gpu", "memory per GPU (GiB)", "lower"),
+    ("compute_s", "compute (s)", "lower"),
+    ("exposed_tp_s", "exposed tp comm (s)", "lower"),
+    ("exposed_cp_s", "exposed cp comm (s)", "lower"),
+    ("exposed_ep_s", "exposed ep comm (s)", "lower"),
+    ("exposed_pp_s", "exposed pp comm (s)", "lower"),
+    ("exposed_dp_s", "exposed dp comm (s)", "lower"),
+    ("bubble_s", "pipeline bubble (s)", "lower"),
+    ("idle_s", "idle (s)", "lower"),
+)
+
+
+def flat_metrics(res: Mapping[str, Any]) -> dict[str, float | None]:
+    """The metrics of :data:`METRICS` from one result dict (None when absent)."""
+    bd = res.get("breakdown") or {}
+    ex = bd.get("exposed_comm_s") or {}
+    out: dict[str, float | None] = {}
+    for key, _, _ in METRICS:
+        if key.startswith("exposed_"):
+            v = ex.get(key[len("exposed_"):-2])
+        elif key in ("compute_s", "bubble_s", "idle_s"):
+            v = bd.get(key)
+        else:
+            v = res.get(key)
+        out[key] = None if v is None else float(v)
+    return out
+
+
+def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
+                  keep_zero: bool = False) -> pd.DataFrame:
+    """One row per metric: ``metric``, ``better``, one column per label, ``winner``, ``ratio``.
+
+    Breakdown rows that are zero in every run are left out unless ``keep_zero``."""
+    if len(results) != len(labels):
+        raise ValueError("one label per result")
+    vals = [flat_metrics(r) for r in results]
+    rows = []
+    for key, name, better in METRICS:
+        col = [v[key] for v in vals]
+        if key not in ("iteration_time_s",) and all(not c for c in col) and not keep_zero:
+            continue
+        row: dict[str, Any] = {"metric": name, "key": key, "better": better}
+        row.update(dict(zip(labels, col, strict=True)))
+        winner, ratio = _winner(col, better)
+        row["winner"] = labels[winner] if winner is not None else None
+        row["ratio"] = ratio
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _winner(col: Sequence[float | None], better: str) -> tuple[int | None, float | None]:
+    if any(c is None for c in col) or not col:
+        return None, None
+    vals = [float(c) for c in col]  # type: ignore[arg-type]
+    order = sorted(range(len(vals)), key=lambda i: (vals[i] if better == "lower" else -vals[i], i))
+    w = order[0]
+    if len(vals) == 1:
+        return w, 1.0
+    r = order[1]
+    if better == "lower":
+        ratio = vals[r] / vals[w] if vals[w] > 0 else None
+    else:
+        ratio = vals[w] / vals[r] if vals[r] > 0 else None
+    if len(set(vals)) == 1:
+        ratio = 1.0
+    return w, ratio
+
+
+def default_labels(results: Sequence[Mapping[str, Any]], fallback: Sequence[str]) -> list[str]:
+    """Short labels: what differs between the runs (model, cluster, layout, batch), else
+    ``fallback`` (spec strings or paths)."""
+    def parts(r: Mapping[str, Any]) -> dict[str, str]:
+        model = r.get("model")
+        par = r.get("parallel") if isinstance(r.get("parallel"), Mapping) else {}
+        d = {"model": str(model.get("name") if isinstance(model, Mapping) else model),
+             "cluster": str(r.get("cluster")), "device": str(r.get("device"))}
+        for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute",
+                  "schedule", "sp", "fsdp"):
+            if k in par:
+                d[k] = str(par[k])
+        net = (r.get("replay") or {}).get("network") if isinstance(r.get("replay"), Mapping) else None
+        if net:
+            d["network"] = str(net)
+        return d
+
+    ps = [parts(r) for r in results]
+    keys = [k for k in ps[0] if any(p.get(k) != ps[0].get(k) for p in ps)] if ps else []
+    short = {"micro_batch": "mb", "cluster": "", "model": "", "device": ""}
+    labels = []
+    for p in ps:
+        bits = []
+        for k in keys:
+            pre = short.get(k, k)
+            bits.append(f"{pre}{p.get(k)}" if pre else str(p.get(k)))
+        labels.append(" ".join(bits))
+    if not keys or len(set(labels)) != len(labels):
+        return list(fallback)
+    return labels
+
+
+def format_table(df: pd.DataFrame, labels: Sequence[str]) -> str:
+    """Plain-text table of :func:`compare_table`."""
+    head = ["metric", *labels, "winner", "ratio"]
+    body = []
+    for _, row in df.iterrows():
+        body.append([row["metric"], *(_fmt(row["key"], row[lb]) for lb in labels),
+                     str(row["winner"] or "-"),
+                     "-" if row["ratio"] is None or pd.isna(row["ratio"]) else f"{row['ratio']:.3f}x"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
+    lines = ["  ".join(str(h).ljust(w) if i == 0 else str(h).rjust(w)
+                       for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in body:
+        lines.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
+                               for i, (x, w) in enumerate(zip(r, widths, strict=True))))
+    return "\n".join(lines)
+
+
+def _fmt(key: str, v: Any) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "n/a"
+    v = float(v)
+    if key == "mfu":
+        return f"{v:.1%}"
+    if key == "tokens_per_s":
+        return f"{v:,.0f}"
+    if key in ("tflops_per_gpu", "memory_gib_per_gpu"):
+        return f"{v:.1f}"
+    if v == 0:
+        return "0"
+    return f"{v:.4g}"
