@@ -20,7 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.test_fuzz_mutators import (
+    ACTIONS,
     BYTE_EDITS,
+    JSON_VALUES,
     TREE_EDITS,
     edit_tree,
     expect_clean,
@@ -349,3 +351,97 @@ def test_hostile_yaml_is_an_input_error_quickly(tmp_path):
     for (case, what), line in zip(cases, lines, strict=True):
         assert line.startswith("InputError") and "hostile" in line, (case, what, line[:300])
         expect_clean(f"hostile YAML: {what}", lambda: None)
+
+
+# ----------------------------------------------------------------------------- retargeting
+
+#: values that keep the workload small (a spec asking for 2**31 layers is slow, not broken)
+SMALL_VALUES = st.one_of(
+    st.sampled_from([0, -1, 1, 2, 3, 7, 64, 0.5, -0.0, 1e-300, float("nan"), float("inf"), True,
+                     None, "", "x", "bf16", "1f1b", [], {}, [1, 2], {"kind": "nvswitch"}]),
+    st.integers(min_value=-8, max_value=256), st.floats(min_value=-10, max_value=1e4),
+    st.text(max_size=8),
+)
+
+
+def _template_ops() -> tuple[str, ...]:
+    from tracesim.workload.template import TemplateOp
+
+    return tuple(f.name for f in __import__("dataclasses").fields(TemplateOp))
+
+
+@fuzz_settings(150)
+@given(st.sampled_from(("gpt-tiny", "llama-tiny")), st.lists(
+    st.tuples(st.integers(min_value=0, max_value=2**31), st.sampled_from(_template_ops()),
+              st.one_of(SMALL_VALUES, JSON_VALUES)), min_size=1, max_size=3))
+def test_layer_template_fields(name, edits):
+    """A value of the wrong type in any field of any op of template.yaml, then a retarget."""
+    tree = _parse("layer template", _text("layer template", name))
+    for i, field, value in edits:
+        tree["ops"][i % len(tree["ops"])][field] = value
+    _check("field types", "layer template", _dump("layer template", tree))
+
+
+@fuzz_settings(120)
+@given(st.sampled_from(("model", "cluster")), st.lists(
+    st.tuples(st.integers(min_value=0, max_value=2**31), st.sampled_from(ACTIONS), SMALL_VALUES,
+              st.text(max_size=6)), min_size=1, max_size=3))
+def test_retarget_with_damaged_specs(which, edits):
+    """A damaged model or cluster spec (small values only), through a full retarget."""
+    from tracesim.retarget import run_retarget
+
+    model = _parse("model", _text("model", "gpt-tiny"))
+    cluster = _parse("cluster", _text("cluster", "h100x8"))
+    if which == "model":
+        model = edit_tree(model, edits)
+    else:
+        cluster = edit_tree(cluster, edits)
+    with tempfile.TemporaryDirectory() as d:
+        mp, cp = Path(d) / "m.yaml", Path(d) / "c.yaml"
+        mp.write_bytes(_dump("model", model))
+        cp.write_bytes(_dump("cluster", cluster))
+        expect_clean(f"retarget: damaged {which}", lambda: run_retarget(
+            None, {"model": str(mp), "cluster": str(cp), "dp": 2}), allow_replay=True)
+
+
+# ----------------------------------------------------------------------------- expressions
+
+_ATOMS = st.sampled_from(["tp", "pp", "dp", "gpus", "layers", "0", "1", "-1", "2", "64", "65",
+                          "0.5", "1e308", "2**64", "'x'", "true", "(1,)", "()"])
+_BIN = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "==", "<", "!=", " and ", " or "])
+
+
+EXPRESSIONS = st.recursive(_ATOMS, lambda sub: st.one_of(
+    st.builds(lambda a, op, b: f"({a}{op}{b})", sub, _BIN, sub),
+    st.builds(lambda f, a, b: f"{f}({a}, {b})", st.sampled_from(["max", "min", "abs", "ceil"]),
+              sub, sub),
+    st.builds(lambda a: f"not {a}", sub),
+    st.builds(lambda a, b, c: f"({a} if {b} else {c})", sub, sub, sub),
+), max_leaves=12)
+
+
+@fuzz_settings(300)
+@given(EXPRESSIONS)
+def test_sweep_constraint_expressions(text):
+    """Any arithmetic over settings: a boolean, or InputError; never a hang on huge powers."""
+    from tracesim.sweep.expr import parse_expr
+
+    scope = {"tp": 2, "pp": 4, "dp": 8, "gpus": 64, "layers": 32}
+    expect_clean("sweep constraint expression",
+                 lambda: parse_expr(text + " == 1", "s.yaml", "constraints[0]").test(scope))
+
+
+@fuzz_settings(300)
+@given(EXPRESSIONS)
+def test_layer_template_expressions(text):
+    """The same for template.yaml expressions (evaluated by the builder)."""
+    from tracesim.workload.template import compile_expr, evaluate
+
+    def run():
+        try:
+            compile_expr(text)
+        except ValueError:
+            return  # refused at load: template_from_dict turns this into an InputError
+        evaluate(text, {"tp": 2.0, "pp": 4.0, "dp": 8.0, "gpus": 64.0, "layers": 32.0})
+
+    expect_clean("template expression", run)

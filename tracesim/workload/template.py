@@ -266,7 +266,7 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
         if unknown:
             raise InputError(f"unknown keys {sorted(unknown)}", file, f"ops[{i}]")
         try:
-            op = TemplateOp(**{k: raw[k] for k in raw})
+            op = TemplateOp(**{k: _checked_field(k, raw[k]) for k in raw})
             op.check()
         except (TypeError, ValueError) as exc:
             raise InputError(str(exc), file, f"ops[{i}]") from None
@@ -277,6 +277,48 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
     except ValueError as exc:
         raise InputError(str(exc), file, "ops") from None
     return tpl
+
+
+_EXPR_FIELDS = ("flops", "bytes", "out", "params", "msg_bytes")
+
+
+def _checked_field(key: str, value: Any) -> Any:
+    """``value`` of TemplateOp field ``key`` if its type is right (numbers are accepted for
+    expressions); ValueError says what was expected."""
+    default = {f.name: f.default for f in dataclasses.fields(TemplateOp)}[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if key in _EXPR_FIELDS and number:
+        return str(value)
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = number and value >= 0 and (isinstance(value, int) or not isinstance(default, int))
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        kind = type(default).__name__ if default is not dataclasses.MISSING else "str"
+        raise ValueError(f"{key}: expected {kind}{' >= 0' if kind in ('int', 'float') else ''}, "
+                         f"got {value!r}")
+    if key == "leaves" and value:
+        import json
+
+        try:
+            leaves = json.loads(value)
+        except ValueError:
+            leaves = None
+        if not isinstance(leaves, list) or not all(
+                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) for x in leaves):
+            raise ValueError(f"leaves: expected a JSON list of [op name, shapes], got {value!r}")
+        stack = [x[1] for x in leaves]
+        while stack:  # every shape is a number or an expression
+            v = stack.pop()
+            if isinstance(v, list):
+                stack.extend(v)
+            elif isinstance(v, str):
+                compile_expr(v)
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"leaves: a shape is {v!r}, expected a number or an expression")
+    return value
 
 
 def load_template(path: str | Path) -> LayerTemplate:
