@@ -117,7 +117,11 @@ def evaluate(expr: str, env: Mapping[str, float]) -> float:
     code = compile_expr(expr)
     scope: dict[str, Any] = dict(_FUNCS)
     scope.update(env)
-    return float(eval(code, {"__builtins__": {}}, scope))  # noqa: S307 - AST checked above
+    try:
+        return float(eval(code, {"__builtins__": {}}, scope))  # noqa: S307 - AST checked above
+    except (ArithmeticError, TypeError, ValueError) as exc:  # h/0, ceil(a, b), (-h)**0.5
+        raise InputError(f"template expression {expr!r} cannot be evaluated ({exc})",
+                         "template", "ops") from None
 
 
 @dataclass(frozen=True)
