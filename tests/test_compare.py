@@ -1,0 +1,78 @@
+"""tracesim compare: table, winner and ratio per metric, CLI on result dirs and specs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from tracesim.cli import cli
+from tracesim.report.compare import compare_table, default_labels
+
+
+def _res(it, tok, mfu, mem, tp, cluster="c", tpd=8):
+    return {"iteration_time_s": it, "tokens_per_s": tok, "tflops_per_gpu": mfu * 989, "mfu": mfu,
+            "memory_gib_per_gpu": mem, "cluster": cluster, "model": {"name": "m"},
+            "parallel": {"tp": tpd, "pp": 1, "dp": 1},
+            "breakdown": {"compute_s": it - tp, "exposed_comm_s": {"tp": tp, "dp": 0.0},
+                          "bubble_s": 0.0, "idle_s": 0.0}}
+
+
+def test_winner_and_ratio():
+    a, b, c = _res(2.0, 100.0, 0.4, 50.0, 0.5), _res(1.6, 125.0, 0.5, 60.0, 0.1), _res(4.0, 50.0, 0.2, 40.0, 0.0)
+    df = compare_table([a, b, c], ["a", "b", "c"]).set_index("key")
+    assert df.loc["iteration_time_s", "winner"] == "b"
+    assert df.loc["iteration_time_s", "ratio"] == pytest.approx(2.0 / 1.6)
+    assert df.loc["tokens_per_s", "winner"] == "b"
+    assert df.loc["tokens_per_s", "ratio"] == pytest.approx(1.25)
+    assert df.loc["memory_gib_per_gpu", "winner"] == "c"
+    assert df.loc["memory_gib_per_gpu", "ratio"] == pytest.approx(50.0 / 40.0)
+    assert df.loc["exposed_tp_s", "winner"] == "c"
+    assert pd.isna(df.loc["exposed_tp_s", "ratio"])  # the winner's 0: no finite ratio
+    assert "exposed_dp_s" not in df.index  # zero everywhere: left out
+    assert list(df.loc["mfu", ["a", "b", "c"]]) == [0.4, 0.5, 0.2]
+
+
+def test_default_labels_say_what_differs():
+    a, b = _res(1, 1, 0.1, 1, 0, cluster="x", tpd=8), _res(1, 1, 0.1, 1, 0, cluster="y", tpd=4)
+    assert default_labels([a, b], ["1", "2"]) == ["x tp8", "y tp4"]
+    assert default_labels([a, a], ["1", "2"]) == ["1", "2"]
+
+
+@pytest.mark.slow
+def test_compare_cli(tmp_path):
+    run = CliRunner()
+    common = "--model gpt3-1.7b --cluster h100x8 --micro-batch 1 --global-batch 8"
+    r = run.invoke(cli, ["replay", *common.split(), "--tp", "2", "--pp", "2", "--dp", "2",
+                         "-o", str(tmp_path / "a")], obj={})
+    assert r.exit_code == 0, r.output
+    r = run.invoke(cli, ["compare", str(tmp_path / "a"), "replay --tp 8 --dp 1", "--common", common,
+                         "-o", str(tmp_path / "cmp"), "--json"], obj={})
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["labels"] == ["tp2 pp2 dp2", "tp8 pp1 dp1"]
+    it = next(m for m in doc["metrics"] if m["key"] == "iteration_time_s")
+    t_a, t_b = doc["results"][0]["iteration_time_s"], doc["results"][1]["iteration_time_s"]
+    assert it["winner"] == doc["labels"][0 if t_a < t_b else 1]
+    assert it["ratio"] == pytest.approx(max(t_a, t_b) / min(t_a, t_b))
+    for f in ("compare.png", "compare.json", "compare.csv"):
+        assert (tmp_path / "cmp" / f).exists()
+    assert (tmp_path / "cmp" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    r = run.invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "a" / "result.json"),
+                         "--labels", "one,two"], obj={})
+    assert r.exit_code == 0 and "one" in r.output and "1.000x" in r.output
+
+
+def test_compare_bad_input(tmp_path):
+    run = CliRunner()
+    r = run.invoke(cli, ["compare", str(tmp_path / "missing")], obj={})
+    assert r.exit_code == 2 and "neither a result directory" in r.output
+    r = run.invoke(cli, ["compare", "replay --tp banana"], obj={})
+    assert r.exit_code == 2 and "bad replay spec" in r.output
+    (tmp_path / "x.json").write_text("{}")
+    r = run.invoke(cli, ["compare", str(tmp_path / "x.json")], obj={})
+    assert r.exit_code == 2 and "iteration_time_s" in r.output
+    r = run.invoke(cli, ["compare", str(tmp_path / "x.json"), "--labels", "a,b"], obj={})
+    assert r.exit_code == 2

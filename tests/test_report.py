@@ -1,0 +1,205 @@
+"""The result directory, timeline, links, critical path and breakdowns of a replay."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from tracesim.cli import cli
+from tracesim.report.breakdown import breakdown
+from tracesim.report.critical import critical_path, top_contributors
+from tracesim.report.links import _cumulative
+from tracesim.report.resultdir import Replayed, write_result_dir
+from tracesim.report.timeline import chrome_events
+from tracesim.retarget import run_retarget, simulate_retarget
+
+SMALL = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "dp": 2,
+         "micro_batch": 1, "global_batch": 8}
+DESIGN_KEYS = ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "gpus", "model",
+               "parallel", "cluster", "breakdown", "memory_gib_per_gpu")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def small_run():
+    return simulate_retarget(None, SMALL, record_links=True)
+
+
+@pytest.fixture(scope="module")
+def result_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("res") / "run"
+    args = ["replay", "--model", "gpt3-1.7b", "--cluster", "h100x8", "--tp", "2", "--pp", "2",
+            "--dp", "2", "--micro-batch", "1", "--global-batch", "8", "-o", str(out)]
+    r = CliRunner().invoke(cli, args, obj={})
+    assert r.exit_code == 0, r.output
+    return out, r.output
+
+
+def test_simulate_matches_run_retarget(small_run):
+    plain = run_retarget(None, SMALL)
+    assert plain["iteration_time_s"] == small_run.result["iteration_time_s"]
+    assert plain["breakdown"] == small_run.result["breakdown"]
+    assert small_run.replay.makespan_ns == round(plain["iteration_time_s"] * 1e9)
+    m = Counter(small_run.task_methods())
+    # gpt-tiny's template was recorded on a CPU: every compute op comes from the cost model
+    assert set(m) == {"model", "flow"}
+    assert m["flow"] == int(np.isin(small_run.graph.tasks["kind"], ["coll", "send", "recv"]).sum())
+
+
+def test_result_dir_files(result_dir):
+    out, text = result_dir
+    for f in ("result.json", "timeline.json.gz", "ops.parquet", "links.parquet",
+              "breakdown.png", "gantt.png", "links.png", "kineto/rank0.json.gz"):
+        assert (out / f).exists(), f
+    for f in ("breakdown.png", "gantt.png", "links.png"):
+        assert (out / f).read_bytes()[:8] == PNG
+    res = json.loads((out / "result.json").read_text())
+    for k in DESIGN_KEYS:
+        assert k in res, k
+    assert set(res["breakdown"]["exposed_comm_s"]) >= {"tp", "dp", "pp", "cp", "ep"}
+    assert res["gpus"] == 8 and len(res["per_rank_breakdown"]) == 8
+    assert res["critical_path"] and res["critical_path"][0]["time_s"] > 0
+    assert "iteration time" in text and "critical path" in text and str(out) in text
+
+
+def test_ops_parquet(result_dir, small_run):
+    out, _ = result_dir
+    ops = pd.read_parquet(out / "ops.parquet")
+    assert len(ops) == small_run.graph.n_tasks
+    assert (ops["end_ns"] >= ops["start_ns"]).all()
+    assert (ops["dur_ns"] == ops["end_ns"] - ops["start_ns"]).all()
+    assert ops["end_ns"].max() == small_run.replay.makespan_ns
+    assert set(ops["method"]) == {"model", "flow"}
+    comm = ops[ops["kind"].isin(["coll", "send", "recv"])]
+    assert set(comm["class"]) <= {"tp", "pp", "dp"} and set(comm["class"]) >= {"tp", "pp", "dp"}
+    assert set(ops["lane"]) >= {"compute", "comm:tp", "comm:dp"}
+
+
+def test_links_parquet(result_dir, small_run):
+    out, _ = result_dir
+    links = pd.read_parquet(out / "links.parquet")
+    assert not links.empty
+    # every byte the network moved is in the table, once
+    carried = small_run.network.flows.link_bytes
+    per_link = links.groupby("link")["bytes"].sum()
+    np.testing.assert_allclose(per_link.to_numpy(), carried[per_link.index.to_numpy()], rtol=1e-9)
+    assert links["utilisation"].max() <= 1.0 + 1e-6
+    assert links["utilisation"].max() > 0.5  # gradient all-reduces run at line rate
+    assert links.groupby("link")["bin"].count().eq(200).all()
+    assert (links["t1_ns"] > links["t0_ns"]).all()
+
+
+def test_cumulative_closed_form():
+    # flow A: 100 bytes over [0, 10); flow B: 50 bytes over [5, 10); instant C: 7 bytes at 8
+    s = np.array([0.0, 5.0, 8.0])
+    e = np.array([10.0, 10.0, 8.0])
+    b = np.array([100.0, 50.0, 7.0])
+    got = _cumulative(s, e, b, np.array([0.0, 5.0, 7.5, 8.0, 10.0, 20.0]))
+    np.testing.assert_allclose(got, [0.0, 50.0, 100.0, 80.0 + 30.0 + 7.0, 157.0, 157.0])
+
+
+def test_timeline_structure(result_dir, small_run):
+    out, _ = result_dir
+    with gzip.open(out / "timeline.json.gz", "rt") as f:
+        doc = json.load(f)
+    ev = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    assert procs == {r: f"rank {r}" for r in range(8)}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    lanes = small_run.graph.lanes
+    assert len(threads) == len(lanes)
+    assert sorted(threads.values()) == sorted(lanes["name"].astype(str))
+    slices = [e for e in ev if e["ph"] == "X"]
+    assert len(slices) == small_run.graph.n_tasks
+    for e in slices:  # every slice sits on a named thread of its process
+        assert (e["pid"], e["tid"]) in threads and e["dur"] >= 0
+    comm = [e for e in slices if e["name"].startswith("ncclDevKernel_")]
+    kinds = Counter(e["args"]["group_kind"] for e in comm)
+    assert set(kinds) == {"tp", "pp", "dp"}
+    ar = next(e for e in comm if e["args"]["Collective name"] == "all_reduce")
+    assert ar["args"]["msg_bytes"] > 0 and ar["args"]["Group size"] == 2
+    assert ar["args"]["Process Group Ranks"].startswith("[")
+    sr = [e for e in comm if e["args"]["Collective name"] in ("send", "recv")]
+    assert sr and all(e["args"]["peer"] >= 0 for e in sr)
+    starts = [e for e in ev if e["ph"] == "s"]
+    ends = [e for e in ev if e["ph"] == "f"]
+    assert len(starts) == len(ends) == doc["tracesim"]["flow_arrows"] > 0
+    assert all(f["bp"] == "e" for f in ends)
+    # slices' extent is the simulated iteration (us)
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(small_run.replay.makespan_ns / 1e3, abs=1e-3)
+
+
+def test_timeline_is_bounded(small_run):
+    g, r = small_run.graph, small_run.replay
+    ev, info = chrome_events(g, r.start_ns, r.end_ns, ranks=[0, 5], max_flows=10)
+    assert {e["pid"] for e in ev} == {0, 5}
+    assert sum(e["ph"] == "s" for e in ev) == 10 == info["flow_arrows"]
+    assert info["cross_lane_edges"] > 10
+    assert info["tasks_shown"] == int(np.isin(g.tasks["rank"], [0, 5]).sum())
+
+
+def test_critical_path_adds_up(small_run):
+    g, r = small_run.graph, small_run.replay
+    pieces = critical_path(g, r.start_ns, r.end_ns)
+    assert sum(b - a for _, a, b in pieces) == r.makespan_ns
+    # pieces tile [0, makespan) back to front without overlap
+    for (_, a, _), (_, _, b2) in zip(pieces, pieces[1:], strict=False):
+        assert b2 == a
+    top = top_contributors(g, r.start_ns, r.end_ns, top=100)
+    assert sum(x["time_s"] for x in top) == pytest.approx(r.makespan_ns * 1e-9, rel=1e-9)
+    assert top[0]["share"] >= top[-1]["share"]
+
+
+LAYOUTS = [
+    {"tp": 2, "pp": 2, "dp": 2},
+    {"tp": 1, "pp": 4, "dp": 2, "schedule": "gpipe"},
+    {"tp": 2, "pp": 2, "dp": 2, "vpp": 2, "schedule": "interleaved", "global_batch": 16},
+    {"tp": 8, "pp": 1, "dp": 1},
+    {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lay", LAYOUTS, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
+def test_breakdown_adds_up(lay, tmp_path):
+    opts = {**SMALL, **lay}
+    run = simulate_retarget(None, opts, record_links=True)
+    it = run.result["iteration_time_s"]
+    for rank, bd in run.per_rank.items():
+        total = bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["bubble_s"] + bd["idle_s"]
+        assert total == pytest.approx(it, rel=1e-9, abs=1e-12), rank
+        assert min(bd["compute_s"], bd["bubble_s"], bd["idle_s"], *bd["exposed_comm_s"].values()) >= 0
+    bd = run.result["breakdown"]
+    assert bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["bubble_s"] + bd["idle_s"] == pytest.approx(it, rel=1e-9)
+    # the overlap view (what a trace analyser sees) adds up as well, and agrees on compute
+    res = write_result_dir(tmp_path / "r", Replayed(run.result, run.graph, run.replay.start_ns,
+                                                    run.replay.end_ns, run.task_methods(),
+                                                    run.per_rank, run.links, run.network.topology),
+                           plots=False)
+    for rank, tb in res["timeline_breakdown"].items():
+        total = tb["compute_s"] + sum(tb["exposed_comm_s"].values()) + tb["bubble_s"] + tb["idle_s"]
+        assert total == pytest.approx(it, rel=1e-9)
+        assert tb["compute_s"] == pytest.approx(run.per_rank[int(rank)]["compute_s"], rel=1e-9)
+    if lay["pp"] > 1:
+        assert any(b["bubble_s"] > 0 for b in run.per_rank.values())
+
+
+def test_report_breakdown_overlap_rules(small_run):
+    g, r = small_run.graph, small_run.replay
+    b = breakdown(g, r, 0, 0, r.makespan_ns)
+    assert b["compute_s"] == pytest.approx(small_run.per_rank[0]["compute_s"], rel=1e-9)
+
+
+def test_workload_replay_writes_result_json(tmp_path):
+    # a converted / extracted workload: only result.json and breakdown.png (no graph returned)
+    rep = Replayed({"iteration_time_s": 1.0, "breakdown": {"compute_s": 0.5, "exposed_comm_s": {"dp": 0.5},
+                                                            "bubble_s": 0.0, "idle_s": 0.0}})
+    res = write_result_dir(tmp_path / "w", rep)
+    assert set(res["files"]) == {"dir", "breakdown.png"}
+    assert json.loads((tmp_path / "w" / "result.json").read_text())["iteration_time_s"] == 1.0

@@ -1,0 +1,60 @@
+"""The terminal report (plain and rich) and progress output."""
+
+from __future__ import annotations
+
+import io
+
+from tracesim.report.terminal import Progress, fmt_seconds, print_report, report_text
+
+RES = {
+    "mode": "retarget", "model": {"name": "llama3-70b"}, "cluster": "h100x1024", "gpus": 1024,
+    "device": "h100", "parallel": {"tp": 8, "pp": 8, "dp": 16, "cp": 1, "ep": 1},
+    "iteration_time_s": 7.5, "tokens_per_s": 559240.5, "tflops_per_gpu": 262.9, "mfu": 0.2658,
+    "memory_gib_per_gpu": 61.25,
+    "breakdown": {"compute_s": 4.5, "exposed_comm_s": {"tp": 1.5, "dp": 0.0, "pp": 0.0, "cp": 0.0, "ep": 0.0},
+                  "bubble_s": 1.5, "idle_s": 0.0},
+    "critical_path": [{"name": "all_reduce (tp)", "category": "tp", "time_s": 1.2, "share": 0.16, "count": 99}],
+    "warnings": ["something to know"],
+}
+
+
+def test_report_text_has_every_metric():
+    txt = report_text(RES)
+    for s in ("llama3-70b", "h100x1024", "TP8 PP8 DP16", "7.5 s", "559,240", "262.9", "26.6%",
+              "61.2 GiB", "exposed tp comm", "pipeline bubble", "20.0%", "all_reduce (tp)",
+              "x99", "warning: something to know"):
+        assert s in txt, s
+    assert "exposed dp" not in txt  # zero parts are left out
+    assert "CP1" not in txt
+
+
+def test_rich_report_renders():
+    buf = io.StringIO()
+    print_report(RES, buf, rich=True)
+    out = buf.getvalue()
+    for s in ("iteration time", "7.5 s", "where the iteration goes", "critical path", "20.0%"):
+        assert s in out, s
+    buf = io.StringIO()
+    print_report(RES, buf)  # not a terminal: plain text
+    assert buf.getvalue() == report_text(RES) + "\n"
+
+
+def test_fmt_seconds():
+    assert fmt_seconds(1.5) == "1.5 s"
+    assert fmt_seconds(0.08552) == "85.52 ms"
+    assert fmt_seconds(4.5e-5) == "45 us"
+    assert fmt_seconds(None) == "n/a"
+
+
+def test_progress_only_on_a_terminal():
+    quiet = io.StringIO()
+    p = Progress(quiet)
+    p("replay", 5, 10)
+    assert quiet.getvalue() == ""
+    loud = io.StringIO()
+    p = Progress(loud, force=True, hz=1e9)
+    p("replay", 5, 10)
+    p("replay", 10, 10)
+    p.close()
+    assert "50.0%" in loud.getvalue() and "10/10 tasks" in loud.getvalue()
+    assert loud.getvalue().endswith("\r")
