@@ -445,3 +445,43 @@ def test_layer_template_expressions(text):
         evaluate(text, {"tp": 2.0, "pp": 4.0, "dp": 8.0, "gpus": 64.0, "layers": 32.0})
 
     expect_clean("template expression", run)
+
+
+_POW_SCRIPT = """
+from tracesim.errors import InputError
+from tracesim.sweep.expr import parse_expr
+from tracesim.workload.template import compile_expr, evaluate
+text = "(((((((2**64)**64)**64)**64)**64)**64)**64)"
+try:
+    parse_expr(text + " > 0", "s.yaml", "constraints[0]").test({})
+    print("sweep: ok")
+except InputError as exc:
+    print("sweep: InputError", exc)
+try:
+    parse_expr("'x' * 10**12 == 'y'", "s.yaml", "constraints[1]").test({})
+    print("sweep: ok")
+except InputError as exc:
+    print("sweep: InputError", exc)
+try:
+    compile_expr(text)
+    evaluate(text, {})
+    print("template: ok")
+except (ValueError, InputError) as exc:
+    print("template:", type(exc).__name__, exc)
+"""
+
+
+def test_nested_powers_are_refused_not_computed():
+    """``((2**64)**64)**64...`` has a 2**(6 * 64**6)-bit result: computing it hangs. Both
+    expression languages refuse it (sweep constraints: InputError; templates: at load);
+    ``'x' * 10**12`` (MemoryError) is refused too."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _POW_SCRIPT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sweep, sweep_str, template = proc.stdout.splitlines()
+    assert sweep.startswith("sweep: InputError") and "s.yaml" in sweep, sweep
+    assert sweep_str.startswith("sweep: InputError") and "multiplied" in sweep_str, sweep_str
+    assert template.startswith("template: ValueError"), template

@@ -136,6 +136,11 @@ def _eval(node: ast.AST, scope: Mapping[str, Any]) -> Any:
         left, right = _eval(node.left, scope), _eval(node.right, scope)
         if isinstance(node.op, ast.Pow) and (not isinstance(right, (int, float)) or abs(right) > MAX_EXPONENT):
             raise ValueError(f"exponent {right!r} outside [-{MAX_EXPONENT}, {MAX_EXPONENT}]")
+        if (isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int)
+                and left.bit_length() * right > 4096):  # ((2**64)**64)**64...: never finishes
+            raise ValueError(f"{left!r} ** {right!r} is too large")
+        if isinstance(node.op, ast.Mult) and (isinstance(left, (str, tuple)) or isinstance(right, (str, tuple))):
+            raise ValueError("only numbers can be multiplied")  # 'x' * 10**12: MemoryError
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, scope)
