@@ -107,6 +107,12 @@ def compile_expr(expr: str) -> Any:
             raise ValueError(f"only max/min/ceil calls are allowed in {expr!r}")
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
             raise ValueError(f"only numbers are allowed in {expr!r}")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not (
+                isinstance(node.right, ast.Constant) and isinstance(node.right.value, (int, float))
+                and abs(node.right.value) <= 16
+                and not any(isinstance(n, ast.Pow) for n in ast.walk(node.left))):
+            raise ValueError(f"only a constant exponent up to 16 on a base without powers is "
+                             f"allowed in {expr!r}")  # ((2**64)**64)**64... never finishes
     return compile(tree, "<template expression>", "eval")
 
 
