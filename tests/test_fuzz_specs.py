@@ -485,3 +485,20 @@ def test_nested_powers_are_refused_not_computed():
     assert sweep.startswith("sweep: InputError") and "s.yaml" in sweep, sweep
     assert sweep_str.startswith("sweep: InputError") and "multiplied" in sweep_str, sweep_str
     assert template.startswith("template: ValueError"), template
+
+
+def test_deeply_nested_json_specs_are_input_errors(tmp_path):
+    """json.loads raises RecursionError (not ValueError) on deep nesting."""
+    import pytest
+
+    from tracesim.errors import InputError
+    from tracesim.interop.astrasim_system import load_astrasim_system
+    from tracesim.interop.chakra_import import load_comm_groups
+
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    for load in (load_astrasim_system, load_comm_groups):
+        with pytest.raises(InputError) as e:
+            load(p)
+        assert e.value.file == str(p)
+        expect_clean("deeply nested JSON", lambda: None)

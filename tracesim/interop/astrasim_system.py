@@ -201,7 +201,7 @@ def load_astrasim_system(path: str | Path) -> SystemMapping:
         data = json.loads(p.read_text())
     except FileNotFoundError:
         raise InputError("file not found", p) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"not a JSON file ({exc})", p) from None
     return system_from_astrasim_dict(data, p)
 
