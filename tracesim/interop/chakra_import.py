@@ -120,7 +120,7 @@ def load_comm_groups(path: str | Path | None) -> dict[str, tuple[int, ...]]:
         data = json.loads(p.read_text())
     except FileNotFoundError:
         raise InputError("file not found", p) from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"not a JSON file ({exc})", p) from None
     if not isinstance(data, dict):
         raise InputError("expected a mapping of group id -> list of ranks", p)
