@@ -370,7 +370,7 @@ def _template_ops() -> tuple[str, ...]:
     return tuple(f.name for f in __import__("dataclasses").fields(TemplateOp))
 
 
-@fuzz_settings(150)
+@fuzz_settings(80)
 @given(st.sampled_from(("gpt-tiny", "llama-tiny")), st.lists(
     st.tuples(st.integers(min_value=0, max_value=2**31), st.sampled_from(_template_ops()),
               st.one_of(SMALL_VALUES, JSON_VALUES)), min_size=1, max_size=3))
