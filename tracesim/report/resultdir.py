@@ -118,7 +118,7 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
         max_ranks: ranks in the timeline (default :data:`tracesim.report.timeline.MAX_RANKS`).
         plots: write the PNGs (needs matplotlib; without it they are skipped with a warning).
     """
-    from tracesim.fileio import write_json
+    from tracesim.fileio import atomic_path, write_json
     from tracesim.report import timeline as tl
     from tracesim.report.links import link_utilisation
 
@@ -145,11 +145,13 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
         res["timeline_breakdown"] = {
             str(r): breakdown(g, _as_result(rep), r, t0, t1) for r in info["ranks_shown"]}
         ops = ops_table(g, rep.start_ns, rep.end_ns, rep.methods)
-        ops.to_parquet(out / "ops.parquet", index=False)
+        with atomic_path(out / "ops.parquet") as tmp:
+            ops.to_parquet(tmp, index=False)
         written["ops.parquet"] = FILES["ops.parquet"]
         if rep.topology is not None:
             links_df = link_utilisation(rep.links, rep.topology, t1 - t0, bins=bins)
-            links_df.to_parquet(out / "links.parquet", index=False)
+            with atomic_path(out / "links.parquet") as tmp:
+                links_df.to_parquet(tmp, index=False)
             written["links.parquet"] = FILES["links.parquet"]
             if links_df.empty:
                 res.setdefault("warnings", []).append(
