@@ -84,11 +84,12 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
            "metrics": json.loads(table.to_json(orient="records")),
            "results": results}
     if out is not None:
-        from tracesim.fileio import write_json
+        from tracesim.fileio import atomic_path, write_json
 
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "compare.json", json.loads(json.dumps(doc, default=json_default)))
-        table.to_csv(out / "compare.csv", index=False)
+        with atomic_path(out / "compare.csv") as tmp:
+            table.to_csv(tmp, index=False)
         try:
             from tracesim.report.plots import compare_figure, save
 
