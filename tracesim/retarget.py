@@ -178,7 +178,7 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
         progress: called with (stage, done, total) while building and replaying.
     """
     from tracesim.engine.replay import replay
-    from tracesim.hardware.cluster import load_cluster
+    from tracesim.hardware.cluster import ClusterSpec, load_cluster
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
     from tracesim.workload.breakdown import mean_breakdown, rank_breakdowns
@@ -193,7 +193,7 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     model = _load_model(source, opts)
     if not opts.get("cluster"):
         raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
-    cluster = load_cluster(str(opts["cluster"]))
+    cluster = load_cluster(opts["cluster"] if isinstance(opts["cluster"], ClusterSpec) else str(opts["cluster"]))
     device = get_device(cluster.device)
     par: ParallelSpec = parallel_from_options(opts, model, cluster.gpus)
     if par.world > cluster.gpus:

@@ -230,3 +230,12 @@ def compare_figure(labels: Sequence[str], results: Sequence[Mapping[str, Any]]) 
         a.tick_params(labelleft=False)
         a.set_xlim(0, (vals.max() or 1.0) * 1.35)
     return fig
+
+
+def png_bytes(fig: Any) -> bytes:
+    """``fig`` as PNG bytes (for ``IPython.display.Image`` in notebooks)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
