@@ -128,6 +128,25 @@ def test_keys_follow_content_and_version(tmp_path, monkeypatch):
     assert d.key != a.key
 
 
+def test_keys_follow_the_template_source_content(tmp_path):
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(ROOT / "workloads" / "bundles" / "gpt-tiny", bundle)
+
+    def key(data):
+        return expand_space(space_from_dict(data, tmp_path / "s.yaml"), tmp_path / "o").points[0].key
+
+    with_source = {"source": "bundle", "base": TINY}
+    k1 = key(with_source)
+    assert key(with_source) == k1
+    with open(bundle / "meta.yaml", "a") as fh:
+        fh.write("# re-recorded\n")
+    assert key(with_source) != k1  # a new recording of the same bundle path is a new point
+    analytic = {"base": {**TINY, "template": "analytic"}}
+    assert key(analytic) != key({"base": TINY})
+
+
 def test_duplicates_are_dropped(tmp_path):
     space = space_from_dict({"base": TINY, "axes": {"dp": [2, 2]}, "points": [{"dp": 2}]},
                             tmp_path / "s.yaml")

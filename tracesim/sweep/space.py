@@ -45,9 +45,7 @@ when such a file exists there; names without a suffix are shipped specs (``workl
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +56,7 @@ from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.spec import check_keys
 from tracesim.sweep.expr import Expr, parse_expr
+from tracesim.sweep.resolve import SpecResolver, digest, slug
 
 INT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "nodes")
 BOOL_KEYS = ("sp", "fsdp", "strict", "full")
@@ -127,7 +126,9 @@ class SweepPoint:
         cluster_spec: the resolved (variant) cluster spec mapping.
         cluster_file: where the driver wrote it (``SWEEP_DIR/clusters/<name>-<hash>.yaml``).
         fits_memory, max_memory_gib: the space's filters.
-        key: hex digest of the inputs and the tracesim version (resume key).
+        key: hex digest of the inputs and the tracesim version (resume key): settings,
+            model and cluster spec contents, the content of the template source (the
+            ``source`` bundle / trace, else the family's stored default bundle), filters.
     """
 
     index: int
@@ -261,20 +262,6 @@ def load_space(path: str | Path) -> SweepSpace:
 # ----------------------------------------------------------------------------- expansion
 
 
-def canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, no spaces) used for hashing."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def digest(obj: Any) -> str:
-    """SHA-256 hex digest of :func:`canonical_json` of ``obj``."""
-    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:60]
-
-
 def raw_settings(space: SweepSpace) -> list[dict[str, Any]]:
     """The settings of every point before constraints: product of the axes, then the
     explicit points, each merged over ``base`` (later keys win)."""
@@ -290,64 +277,6 @@ def raw_settings(space: SweepSpace) -> list[dict[str, Any]]:
     for p in space.points:
         out.append({**space.base, **p})
     return out
-
-
-class _Resolver:
-    """Loads model / cluster specs once per distinct setting and builds cluster variants."""
-
-    def __init__(self, space: SweepSpace):
-        self.space = space
-        self._models: dict[str, Any] = {}
-        self._clusters: dict[tuple, Any] = {}
-
-    def path(self, value: str) -> str:
-        candidate = self.space.directory / value
-        if not Path(value).is_absolute() and (Path(value).suffix or "/" in value) and candidate.exists():
-            return str(candidate)
-        return value
-
-    def model(self, value: str):
-        from tracesim.workload.model import WORKLOADS_DIR, load_model
-
-        if value not in self._models:
-            shipped = WORKLOADS_DIR / f"{value}.yaml"
-            resolved = self.path(value)
-            if (not value.endswith((".yaml", ".yml")) and not Path(resolved).exists()
-                    and shipped.exists()):
-                resolved = str(shipped)
-            self._models[value] = load_model(resolved)
-        return self._models[value]
-
-    def cluster(self, value: str, gpu: str | None, nodes: int | None, nic: float | None):
-        from tracesim.hardware.cluster import load_cluster
-        from tracesim.hardware.device import get_device
-
-        k = (value, gpu, nodes, nic)
-        if k in self._clusters:
-            return self._clusters[k]
-        spec = load_cluster(self.path(value))
-        suffix = []
-        f = self.space.file
-        if gpu is not None:
-            get_device(gpu, file=f, where="gpu")
-            spec = spec.replace(device=gpu)
-            suffix.append(gpu)
-        if nodes is not None:
-            if nodes > 1 and spec.inter_node is None:
-                raise InputError(f"cluster {spec.name!r} has no inter_node section, so it cannot "
-                                 f"have {nodes} nodes", f, "nodes")
-            spec = spec.replace(nodes=nodes)
-            suffix.append(f"{nodes}n")
-        if nic is not None:
-            if spec.inter_node is None:
-                raise InputError(f"cluster {spec.name!r} has no inter_node section to set "
-                                 "nic_Gbps on", f, "nic_Gbps")
-            spec = spec.with_nic_Gbps(float(nic))
-            suffix.append(f"nic{nic:g}G")
-        if suffix:
-            spec = spec.replace(name="-".join([spec.name, *suffix]))
-        self._clusters[k] = spec
-        return spec
 
 
 def _scope(settings: Mapping[str, Any], cluster: Any, model: Any) -> dict[str, Any]:
@@ -385,7 +314,7 @@ def expand_space(space: SweepSpace, sweep_dir: str | Path) -> Expansion:
     drop duplicates and compute each point's key. Files are named under ``sweep_dir``
     (``clusters/``, ``models/``) but not written here (:func:`write_spec_files`)."""
     sweep_dir = Path(sweep_dir).resolve()
-    res = _Resolver(space)
+    res = SpecResolver(space.directory, space.file)
     points: list[SweepPoint] = []
     seen: set[str] = set()
     excluded = duplicates = 0
@@ -410,23 +339,24 @@ def expand_space(space: SweepSpace, sweep_dir: str | Path) -> Expansion:
 
 
 def make_point(index: int, settings: Mapping[str, Any], cluster: Any, model: Any,
-               space: SweepSpace, sweep_dir: Path, res: _Resolver) -> SweepPoint:
+               space: SweepSpace, sweep_dir: Path, res: SpecResolver) -> SweepPoint:
     """Build one :class:`SweepPoint` and its key (hash of inputs + tracesim version)."""
     opts = {k: v for k, v in settings.items()
             if v is not None and k not in PATH_KEYS and k not in CLUSTER_VARIANT_KEYS}
     if opts.get("template") == "default":
         del opts["template"]
-    source = res.path(settings["source"]) if settings.get("source") else None
+    source = res.source(settings["source"]) if settings.get("source") else None
     cluster_spec = cluster.to_dict()
     c_hash = digest(cluster_spec)
-    cluster_file = sweep_dir / "clusters" / f"{_slug(cluster.name)}-{c_hash[:12]}.yaml"
+    cluster_file = sweep_dir / "clusters" / f"{slug(cluster.name)}-{c_hash[:12]}.yaml"
     model_spec = model_file = None
     if model is not None:
         model_spec = model.to_dict()
         m_hash = digest(model_spec)
-        model_file = str(sweep_dir / "models" / f"{_slug(model.name)}-{m_hash[:12]}.yaml")
+        model_file = str(sweep_dir / "models" / f"{slug(model.name)}-{m_hash[:12]}.yaml")
     filters = {"fits_memory": space.fits_memory, "max_memory_gib": space.max_memory_gib}
     key = digest({"tracesim": __version__, "source": source, "opts": opts,
+                  "template": res.template_digest(source, model, settings),
                   "model": model_spec, "cluster": cluster_spec, "filters": filters})
     return SweepPoint(index=index, settings=dict(settings), source=source, opts=opts,
                       model_spec=model_spec, model_file=model_file, cluster_spec=cluster_spec,
