@@ -186,8 +186,8 @@ def write_kineto_ranks(folder: str | Path, graph: TaskGraph, start_ns: np.ndarra
 
 def _dump_gz(path: Path, doc: dict) -> None:
     """Write JSON (``": "`` separators: HTA finds the rank with a regex) gzipped, atomically."""
+    from tracesim.fileio import atomic_path
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
         json.dump(doc, f, separators=(",", ": "))
-    tmp.replace(path)
