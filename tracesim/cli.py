@@ -9,6 +9,7 @@ exception is a bug and exits 1 with a hint to rerun with ``--debug``.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -73,13 +74,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-for _name in COMMAND_MODULES:
-    _mod = importlib.import_module(f"tracesim.commands.{_name}")
-    cli.add_command(_mod.command)
+try:
+    for _name in COMMAND_MODULES:
+        _mod = importlib.import_module(f"tracesim.commands.{_name}")
+        cli.add_command(_mod.command)
+except KeyboardInterrupt:  # Ctrl-C while starting up: no traceback
+    sys.exit(130)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C (temporary files removed), exit status 128 + 15."""
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
     """Console-script entry point."""
+    signal.signal(signal.SIGTERM, _terminate)
     cli(obj={})
 
 
