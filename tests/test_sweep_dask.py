@@ -1,5 +1,6 @@
 """End to end on a Dask LocalCluster: 12 points, each equal to the point replayed alone,
-an impossible point recorded as failed, a rerun that computes nothing, Ctrl-C and resume."""
+an impossible point recorded as failed, a rerun that computes nothing, Ctrl-C, and resume
+on a running cluster given by its scheduler address."""
 
 from __future__ import annotations
 
@@ -127,8 +128,13 @@ def test_interrupt_leaves_a_consistent_table_and_resume_finishes(tmp_path):
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
-    summary = run_sweep(space, out, workers=2)
+    # resume on a running Dask cluster given by its address (the --scheduler path)
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as dc:
+        summary = run_sweep(space, out, scheduler=dc.scheduler_address)
     assert (summary.reused, summary.computed) == (n, 12 - n)
+    assert summary.scheduler == dc.scheduler_address and summary.workers is None
     full = pd.read_parquet(out / "results.parquet")
     assert len(full) == 12 and full["key"].is_unique
     kept = full.set_index("key").loc[partial["key"], "iteration_time_s"]
