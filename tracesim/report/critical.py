@@ -6,7 +6,7 @@ constraints was met, its previous task on the same lane (program order, plus the
 them ended last. A collective or send/recv cannot start before its last member arrives: the
 path jumps to that member (on whichever rank it is) and charges the operation from that
 arrival to its end; waiting for the late member is thereby charged to what made it late.
-Time on the path not covered by any task (lane gaps) is charged to ``(gap)``.
+Time on the path not covered by any task (lane gaps) is charged to ``(lane gap: untraced time)``.
 
 The path's pieces add up to the iteration time (the makespan). Contributors group the
 path by task name (communication by collective and group kind), in seconds.
@@ -94,7 +94,7 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     for task, a, b in pieces:
         total += b - a
         if task < 0:
-            key = ("(gap)", "idle")
+            key = ("(lane gap: untraced time)", "idle")
         elif kind[task] in COMM_KINDS:
             key = (f"{coll[task] or kind[task]} ({gk[task] or 'other'})", gk[task] or "comm")
         else:

@@ -1,0 +1,122 @@
+"""Write docs/cli.md, the command-line reference, from the click group (tracesim.cli).
+
+    .venv/bin/python scripts/gen_cli_docs.py            # rewrite docs/cli.md
+    .venv/bin/python scripts/gen_cli_docs.py --check    # exit 1 if docs/cli.md is stale
+
+tests/test_docs.py runs the check, so the reference cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "docs" / "cli.md"
+
+
+def _type_name(p: click.Parameter) -> str:
+    t = p.type
+    if isinstance(t, click.Choice):
+        return " \\| ".join(f"`{c}`" for c in t.choices)
+    if isinstance(t, click.IntRange):
+        if t.min is not None and t.max is not None:
+            return f"integer {t.min}..{t.max}"
+        if t.min is not None:
+            return f"integer >= {t.min}"
+        return f"integer <= {t.max}" if t.max is not None else "integer"
+    if isinstance(p, click.Option) and p.is_flag:
+        return "flag"
+    return {"integer": "integer", "float": "number", "text": "text", "path": "path",
+            "boolean": "boolean"}.get(t.name, t.name)
+
+
+def _default(p: click.Parameter) -> str:
+    if not isinstance(p, click.Option) or p.is_flag or p.default in (None, (), ""):
+        return ""
+    if callable(p.default) or "Sentinel" in repr(p.default):
+        return ""
+    return f"`{p.default}`"
+
+
+def _command_md(cmd: click.Command, path: list[str], level: int) -> list[str]:
+    ctx = click.Context(cmd, info_name=" ".join(path))
+    usage = " ".join(cmd.collect_usage_pieces(ctx))
+    lines = [f"{'#' * level} `{' '.join(path)}`", ""]
+    help_text = (cmd.help or "").strip()
+    if help_text:
+        lines += [_clean(help_text), ""]
+    lines += ["```text", f"{' '.join(path)} {usage}".rstrip(), "```", ""]
+    args = [p for p in cmd.params if isinstance(p, click.Argument)]
+    opts = [p for p in cmd.params if isinstance(p, click.Option) and not p.hidden]
+    if args:
+        lines.append("Arguments: " + ", ".join(
+            f"`{a.human_readable_name}`" + (" (one or more)" if a.nargs == -1 else "")
+            + ("" if a.required else " (optional)") for a in args))
+        lines.append("")
+    if opts:
+        lines += ["| option | value | default | meaning |", "|---|---|---|---|"]
+        for o in opts:
+            names = ", ".join(f"`{n}`" for n in (*o.opts, *o.secondary_opts))
+            meaning = _clean(o.help or "").replace("|", "\\|")
+            lines.append(f"| {names} | {_type_name(o)} | {_default(o)} | {meaning} |")
+        lines.append("")
+    if isinstance(cmd, click.Group):
+        for name in sorted(cmd.commands):
+            lines += _command_md(cmd.commands[name], [*path, name], level + 1)
+    return lines
+
+
+def _clean(text: str) -> str:
+    """Click help text (paragraphs, ``\\b`` blocks) as Markdown."""
+    paras = [" ".join(p.replace("\b", "").split()) for p in text.split("\n\n")]
+    return "\n\n".join(p for p in paras if p)
+
+
+def render() -> str:
+    """The Markdown reference of every command, in COMMAND_MODULES order."""
+    from tracesim.cli import COMMAND_MODULES, cli
+
+    lines = [
+        "# Command-line reference",
+        "",
+        "Generated from the click definitions by `scripts/gen_cli_docs.py`; do not edit by hand",
+        "(`tests/test_docs.py` fails when this file is stale). Every command exits 0 on",
+        "success, 2 on bad input (one line naming the file and field) and 1 on an internal",
+        "error (rerun with `tracesim --debug ...` for the traceback).",
+        "",
+        "```text",
+        "tracesim [--version] [--debug] COMMAND [ARGS]...",
+        "```",
+        "",
+        "Commands: " + ", ".join(f"[`{n}`](#tracesim-{n})" for n in COMMAND_MODULES) + ".",
+        "",
+    ]
+    for name in COMMAND_MODULES:
+        lines += _command_md(cli.commands[_command_name(name)], ["tracesim", _command_name(name)], 2)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _command_name(module: str) -> str:
+    import importlib
+
+    return importlib.import_module(f"tracesim.commands.{module}").command.name
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if "--check" in argv:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT} is stale: run .venv/bin/python scripts/gen_cli_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
