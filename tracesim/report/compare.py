@@ -94,7 +94,8 @@ def default_labels(results: Sequence[Mapping[str, Any]], fallback: Sequence[str]
     ``fallback`` (spec strings or paths)."""
     def parts(r: Mapping[str, Any]) -> dict[str, str]:
         model = r.get("model")
-        par = r.get("parallel") if isinstance(r.get("parallel"), Mapping) else {}
+        raw = r.get("parallel")
+        par: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         d = {"model": str(model.get("name") if isinstance(model, Mapping) else model),
              "cluster": str(r.get("cluster")), "device": str(r.get("device"))}
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute",

@@ -102,10 +102,10 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         v = acc.setdefault(key, [0.0, 0])
         v[0] += b - a
         v[1] += 1
-    rows = [{"name": k[0], "category": k[1], "time_s": v[0] * 1e-9,
-             "share": v[0] / total if total else 0.0, "count": int(v[1])}
-            for k, v in acc.items()]
-    rows.sort(key=lambda r: (-r["time_s"], r["name"]))
+    rows: list[dict[str, Any]] = [
+        {"name": k[0], "category": k[1], "time_s": v[0] * 1e-9,
+         "share": v[0] / total if total else 0.0, "count": int(v[1])} for k, v in acc.items()]
+    rows.sort(key=lambda r: (-float(r["time_s"]), str(r["name"])))
     return rows[:top]
 
 

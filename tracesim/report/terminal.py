@@ -41,7 +41,8 @@ def headline(res: Mapping[str, Any]) -> str:
     """One line: what ran where."""
     model = res.get("model")
     mname = model.get("name") if isinstance(model, Mapping) else model
-    par = res.get("parallel") if isinstance(res.get("parallel"), Mapping) else {}
+    raw = res.get("parallel")
+    par: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     lay = " ".join(f"{k.upper()}{par[k]}" for k in ("tp", "pp", "dp", "cp", "ep")
                    if k in par and (k in ("tp", "pp", "dp") or par[k] not in (None, 1)))
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
