@@ -338,7 +338,8 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
                 cats[i] = "comm"
             continue
         if c in ("cpu_op", "annotation"):
-            cost = op_cost(names[i], dims, types)
+            concrete = args_col[i].get("Concrete Inputs") if isinstance(args_col[i], dict) else None
+            cost = op_cost(names[i], dims, types, _arg_list(concrete) if concrete is not None else None)
             op_class[i], flops[i], nbytes[i], dtype[i] = cost.op_class, cost.flops, cost.bytes, cost.dtype
         elif c == "kernel":
             op_class[i] = classify(names[i], "kernel")
@@ -382,7 +383,9 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             if op_class[i] == "comm" and collective[i]:
                 break
             if cats[k] == "cpu_op" and (flops[k] > 0 or nbytes[k] > 0):
-                if op_class[i] in ("other", op_class[k]) or op_class[k] in ("gemm", "attention"):
+                # the kernel's own name decides its class; the op's FLOPs and bytes are
+                # taken only when they describe the same kind of work
+                if op_class[i] in ("other", op_class[k]):
                     op_class[i] = op_class[k] if op_class[i] == "other" else op_class[i]
                     flops[i], nbytes[i], shapes[i], dtype[i] = flops[k], nbytes[k], shapes[k], dtype[k]
                 break
