@@ -33,7 +33,7 @@ class LinkRecorder(FlowNetwork):
 
     def __init__(self, capacity: np.ndarray):
         super().__init__(capacity, record=True)
-        self._batches: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._linkrec_batches: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
 
     @classmethod
     def install(cls, net: Any) -> LinkRecorder:
@@ -48,14 +48,14 @@ class LinkRecorder(FlowNetwork):
         ev = super().start(e_ptr, e_link, nbytes)
         n = len(np.asarray(nbytes))
         if n:
-            self._batches.append((fid0, np.asarray(e_ptr, dtype=np.int64).copy(),
+            self._linkrec_batches.append((fid0, np.asarray(e_ptr, dtype=np.int64).copy(),
                                   np.asarray(e_link, dtype=np.int64).copy(),
                                   np.asarray(nbytes, dtype=np.float64).copy()))
         return ev
 
     def entries(self) -> pd.DataFrame:
         """One row per (flow, link): ``link``, ``bytes``, ``start_ns``, ``end_ns``."""
-        if not self._batches or not self.records:
+        if not self._linkrec_batches or not self.records:
             return pd.DataFrame({"link": np.zeros(0, np.int64), "bytes": np.zeros(0),
                                  "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
         rec_fid = np.fromiter((r.flow_id for r in self.records), np.int64, len(self.records))
@@ -66,7 +66,7 @@ class LinkRecorder(FlowNetwork):
         end = np.full(n_fid, -1, dtype=np.int64)
         start[rec_fid], end[rec_fid] = rec_s, rec_e
         links, nbytes, fids = [], [], []
-        for fid0, e_ptr, e_link, b in self._batches:
+        for fid0, e_ptr, e_link, b in self._linkrec_batches:
             lens = np.diff(e_ptr)
             f = np.repeat(np.arange(len(b)), lens)
             links.append(e_link)
