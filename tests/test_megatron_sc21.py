@@ -8,7 +8,13 @@ formula ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))`` over (iteration time x GP
 Assumptions, the same for every row (docs/retarget.md): micro-batch size 1; interleaving
 depth = the smallest divisor > 1 of the layers per stage; the first-principles GPT template
 with Megatron-2021's unfused attention (no FlashAttention in 2021); pipeline transfers
-blocking, with the scatter/gather optimisation; gradient reduction overlapped.
+blocking, with the scatter/gather optimisation; gradients reduced after the backward pass
+(Megatron-LM 2021 had no --overlap-grad-reduce).
+
+Calibration and test are separate: the one fitted parameter, the tensor-core GEMM plateau
+(tracesim.hardware.datasheet.GEMM_E_MAX_FROM_MEGATRON), was calibrated on row 1 only (GPT
+1.7B, pure data parallelism) by scripts/calibrate_a100_gemm.py; rows 2-10 are the held-out
+test the bounds are asserted on. Row 1 is reported but not counted.
 
 Run ``python tests/test_megatron_sc21.py`` to print the table (markdown) for the docs.
 """
@@ -37,23 +43,27 @@ def paper_flops(row: dict) -> float:
     return 96 * B * s * n_layers * h * h * (1 + s / (6 * h) + V / (16 * n_layers * h))
 
 
+def row_options(row: dict, cluster: str = str(CLUSTER)) -> dict:
+    """The replay options for one table row (the same rules for every row)."""
+    tp, pp, gpus = int(row["tp"]), int(row["pp"]), int(row["gpus"])
+    return {
+        "model": model_name(float(row["params_billion"])), "cluster": cluster,
+        "tp": tp, "pp": pp, "dp": gpus // (tp * pp), "global_batch": int(row["global_batch"]),
+        "schedule": "interleaved", "recompute": "full", "micro_batch": 1,
+        "template": "analytic", "attention": "unfused", "dp_overlap": False,
+    }
+
+
 def predict_rows() -> list[dict]:
     from tracesim.retarget import run_retarget
 
     out = []
-    for row in csv.DictReader(TABLE.open()):
-        tp, pp, gpus = int(row["tp"]), int(row["pp"]), int(row["gpus"])
-        opts = {
-            "model": model_name(float(row["params_billion"])), "cluster": str(CLUSTER),
-            "tp": tp, "pp": pp, "dp": gpus // (tp * pp), "global_batch": int(row["global_batch"]),
-            "schedule": "interleaved", "recompute": "full", "micro_batch": 1,
-            "template": "analytic", "attention": "unfused",
-        }
-        res = run_retarget(None, opts)
-        tflops = paper_flops(row) / (res["iteration_time_s"] * gpus) / 1e12
+    for k, row in enumerate(csv.DictReader(TABLE.open())):
+        res = run_retarget(None, row_options(row))
+        tflops = paper_flops(row) / (res["iteration_time_s"] * int(row["gpus"])) / 1e12
         published = float(row["tflops_per_gpu"])
         out.append({"row": row, "res": res, "tflops": tflops, "published": published,
-                    "rel_error": (tflops - published) / published})
+                    "rel_error": (tflops - published) / published, "calibration": k == 0})
     return out
 
 
@@ -72,16 +82,17 @@ def test_layouts_are_the_papers(rows: list[dict]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="with the shipped A100 profile (GEMM efficiency plateau 0.80 of 312 TFLOP/s) the "
-           "predictions run 6-21% above the published TFLOP/s (MAE 14%, docs/retarget.md); "
-           "needs a sustained-load A100 GEMM calibration",
-)
-def test_every_row_within_10_percent_and_mae_under_7(rows: list[dict]) -> None:
-    errors = [abs(r["rel_error"]) for r in rows]
+def test_held_out_rows_within_10_percent_and_mae_under_7(rows: list[dict]) -> None:
+    held_out = [r for r in rows if not r["calibration"]]
+    assert len(held_out) == 9
+    errors = [abs(r["rel_error"]) for r in held_out]
     assert max(errors) < 0.10, [round(e, 3) for e in errors]
     assert sum(errors) / len(errors) < 0.07
+
+
+@pytest.mark.slow
+def test_calibration_row_reproduced(rows: list[dict]) -> None:
+    assert abs(rows[0]["rel_error"]) < 0.01
 
 
 def markdown(rows: list[dict]) -> str:
@@ -94,9 +105,9 @@ def markdown(rows: list[dict]) -> str:
             f"{p['vpp']} | {p['num_micro']} | {row['gpus']} | {row['global_batch']} | "
             f"{r['res']['iteration_time_s']:.2f} | {r['tflops']:.1f} | {r['published']:.0f} | "
             f"{r['rel_error'] * 100:+.1f}% |")
-    mae = sum(abs(r["rel_error"]) for r in rows) / len(rows)
-    lines.append(f"\nmean absolute error {mae * 100:.1f}%, largest "
-                 f"{max(abs(r['rel_error']) for r in rows) * 100:.1f}%")
+    held = [abs(r["rel_error"]) for r in rows if not r["calibration"]]
+    lines.append(f"\nheld-out rows 2-10: mean absolute error {sum(held) / len(held) * 100:.1f}%, "
+                 f"largest {max(held) * 100:.1f}% (row 1 is the calibration row)")
     return "\n".join(lines)
 
 

@@ -338,8 +338,9 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
                 cats[i] = "comm"
             continue
         if c in ("cpu_op", "annotation"):
-            concrete = args_col[i].get("Concrete Inputs") if isinstance(args_col[i], dict) else None
-            cost = op_cost(names[i], dims, types, _arg_list(concrete) if concrete is not None else None)
+            # "Concrete Inputs" (strides, is_causal) are not passed: the layer template
+            # re-costs ops from dims and types alone and must get the same numbers
+            cost = op_cost(names[i], dims, types)
             op_class[i], flops[i], nbytes[i], dtype[i] = cost.op_class, cost.flops, cost.bytes, cost.dtype
         elif c == "kernel":
             op_class[i] = classify(names[i], "kernel")
