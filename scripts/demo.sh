@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job end to end on the embedded default: set up .venv (reused when present),
 # collect one training step of the tiny GPT on this CPU, check the replay against the
-# measured step time, then retarget the recording to a GPT-3 1.3B-class model on one DGX
+# measured step time, then retarget the recording to a GPT-3 1.7B model on one DGX
 # H100 node and print the report (result and plots in runs/demo-h100/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,6 @@ echo "== 1/3 collect gpt-tiny on the CPU (torch.profiler + execution trace) -> r
 $TS collect --workload gpt-tiny --steps 2 -o runs/demo-bundle
 echo "== 2/3 self-replay: predicted vs measured step time" >&2
 $TS validate self-replay runs/demo-bundle
-echo "== 3/3 replay on a stored cluster: gpt3-1.3b, 8 x H100 (topologies/h100x8.yaml), DP 8" >&2
-$TS replay runs/demo-bundle --model gpt3-1.3b --cluster topologies/h100x8.yaml --dp 8 \
+echo "== 3/3 replay on a stored cluster: gpt3-1.7b, 8 x H100 (topologies/h100x8.yaml), DP 8" >&2
+$TS replay runs/demo-bundle --model gpt3-1.7b --cluster topologies/h100x8.yaml --dp 8 \
   --micro-batch 4 --global-batch 64 -o runs/demo-h100
