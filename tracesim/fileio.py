@@ -46,8 +46,8 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` for writing; rename on success."""
     with atomic_path(path) as tmp:
         if str(path).endswith(".gz"):
-            with gzip.open(tmp, mode if "b" in mode else mode + "t") as fh:
-                yield fh
+            with gzip.open(tmp, mode if "b" in mode else mode + "t") as gz:
+                yield gz  # type: ignore[misc]
         else:
             with open(tmp, mode) as fh:
                 yield fh

@@ -44,8 +44,11 @@ class StepResult:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def step_times(graph: TaskGraph, result: ReplayResult) -> list[tuple[int, str, int, int, int]]:
-    """(rank, step, event id, measured_ns, predicted_ns) for every step marker pair."""
+StepTime = tuple[int, str, int, int, int, int, int]
+
+
+def step_times(graph: TaskGraph, result: ReplayResult) -> list[StepTime]:
+    """(rank, step, step event id, measured_ns, predicted_ns, begin task, end task) per step."""
     t = graph.tasks
     if "marker" not in t:
         return []
@@ -53,7 +56,7 @@ def step_times(graph: TaskGraph, result: ReplayResult) -> list[tuple[int, str, i
     ev = t["src_event"].to_numpy()
     rank = t["rank"].to_numpy()
     begins = {(int(rank[i]), int(ev[i])): i for i in np.flatnonzero(marker == "begin")}
-    out = []
+    out: list[StepTime] = []
     for i in np.flatnonzero(marker == "end"):
         key = (int(rank[i]), int(ev[i]))
         b = begins.get(key)
@@ -61,7 +64,7 @@ def step_times(graph: TaskGraph, result: ReplayResult) -> list[tuple[int, str, i
             continue
         measured = int(t["measured_ns"].iat[i])
         predicted = int(result.start_ns[i] - result.start_ns[b])
-        out.append((key[0], str(t["step"].iat[i]), key[1], measured, predicted, b, int(i)))
+        out.append((key[0], str(t["step"].iat[i]), key[1], measured, predicted, int(b), int(i)))
     out.sort(key=lambda x: (x[0], x[2]))
     return out
 

@@ -36,7 +36,7 @@ def command(source: Path, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        write_op_table(src.op_table, tmp / "ops.parquet", {"source": source})
+        write_op_table(src.op_table, tmp / "ops.parquet", {"source": str(source)})
         graph.save(tmp)
         if out.exists():
             shutil.rmtree(out)

@@ -39,7 +39,8 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
         name = Path(r.source).name[:34]
         click.echo(f"{name:<34} {r.rank:>4} {r.step:<18} {r.measured_s * 1e3:>12.3f} "
                    f"{r.predicted_s * 1e3:>13.3f} {r.rel_error * 100:>+7.2f}%")
-        if r.rel_error_unprofiled is not None:
+        if (r.rel_error_unprofiled is not None and r.measured_unprofiled_s is not None
+                and r.predicted_unprofiled_s is not None):
             click.echo(f"{'  unprofiled (median of measured)':<34} {'':>4} {'':<18} "
                        f"{r.measured_unprofiled_s * 1e3:>12.3f} {r.predicted_unprofiled_s * 1e3:>13.3f} "
                        f"{r.rel_error_unprofiled * 100:>+7.2f}%")

@@ -16,6 +16,8 @@ So compute + sum(exposed comm) + bubble + idle == t1 - t0 exactly.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tracesim.engine.replay import ReplayResult
@@ -73,7 +75,7 @@ def breakdown(graph: TaskGraph, result: ReplayResult, rank: int, t0: int, t1: in
     seg = np.diff(pts).astype(np.float64)
     mid = pts[:-1]
     taken = _covered(mid, *sets["compute"])
-    out = {"compute_s": float(seg[taken].sum()) / 1e9}
+    out: dict[str, Any] = {"compute_s": float(seg[taken].sum()) / 1e9}
     exposed = {}
     for k in COMM_ORDER:
         c = _covered(mid, *sets[k]) & ~taken

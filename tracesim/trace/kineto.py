@@ -356,7 +356,7 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     runtime_by_corr: dict[int, int] = {}
     for i in host:
         if cats[i] == "runtime" and corr[i] >= 0:
-            runtime_by_corr[int(corr[i])] = i
+            runtime_by_corr[int(corr[i])] = int(i)
     for i in np.flatnonzero(np.isin(cats, ["kernel", "memcpy", "memset", "sync"])):
         r = runtime_by_corr.get(int(corr[i]))
         if r is None:
