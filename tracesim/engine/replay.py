@@ -2,7 +2,7 @@
 
 Semantics (DESIGN.md, "Task graph and replay semantics"):
 
-* each lane is one SimPy process that walks its tasks in ascending ``task_id`` order;
+* each lane runs its tasks one at a time in ascending ``task_id`` order;
 * a task starts at ``max(lane_free + gap_ns, all predecessors finished)``;
 * a compute task (``cpu`` / ``gpu``) then occupies its lane for ``dur_ns``;
 * a communication task (``coll`` / ``send`` / ``recv``) waits until every task with the same
@@ -14,18 +14,31 @@ Semantics (DESIGN.md, "Task graph and replay semantics"):
 * when nothing can move but tasks remain (a cycle, a collective whose members never
   arrive), :class:`~tracesim.errors.ReplayError` names the blocked tasks.
 
-Determinism: equal inputs give identical results. SimPy orders simultaneous events by
-(time, priority, scheduling order); lanes are started in lane-index order, successors are
-released in ascending task id order, and nothing depends on hashing or wall-clock time.
-Simulated time is integer nanoseconds.
+How it runs (the cost of a replay is its number of wake-ups): the SimPy environment is the
+clock and the event queue shared with the communication model, but lanes are not SimPy
+processes: a lane is a position in its task list, advanced by callbacks (no generator and no
+event object per task beyond the one timeout that ends it). A run of compute tasks on one lane
+that nothing can interleave with -- no task of the run but the last has a successor, and each
+next task's predecessors have all finished when the run starts -- is timed in one step: its
+start and end times follow by addition, and one timeout ends the whole run (coarsening at
+replay time; the builder can also merge such runs into single tasks). Per-task state lives in
+typed arrays (``array('q')``), not Python objects.
+
+Determinism: equal inputs give identical results. SimPy orders simultaneous events by (time,
+priority, scheduling order); lanes start in lane-index order, a finished task releases its
+successors in ascending task id order, the members of a collective finish in ascending task
+id order, lanes made ready at the same instant continue in the order they became ready, and
+nothing depends on hashing or wall-clock time. Simulated time is integer nanoseconds.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import simpy
 
 from tracesim.engine.comm import CommModel
@@ -37,7 +50,12 @@ _KIND_CODES = {"cpu": 0, "gpu": 1, "coll": 2, "send": 3, "recv": 4}
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """Per-task simulated times (integer ns, index = task id) and run statistics."""
+    """Per-task simulated times (integer ns, index = task id) and run statistics.
+
+    ``events`` counts the engine's wake-ups: timeouts that end a compute run or a lane's
+    gap, lanes resumed when their predecessors finished, and member tasks released by a
+    finished communication operation.
+    """
 
     start_ns: np.ndarray
     end_ns: np.ndarray
@@ -50,13 +68,67 @@ class ReplayResult:
         return np.bincount(lanes, weights=self.end_ns - self.start_ns, minlength=len(graph.lanes))
 
 
-@dataclass
-class _Coll:
-    members: int
-    arrived: int
-    ranks: list[int]
-    dur_ns: int
-    event: simpy.Event | None
+def _i64(a: np.ndarray) -> array:
+    """A typed ``array('q')`` copy of an integer numpy array (fast scalar access, 8 B/item)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return out
+
+
+def _kind_codes(kinds: np.ndarray) -> np.ndarray:
+    codes, uniq = pd.factorize(kinds)
+    names = [str(u) for u in uniq]
+    bad = sorted(set(names) - set(_KIND_CODES))
+    if bad:
+        raise ReplayError(f"unknown task kind(s) {bad} in the task graph")
+    table = np.array([_KIND_CODES[k] for k in names] or [0], dtype=np.int8)
+    return table[codes] if len(codes) else np.zeros(0, dtype=np.int8)
+
+
+class _Comms:
+    """Collectives and point-to-point pairs, one per match key, in arrays."""
+
+    def __init__(self, graph: TaskGraph, kind: np.ndarray, dur: np.ndarray):
+        tasks = graph.tasks
+        n = len(tasks)
+        comm_mask = kind >= 2
+        self.coll_id = np.full(n, -1, dtype=np.int64)
+        idx = np.flatnonzero(comm_mask)
+        self.keys = np.zeros(0, dtype=object)
+        if not len(idx):
+            self.expected = self.arrived = array("q")
+            self.member_ptr = self.members = array("q")
+            self.min_dur = array("q")
+            return
+        codes, uniq = pd.factorize(tasks["match_key"].to_numpy()[idx])
+        codes = codes.astype(np.int64)
+        self.keys = np.asarray(uniq, dtype=object)
+        n_c = len(uniq)
+        self.coll_id[idx] = codes
+        counts = np.bincount(codes, minlength=n_c)
+        min_dur = np.full(n_c, np.iinfo(np.int64).max)
+        np.minimum.at(min_dur, codes, dur[idx])
+        first = np.full(n_c, -1, dtype=np.int64)
+        first[codes[::-1]] = idx[::-1]
+        k0 = kind[first]
+        g0 = tasks["group"].to_numpy()[first].astype(np.int64)
+        sizes = np.array([len(g) for g in graph.groups] or [0], dtype=np.int64)
+        has_group = (g0 >= 0) & (g0 < len(graph.groups))
+        expected = np.where(has_group, sizes[np.where(has_group, g0, 0)], counts)
+        expected = np.where((k0 == 3) | (k0 == 4), 2, expected)
+        over = np.flatnonzero(counts > expected)
+        if len(over):
+            c = int(over[0])
+            raise ReplayError(f"collective {uniq[c]!r} has {counts[c]} member tasks but its "
+                              f"group has {expected[c]} ranks")
+        order = np.lexsort((idx, codes))  # members of each operation in task id order
+        ptr = np.zeros(n_c + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        self.expected = _i64(expected)
+        self.arrived = array("q", bytes(8 * n_c))
+        self.member_ptr = _i64(ptr)
+        self.members = _i64(idx[order])
+        self.min_dur = _i64(min_dur)
 
 
 def replay(
@@ -70,67 +142,41 @@ def replay(
     Args:
         graph: the task graph (all ranks).
         comm: communication model; ``None`` uses the recorded ``dur_ns`` of comm tasks.
-        observers: callables ``f(task_id, start_ns, end_ns)`` called as each task ends
-            (metric collectors subscribe here; the engine itself does no I/O).
+        observers: callables ``f(task_id, start_ns, end_ns)`` called once per task when it
+            has ended (metric collectors subscribe here; the engine itself does no I/O).
+            Within a lane they are called in task order; the tasks of a coarsened run are
+            reported when the run ends.
     """
     tasks = graph.tasks
     n = len(tasks)
-    lane = tasks["lane"].to_numpy()
-    dur = tasks["dur_ns"].to_numpy().astype(np.int64)
-    gap = tasks["gap_ns"].to_numpy().astype(np.int64)
-    if n and (dur.min() < 0 or gap.min() < 0):
+    lane_np = tasks["lane"].to_numpy().astype(np.int64)
+    dur_np = tasks["dur_ns"].to_numpy().astype(np.int64)
+    gap_np = tasks["gap_ns"].to_numpy().astype(np.int64)
+    if n and (dur_np.min() < 0 or gap_np.min() < 0):
         raise ReplayError("negative dur_ns or gap_ns in the task graph")
-    kinds = tasks["kind"].to_numpy()
-    bad = set(np.unique(kinds.astype(str)).tolist()) - set(_KIND_CODES)
-    if bad:
-        raise ReplayError(f"unknown task kind(s) {sorted(bad)} in the task graph")
-    kind = np.array([_KIND_CODES[k] for k in kinds], dtype=np.int8)
-    rank = tasks["rank"].to_numpy()
+    kind_np = _kind_codes(tasks["kind"].to_numpy())
+    rank_np = tasks["rank"].to_numpy()
 
-    # explicit edges in CSR form; lane order is implicit
+    # explicit edges in CSR form (successors in ascending task id); lane order is implicit
     src = graph.edges["src"].to_numpy().astype(np.int64)
     dst = graph.edges["dst"].to_numpy().astype(np.int64)
     order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    succ_ptr = np.searchsorted(src, np.arange(n + 1))
-    succ = dst.tolist()
-    succ_ptr_l = succ_ptr.tolist()
-    pending = np.bincount(dst, minlength=n).tolist()
+    succ = _i64(dst[order])
+    succ_ptr = _i64(np.searchsorted(src[order], np.arange(n + 1)))
+    pending = _i64(np.bincount(dst, minlength=n))
+    del src, dst, order
 
-    # collectives and p2p pairs by match key
-    comm_mask = kind >= 2
-    coll_id = np.full(n, -1, dtype=np.int64)
-    colls: list[_Coll] = []
-    if comm_mask.any():
-        keys = tasks["match_key"].to_numpy()[comm_mask]
-        codes, uniq = _factorize(keys)
-        coll_id[comm_mask] = codes
-        counts = np.bincount(codes, minlength=len(uniq))
-        idx = np.flatnonzero(comm_mask)
-        min_dur = np.full(len(uniq), np.iinfo(np.int64).max)
-        np.minimum.at(min_dur, codes, dur[idx])
-        member_ranks: list[list[int]] = [[] for _ in uniq]
-        for t, c in zip(idx.tolist(), codes.tolist(), strict=True):
-            member_ranks[c].append(int(rank[t]))
-        group_col = tasks["group"].to_numpy()
-        expected = counts.copy()
-        first = np.full(len(uniq), -1, dtype=np.int64)
-        first[codes[::-1]] = idx[::-1]
-        for c in range(len(uniq)):
-            t0 = int(first[c])
-            if kind[t0] in (3, 4):
-                expected[c] = 2
-            elif group_col[t0] >= 0 and group_col[t0] < len(graph.groups):
-                expected[c] = len(graph.groups[group_col[t0]])
-            if counts[c] > expected[c]:
-                raise ReplayError(
-                    f"collective {uniq[c]!r} has {counts[c]} member tasks but its group has "
-                    f"{expected[c]} ranks"
-                )
-        colls = [
-            _Coll(int(expected[c]), 0, sorted(member_ranks[c]), int(min_dur[c]), None)
-            for c in range(len(uniq))
-        ]
+    # next task on the same lane, and each lane's first task
+    n_lanes = len(graph.lanes)
+    by_lane = np.argsort(lane_np, kind="stable")
+    nxt_np = np.full(n, -1, dtype=np.int64)
+    same = lane_np[by_lane][1:] == lane_np[by_lane][:-1]
+    nxt_np[by_lane[:-1][same]] = by_lane[1:][same]
+    first_of_lane = np.full(n_lanes, -1, dtype=np.int64)
+    first_of_lane[lane_np[by_lane[::-1]]] = by_lane[::-1]
+    del by_lane, same
+
+    cm = _Comms(graph, kind_np, dur_np)
     coll_name = tasks["collective"].to_numpy()
     group_kind = tasks["group_kind"].to_numpy()
     msg = tasks["msg_bytes"].to_numpy()
@@ -139,94 +185,160 @@ def replay(
     env = simpy.Environment()
     if comm is not None:
         comm.attach(env)
-    start = np.full(n, -1, dtype=np.int64)
-    end = np.full(n, -1, dtype=np.int64)
-    waiters: dict[int, simpy.Event] = {}
+    dur, gap, nxt = _i64(dur_np), _i64(gap_np), _i64(nxt_np)
+    coll = _i64(cm.coll_id)
+    kind = array("b", kind_np.astype(np.int8).tobytes())
+    start = _i64(np.full(n, -1, dtype=np.int64))
+    end = _i64(np.full(n, -1, dtype=np.int64))
+    waiting = bytearray(n)  # 1: the task's lane waits for its predecessors
     obs = list(observers)
+    expected, arrived = cm.expected, cm.arrived
+    member_ptr, members = cm.member_ptr, cm.members
+    ready: list[int] = []  # tasks whose lane may proceed now (in order)
     n_events = 0
-    dur_l = dur.tolist()
-    gap_l = gap.tolist()
-    kind_l = kind.tolist()
-    coll_l = coll_id.tolist()
+    timeout = env.timeout
 
-    lane_order = np.argsort(lane, kind="stable")
-    lane_ptr = np.searchsorted(lane[lane_order], np.arange(len(graph.lanes) + 1))
-    lane_tasks = [lane_order[lane_ptr[i] : lane_ptr[i + 1]].tolist() for i in range(len(graph.lanes))]
-
-    def finish(t: int) -> None:
-        now = int(env.now)
-        end[t] = now
+    def release(t: int) -> None:
+        """Task ``t`` has ended: record it and release its successors."""
+        end[t] = now = int(env.now)
         for f in obs:
-            f(t, int(start[t]), now)
-        for k in range(succ_ptr_l[t], succ_ptr_l[t + 1]):
+            f(t, start[t], now)
+        for k in range(succ_ptr[t], succ_ptr[t + 1]):
             s = succ[k]
-            pending[s] -= 1
-            if pending[s] == 0:
-                w = waiters.pop(s, None)
-                if w is not None:
-                    w.succeed()
+            left = pending[s] - 1
+            pending[s] = left
+            if left == 0 and waiting[s]:
+                waiting[s] = 0
+                ready.append(s)
 
-    def start_comm(t: int) -> simpy.Event:
-        c = colls[coll_l[t]]
-        c.arrived += 1
-        if c.event is None:
-            c.event = env.event()
-        if c.arrived == c.members:
-            if comm is None:
-                done = env.timeout(c.dur_ns)
-            elif kind_l[t] == 2:
-                done = comm.collective(str(coll_name[t]), tuple(c.ranks), int(msg[t]), str(group_kind[t]))
-            else:
-                s_rank, d_rank = _p2p_ends(int(kind_l[t]), int(rank[t]), int(peer[t]))
-                done = comm.p2p(s_rank, d_rank, int(msg[t]))
-            ev = c.event
-            done.callbacks.append(lambda _e, ev=ev: ev.succeed())
-        return c.event
-
-    def lane_proc(ts: list[int]):
+    def run_lane(t: int, gap_done: bool) -> None:
+        """Advance a lane from task ``t`` (the previous task on the lane has ended)."""
         nonlocal n_events
-        for t in ts:
-            g = gap_l[t]
-            if g:
-                yield env.timeout(g)
-                n_events += 1
-            if pending[t] > 0:
-                w = env.event()
-                waiters[t] = w
-                yield w
-                n_events += 1
-            start[t] = int(env.now)
-            if coll_l[t] >= 0:
-                yield start_comm(t)
-                n_events += 1
-            else:
-                d = dur_l[t]
-                if d:
-                    yield env.timeout(d)
-                    n_events += 1
-            finish(t)
+        while t >= 0:
+            if not gap_done and gap[t]:
+                timeout(gap[t]).callbacks.append(gap_cb(t))
+                return
+            gap_done = False
+            if pending[t]:
+                waiting[t] = 1
+                return
+            now = int(env.now)
+            start[t] = now
+            if coll[t] >= 0:
+                begin_comm(t)
+                return
+            # a run of compute tasks that nothing can interleave with ends in one timeout
+            e = now + dur[t]
+            chain = None
+            while succ_ptr[t] == succ_ptr[t + 1]:
+                u = nxt[t]
+                if u < 0 or coll[u] >= 0 or pending[u]:
+                    break
+                end[t] = e
+                if obs:
+                    if chain is None:
+                        chain = []
+                    chain.append(t)
+                e += gap[u]
+                start[u] = e
+                e += dur[u]
+                t = u
+            if e == now:  # zero duration: nothing to wait for
+                if chain:
+                    for c in chain:
+                        for f in obs:
+                            f(c, start[c], end[c])
+                release(t)
+                t = nxt[t]
+                continue
+            n_events += 1
+            timeout(e - now).callbacks.append(_Done(t, chain))
+            return
 
-    for ts in lane_tasks:
-        if ts:
-            env.process(lane_proc(ts))
+    def drain() -> None:
+        nonlocal n_events
+        while ready:
+            batch = ready[:]
+            ready.clear()
+            for t in batch:
+                n_events += 1
+                run_lane(t, True)
+
+    class _Done:
+        """Callback of the timeout that ends a compute run on a lane."""
+
+        __slots__ = ("t", "chain")
+
+        def __init__(self, t: int, chain: list[int] | None):
+            self.t, self.chain = t, chain
+
+        def __call__(self, _ev: simpy.Event) -> None:
+            t = self.t
+            if self.chain:
+                for c in self.chain:
+                    for f in obs:
+                        f(c, start[c], end[c])
+            release(t)
+            run_lane(nxt[t], False)
+            drain()
+
+    def gap_cb(t: int) -> Callable[[simpy.Event], None]:
+        def cb(_ev: simpy.Event) -> None:
+            nonlocal n_events
+            n_events += 1
+            run_lane(t, True)
+            drain()
+
+        return cb
+
+    def begin_comm(t: int) -> None:
+        c = coll[t]
+        got = arrived[c] + 1
+        arrived[c] = got
+        if got < expected[c]:
+            return
+        lo, hi = member_ptr[c], member_ptr[c + 1]
+        if comm is None:
+            done = timeout(cm.min_dur[c])
+        elif kind[t] == 2:
+            ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
+            done = comm.collective(str(coll_name[t]), ranks, int(msg[t]), str(group_kind[t]))
+        else:
+            s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
+            done = comm.p2p(s_rank, d_rank, int(msg[t]))
+
+        def finished(_ev: simpy.Event) -> None:
+            nonlocal n_events
+            ms = [members[k] for k in range(lo, hi)]
+            n_events += len(ms)
+            for m in ms:
+                release(m)
+            for m in ms:
+                run_lane(nxt[m], False)
+            drain()
+
+        done.callbacks.append(finished)
+
+    for t0 in first_of_lane.tolist():
+        if t0 >= 0:
+            run_lane(t0, False)
+            drain()
     env.run()
-    unfinished = np.flatnonzero(end < 0)
+    start_np = np.frombuffer(start, dtype=np.int64).copy() if n else np.zeros(0, dtype=np.int64)
+    end_np = np.frombuffer(end, dtype=np.int64).copy() if n else np.zeros(0, dtype=np.int64)
+    unfinished = np.flatnonzero(end_np < 0)
     if len(unfinished):
-        raise ReplayError(_blocked_message(graph, unfinished, start, pending, coll_id, colls))
-    makespan = int(end.max() - min(0, int(start.min()))) if n else 0
-    return ReplayResult(start, end, makespan, n_events)
-
-
-def _factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    uniq, codes = np.unique(keys.astype(str), return_inverse=True)
-    return codes.astype(np.int64), uniq
+        raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm))
+    makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
+    return ReplayResult(start_np, end_np, makespan, n_events)
 
 
 def _p2p_ends(kind: int, rank: int, peer: int) -> tuple[int, int]:
     return (rank, peer) if kind == 3 else (peer, rank)
 
 
-def _blocked_message(graph, unfinished, start, pending, coll_id, colls) -> str:
+def _blocked_message(graph: TaskGraph, unfinished: np.ndarray, start: np.ndarray,
+                     pending: array, cm: _Comms) -> str:
     t = graph.tasks
     lanes = t["lane"].to_numpy()
     parts = []
@@ -234,11 +346,12 @@ def _blocked_message(graph, unfinished, start, pending, coll_id, colls) -> str:
         first = int(unfinished[lanes[unfinished] == ln][0])
         row = t.iloc[first]
         why = []
+        c = int(cm.coll_id[first])
         if pending[first] > 0:
             why.append(f"waits on {pending[first]} unfinished predecessor(s)")
-        elif coll_id[first] >= 0 and start[first] >= 0:
-            c = colls[coll_id[first]]
-            why.append(f"collective {row['match_key']!r} has {c.arrived} of {c.members} members")
+        elif c >= 0 and start[first] >= 0:
+            why.append(f"collective {row['match_key']!r} has {cm.arrived[c]} of "
+                       f"{cm.expected[c]} members")
         else:
             why.append("its lane is blocked earlier")
         parts.append(f"task {first} {row['name']!r} (rank {row['rank']}, lane {ln}): {', '.join(why)}")
