@@ -2,25 +2,37 @@
 
 A *flow* moves a number of bytes over a fixed route (a list of link ids). While flows are
 active each gets its max-min fair rate (:mod:`tracesim.network.maxmin`); rates are
-recomputed whenever a flow starts or ends, and only for the flows that the change can
-affect (the connected component, through shared links, of the flows that started or
-ended). Flows are started in batches; a batch's SimPy event fires when its last flow has
-delivered its last byte.
+recomputed whenever a flow starts or ends. Flows are started in batches; a batch's SimPy
+event fires when its last flow has delivered its last byte.
 
-Everything is kept in numpy arrays (one slot per flow, one entry per flow-link pair), never
-one Python object per flow. Simulated time is integer nanoseconds; rates are bytes/ns.
+Cost. Max-min allocations decompose over the connected components of the flow-link graph,
+so an event (batches starting, flows ending) re-solves only the components it touches, and
+only their flows are advanced: every flow keeps the time up to which its remaining bytes are
+current. Components are found at the level of batches (each batch is registered on the links
+it crosses), the next completions come from a heap of per-batch times (stale entries are
+skipped by a version number), and all the components touched at one instant are advanced,
+finished and solved together, in one set of numpy passes over just their flows. A batch alone
+on its links reuses the rates computed the last time the same route arrays ran alone
+(compiled collectives run many times). Flow state lives in numpy arrays (one slot per flow,
+one entry per flow-link pair), never one Python object per flow; a batch is one small object.
+
+Simulated time is integer nanoseconds; rates are bytes/ns. A flow ends at the first whole
+nanosecond at which it has at most half a nanosecond's worth of bytes left.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
 from tracesim.network.maxmin import max_min_sorted
+
+#: bound on the cache of isolated-batch rates (keyed by the identity of the route arrays)
+_ISO_CACHE_MAX = 1 << 16
 
 
 class _Buf:
@@ -61,6 +73,34 @@ class FlowRecord:
     end_ns: int
 
 
+class _Batch:
+    """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
+
+    __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
+                 "key", "fid0", "t0")
+
+    def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: list[int],
+                 event: simpy.Event, key: tuple, fid0: int, t0: int):
+        self.gid, self.lo, self.hi, self.elo, self.ehi = gid, lo, hi, elo, ehi
+        self.links = links
+        self.n_alive = hi - lo
+        self.event = event
+        self.version = 0
+        self.key = key  # the caller's route arrays: identity for the isolated-rate cache
+        self.fid0, self.t0 = fid0, t0
+
+
+def _ranges(los: list[int], his: list[int]) -> np.ndarray:
+    """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised)."""
+    lo = np.asarray(los, dtype=np.int64)
+    ln = np.asarray(his, dtype=np.int64) - lo
+    total = int(ln.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(ln) - ln
+    return np.repeat(lo - starts, ln) + np.arange(total, dtype=np.int64)
+
+
 class FlowNetwork:
     """Max-min fair sharing of link capacities among concurrent flows.
 
@@ -68,7 +108,7 @@ class FlowNetwork:
         capacity: capacity of every link in bytes/ns (== GB/s), indexed by link id.
         record: keep a :class:`FlowRecord` per finished flow in ``records`` (tests, tools).
         compact_min: drop finished flows from the arrays once more than this many (and more
-            than half of all) flow-link entries are dead.
+            than half of all) flow slots are dead.
     """
 
     def __init__(self, capacity: np.ndarray, *, record: bool = False, compact_min: int = 4096):
@@ -82,6 +122,7 @@ class FlowNetwork:
         self.link_bytes = np.zeros(len(self.capacity))
         #: number of active flows crossing each link
         self.link_flows = np.zeros(len(self.capacity), dtype=np.int64)
+        #: max-min solves so far (one per instant at which some component changed)
         self.recomputes = 0
         self.compact_min = compact_min
         # flow slots
@@ -90,32 +131,29 @@ class FlowNetwork:
         self._bytes0 = _Buf(np.float64)
         self._sent = _Buf(np.float64)
         self._alive = _Buf(np.bool_)
-        self._group = _Buf(np.int64)
-        self._fid = _Buf(np.int64)
-        self._t0 = _Buf(np.int64)
+        self._t_upd = _Buf(np.int64)
         # entries (flow-link incidence), grouped by flow slot
         self._e_flow = _Buf(np.int64)
         self._e_link = _Buf(np.int64)
-        self._n_dead_entries = 0
         self._n_alive = 0
+        self._n_dead = 0
         self._next_fid = 0
-        # completion groups
-        self._group_left: dict[int, int] = {}
-        self._group_event: dict[int, simpy.Event] = {}
         self._next_group = 0
-        # scheduling
-        self._t_last = 0
-        self._dirty = np.zeros(len(self.capacity), dtype=bool)
-        self._any_dirty = False
+        self._batches: dict[int, _Batch] = {}
+        self._link_batches: dict[int, dict[int, None]] = {}
+        self._dirty: dict[int, None] = {}
+        self._kick_pending = False
+        self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)
+        self._seq = 0
+        self._timer_at: int | None = None
         self._gen = 0
-        self._pending_now = False
+        self._iso: dict[tuple[int, int], tuple[object, object, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ public
 
     def attach(self, env: simpy.Environment) -> None:
         """Bind to the SimPy environment whose integer ``now`` is nanoseconds."""
         self.env = env
-        self._t_last = int(env.now)
 
     @property
     def active_flows(self) -> int:
@@ -133,212 +171,272 @@ class FlowNetwork:
         env = self.env
         if env is None:
             raise RuntimeError("FlowNetwork.attach(env) must be called first")
-        nbytes = np.asarray(nbytes, dtype=np.float64)
-        n_new = len(nbytes)
+        nb = np.array(nbytes, dtype=np.float64, ndmin=1)
+        n_new = len(nb)
         ev = env.event()
         if n_new == 0:
             ev.succeed()
             return ev
-        self._advance(int(env.now))
-        gid = self._next_group
-        self._next_group += 1
-        self._group_left[gid] = n_new
-        self._group_event[gid] = ev
-        base = self._rem.n
-        lens: np.ndarray = np.diff(np.asarray(e_ptr, dtype=np.int64))
-        e_link = np.asarray(e_link, dtype=np.int64)
-        self._rem.extend(nbytes)
-        self._rate.extend(np.zeros(n_new))
-        self._bytes0.extend(nbytes)
+        now = int(env.now)
+        links = np.asarray(e_link, dtype=np.int64)
+        lens = np.diff(np.asarray(e_ptr, dtype=np.int64))
+        lo, elo = self._rem.n, self._e_link.n
+        self._rem.extend(nb)
+        self._rate.extend(np.where(lens == 0, np.inf, 0.0))
+        self._bytes0.extend(nb)
         self._sent.extend(np.zeros(n_new))
         self._alive.extend(np.ones(n_new, dtype=bool))
-        self._group.extend(np.full(n_new, gid))
-        self._fid.extend(np.arange(self._next_fid, self._next_fid + n_new))
-        self._t0.extend(np.full(n_new, int(env.now)))
-        self._next_fid += n_new
-        self._e_flow.extend(np.repeat(np.arange(base, base + n_new), lens))
-        self._e_link.extend(e_link)
+        self._t_upd.extend(np.full(n_new, now, dtype=np.int64))
+        self._e_flow.extend(np.repeat(np.arange(lo, lo + n_new, dtype=np.int64), lens))
+        self._e_link.extend(links)
         self._n_alive += n_new
-        empty = lens == 0
-        if empty.any():  # nothing limits them: they finish at once
-            self._rate.v[base:][empty] = np.inf
-        self._dirty[e_link] = True
-        self._any_dirty = True
-        self.link_flows += np.bincount(e_link, minlength=len(self.capacity))
-        self._kick()
+        np.add.at(self.link_flows, links, 1)
+        gid = self._next_group
+        self._next_group += 1
+        ulinks = np.unique(links).tolist()
+        b = _Batch(gid, lo, lo + n_new, elo, elo + len(links), ulinks, ev, (e_ptr, e_link),
+                   self._next_fid, now)
+        self._next_fid += n_new
+        lb = self._link_batches
+        for lk in ulinks:
+            d = lb.get(lk)
+            if d is None:
+                lb[lk] = {gid: None}
+            else:
+                d[gid] = None
+        self._batches[gid] = b
+        self._dirty[gid] = None
+        if not self._kick_pending:
+            self._kick_pending = True
+            env.timeout(0).callbacks.append(self._on_kick)
         return ev
 
     def busy(self, e_link: np.ndarray) -> bool:
         """Whether any of the links ``e_link`` carries an active flow now."""
         return bool(len(e_link)) and bool(self.link_flows[e_link].any())
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ events
 
-    def _kick(self) -> None:
-        """Make sure a step runs at the current time (after the events already queued)."""
-        if self._pending_now:
-            return
-        assert self.env is not None
-        self._pending_now = True
-        self._gen += 1
-        gen = self._gen
-        t = self.env.timeout(0)
-        t.callbacks.append(self._timer_callback(gen))
-
-    def _timer_callback(self, gen: int) -> Callable[[simpy.Event], None]:
-        def callback(_event: simpy.Event) -> None:
-            self._on_timer(gen)
-
-        return callback
+    def _on_kick(self, _ev: simpy.Event) -> None:
+        self._kick_pending = False
+        gids = list(self._dirty)
+        self._dirty.clear()
+        self._process(gids)
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._gen:
-            return  # superseded
-        self._pending_now = False
+            return  # superseded by an earlier timer
+        self._timer_at = None
         assert self.env is not None
         now = int(self.env.now)
-        self._advance(now)
-        self._finish(now)
-        if self._any_dirty:
-            self._recompute()
-        self._schedule(now)
+        heap, batches = self._heap, self._batches
+        due: list[int] = []
+        while heap and heap[0][0] <= now:
+            _, _, gid, ver = heapq.heappop(heap)
+            b = batches.get(gid)
+            if b is not None and b.version == ver:
+                due.append(gid)
+        self._process(due)
 
-    def _advance(self, now: int) -> None:
-        dt = now - self._t_last
-        if dt > 0 and self._n_alive:
-            alive = self._alive.v
-            moved = np.where(alive, np.minimum(self._rate.v * dt, self._rem.v), 0.0)
-            moved = np.nan_to_num(moved, nan=0.0, posinf=0.0)
-            self._rem.v[:] -= moved
-            self._sent.v[:] += moved
-        self._t_last = now
+    def _component(self, gid: int, seen: set[int]) -> list[int]:
+        """Batches connected to ``gid`` through shared links."""
+        comp = [gid]
+        seen.add(gid)
+        stack = [gid]
+        lb, batches = self._link_batches, self._batches
+        total = len(batches)
+        while stack:
+            for lk in batches[stack.pop()].links:
+                d = lb[lk]
+                if len(d) > 1:
+                    for g in d:
+                        if g not in seen:
+                            seen.add(g)
+                            comp.append(g)
+                            stack.append(g)
+                    if len(comp) == total:  # everything in flight: nothing left to find
+                        return comp
+        return comp
 
-    def _finish(self, now: int) -> None:
-        if not self._n_alive:
-            return
-        alive = self._alive.v
-        rem = self._rem.v
-        rate = self._rate.v
-        done = alive & ((rem <= rate * 0.5) | (rem <= 1e-9))
-        if not done.any():
-            return
-        idx = np.flatnonzero(done)
-        alive[idx] = False
-        rate[idx] = 0.0
-        self._n_alive -= len(idx)
-        e_flow = self._e_flow.v
-        ent = done[e_flow]
-        links = self._e_link.v[ent]
-        self._dirty[links] = True
-        self._any_dirty = True
-        self.link_bytes += np.bincount(
-            links, weights=self._bytes0.v[e_flow[ent]], minlength=len(self.capacity)
-        )
-        self.link_flows -= np.bincount(links, minlength=len(self.capacity))
-        self._n_dead_entries += int(ent.sum())
-        if self.record:
-            for i in idx:
-                self.records.append(
-                    FlowRecord(
-                        int(self._fid.v[i]), float(self._bytes0.v[i]), float(self._sent.v[i]),
-                        int(self._t0.v[i]), now,
-                    )
-                )
-        # the last fraction of a nanosecond's worth of bytes (rounding to integer ns)
-        self._sent.v[idx] += rem[idx]
-        rem[idx] = 0.0
-        groups, counts = np.unique(self._group.v[idx], return_counts=True)
-        fired = []
-        for g, c in zip(groups.tolist(), counts.tolist(), strict=True):
-            left = self._group_left[g] - c
-            if left:
-                self._group_left[g] = left
-            else:
-                del self._group_left[g]
-                fired.append(self._group_event.pop(g))
-        if self._n_dead_entries > max(self.compact_min, len(e_flow) // 2):
-            self._compact()
-        for ev in fired:  # in group (start) order: deterministic
-            ev.succeed()
-
-    def _compact(self) -> None:
-        alive = self._alive.v.copy()  # the buffers below are rewritten in place
-        keep = np.flatnonzero(alive)
-        new_index = np.full(len(alive), -1, dtype=np.int64)
-        new_index[keep] = np.arange(len(keep))
-        for buf in (self._rem, self._rate, self._bytes0, self._sent, self._group, self._fid, self._t0):
-            buf.set(buf.v[keep])
-        self._alive.set(np.ones(len(keep), dtype=bool))
-        e_flow = self._e_flow.v
-        ent = alive[e_flow]
-        self._e_link.set(self._e_link.v[ent])
-        self._e_flow.set(new_index[e_flow[ent]])
-        self._n_dead_entries = 0
-
-    def _recompute(self) -> None:
-        """Recompute rates of the flows connected (through links) to the dirty links.
-
-        Max-min allocations decompose over connected components of the flow-link graph,
-        so only the component(s) of the flows that started or ended are re-solved; when the
-        search reaches most flows it stops and re-solves them all. (Restricting the search
-        to saturated links was tried: it re-solves fewer flows per event but costs more in
-        bookkeeping than it saves on the benchmarks of scripts/bench_network.py.)
-        """
-        self._any_dirty = False
-        dirty = self._dirty
-        self._dirty = np.zeros(len(self.capacity), dtype=bool)
-        if not self._n_alive:
-            return
-        alive = self._alive.v
-        e_flow = self._e_flow.v
-        e_link = self._e_link.v
-        e_alive = alive[e_flow]
-        e_flow_a = e_flow[e_alive]
-        e_link_a = e_link[e_alive]
-        lm = dirty
-        fm = np.zeros(len(alive), dtype=bool)
-        n_marked = 0
-        while True:
-            hit = lm[e_link_a]
-            newf = np.zeros(len(alive), dtype=bool)
-            newf[e_flow_a[hit]] = True
-            grow = newf & ~fm
-            n_grow = int(grow.sum())
-            if not n_grow:
-                break
-            fm |= newf
-            n_marked += n_grow
-            if 2 * n_marked > self._n_alive:  # most flows: stop searching, take them all
-                fm = alive.copy()
-                break
-            lm[e_link_a[grow[e_flow_a]]] = True
-        if not fm.any():
-            return
-        if fm is alive or fm.sum() == self._n_alive:
-            ef, el = e_flow_a, e_link_a
+    def _process(self, gids: list[int]) -> None:
+        """Advance, finish and re-solve the components of ``gids`` at the current time."""
+        assert self.env is not None
+        now = int(self.env.now)
+        seen: set[int] = set()
+        comps: list[list[int]] = []
+        for gid in gids:
+            if gid not in seen and gid in self._batches:
+                comps.append(self._component(gid, seen))
+        if comps:
+            fired = self._step(comps, now)
+            if self._n_dead > max(self.compact_min, self._rem.n // 2):
+                self._compact()
+            self._reschedule(now)
+            for b in fired:  # in start order: deterministic
+                b.event.succeed()
         else:
-            sel = fm[e_flow_a]
-            ef = e_flow_a[sel]
-            el = e_link_a[sel]
+            self._reschedule(now)
+
+    # ------------------------------------------------------------------ one instant
+
+    def _step(self, comps: list[list[int]], now: int) -> list[_Batch]:
+        batches = self._batches
+        order = sorted(g for comp in comps for g in comp)
+        bl = [batches[g] for g in order]
+        idx = _ranges([b.lo for b in bl], [b.hi for b in bl])
+        rem, rate, alive = self._rem.a, self._rate.a, self._alive.a
+        # advance the touched flows to now
+        t_upd = self._t_upd.a
+        dt = now - t_upd[idx]
+        r = rate[idx]
+        with np.errstate(invalid="ignore"):  # inf rate x 0 ns
+            moved = np.minimum(np.where(dt > 0, r * dt, 0.0), rem[idx])
+        moved[~alive[idx]] = 0.0
+        rem[idx] -= moved
+        self._sent.a[idx] += moved
+        t_upd[idx] = now
+        # finish the flows that are done (within half a nanosecond's worth of bytes)
+        rm = rem[idx]
+        done = alive[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
+        fired: list[_Batch] = []
+        if done.any():
+            fired = self._finish(bl, idx, done, now)
+        live = [b for b in bl if b.n_alive]
+        if not live:
+            return fired
+        self.recomputes += 1
+        # rates: batches alone on their links with all flows alive take cached rates
+        alone = {c[0] for c in comps if len(c) == 1}
+        solve: list[_Batch] = []
+        iso = self._iso
+        for b in live:
+            if b.gid in alone and b.n_alive == b.hi - b.lo:
+                key = (id(b.key[0]), id(b.key[1]))
+                hit = iso.get(key)
+                if hit is not None and hit[0] is b.key[0] and hit[1] is b.key[1]:
+                    rate[b.lo : b.hi] = hit[2]
+                    continue
+            solve.append(b)
+        if solve:
+            self._solve(solve)
+            for b in solve:
+                if b.gid in alone and b.n_alive == b.hi - b.lo:
+                    if len(iso) >= _ISO_CACHE_MAX:
+                        iso.clear()
+                    iso[(id(b.key[0]), id(b.key[1]))] = (b.key[0], b.key[1], rate[b.lo : b.hi].copy())
+        # next completion of every live batch
+        lidx = _ranges([b.lo for b in live], [b.hi for b in live])
+        lr = rate[lidx]
+        ok = alive[lidx] & (lr > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tdone = np.where(ok, rem[lidx] / np.where(ok, lr, 1.0), np.inf)
+        lens = np.array([b.hi - b.lo for b in live], dtype=np.int64)
+        firsts = np.cumsum(lens) - lens
+        tmin = np.minimum.reduceat(tdone, firsts).tolist()
+        heap = self._heap
+        for b, t in zip(live, tmin, strict=True):
+            b.version += 1
+            if t == math.inf:
+                continue
+            step = max(1, math.ceil(t - 1e-9)) if t > 0 else 0
+            self._seq += 1
+            heapq.heappush(heap, (now + step, self._seq, b.gid, b.version))
+        return fired
+
+    def _solve(self, solve: list[_Batch]) -> None:
+        """One max-min solve over the alive, routed flows of ``solve``."""
+        eidx = _ranges([b.elo for b in solve], [b.ehi for b in solve])
+        ef = self._e_flow.a[eidx]
+        keep = self._alive.a[ef]
+        ef, el = ef[keep], self._e_link.a[eidx][keep]
+        if not len(ef):
+            return
         starts = np.r_[True, ef[1:] != ef[:-1]]
         local = np.cumsum(starts) - 1
-        self._rate.v[ef[starts]] = max_min_sorted(local, el, self.capacity)
-        self.recomputes += 1
+        self._rate.a[ef[starts]] = max_min_sorted(local, el, self.capacity)
 
-    def _schedule(self, now: int) -> None:
-        if not self._n_alive:
+    def _finish(self, bl: list[_Batch], idx: np.ndarray, done: np.ndarray, now: int) -> list[_Batch]:
+        fin = idx[done]
+        alive = self._alive.a
+        alive[fin] = False
+        self._rate.a[fin] = 0.0
+        self._n_alive -= len(fin)
+        self._n_dead += len(fin)
+        # entries of the finished flows: per batch, entries of its finished slots
+        lens = np.array([b.hi - b.lo for b in bl], dtype=np.int64)
+        bpos = np.repeat(np.arange(len(bl)), lens)
+        per_batch = np.bincount(bpos[done], minlength=len(bl)).tolist()
+        touched = [b for b, c in zip(bl, per_batch, strict=True) if c]
+        eidx = _ranges([b.elo for b in touched], [b.ehi for b in touched])
+        ef = self._e_flow.a[eidx]
+        flag = np.zeros(len(alive), dtype=bool)
+        flag[fin] = True
+        ent = flag[ef]
+        links = self._e_link.a[eidx][ent]
+        np.add.at(self.link_bytes, links, self._bytes0.a[ef[ent]])
+        np.subtract.at(self.link_flows, links, 1)
+        # the last fraction of a nanosecond's worth of bytes (rounding to integer ns)
+        self._sent.a[fin] += self._rem.a[fin]
+        self._rem.a[fin] = 0.0
+        if self.record:
+            bo = bpos[done].tolist()
+            for slot, k in zip(fin.tolist(), bo, strict=True):
+                b = bl[k]
+                self.records.append(FlowRecord(b.fid0 + slot - b.lo, float(self._bytes0.a[slot]),
+                                               float(self._sent.a[slot]), b.t0, now))
+        fired = []
+        for b, c in zip(bl, per_batch, strict=True):
+            if c:
+                b.n_alive -= c
+                if not b.n_alive:
+                    self._drop(b)
+                    fired.append(b)
+        return fired
+
+    def _drop(self, b: _Batch) -> None:
+        lb = self._link_batches
+        for lk in b.links:
+            d = lb[lk]
+            del d[b.gid]
+            if not d:
+                del lb[lk]
+        del self._batches[b.gid]
+
+    def _compact(self) -> None:
+        """Drop the slots and entries of finished batches; renumber the live ones."""
+        live = sorted(self._batches.values(), key=lambda b: b.lo)
+        keep = _ranges([b.lo for b in live], [b.hi for b in live])
+        ekeep = _ranges([b.elo for b in live], [b.ehi for b in live])
+        new_index = np.full(self._rem.n, -1, dtype=np.int64)
+        new_index[keep] = np.arange(len(keep))
+        for buf in (self._rem, self._rate, self._bytes0, self._sent, self._alive, self._t_upd):
+            buf.set(buf.v[keep])
+        self._e_link.set(self._e_link.v[ekeep])
+        self._e_flow.set(new_index[self._e_flow.v[ekeep]])
+        lo = elo = 0
+        for b in live:
+            n, ne = b.hi - b.lo, b.ehi - b.elo
+            b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + ne
+            lo += n
+            elo += ne
+        self._n_dead = int((~self._alive.v).sum())
+
+    def _reschedule(self, now: int) -> None:
+        """Keep one SimPy timer at the earliest valid heap entry."""
+        heap, batches = self._heap, self._batches
+        while heap:
+            _, _, gid, ver = heap[0]
+            b = batches.get(gid)
+            if b is not None and b.version == ver:
+                break
+            heapq.heappop(heap)
+        if not heap:
             return
-        alive = self._alive.v
-        rate = self._rate.v
-        ok = alive & (rate > 0)
-        if not ok.any():
+        t = heap[0][0]
+        if self._timer_at is not None and self._timer_at <= t:
             return
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dt = float(np.min(self._rem.v[ok] / rate[ok]))
-        step = max(1, math.ceil(dt - 1e-9)) if dt > 0 else 0
         assert self.env is not None
         self._gen += 1
+        self._timer_at = t
         gen = self._gen
-        self._pending_now = step == 0
-        t = self.env.timeout(step)
-        t.callbacks.append(self._timer_callback(gen))
+        self.env.timeout(max(0, t - now)).callbacks.append(lambda _e: self._on_timer(gen))
