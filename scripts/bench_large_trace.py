@@ -12,6 +12,9 @@ peak RSS (``ru_maxrss``) of
   table reads (what ``load_trace_json`` does for files of ``STREAM_MIN_BYTES`` or more);
 * ``read_kineto (json.load)`` / ``read_kineto (stream)``: the whole op-table read.
 
+CPU time (user + system of the measuring process) is reported beside wall time: on a
+shared machine it is the steadier of the two.
+
 Usage::
 
     .venv/bin/python scripts/bench_large_trace.py [--mb 500] [--modes json,stream,...] [--json]
@@ -47,7 +50,8 @@ else:
         kineto.STREAM_MIN_BYTES = 1 << 62
     n = len(kineto.read_kineto(path))
 wall = time.perf_counter() - t0
-print(n, wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(n, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0)
 """
 
 MODES = {"json": "json.load (load_json_file)", "stream": "stream (load_trace_streaming)",
@@ -152,8 +156,8 @@ def write_trace(path: Path, target_bytes: int) -> dict[str, int]:
 def measure(mode: str, path: Path) -> dict[str, float]:
     p = subprocess.run([sys.executable, "-c", _MEASURE, mode, str(path)], cwd=ROOT,
                        capture_output=True, text=True, check=True)
-    n, wall, rss = p.stdout.split()
-    return {"rows": int(n), "wall_s": float(wall), "peak_rss_MiB": float(rss)}
+    n, wall, cpu, rss = p.stdout.split()
+    return {"rows": int(n), "wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_MiB": float(rss)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"synthetic trace: {size / 1e6:.0f} MB, {sum(counts.values())} events "
           f"({counts['steps']} steps), generated in {gen_s:.0f} s")
-    print(f"{'mode':<30} {'wall s':>8} {'peak RSS MiB':>13} {'rows':>10}")
+    print(f"{'mode':<30} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13} {'rows':>10}")
     for m, r in rows.items():
-        print(f"{MODES[m]:<30} {r['wall_s']:>8.1f} {r['peak_rss_MiB']:>13.0f} {r['rows']:>10}")
+        print(f"{MODES[m]:<30} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} {r['peak_rss_MiB']:>13.0f} "
+              f"{r['rows']:>10}")
     return 0
 
 
