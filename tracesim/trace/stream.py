@@ -49,7 +49,8 @@ class _Text:
         self.lines_dropped = 0  # newlines in text already discarded before buf[0]
         with open(path, "rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
-        self.fh: IO[bytes] = gzip.open(path, "rb") if gz else open(path, "rb")  # noqa: SIM115
+        self.fh: IO[bytes] = (gzip.open(path, "rb") if gz  # type: ignore[assignment]
+                              else open(path, "rb"))  # noqa: SIM115
         self.dec = codecs.getincrementaldecoder("utf-8-sig")()
 
     def close(self) -> None:
