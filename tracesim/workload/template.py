@@ -286,6 +286,8 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
         tpl.check()
     except ValueError as exc:
         raise InputError(str(exc), file, "ops") from None
+    if not tpl.select("block", "bwd"):  # the builder times gradients from the backward block
+        raise InputError("template has no backward block ops", file, "ops")
     return tpl
 
 
