@@ -10,11 +10,13 @@ all members because they run the same program), of one pipeline transfer
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.workload.graph import EDGE_COLUMNS, TASK_COLUMNS, TaskGraph, make_lanes
 from tracesim.workload.placement import Placement
 
 REPORT_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
@@ -32,6 +34,43 @@ def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
     return dur
 
 
+def _frame(cols: dict[str, np.ndarray], columns: Mapping[str, Any]) -> pd.DataFrame:
+    """A DataFrame over ``cols`` (already of the right dtypes) without copying them: object
+    columns stay object (their strings shared, not re-inferred as Arrow strings), nothing is
+    consolidated. ``columns`` gives the column order; extra ``cols`` follow."""
+    order = list(columns) + [c for c in cols if c not in columns]
+    return pd.DataFrame({c: pd.Series(cols[c], dtype=cols[c].dtype, copy=False) for c in order},
+                        copy=False)
+
+
+class _StageCache:
+    """What every rank of one pipeline stage shares: lanes, comm-task codes, durations."""
+
+    def __init__(self, prog: dict[str, np.ndarray], placement: Placement,
+                 comm_time: Callable[[str, str, int, int], int]):
+        self.n = len(prog["lane"])
+        self.lanes, inv = np.unique(prog["lane"].astype(str), return_inverse=True)
+        self.lane_inv = inv.astype(np.int32)
+        self.comm = np.flatnonzero(prog["kind"] != "gpu")
+        gk = prog["gkind"]
+        self.report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
+        self.dur = _comm_durations(prog, placement, comm_time)
+        gk_comm = [str(k) for k in gk[self.comm]]
+        self.kinds = list(dict.fromkeys(gk_comm))  # first-appearance order (group numbering)
+        self.kind_code = np.array([self.kinds.index(k) for k in gk_comm], dtype=np.int64)
+        sels = [str(x) for x in prog["peer_sel"][self.comm]]
+        self.sel_code = np.array([_SELECTORS.index(x) if x in _SELECTORS else 0 for x in sels],
+                                 dtype=np.int64)
+        self.keys = prog["key"][self.comm].astype(object)
+        self.ring = np.flatnonzero(self.sel_code >= 3)  # ring-attention transfers (cp_next / cp_prev)
+        self.src = prog["src"]
+        self.dst = prog["dst"]
+
+
+#: peer selectors of the builder's comm tasks, by code
+_SELECTORS = ("", "pp_next", "pp_prev", "cp_next", "cp_prev")
+
+
 def instantiate(
     stage_progs: Sequence[dict[str, np.ndarray]],
     ranks: Sequence[int],
@@ -39,7 +78,12 @@ def instantiate(
     comm_time: Callable[[str, str, int, int], int],
     representatives: bool,
 ) -> TaskGraph:
-    """One :class:`TaskGraph` holding the programs of ``ranks``."""
+    """One :class:`TaskGraph` holding the programs of ``ranks``.
+
+    Columns are filled per rank with vectorised copies of the stage program into arrays
+    allocated once for all ranks (strings are shared, not copied); only a rank's group ids,
+    peers and match keys are computed per rank.
+    """
     par = placement.par
     groups: list[tuple[int, ...]] = []
     group_ids: dict[tuple[str, int], int] = {}
@@ -52,84 +96,70 @@ def instantiate(
             groups.append(placement.groups(kind)[local])
         return group_ids[key]
 
-    stage_cache: dict[int, tuple] = {}
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in (
-        "rank", "lane", "kind", "name", "dur_ns", "op_class", "flops", "bytes", "phase", "layer",
-        "collective", "group", "group_kind", "msg_bytes", "peer", "match_key")}
-    src_parts: list[np.ndarray] = []
-    dst_parts: list[np.ndarray] = []
+    caches: dict[int, _StageCache] = {}
+    stage_of = [placement.coord(r).pp for r in ranks]
+    for st in sorted(set(stage_of)):
+        caches[st] = _StageCache(stage_progs[st], placement, comm_time)
+    n = sum(caches[st].n for st in stage_of)
+    n_e = sum(len(caches[st].src) for st in stage_of)
+    i32 = {c: np.empty(n, dtype=np.int32) for c in ("rank", "lane", "layer", "group", "peer")}
+    i64 = {c: np.empty(n, dtype=np.int64) for c in ("dur_ns", "msg_bytes")}
+    f64 = {c: np.empty(n, dtype=np.float64) for c in ("flops", "bytes")}
+    obj = {c: np.empty(n, dtype=object) for c in ("kind", "name", "op_class", "phase", "collective",
+                                                    "group_kind")}
+    keys = np.full(n, "", dtype=object)
+    src = np.empty(n_e, dtype=np.int64)
+    dst = np.empty(n_e, dtype=np.int64)
     lane_rank: list[int] = []
     lane_name: list[str] = []
-    offset = 0
-    for rank in ranks:
+    off = eoff = 0
+    for rank, stage in zip(ranks, stage_of, strict=True):
         c = placement.coord(rank)
-        stage = c.pp
-        prog = stage_progs[stage]
-        if stage not in stage_cache:
-            uniq, inv = np.unique(prog["lane"].astype(str), return_inverse=True)
-            gk = prog["gkind"]
-            comm = np.flatnonzero(prog["kind"] != "gpu")
-            report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
-            stage_cache[stage] = (uniq, inv, comm, report, _comm_durations(prog, placement, comm_time))
-        uniq, inv, comm, report, dur = stage_cache[stage]
-        n = len(prog["lane"])
+        prog, sc = stage_progs[stage], caches[stage]
+        hi = off + sc.n
         lane_base = len(lane_name)
-        lane_rank += [rank] * len(uniq)
-        lane_name += [str(x) for x in uniq]
-        group = np.full(n, -1, dtype=np.int32)
-        peer = np.full(n, -1, dtype=np.int32)
-        keys = np.full(n, "", dtype=object)
-        nxt = placement.next_stage_rank(rank)
-        prv = placement.prev_stage_rank(rank)
-        cp_next = placement.rank(c.tp, (c.cp + 1) % par.cp, c.dp, c.pp)
-        cp_prev = placement.rank(c.tp, (c.cp - 1) % par.cp, c.dp, c.pp)
-        gk_arr, key_arr, sel_arr = prog["gkind"], prog["key"], prog["peer_sel"]
-        cache_g: dict[str, int] = {}
-        for i in comm.tolist():
-            gk = gk_arr[i]
-            if gk not in cache_g:
-                cache_g[gk] = gid(gk, rank)
-            g = cache_g[gk]
-            group[i] = g
-            sel = sel_arr[i]
-            if sel == "pp_next":
-                peer[i] = nxt
-            elif sel == "pp_prev":
-                peer[i] = prv
-            elif sel == "cp_next":
-                peer[i] = cp_next
-            elif sel == "cp_prev":
-                peer[i] = cp_prev
-            if gk == "pp":
-                keys[i] = f"pp{g}|{key_arr[i]}"
-            elif sel in ("cp_next", "cp_prev"):
+        lane_rank += [rank] * len(sc.lanes)
+        lane_name += [str(x) for x in sc.lanes]
+        i32["rank"][off:hi] = rank
+        i32["lane"][off:hi] = sc.lane_inv + lane_base
+        i32["layer"][off:hi] = prog["layer"]
+        i32["group"][off:hi] = -1
+        i32["peer"][off:hi] = -1
+        i64["dur_ns"][off:hi] = sc.dur
+        i64["msg_bytes"][off:hi] = prog["msg_bytes"]
+        f64["flops"][off:hi] = prog["flops"]
+        f64["bytes"][off:hi] = prog["bytes"]
+        for col in ("kind", "name", "op_class", "phase", "collective"):
+            obj[col][off:hi] = prog[col]
+        obj["group_kind"][off:hi] = sc.report
+        if len(sc.comm):
+            g_of_kind = np.array([gid(k, rank) for k in sc.kinds], dtype=np.int64)
+            g = g_of_kind[sc.kind_code]
+            cidx = sc.comm + off
+            i32["group"][cidx] = g
+            cp_next = placement.rank(c.tp, (c.cp + 1) % par.cp, c.dp, c.pp)
+            cp_prev = placement.rank(c.tp, (c.cp - 1) % par.cp, c.dp, c.pp)
+            peers = np.array([-1, placement.next_stage_rank(rank), placement.prev_stage_rank(rank),
+                              cp_next, cp_prev], dtype=np.int64)
+            i32["peer"][cidx] = peers[sc.sel_code]
+            prefix = np.array([f"{k}{gi}|" for k, gi in zip(sc.kinds, g_of_kind.tolist(), strict=True)],
+                              dtype=object)
+            k = prefix[sc.kind_code] + sc.keys
+            if len(sc.ring):
                 if representatives:
-                    keys[i] = f"cp{g}|{key_arr[i]}|self{rank}"
+                    suffix = np.array(["", "", "", f"|self{rank}", f"|self{rank}"], dtype=object)
                 else:
-                    src_cp = c.cp if sel == "cp_next" else (c.cp - 1) % par.cp
-                    keys[i] = f"cp{g}|{key_arr[i]}|{src_cp}"
-            else:
-                keys[i] = f"{gk}{g}|{key_arr[i]}"
-        cols["rank"].append(np.full(n, rank, dtype=np.int32))
-        cols["lane"].append((inv + lane_base).astype(np.int32))
-        cols["kind"].append(prog["kind"])
-        cols["name"].append(prog["name"])
-        cols["dur_ns"].append(dur)
-        cols["op_class"].append(prog["op_class"])
-        cols["flops"].append(prog["flops"])
-        cols["bytes"].append(prog["bytes"])
-        cols["phase"].append(prog["phase"])
-        cols["layer"].append(prog["layer"])
-        cols["collective"].append(prog["collective"])
-        cols["group"].append(group)
-        cols["group_kind"].append(report)
-        cols["msg_bytes"].append(prog["msg_bytes"])
-        cols["peer"].append(peer)
-        cols["match_key"].append(keys)
-        src_parts.append(prog["src"] + offset)
-        dst_parts.append(prog["dst"] + offset)
-        offset += n
-    data = {k: np.concatenate(v) if v else np.array([]) for k, v in cols.items()}
+                    suffix = np.array(["", "", "", f"|{c.cp}", f"|{(c.cp - 1) % par.cp}"], dtype=object)
+                k[sc.ring] = k[sc.ring] + suffix[sc.sel_code[sc.ring]]
+            keys[cidx] = k
+        ne = len(sc.src)
+        src[eoff : eoff + ne] = sc.src + off
+        dst[eoff : eoff + ne] = sc.dst + off
+        off, eoff = hi, eoff + ne
+    data: dict[str, np.ndarray] = {**i32, **i64, **f64, **obj, "match_key": keys}
+    data["task_id"] = np.arange(n, dtype=np.int64)
+    data["gap_ns"] = np.zeros(n, dtype=np.int64)
+    data["step"] = np.full(n, "", dtype=object)
     if representatives:
         # a representative's collective has one present member: the engine must not wait
         # for the absent (symmetric) ones; the full group stays in ``sym_group`` for
@@ -137,7 +167,7 @@ def instantiate(
         data["sym_group"] = data["group"].copy()
         coll = data["kind"] == "coll"
         data["group"] = np.where(coll, -1, data["group"]).astype(np.int32)
-    tasks = make_tasks(data)
-    edges = make_edges(np.concatenate(src_parts) if src_parts else [], np.concatenate(dst_parts) if dst_parts else [], "dep")
+    tasks = _frame(data, TASK_COLUMNS)
+    edges = _frame({"src": src, "dst": dst, "kind": np.full(n_e, "dep", dtype=object)}, EDGE_COLUMNS)
     lanes = make_lanes({"rank": lane_rank, "name": lane_name, "kind": ["gpu"] * len(lane_name)})
     return TaskGraph(tasks, edges, lanes, tuple(groups))
