@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -131,11 +129,13 @@ def test_scale_durations_vectorised() -> None:
         assert np.abs(np.array([lo[i], mid[i], hi[i]]) - np.array(want[:3])).max() <= 1  # rounding
 
 
-def test_vectorised_is_fast() -> None:
-    n = 1_000_000
+def test_vectorised_matches_scalar_on_many_ops() -> None:
+    # speed is measured in scripts/bench*.py, not here (the machine is shared and noisy)
+    n = 20_000
     rng = np.random.default_rng(1)
     classes = rng.choice(["gemm", "elementwise", "norm", "softmax", "memcpy"], n)
-    t0 = time.perf_counter()
-    out = op_times_ns("h100", classes, 10 ** rng.uniform(3, 12, n), 10 ** rng.uniform(2, 9, n), "bf16")
+    flops, nbytes = 10 ** rng.uniform(3, 12, n), 10 ** rng.uniform(2, 9, n)
+    out = op_times_ns("h100", classes, flops, nbytes, "bf16")
     assert out.shape == (n,) and (out > 0).all()
-    assert time.perf_counter() - t0 < 5.0
+    for i in rng.choice(n, 50, replace=False):
+        assert abs(int(out[i]) - op_time_ns("h100", str(classes[i]), float(flops[i]), float(nbytes[i]), "bf16")) <= 1
