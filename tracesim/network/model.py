@@ -201,6 +201,11 @@ class NetworkModel:
         self.env: simpy.Environment | None = None
         self.flows = FlowNetwork(self.topology.capacity)
         self.records: list[CommRecord] = []
+        # per-call caches: the chosen compiled collective of (collective, ranks, bytes) and
+        # the compiled transfer of (src, dst); the flow network also keys its cache of
+        # isolated rates on these (persistent) route arrays
+        self._chosen: dict[tuple[str, tuple[int, ...], int], CompiledCollective] = {}
+        self._p2p: dict[tuple[int, int], CompiledCollective] = {}
 
     # ------------------------------------------------------------------ CommModel
 
@@ -215,33 +220,38 @@ class NetworkModel:
         """Start ``collective`` over global ``ranks`` now; the event fires when it is done."""
         env = self._env()
         ranks = tuple(int(r) for r in ranks)
-        if collective not in COLLECTIVES:
-            raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
-        self._check_ranks(ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        if len(ranks) <= 1:
-            return env.timeout(0)
-        cc = self.compiled(collective, ranks, msg_bytes)
+        key = (collective, ranks, msg_bytes)
+        cc = self._chosen.get(key)
+        if cc is None:
+            if collective not in COLLECTIVES:
+                raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+            self._check_ranks(ranks)
+            if len(ranks) <= 1:
+                return env.timeout(0)
+            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes)
         return env.process(self._run(cc, collective, group_kind, len(ranks), msg_bytes))
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
         env = self._env()
-        self._check_ranks((src, dst))
-        if src == dst:
-            return env.timeout(0)
-        algo = ALGORITHMS["p2p"]
-        p = self._shared.params(algo)
-        route = self.router.route(src, dst)
-        eff = p.efficiency_inter if self.router.crosses_nic(route) else p.efficiency_intra
-        assert eff and p.step_latency_us is not None
-        lat = p.step_latency_us * 1000.0 + self.router.latency_ns(route)
-        cp = CompiledPhase(
-            np.array([0, len(route)], dtype=np.int64), route,
-            np.array([1.0 / eff]), 1, lat,
-        )
-        cc = CompiledCollective("p2p", (cp,), lat, 0.0)
+        cc = self._p2p.get((src, dst))
+        if cc is None:
+            self._check_ranks((src, dst))
+            if src == dst:
+                return env.timeout(0)
+            algo = ALGORITHMS["p2p"]
+            p = self._shared.params(algo)
+            route = self.router.route(src, dst)
+            eff = p.efficiency_inter if self.router.crosses_nic(route) else p.efficiency_intra
+            assert eff and p.step_latency_us is not None
+            lat = p.step_latency_us * 1000.0 + self.router.latency_ns(route)
+            cp = CompiledPhase(
+                np.array([0, len(route)], dtype=np.int64), route,
+                np.array([1.0 / eff]), 1, lat,
+            )
+            cc = self._p2p[(src, dst)] = CompiledCollective("p2p", (cp,), lat, 0.0)
         return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
 
     # ------------------------------------------------------------------ selection
