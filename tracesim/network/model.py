@@ -206,6 +206,7 @@ class NetworkModel:
         # isolated rates on these (persistent) route arrays
         self._chosen: dict[tuple[str, tuple[int, ...], int], CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
+        self._images: dict[tuple[int, str, int], tuple[object, CompiledCollective | None]] = {}
 
     # ------------------------------------------------------------------ CommModel
 
@@ -236,11 +237,18 @@ class NetworkModel:
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
         env = self._env()
+        cc = self._compiled_p2p(src, dst)
+        if cc is None:
+            return env.timeout(0)
+        return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
+
+    def _compiled_p2p(self, src: int, dst: int) -> CompiledCollective | None:
+        """The compiled transfer src -> dst (cached), None when src == dst."""
         cc = self._p2p.get((src, dst))
         if cc is None:
             self._check_ranks((src, dst))
             if src == dst:
-                return env.timeout(0)
+                return None
             algo = ALGORITHMS["p2p"]
             p = self._shared.params(algo)
             route = self.router.route(src, dst)
@@ -252,6 +260,56 @@ class NetworkModel:
                 np.array([1.0 / eff]), 1, lat,
             )
             cc = self._p2p[(src, dst)] = CompiledCollective("p2p", (cp,), lat, 0.0)
+        return cc
+
+    # ------------------------------------------------------------------ symmetric copies
+
+    def collective_images(
+        self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = ""
+    ) -> simpy.Event:
+        """Run ``collective`` on every group of ``groups`` at once (symmetric copies of one
+        operation, e.g. the TP all-reduces of all data-parallel replicas of a stage): each
+        phase starts the flows of all copies together, so they load the links they share.
+        The algorithm is the one chosen for ``groups[0]``; the event fires when every copy
+        has finished. Pass the same ``groups`` object again to reuse the merged phases."""
+        env = self._env()
+        if collective == "barrier":
+            collective, msg_bytes = "all_reduce", 0
+        key = (id(groups), collective, int(msg_bytes))
+        hit = self._images.get(key)
+        if hit is not None and hit[0] is groups:
+            cc = hit[1]
+        else:
+            first = self.compiled(collective, tuple(groups[0]), msg_bytes)
+            algo = ALGORITHMS[first.algorithm]
+            parts = [first]
+            for g in groups[1:]:
+                if algo.check(self._shared.group(tuple(g)), collective) is not None:
+                    parts = []
+                    break
+                parts.append(self._shared.compile(algo, collective, tuple(g)))
+            cc = _merge(parts) if parts else None
+            self._images[key] = (groups, cc)
+        if cc is None:  # copies that do not compile alike: run them side by side
+            return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind)
+                                     for g in groups])
+        return env.process(self._run(cc, collective, group_kind, len(groups[0]), msg_bytes))
+
+    def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
+        """Point-to-point transfers of ``nbytes`` between every (src, dst) of ``pairs`` at
+        once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
+        object again to reuse the merged routes."""
+        env = self._env()
+        key = (id(pairs), -1, 0)
+        hit = self._images.get(key)
+        if hit is not None and hit[0] is pairs:
+            cc = hit[1]
+        else:
+            parts = [c for c in (self._compiled_p2p(int(a), int(b)) for a, b in pairs) if c is not None]
+            cc = _merge(parts) if parts else None
+            self._images[key] = (pairs, cc)
+        if cc is None:
+            return env.timeout(0)
         return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
 
     # ------------------------------------------------------------------ selection
@@ -341,6 +399,27 @@ class NetworkModel:
         self.records.append(
             CommRecord(collective, kind, n, int(msg_bytes), cc.algorithm, t0, int(env.now))
         )
+
+
+def _merge(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:
+    """One compiled collective whose phase i holds the flows of phase i of every part (None
+    when the parts differ in their phases' number or steps); latency: the largest."""
+    first = parts[0]
+    if any(len(p.phases) != len(first.phases) for p in parts):
+        return None
+    phases = []
+    for i, ph in enumerate(first.phases):
+        ps = [p.phases[i] for p in parts]
+        if any(q.steps != ph.steps for q in ps):
+            return None
+        lens = np.concatenate([np.diff(q.e_ptr) for q in ps])
+        e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=e_ptr[1:])
+        phases.append(CompiledPhase(e_ptr, np.concatenate([q.e_link for q in ps]).astype(np.int64),
+                                    np.concatenate([q.wire_per_byte for q in ps]), ph.steps,
+                                    max(q.latency_ns for q in ps)))
+    return CompiledCollective(first.algorithm, tuple(phases), max(p.fixed_ns for p in parts),
+                              max(p.ns_per_byte for p in parts))
 
 
 def _split(value: str | Sequence[str]) -> tuple[str, ...]:

@@ -7,6 +7,17 @@ full group instead (the group of that kind that holds the representative: the bu
 it in the task column ``sym_group`` and sets ``group`` to -1 so that the engine does not wait
 for the absent members), so the network sees a collective over all members: the absent ranks are
 symmetric copies that arrive at the same time. Point-to-point transfers pass through.
+
+With a flow-level model (an inner model with ``collective_images`` / ``p2p_images``, such
+as :class:`tracesim.network.model.NetworkModel`) the absent ranks' traffic is not dropped:
+a rank class is all ranks of the representative's pipeline stage (translations of the TP,
+CP and DP coordinates map the representative to each of them, and its program to theirs),
+so when the representative starts a collective every class member starts the same one on
+its own group at the same instant, and each pipeline / ring transfer has one copy per
+member. Those copies run as one batch of flows on the shared network, so they load the
+links they share (spine uplinks, NICs) as in the full replay; the operation ends when the
+last copy has. ``images=False`` (or a graph without the builder's ``parallel`` metadata)
+runs the representative's operation alone.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import simpy
 
 from tracesim.engine.comm import CommModel
 from tracesim.workload.graph import TaskGraph
+from tracesim.workload.placement import GROUP_KINDS, Placement
 
 
 class SymmetricComm:
@@ -27,8 +39,11 @@ class SymmetricComm:
     share a key, the larger one is used (``ambiguous`` counts such keys).
     """
 
-    def __init__(self, inner: CommModel, graph: TaskGraph):
+    def __init__(self, inner: CommModel, graph: TaskGraph, *, images: bool = True):
         self.inner = inner
+        self.placement = _placement(graph) if images and hasattr(inner, "collective_images") else None
+        self._group_images: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
+        self._pair_images: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
         t = graph.tasks
         coll = np.flatnonzero(t["kind"].to_numpy() == "coll")
         ranks = t["rank"].to_numpy()[coll]
@@ -53,13 +68,63 @@ class SymmetricComm:
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
     ) -> simpy.Event:
         if len(ranks) == 1:
-            full = self.lookup.get((int(ranks[0]), group_kind, collective, int(msg_bytes)))
+            rep = int(ranks[0])
+            full = self.lookup.get((rep, group_kind, collective, int(msg_bytes)))
             if full is not None:
                 ranks = full
+                if self.placement is not None:
+                    imgs = self.group_images(rep, full)
+                    if len(imgs) > 1:
+                        return self.inner.collective_images(  # type: ignore[attr-defined]
+                            collective, imgs, msg_bytes, group_kind)
         return self.inner.collective(collective, tuple(ranks), msg_bytes, group_kind)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
+        if self.placement is not None:
+            pairs = self.pair_images(int(src), int(dst))
+            if len(pairs) > 1:
+                return self.inner.p2p_images(pairs, nbytes)  # type: ignore[attr-defined]
         return self.inner.p2p(src, dst, nbytes)
+
+    def group_images(self, rep: int, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The groups on which the members of ``rep``'s class run the collective that ``rep``
+        runs on ``group`` (``group`` first, then the others in ascending order)."""
+        key = (rep, group)
+        hit = self._group_images.get(key)
+        if hit is None:
+            pl = self.placement
+            assert pl is not None
+            hit = (group,)
+            for kind in GROUP_KINDS:
+                if pl.group_of(kind, rep) == tuple(group):
+                    stage = pl.stage_ranks(int(pl.stage_of(np.array([rep]))[0]))
+                    idx = np.unique(pl.group_index(kind)[stage])
+                    others = sorted(g for g in (pl.groups(kind)[int(i)] for i in idx) if g != tuple(group))
+                    hit = (tuple(group), *others)
+                    break
+            self._group_images[key] = hit
+        return hit
+
+    def pair_images(self, src: int, dst: int) -> tuple[tuple[int, int], ...]:
+        """The transfers of the class members that mirror ``src -> dst`` (translations of
+        the TP, CP and DP coordinates; ``(src, dst)`` first)."""
+        key = (src, dst)
+        hit = self._pair_images.get(key)
+        if hit is None:
+            pl = self.placement
+            assert pl is not None
+            p = pl.par
+            dt, dc, dd = np.meshgrid(np.arange(p.tp), np.arange(p.cp), np.arange(p.dp), indexing="ij")
+
+            def moved(r: int) -> np.ndarray:
+                c = pl.coord(r)
+                return (((c.tp + dt) % p.tp) + p.tp * (((c.cp + dc) % p.cp)
+                        + p.cp * (((c.dp + dd) % p.dp) + p.dp * c.pp))).reshape(-1)
+
+            a, b = moved(src), moved(dst)
+            hit = tuple(zip(a.tolist(), b.tolist(), strict=True))
+            self._pair_images[key] = hit
+        return hit
 
 
 class EstimateComm:
@@ -98,3 +163,17 @@ class EstimateComm:
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         assert self.env is not None
         return self.env.timeout(self._time("send_recv", (src, dst), int(nbytes)))
+
+
+def _placement(graph: TaskGraph) -> Placement | None:
+    """The layout's placement from the builder's ``parallel`` metadata (None without it)."""
+    from tracesim.workload.parallel import ParallelSpec
+
+    par = graph.meta.get("parallel") if graph.meta else None
+    if not isinstance(par, dict) or not graph.meta.get("representatives"):
+        return None
+    try:
+        spec = ParallelSpec(**{k: int(par[k]) for k in ("tp", "pp", "dp", "cp", "ep")})
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Placement(spec)
