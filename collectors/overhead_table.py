@@ -3,12 +3,14 @@
 For every rank and profiled step of each bundle prints: events in the step, the unprofiled
 step median, the profiled step duration, the calibrated ``per_event_ns``, the actual cost per
 event ``(profiled - unprofiled median) / events``, and the error of the corrected prediction
-``(profiled - events x per_event_ns) / unprofiled median - 1``. Reads only ``meta.yaml``
+``(profiled - events x per_event_ns) / unprofiled median - 1``, and the minor page faults
+of the profiled step next to the median of the unprofiled ones. Reads only ``meta.yaml``
 (no torch). This is the command behind the overhead table in docs/collect.md.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from typing import Any
 
@@ -26,6 +28,8 @@ def rows(path: str) -> list[dict[str, Any]]:
             raise InputError(f"no per_rank entry for rank {rank}", bundle.meta_path, "per_rank")
         per_event = float(entry["profiler_overhead"]["per_event_ns"])
         plain_ms = float(entry["measured_step_time_s"]["median"]) * 1e3
+        plain_faults = entry.get("minor_faults") or []
+        median_faults = statistics.median(plain_faults) if plain_faults else None
         for step in entry["profiled_step_events"]:
             prof_ms = float(step["dur_us"]) / 1e3
             events = int(step["events"])
@@ -36,8 +40,14 @@ def rows(path: str) -> list[dict[str, Any]]:
                 "per_event_ns": per_event,
                 "actual_ns": (prof_ms - plain_ms) * 1e6 / max(1, events),
                 "corrected_error": corrected_ms / plain_ms - 1.0,
+                "faults": step.get("minor_faults"),
+                "unprofiled_faults": median_faults,
             })
     return out
+
+
+def _opt(value: Any) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,15 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m collectors.overhead_table BUNDLE...", file=sys.stderr)
         return 2
     print("| model | rank | step | events | unprofiled ms | profiled ms | per_event_ns "
-          "| actual ns/event | corrected error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| actual ns/event | corrected error | minor faults profiled / unprofiled |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     try:
         for path in paths:
             for r in rows(path):
                 print(f"| {r['model']} | {r['rank']} | {r['step']} | {r['events']} "
                       f"| {r['unprofiled_ms']:.1f} | {r['profiled_ms']:.1f} "
                       f"| {r['per_event_ns']:.0f} | {r['actual_ns']:.0f} "
-                      f"| {r['corrected_error'] * 100:+.1f}% |")
+                      f"| {r['corrected_error'] * 100:+.1f}% "
+                      f"| {_opt(r['faults'])} / {_opt(r['unprofiled_faults'])} |")
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

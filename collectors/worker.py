@@ -49,6 +49,15 @@ class RankConfig:
         return "nccl" if self.device == "cuda" else "gloo"
 
 
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (0 where getrusage is unavailable)."""
+    try:
+        import resource
+    except ImportError:  # not on Unix
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
 def _gzip(src: Path, dst: Path) -> None:
     with open(src, "rb") as fin, gzip.open(dst, "wb", compresslevel=6) as fout:
         shutil.copyfileobj(fin, fout)
@@ -110,19 +119,25 @@ def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> di
     plain_et = rank_dir / "et.json"
     prof = make_profiler(device, cfg.steps, plain_et,
                          on_trace_ready=lambda p: p.export_chrome_trace(str(plain_trace)))
+    profiled_faults = []
     with prof:
         for _ in range(1 + cfg.steps):
+            f0 = _minor_faults()
             step()
+            profiled_faults.append(_minor_faults() - f0)
             prof.step()
     if dist.is_initialized():
         dist.barrier()
 
     times_s = []
     loss = torch.zeros(())
+    measured_faults = []
     for _ in range(cfg.measure):
+        f0 = _minor_faults()
         t0 = time.perf_counter_ns()
         loss = step()
         times_s.append((time.perf_counter_ns() - t0) / 1e9)
+        measured_faults.append(_minor_faults() - f0)
     training.scopes.remove()
 
     with open(plain_trace) as fh:
@@ -131,11 +146,14 @@ def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> di
         raise RuntimeError(
             f"rank {rank}: trace has {len(step_events)} ProfilerStep events, expected {cfg.steps}"
         )
+    for entry, faults in zip(step_events, profiled_faults[1:], strict=True):
+        entry["minor_faults"] = faults
     _gzip(plain_trace, rank_dir / "trace.json.gz")
     _gzip(plain_et, rank_dir / "et.json.gz")
     return {
         "rank": rank,
         "step_times_s": times_s,
+        "minor_faults": measured_faults,
         "profiled_step_events": step_events,
         "profiler_overhead": overhead,
         "loss": float(loss.detach().float().cpu()),
