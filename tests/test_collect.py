@@ -63,9 +63,12 @@ def _check_common(path: Path, ranks: int) -> dict:
     for r in b.ranks:
         entry = b.rank_meta(r)
         assert entry is not None and len(entry["step_times_s"]) == 3
+        assert len(entry["minor_faults"]) == 3 and min(entry["minor_faults"]) >= 0
         (events,) = entry["profiled_step_events"]
         assert events["step"] == "ProfilerStep#1" and events["cpu_ops"] > 500
         assert events["module_scopes"] == 28  # 2 x 11 block scopes + embed x3, norm_f, head, loss
+        assert events["events"] == events["cpu_ops"] + events["module_scopes"] + events["annotations"]
+        assert events["minor_faults"] >= 0
         trace = _trace(b.trace_path(r))
         xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
         assert [e["name"] for e in xs if e["name"].startswith("ProfilerStep#")] == ["ProfilerStep#1"]
