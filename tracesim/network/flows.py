@@ -31,8 +31,10 @@ import simpy
 
 from tracesim.network.maxmin import max_min_sorted
 
-#: bound on the cache of isolated-batch rates (keyed by the identity of the route arrays)
-_ISO_CACHE_MAX = 1 << 16
+#: bound on the cache of route data (keyed by the identity of the caller's route arrays)
+_ROUTE_CACHE_MAX = 1 << 16
+#: link owner codes (a link with exactly one batch holds that batch's gid)
+_NONE, _SHARED = -1, -2
 
 
 class _Buf:
@@ -73,20 +75,36 @@ class FlowRecord:
     end_ns: int
 
 
+class _Route:
+    """Per-route-array data: flow of each entry, distinct links, initial rates, and the
+    rates of the flows when the batch runs alone (filled on first use)."""
+
+    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso")
+
+    def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
+        self.ptr_in, self.link_in = e_ptr, e_link
+        self.e_link = np.asarray(e_link, dtype=np.int64)
+        lens = np.diff(np.asarray(e_ptr, dtype=np.int64))
+        self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+        self.links = np.unique(self.e_link)
+        self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
+        self.iso: np.ndarray | None = None
+
+
 class _Batch:
     """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
 
     __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
                  "key", "fid0", "t0")
 
-    def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: list[int],
-                 event: simpy.Event, key: tuple, fid0: int, t0: int):
+    def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
+                 event: simpy.Event, key: _Route, fid0: int, t0: int):
         self.gid, self.lo, self.hi, self.elo, self.ehi = gid, lo, hi, elo, ehi
         self.links = links
         self.n_alive = hi - lo
         self.event = event
         self.version = 0
-        self.key = key  # the caller's route arrays: identity for the isolated-rate cache
+        self.key = key  # route data (shared by the batches of the same route arrays)
         self.fid0, self.t0 = fid0, t0
 
 
@@ -140,14 +158,16 @@ class FlowNetwork:
         self._next_fid = 0
         self._next_group = 0
         self._batches: dict[int, _Batch] = {}
-        self._link_batches: dict[int, dict[int, None]] = {}
+        # link -> its one batch (gid), _NONE, or _SHARED (then self._shared[link] lists them)
+        self._owner = np.full(len(self.capacity), _NONE, dtype=np.int64)
+        self._shared: dict[int, dict[int, None]] = {}
+        self._routes: dict[tuple[int, int], _Route] = {}
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
         self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)
         self._seq = 0
         self._timer_at: int | None = None
         self._gen = 0
-        self._iso: dict[tuple[int, int], tuple[object, object, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -178,32 +198,24 @@ class FlowNetwork:
             ev.succeed()
             return ev
         now = int(env.now)
-        links = np.asarray(e_link, dtype=np.int64)
-        lens = np.diff(np.asarray(e_ptr, dtype=np.int64))
+        rt = self._route(e_ptr, e_link)
         lo, elo = self._rem.n, self._e_link.n
         self._rem.extend(nb)
-        self._rate.extend(np.where(lens == 0, np.inf, 0.0))
+        self._rate.extend(rt.rate0)
         self._bytes0.extend(nb)
         self._sent.extend(np.zeros(n_new))
         self._alive.extend(np.ones(n_new, dtype=bool))
         self._t_upd.extend(np.full(n_new, now, dtype=np.int64))
-        self._e_flow.extend(np.repeat(np.arange(lo, lo + n_new, dtype=np.int64), lens))
-        self._e_link.extend(links)
+        self._e_flow.extend(rt.e_flow + lo)
+        self._e_link.extend(rt.e_link)
         self._n_alive += n_new
-        np.add.at(self.link_flows, links, 1)
+        np.add.at(self.link_flows, rt.e_link, 1)
         gid = self._next_group
         self._next_group += 1
-        ulinks = np.unique(links).tolist()
-        b = _Batch(gid, lo, lo + n_new, elo, elo + len(links), ulinks, ev, (e_ptr, e_link),
+        b = _Batch(gid, lo, lo + n_new, elo, elo + len(rt.e_link), rt.links, ev, rt,
                    self._next_fid, now)
         self._next_fid += n_new
-        lb = self._link_batches
-        for lk in ulinks:
-            d = lb.get(lk)
-            if d is None:
-                lb[lk] = {gid: None}
-            else:
-                d[gid] = None
+        self._register(b)
         self._batches[gid] = b
         self._dirty[gid] = None
         if not self._kick_pending:
@@ -238,24 +250,65 @@ class FlowNetwork:
                 due.append(gid)
         self._process(due)
 
+    def _route(self, e_ptr: np.ndarray, e_link: np.ndarray) -> _Route:
+        """What a batch needs from its route arrays, cached by their identity."""
+        key = (id(e_ptr), id(e_link))
+        rt = self._routes.get(key)
+        if rt is None or rt.ptr_in is not e_ptr or rt.link_in is not e_link:
+            if len(self._routes) >= _ROUTE_CACHE_MAX:
+                self._routes.clear()
+            rt = self._routes[key] = _Route(e_ptr, e_link)
+        return rt
+
+    def _register(self, b: _Batch) -> None:
+        """Enter batch ``b`` on its links (vectorised for links no other batch uses)."""
+        owner, u, gid = self._owner, b.links, b.gid
+        own = owner[u]
+        free = own == _NONE
+        if free.all():
+            owner[u] = gid
+            return
+        owner[u[free]] = gid
+        shared = self._shared
+        for lk, o in zip(u[~free].tolist(), own[~free].tolist(), strict=True):
+            if o == _SHARED:
+                shared[lk][gid] = None
+            else:
+                shared[lk] = {o: None, gid: None}
+                owner[lk] = _SHARED
+
+    def _drop(self, b: _Batch) -> None:
+        owner, u, gid = self._owner, b.links, b.gid
+        own = owner[u]
+        mine = own == gid
+        owner[u[mine]] = _NONE
+        if not mine.all():
+            shared = self._shared
+            for lk in u[~mine].tolist():
+                d = shared[lk]
+                del d[gid]
+                if len(d) == 1:  # one batch left: back to a single owner
+                    owner[lk] = next(iter(d))
+                    del shared[lk]
+        del self._batches[b.gid]
+
     def _component(self, gid: int, seen: set[int]) -> list[int]:
         """Batches connected to ``gid`` through shared links."""
         comp = [gid]
         seen.add(gid)
         stack = [gid]
-        lb, batches = self._link_batches, self._batches
+        owner, shared, batches = self._owner, self._shared, self._batches
         total = len(batches)
         while stack:
-            for lk in batches[stack.pop()].links:
-                d = lb[lk]
-                if len(d) > 1:
-                    for g in d:
-                        if g not in seen:
-                            seen.add(g)
-                            comp.append(g)
-                            stack.append(g)
-                    if len(comp) == total:  # everything in flight: nothing left to find
-                        return comp
+            u = batches[stack.pop()].links
+            for lk in u[owner[u] == _SHARED].tolist():
+                for g in shared[lk]:
+                    if g not in seen:
+                        seen.add(g)
+                        comp.append(g)
+                        stack.append(g)
+                if len(comp) == total:  # everything in flight: nothing left to find
+                    return comp
         return comp
 
     def _process(self, gids: list[int]) -> None:
@@ -308,22 +361,16 @@ class FlowNetwork:
         # rates: batches alone on their links with all flows alive take cached rates
         alone = {c[0] for c in comps if len(c) == 1}
         solve: list[_Batch] = []
-        iso = self._iso
         for b in live:
-            if b.gid in alone and b.n_alive == b.hi - b.lo:
-                key = (id(b.key[0]), id(b.key[1]))
-                hit = iso.get(key)
-                if hit is not None and hit[0] is b.key[0] and hit[1] is b.key[1]:
-                    rate[b.lo : b.hi] = hit[2]
-                    continue
-            solve.append(b)
+            if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
+                rate[b.lo : b.hi] = b.key.iso
+            else:
+                solve.append(b)
         if solve:
             self._solve(solve)
             for b in solve:
                 if b.gid in alone and b.n_alive == b.hi - b.lo:
-                    if len(iso) >= _ISO_CACHE_MAX:
-                        iso.clear()
-                    iso[(id(b.key[0]), id(b.key[1]))] = (b.key[0], b.key[1], rate[b.lo : b.hi].copy())
+                    b.key.iso = rate[b.lo : b.hi].copy()
         # next completion of every live batch
         lidx = _ranges([b.lo for b in live], [b.hi for b in live])
         lr = rate[lidx]
@@ -392,15 +439,6 @@ class FlowNetwork:
                     self._drop(b)
                     fired.append(b)
         return fired
-
-    def _drop(self, b: _Batch) -> None:
-        lb = self._link_batches
-        for lk in b.links:
-            d = lb[lk]
-            del d[b.gid]
-            if not d:
-                del lb[lk]
-        del self._batches[b.gid]
 
     def _compact(self) -> None:
         """Drop the slots and entries of finished batches; renumber the live ones."""
