@@ -93,10 +93,34 @@ def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, ra
     return float(np.mean(np.abs(sim_rel - rec_rel)) / 1000.0)
 
 
-def extract_options(source: Source, profiler_overhead_ns: float = 0.0) -> ExtractOptions:
-    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly."""
+def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0) -> ExtractOptions:
+    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly.
+
+    ``overhead`` is the profiler cost per traced op and per annotation, in ns (a single
+    number applies to both); see :func:`profiler_overhead`.
+    """
     joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
-    return ExtractOptions(profiler_overhead_ns=profiler_overhead_ns, joint_ranks=joint)
+    op_ns, an_ns = overhead if isinstance(overhead, tuple) else (overhead, overhead)
+    return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns, joint_ranks=joint)
+
+
+def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
+    """Per-op and per-annotation profiler cost (ns) measured by the collector, or None.
+
+    The collector times loops of tiny ops and of empty record_function blocks with and
+    without the profiler before training (meta.yaml ``profiler_overhead.loops``): a separate
+    calibration, never fitted on the step it is used for. Older bundles give only
+    ``per_event_ns``.
+    """
+    po = (meta or {}).get("profiler_overhead")
+    if not isinstance(po, dict):
+        return None
+    loops = po.get("loops")
+    if isinstance(loops, dict) and "op_ns" in loops:
+        return float(loops["op_ns"]), float(loops.get("annotation_ns", loops["op_ns"]))
+    if "per_event_ns" in po:
+        return float(po["per_event_ns"]), float(po["per_event_ns"])
+    return None
 
 
 def self_replay(source: Source) -> list[StepResult]:
@@ -134,10 +158,7 @@ def self_replay(source: Source) -> list[StepResult]:
     return out
 
 
-def _overhead_ns(source: Source) -> float | None:
-    po = source.meta.get("profiler_overhead") if source.meta else None
-    if not isinstance(po, dict) or "per_event_ns" not in po:
+def _overhead_ns(source: Source) -> tuple[float, float] | None:
+    if not isinstance((source.meta or {}).get("measured_step_time_s"), dict):
         return None
-    if not isinstance(source.meta.get("measured_step_time_s"), dict):
-        return None
-    return float(po["per_event_ns"])
+    return profiler_overhead(source.meta)

@@ -20,7 +20,7 @@ from tracesim.errors import InputError
 from tracesim.report.resultdir import Replayed, enrich, write_result_dir
 from tracesim.report.terminal import Progress, print_report, report_text
 from tracesim.report.terminal import fmt_seconds as fmt_seconds
-from tracesim.selfreplay import extract_options
+from tracesim.selfreplay import extract_options, profiler_overhead
 from tracesim.sources import load_source, source_kind
 from tracesim.workload.extract import extract
 
@@ -131,12 +131,11 @@ def _self_replay(source: Path) -> Replayed:
         raise InputError("self-replay needs the recorded bundle or trace (a workload directory "
                          "holds no measured steps)", source)
     src = load_source(source)
-    po = (src.meta or {}).get("profiler_overhead") or {}
-    overhead = float(po.get("per_event_ns", 0.0)) if isinstance(po, dict) else 0.0
+    overhead = profiler_overhead(src.meta) or (0.0, 0.0)
     graph = extract(src.op_table, extract_options(src, overhead), src.et_tables)
     result = replay(graph)
     res = self_result(src, graph, result)
-    res["profiler_overhead_removed_ns_per_event"] = overhead
+    res["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}
     methods = np.full(graph.n_tasks, "measured", dtype=object)
     return Replayed(res, graph, result.start_ns, result.end_ns, methods)
 

@@ -67,6 +67,9 @@ class ExtractOptions:
     """
 
     profiler_overhead_ns: float = 0.0
+    #: per traced annotation (record_function blocks such as module scopes); None: the same
+    #: as ``profiler_overhead_ns``
+    annotation_overhead_ns: float | None = None
     infer_stream_waits: bool = True
     #: replay all ranks together: a common time origin (ranks recorded on one host share a
     #: clock) and collectives matched across ranks (each takes the shortest member's
@@ -269,11 +272,14 @@ class _RankExtractor:
         t0 = int(self.ts[host | self.is_step].min()) if self.t0 is None else self.t0
         ts, end, name = self.ts, self.end, self.name
         step_rows = np.flatnonzero(self.is_step)
-        overhead = float(self.opt.profiler_overhead_ns)
+        op_ov = float(self.opt.profiler_overhead_ns)
+        an_ov = op_ov if self.opt.annotation_overhead_ns is None else float(self.opt.annotation_overhead_ns)
         for ln in sorted(pd.unique(self.lane_col[host]), key=str):
             idx = np.flatnonzero(host & (self.lane_col == ln))
             order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
             all_ts = ts[order]
+            weights = np.where(self.cat[order] == "annotation", an_ov, op_ov)
+            overhead = (all_ts, np.concatenate([[0.0], np.cumsum(weights)]))
             leaf = order[_leaves(ts[order], end[order])]
             items = [(int(ts[i]), 1, int(i)) for i in leaf]
             items += [(int(ts[s]), 0, int(s)) for s in step_rows if self.lane_col[s] == ln]
@@ -286,7 +292,7 @@ class _RankExtractor:
                 if what != 1:
                     tag = "begin" if what == 0 else "end"
                     gap = max(0, t_start - prev_end)
-                    gap -= _overhead_in(all_ts, prev_end, t_start, overhead)
+                    gap -= _overhead_in(overhead, prev_end, t_start)
                     tid = self.add_task(lane_id, None, "cpu", f"{name[i]}:{tag}", 0, gap)
                     self.rows[tid]["step"] = name[i]
                     self.rows[tid]["marker"] = tag
@@ -296,7 +302,7 @@ class _RankExtractor:
                     continue
                 s = max(int(ts[i]), prev_end)
                 e = max(int(end[i]), s)
-                ov = _overhead_in(all_ts, prev_end, e, overhead)
+                ov = _overhead_in(overhead, prev_end, e)
                 gap = s - prev_end
                 dur = e - s
                 take = min(gap, ov)
@@ -581,8 +587,11 @@ class _RankExtractor:
         )
 
 
-def _overhead_in(sorted_ts: np.ndarray, lo: int, hi: int, per_event: float) -> int:
-    if per_event <= 0:
+def _overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
+    """Profiler overhead of the host events that start in [lo, hi) (cumulative weights)."""
+    sorted_ts, cum = overhead
+    if cum[-1] <= 0:
         return 0
-    k = np.searchsorted(sorted_ts, hi, side="left") - np.searchsorted(sorted_ts, lo, side="left")
-    return int(k * per_event)
+    a = int(np.searchsorted(sorted_ts, lo, side="left"))
+    b = int(np.searchsorted(sorted_ts, hi, side="left"))
+    return int(cum[b] - cum[a])
