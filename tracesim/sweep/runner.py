@@ -112,7 +112,7 @@ def _connect(workers: int, scheduler: str | None) -> tuple[Any, Any]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+                               dashboard_address=None, silence_logs=logging.CRITICAL)
     finally:
         if main:
             signal.signal(signal.SIGINT, previous)
