@@ -75,6 +75,15 @@ def _i64(a: np.ndarray) -> array:
     return out
 
 
+def _idx(a: np.ndarray) -> array:
+    """A typed array of indices or counts: 4 B/item (``array('i')``) when they fit."""
+    if len(a) and (int(a.max()) >= 2**31 or int(a.min()) < -(2**31)):
+        return _i64(a)
+    out = array("i")
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int32).tobytes())
+    return out
+
+
 def _kind_codes(kinds: np.ndarray) -> np.ndarray:
     codes, uniq = pd.factorize(kinds)
     names = [str(u) for u in uniq]
@@ -161,9 +170,9 @@ def replay(
     src = graph.edges["src"].to_numpy().astype(np.int64)
     dst = graph.edges["dst"].to_numpy().astype(np.int64)
     order = np.lexsort((dst, src))
-    succ = _i64(dst[order])
-    succ_ptr = _i64(np.searchsorted(src[order], np.arange(n + 1)))
-    pending = _i64(np.bincount(dst, minlength=n))
+    succ = _idx(dst[order])
+    succ_ptr = _idx(np.searchsorted(src[order], np.arange(n + 1)))
+    pending = _idx(np.bincount(dst, minlength=n))
     del src, dst, order
 
     # next task on the same lane, and each lane's first task
@@ -185,9 +194,11 @@ def replay(
     env = simpy.Environment()
     if comm is not None:
         comm.attach(env)
-    dur, gap, nxt = _i64(dur_np), _i64(gap_np), _i64(nxt_np)
-    coll = _i64(cm.coll_id)
+    dur, gap, nxt = _i64(dur_np), _i64(gap_np), _idx(nxt_np)
+    coll = _idx(cm.coll_id)
     kind = array("b", kind_np.astype(np.int8).tobytes())
+    del dur_np, gap_np, nxt_np, lane_np
+    cm.coll_id = np.zeros(0, dtype=np.int64)  # kept as ``coll`` (the error path rebuilds it)
     start = _i64(np.full(n, -1, dtype=np.int64))
     end = _i64(np.full(n, -1, dtype=np.int64))
     waiting = bytearray(n)  # 1: the task's lane waits for its predecessors
@@ -324,10 +335,12 @@ def replay(
             run_lane(t0, False)
             drain()
     env.run()
-    start_np = np.frombuffer(start, dtype=np.int64).copy() if n else np.zeros(0, dtype=np.int64)
-    end_np = np.frombuffer(end, dtype=np.int64).copy() if n else np.zeros(0, dtype=np.int64)
+    # the result shares the arrays' memory (no copy)
+    start_np = np.frombuffer(start, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
+    end_np = np.frombuffer(end, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     unfinished = np.flatnonzero(end_np < 0)
     if len(unfinished):
+        cm.coll_id = np.frombuffer(coll, dtype=np.int32 if coll.typecode == "i" else np.int64)
         raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm))
     makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
     return ReplayResult(start_np, end_np, makespan, n_events)
