@@ -37,6 +37,23 @@ _ROUTE_CACHE_MAX = 1 << 16
 _NONE, _SHARED = -1, -2
 
 
+class _Late(simpy.Event):
+    """An event processed after every other event of the current instant (its priority
+    comes after SimPy's NORMAL), so that all the batches started at one instant -- including
+    those started by processes that other events of that instant wake up -- are solved
+    together once."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, _LATE_PRIORITY, 0)
+
+
+#: SimPy priority of :class:`_Late` (NORMAL is 1, URGENT 0; lower runs first)
+_LATE_PRIORITY = 2
+
+
 class _Buf:
     """A growable 1-D numpy array (amortised doubling)."""
 
@@ -220,7 +237,7 @@ class FlowNetwork:
         self._dirty[gid] = None
         if not self._kick_pending:
             self._kick_pending = True
-            env.timeout(0).callbacks.append(self._on_kick)
+            _Late(env).callbacks.append(self._on_kick)
         return ev
 
     def busy(self, e_link: np.ndarray) -> bool:
