@@ -312,6 +312,27 @@ class NetworkModel:
             return env.timeout(0)
         return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
 
+    def links_of(self, collective: str, ranks: Sequence[int], msg_bytes: int,
+                 algorithm: str | None = None) -> np.ndarray:
+        """The distinct link ids a collective's flows cross (with ``algorithm``, else the
+        algorithm this model would choose)."""
+        ranks = tuple(int(r) for r in ranks)
+        if collective == "barrier":
+            collective, msg_bytes = "all_reduce", 0
+        if len(ranks) <= 1:
+            return np.zeros(0, dtype=np.int64)
+        if algorithm is None:
+            cc = self.compiled(collective, ranks, msg_bytes)
+        else:
+            cc = self._shared.compile(ALGORITHMS[algorithm], collective, ranks)
+        parts = [ph.e_link for ph in cc.phases]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def links_of_p2p(self, src: int, dst: int) -> np.ndarray:
+        """The link ids a transfer src -> dst crosses."""
+        cc = self._compiled_p2p(int(src), int(dst))
+        return np.zeros(0, dtype=np.int64) if cc is None else np.asarray(cc.phases[0].e_link, dtype=np.int64)
+
     # ------------------------------------------------------------------ selection
 
     def select(self, collective: str, ranks: Sequence[int], msg_bytes: int) -> str:

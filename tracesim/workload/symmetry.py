@@ -23,6 +23,7 @@ runs the representative's operation alone.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import simpy
@@ -60,6 +61,64 @@ class SymmetricComm:
         self.lookup = {
             key: max((graph.groups[g] for g in gs), key=len) for key, gs in found.items()
         }
+        #: copies simulated / copies in the classes (after pruning, see :meth:`_prune`)
+        self.copies = (0, 0)
+        if self.placement is not None and hasattr(inner, "links_of"):
+            self._prune(graph)
+
+    def _prune(self, graph: TaskGraph) -> None:
+        """Drop the copies that cannot influence the representatives.
+
+        Starting from the links the representatives' own operations cross, a copy is kept
+        when it crosses a link already reached, and then its links are reached too, until
+        nothing changes. A copy left out never shares a link with anything kept -- not with
+        the representatives, nor with a copy that does -- so leaving it out changes no time
+        of the representatives (copies on links of their own, such as the TP all-reduces of
+        other replicas inside their own nodes, are the common case)."""
+        inner: Any = self.inner
+        ops: list[tuple[Any, tuple, list[np.ndarray]]] = []
+        own: list[np.ndarray] = []  # links of the representatives' own operations
+        for (rep, _gk, coll, msg), full in self.lookup.items():
+            imgs = self.group_images(rep, full)
+            c, m = ("all_reduce", 0) if coll == "barrier" else (coll, msg)
+            if len(full) <= 1:
+                continue
+            algo = inner.compiled(c, tuple(full), m).algorithm
+            own.append(inner.links_of(c, full, m, algo))
+            if len(imgs) > 1:
+                ops.append(((rep, full), imgs, [own[-1]] + [inner.links_of(c, g, m, algo) for g in imgs[1:]]))
+        t = graph.tasks
+        kind = t["kind"].to_numpy()
+        p2p = np.flatnonzero((kind == "send") | (kind == "recv"))
+        rk, pr = t["rank"].to_numpy()[p2p].tolist(), t["peer"].to_numpy()[p2p].tolist()
+        pairs = {(r, q) if k == "send" else (q, r) for r, q, k in zip(rk, pr, kind[p2p].tolist(), strict=True)}
+        for a, b in sorted(pairs):
+            if a < 0 or b < 0:
+                continue
+            imgs = self.pair_images(a, b)
+            own.append(inner.links_of_p2p(a, b))
+            if len(imgs) > 1:
+                ops.append(((a, b), imgs, [own[-1]] + [inner.links_of_p2p(x, y) for x, y in imgs[1:]]))
+        reached = np.zeros(len(inner.topology.capacity), dtype=bool)
+        for links in own:
+            reached[links] = True
+        kept = [{0} for _ in ops]
+        changed = True
+        while changed:
+            changed = False
+            for k, (_, imgs, links) in enumerate(ops):
+                for i in range(1, len(imgs)):
+                    if i not in kept[k] and reached[links[i]].any():
+                        kept[k].add(i)
+                        reached[links[i]] = True
+                        changed = True
+        for k, (key, imgs, _) in enumerate(ops):
+            keep = tuple(imgs[i] for i in sorted(kept[k]))
+            if isinstance(key[1], tuple):
+                self._group_images[key] = keep  # type: ignore[index]
+            else:
+                self._pair_images[key] = keep  # type: ignore[index]
+        self.copies = (sum(len(x) for x in kept), sum(len(imgs) for _, imgs, _ in ops))
 
     def attach(self, env: simpy.Environment) -> None:
         self.inner.attach(env)
