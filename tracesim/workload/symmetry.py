@@ -126,16 +126,17 @@ class SymmetricComm:
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
     ) -> simpy.Event:
-        if len(ranks) == 1:
-            rep = int(ranks[0])
-            full = self.lookup.get((rep, group_kind, collective, int(msg_bytes)))
-            if full is not None:
-                ranks = full
-                if self.placement is not None:
-                    imgs = self.group_images(rep, full)
-                    if len(imgs) > 1:
-                        return self.inner.collective_images(  # type: ignore[attr-defined]
-                            collective, imgs, msg_bytes, group_kind)
+        rep = int(ranks[0])
+        full = self.lookup.get((rep, group_kind, collective, int(msg_bytes)))
+        # one present member (the others are absent copies), or a group made only of
+        # representatives (the tied-embedding group of the first and last stage)
+        if full is not None and (len(ranks) == 1 or tuple(ranks) == tuple(full)):
+            ranks = full
+            if self.placement is not None:
+                imgs = self.group_images(rep, full)
+                if len(imgs) > 1:
+                    return self.inner.collective_images(  # type: ignore[attr-defined]
+                        collective, imgs, msg_bytes, group_kind)
         return self.inner.collective(collective, tuple(ranks), msg_bytes, group_kind)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
