@@ -117,7 +117,9 @@ def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
         return None
     loops = po.get("loops")
     if isinstance(loops, dict) and "op_ns" in loops:
-        return float(loops["op_ns"]), float(loops.get("annotation_ns", loops["op_ns"]))
+        op_ns = float(loops["op_ns"])
+        an = loops.get("annotation_ns")
+        return op_ns, float(an) if an is not None else op_ns
     if "per_event_ns" in po:
         return float(po["per_event_ns"]), float(po["per_event_ns"])
     return None
