@@ -63,6 +63,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                     "micro_batch": 1, "global_batch": 1536, "full": True}},
 }
 
+#: extra rows: (row name, scenario, option changes)
+VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("S2 flow", "S2", {"network": "flow"}),
+    ("S3 flow", "S3", {"network": "flow"}),
+    ("S4 merged", "S4", {"merge_full": True}),
+]
+
 #: reduced vs full: (name, options); each is run twice, without and with ``full``
 AGREEMENT: dict[str, dict[str, Any]] = {
     "S1": SCENARIOS["S1"]["opts"],
@@ -124,6 +131,9 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
     from tracesim.retarget import run_retarget
 
     t_import = time.perf_counter() - t0
+    opts = dict(opts)
+    if opts.pop("merge_full", False):
+        _force_merge()
     t0 = time.perf_counter()
     res = run_retarget(None, opts)
     wall = time.perf_counter() - t0
@@ -143,6 +153,21 @@ def child(opts: dict[str, Any]) -> dict[str, Any]:
         "gpus": res["gpus"],
         "mfu": res["mfu"],
     }
+
+
+def _force_merge() -> None:
+    """Make run_retarget merge compute runs in full replays too (it merges them only in
+    reduced ones today): the one-line change of tracesim/retarget.py this benchmark asks for,
+    applied from outside by wrapping the builder it calls."""
+    import tracesim.workload.builder as builder
+
+    inner = builder.build_graph
+
+    def build_graph(*args: Any, **kw: Any) -> Any:
+        kw["merge_compute"] = True
+        return inner(*args, **kw)
+
+    builder.build_graph = build_graph  # type: ignore[assignment]
 
 
 def run(opts: dict[str, Any], timeout_s: float, repeat: int = 1, limit_gib: float = 12.0) -> dict[str, Any]:
@@ -232,72 +257,84 @@ def _fmt(x: Any, spec: str = ".2f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+def _target_of(row: str) -> tuple[float, float]:
+    return TARGETS.get(row.split()[0], (math.inf, math.inf))
+
+
 def markdown(data: dict[str, Any]) -> str:
     """The generated part of docs/performance.md."""
     m = data["machine"]
     out = [f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, {m['memory_gib']} GiB), "
-           f"Python {m['python']}, numpy {m['numpy']}, SimPy {m['simpy']}, commit `{m['commit']}`; "
-           f"load average before each run in the tables (other work on the machine slows runs down). "
-           f"Command: `{data['command']}`.", ""]
+           f"Python {m['python']}, numpy {m['numpy']}, SimPy {m['simpy']}, commit `{m['commit']}`, "
+           f"with `{data['command']}`. *load*: the 1-minute load average before the run (2 cores; "
+           f"other jobs on the machine slow a run down).", ""]
     out += ["### Scenarios", "",
-            "| | scenario | mode | GPUs | tasks | events | wall (s) | target | peak RSS (GiB) | target | "
-            "events/s | iteration (s) | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| | mode | GPUs | tasks | events | wall (s) | target | peak RSS (GiB) | target | "
+            "events/s | iteration (s) | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in data["scenarios"].items():
-        t_wall, t_rss = TARGETS.get(name, (None, None))
-        sc = SCENARIOS[name]
+        t_wall, t_rss = _target_of(name)
         if "error" in r:
-            out.append(f"| {name} | {sc['title']} | | | | | {r['error']} | < {t_wall:.0f} | | < {t_rss:.0f} | | | "
+            out.append(f"| {name} | | | | | {r['error']} | < {t_wall:.0f} (**missed**) | | < {t_rss:.0f} | | | "
                        f"{r.get('load_before', '')} |")
             continue
         mode = ("reduced" if r["symmetric"] else "full") + f", {r['network']}"
-        ok_w = "met" if t_wall and r["wall_s"] < t_wall else "**missed**"
-        ok_r = "met" if t_rss and r["peak_rss_gib"] < t_rss else "**missed**"
-        out.append(f"| {name} | {sc['title']} | {mode} | {r['gpus']} | {r['tasks']:,} | {r['events']:,} | "
+        if r.get("merge_full"):
+            mode += ", merged"
+        ok_w = "met" if r["wall_s"] < t_wall else "**missed**"
+        ok_r = "met" if r["peak_rss_gib"] < t_rss else "**missed**"
+        out.append(f"| {name} | {mode} | {r['gpus']:,} | {r['tasks']:,} | {r['events']:,} | "
                    f"{r['wall_s']:.2f} | < {t_wall:.0f} ({ok_w}) | {r['peak_rss_gib']:.2f} | < {t_rss:.0f} ({ok_r}) | "
                    f"{r['events_per_s']:,} | {r['iteration_time_s']:.4f} | {r['load_before']} |")
     if data.get("agreement"):
         out += ["", "### Reduced vs full", "",
-                f"Iteration time of the symmetry-reduced replay against the full one (every rank "
-                f"simulated, `--full`); target: within {AGREEMENT_TOL:.1%}.", "",
-                "| run | reduced (s) | wall | full (s) | wall | difference | |", "|---|---|---|---|---|---|---|"]
-        for name, a in data["agreement"].items():
-            red, full = a["reduced"], a["full"]
-            if "error" in red or "error" in full:
-                out.append(f"| {name} | {red.get('error', _fmt(red.get('iteration_time_s'), '.5f'))} | | "
-                           f"{full.get('error', _fmt(full.get('iteration_time_s'), '.5f'))} | | | |")
-                continue
-            d = red["iteration_time_s"] / full["iteration_time_s"] - 1
-            ok = "met" if abs(d) <= AGREEMENT_TOL else "**missed**"
-            out.append(f"| {name} | {red['iteration_time_s']:.5f} | {red['wall_s']:.1f} s | "
-                       f"{full['iteration_time_s']:.5f} | {full['wall_s']:.1f} s | {d:+.3%} | {ok} |")
-    sg, sl = data.get("scaling_gpus"), data.get("scaling_layers")
-    if sg:
-        out += ["", "### Scaling with GPUs (S2 model and layout, 64 micro-batches per pipeline)", "",
-                "| GPUs | DP | tasks | events | wall (s) | peak RSS (GiB) | iteration (s) |",
+                f"Iteration time of the symmetry-reduced replay (the default network, then `--network "
+                f"flow`) against the full one (`--full`: every rank simulated, flow network); target: "
+                f"within {AGREEMENT_TOL:.1%}.", "",
+                "| run | reduced, default (s) | vs full | reduced, flow (s) | vs full | full (s) | full wall (s) |",
                 "|---|---|---|---|---|---|---|"]
-        for r in sg:
-            if "error" in r:
-                out.append(f"| {r['gpus']} | {r['gpus'] // 64} | | | {r['error']} | | |")
-                continue
-            out.append(f"| {r['gpus']:,} | {r['gpus'] // 64} | {r['tasks']:,} | {r['events']:,} | "
-                       f"{r['wall_s']:.2f} | {r['peak_rss_gib']:.2f} | {r['iteration_time_s']:.4f} |")
-        out += ["", f"Measured exponent of wall time against GPUs from 1,024 to 16,384: "
-                f"**{_fmt(data.get('exponent_gpus'), '.3f')}** (least-squares slope on log-log axes; "
-                f"1 would be linear). Peak RSS exponent: {_fmt(data.get('exponent_gpus_rss'), '.3f')}."]
-    if sl:
-        out += ["", "### Scaling with layers (S2 layout, 1024 GPUs, vpp 3)", "",
-                "| layers | tasks | events | wall (s) | peak RSS (GiB) | iteration (s) |",
-                "|---|---|---|---|---|---|"]
-        for r in sl:
-            if "error" in r:
-                out.append(f"| {r['layers']} | | | {r['error']} | | |")
-                continue
-            out.append(f"| {r['layers']} | {r['tasks']:,} | {r['events']:,} | {r['wall_s']:.2f} | "
-                       f"{r['peak_rss_gib']:.2f} | {r['iteration_time_s']:.4f} |")
-        out += ["", f"Measured exponent of wall time against layers (24 to 96): "
-                f"**{_fmt(data.get('exponent_layers'), '.3f')}**; of the replay's events: "
-                f"{_fmt(data.get('exponent_layers_events'), '.3f')}."]
-    if sg or sl:
+        for name, a in data["agreement"].items():
+            full = a["full"]
+            cells = []
+            for key in ("reduced", "reduced_flow"):
+                r = a.get(key) or {"error": "not run"}
+                if "error" in r or "error" in full:
+                    cells += [r.get("error", _fmt(r.get("iteration_time_s"), ".5f")), ""]
+                    continue
+                d = r["iteration_time_s"] / full["iteration_time_s"] - 1
+                ok = "met" if abs(d) <= AGREEMENT_TOL else "**missed**"
+                cells += [f"{r['iteration_time_s']:.5f}", f"{d:+.3%} ({ok})"]
+            fcell = full.get("error") or f"{full['iteration_time_s']:.5f}"
+            fwall = "" if "error" in full else f"{full['wall_s']:.1f}"
+            out.append(f"| {name} | {' | '.join(cells)} | {fcell} | {fwall} |")
+    for key, label, xkey in (("scaling_gpus", "Scaling with GPUs (S2 model and layout, 64 micro-batches "
+                              "per pipeline, DP = GPUs / 64)", "gpus"),
+                             ("scaling_layers", "Scaling with layers (S2 layout on 1024 GPUs, vpp 3)", "layers")):
+        rows = data.get(key)
+        if not rows:
+            continue
+        nets = sorted({r["net"] for r in rows})
+        out += ["", f"### {label}", "",
+                f"| {xkey} | " + " | ".join(f"tasks ({n}) | events ({n}) | wall s ({n}) | RSS GiB ({n}) | "
+                                           f"iteration s ({n})" for n in nets) + " |",
+                "|---|" + "---|" * (5 * len(nets))]
+        for x in sorted({r[xkey] for r in rows}):
+            cells = []
+            for n in nets:
+                r = next((q for q in rows if q[xkey] == x and q["net"] == n), None)
+                if r is None or "error" in r:
+                    cells += [(r or {}).get("error", "not run"), "", "", "", ""]
+                else:
+                    cells += [f"{r['tasks']:,}", f"{r['events']:,}", f"{r['wall_s']:.2f}",
+                              f"{r['peak_rss_gib']:.2f}", f"{r['iteration_time_s']:.4f}"]
+            out.append(f"| {x:,} | " + " | ".join(cells) + " |")
+        ex = data.get(f"exponents_{xkey}", {})
+        rng = "1,024 to 16,384 GPUs" if xkey == "gpus" else "24 to 96 layers"
+        out += ["", f"Measured exponent of wall time against {xkey} ({rng}; least-squares slope on "
+                f"log-log axes, 1 = linear): " + "; ".join(
+                    f"**{_fmt(ex.get(n, {}).get('wall'), '.3f')}** ({n}; events "
+                    f"{_fmt(ex.get(n, {}).get('events'), '.3f')}, peak RSS {_fmt(ex.get(n, {}).get('rss'), '.3f')})"
+                    for n in nets) + "."]
+    if data.get("scaling_gpus") or data.get("scaling_layers"):
         out += ["", "![wall time and peak RSS against GPUs and layers](performance_scaling.png)"]
     return "\n".join(out) + "\n"
 
@@ -308,27 +345,29 @@ def plot(data: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, key, xkey, xlabel in ((axes[0], "scaling_gpus", "gpus", "GPUs (S2 model, TP8 PP8)"),
                                   (axes[1], "scaling_layers", "layers", "layers (S2 layout, 1024 GPUs)")):
         rows = [r for r in data.get(key) or [] if "error" not in r]
-        if not rows:
-            continue
-        xs = [r[xkey] for r in rows]
-        ax.plot(xs, [r["wall_s"] for r in rows], "o-", color="C0", label="wall time (s)")
+        ax2 = ax.twinx()
+        for i, net in enumerate(sorted({r["net"] for r in rows})):
+            sel = sorted((r for r in rows if r["net"] == net), key=lambda r: r[xkey])
+            xs = [r[xkey] for r in sel]
+            e = data.get(f"exponents_{xkey}", {}).get(net, {}).get("wall")
+            ax.plot(xs, [r["wall_s"] for r in sel], "o-", color=f"C{i}",
+                    label=f"wall, {net} (slope {_fmt(e, '.2f')})")
+            ax2.plot(xs, [r["peak_rss_gib"] for r in sel], "s:", color=f"C{i}", alpha=0.6,
+                     label=f"peak RSS, {net}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("wall time (s)", color="C0")
-        ax.grid(True, which="both", alpha=0.3)
-        ax2 = ax.twinx()
-        ax2.plot(xs, [r["peak_rss_gib"] for r in rows], "s--", color="C1", label="peak RSS (GiB)")
-        ax2.set_ylabel("peak RSS (GiB)", color="C1")
+        ax.set_ylabel("wall time (s), solid")
+        ax2.set_ylabel("peak RSS (GiB), dotted")
         ax2.set_ylim(bottom=0)
-    exp_g, exp_l = data.get("exponent_gpus"), data.get("exponent_layers")
-    axes[0].set_title(f"wall ~ GPUs^{_fmt(exp_g, '.2f')} (1k-16k)")
-    axes[1].set_title(f"wall ~ layers^{_fmt(exp_l, '.2f')}")
-    fig.suptitle(f"tracesim replay cost ({data['machine']['cores']}-core {data['machine']['cpu'][:40]})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    m = data["machine"]
+    fig.suptitle(f"tracesim replay cost: fresh process per point, {m['cores']} cores ({m['cpu'][:40]})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -360,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated scenarios (S1..S4); implies --no-docs")
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--no-agreement", action="store_true")
+    ap.add_argument("--no-variants", action="store_true", help="skip the extra rows (S2/S3 with "
+                    "--network flow, S4 with compute runs merged)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.*")
     ap.add_argument("--repeat", type=int, default=1, help="runs per point; the fastest is kept")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run")
@@ -384,42 +425,48 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="tracesim-bench-") as tmp:
         d = Path(tmp)
+        lim = args.limit_gib
         for name in names:
-            r = run(resolve(SCENARIOS[name]["opts"], d), args.timeout, args.repeat, args.limit_gib)
+            r = run(resolve(SCENARIOS[name]["opts"], d), args.timeout, args.repeat, lim)
             data["scenarios"][name] = r
             say(f"{name}: {r}")
+            for row, base, change in VARIANTS:
+                if base == name and not args.no_variants:
+                    r = run({**resolve(SCENARIOS[name]["opts"], d), **change}, args.timeout, args.repeat, lim)
+                    r["merge_full"] = bool(change.get("merge_full"))
+                    data["scenarios"][row] = r
+                    say(f"{row}: {r}")
         if not args.no_agreement and not args.only:
             for name, opts in AGREEMENT.items():
                 red_opts = {k: v for k, v in resolve(opts, d).items() if k != "full"}
-                if name in data["scenarios"] and not SCENARIOS[name]["opts"].get("full"):
-                    red = data["scenarios"][name]
-                else:
-                    red = run(red_opts, args.timeout, args.repeat, args.limit_gib)
-                if name in data["scenarios"] and SCENARIOS[name]["opts"].get("full"):
-                    full = data["scenarios"][name]
-                else:
-                    full = run({**red_opts, "full": True}, args.timeout, 1, args.limit_gib)
-                data["agreement"][name] = {"reduced": red, "full": full}
-                say(f"agreement {name}: {red.get('iteration_time_s')} vs {full.get('iteration_time_s')}")
+                known = data["scenarios"].get(name) if name in SCENARIOS else None
+                red = known if known and not SCENARIOS[name]["opts"].get("full") else run(
+                    red_opts, args.timeout, args.repeat, lim)
+                red_flow = run({**red_opts, "network": "flow"}, args.timeout, args.repeat, lim)
+                full = known if known and SCENARIOS[name]["opts"].get("full") else run(
+                    {**red_opts, "full": True}, args.timeout, 1, lim)
+                data["agreement"][name] = {"reduced": red, "reduced_flow": red_flow, "full": full}
+                say(f"agreement {name}: {red.get('iteration_time_s')} / {red_flow.get('iteration_time_s')}"
+                    f" vs {full.get('iteration_time_s')}")
         if not args.no_scaling and not args.only:
-            rows = []
-            for g in SCALING_GPUS:
-                r = {"gpus": g, **run(scaling_gpus_opts(g, d), args.timeout, args.repeat, args.limit_gib)}
-                rows.append(r)
-                say(f"gpus {g}: {r}")
-            data["scaling_gpus"] = rows
-            big = [r for r in rows if r["gpus"] >= 1024 and "error" not in r]
-            data["exponent_gpus"] = fit_exponent([r["gpus"] for r in big], [r["wall_s"] for r in big])
-            data["exponent_gpus_rss"] = fit_exponent([r["gpus"] for r in big], [r["peak_rss_gib"] for r in big])
-            rows = []
-            for n in SCALING_LAYERS:
-                r = {"layers": n, **run(scaling_layers_opts(n, d), args.timeout, args.repeat, args.limit_gib)}
-                rows.append(r)
-                say(f"layers {n}: {r}")
-            data["scaling_layers"] = rows
-            ok = [r for r in rows if "error" not in r]
-            data["exponent_layers"] = fit_exponent([r["layers"] for r in ok], [r["wall_s"] for r in ok])
-            data["exponent_layers_events"] = fit_exponent([r["layers"] for r in ok], [r["events"] for r in ok])
+            for key, xkey, xs, make in (("scaling_gpus", "gpus", SCALING_GPUS, scaling_gpus_opts),
+                                        ("scaling_layers", "layers", SCALING_LAYERS, scaling_layers_opts)):
+                rows = []
+                for net in ("estimate", "flow"):
+                    for x in xs:
+                        r = {xkey: x, "net": net,
+                             **run({**make(x, d), "network": net}, args.timeout, args.repeat, lim)}
+                        rows.append(r)
+                        say(f"{key} {net} {x}: {r}")
+                data[key] = rows
+                ex: dict[str, dict[str, float | None]] = {}
+                for net in ("estimate", "flow"):
+                    ok = [r for r in rows if r["net"] == net and "error" not in r
+                          and (xkey != "gpus" or r["gpus"] >= 1024)]
+                    xv = [float(r[xkey]) for r in ok]
+                    ex[net] = {k: fit_exponent(xv, [float(r[f]) for r in ok])
+                               for k, f in (("wall", "wall_s"), ("events", "events"), ("rss", "peak_rss_gib"))}
+                data[f"exponents_{xkey}"] = ex
     data["load_after"] = round(os.getloadavg()[0], 2)
     out = args.out or (None if args.only else DOCS / "performance.json")
     if out is not None:
