@@ -112,7 +112,7 @@ class _Batch:
     """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
 
     __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
-                 "key", "fid0", "t0")
+                 "key", "fid0", "t0", "lazy")
 
     def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
                  event: simpy.Event, key: _Route, fid0: int, t0: int):
@@ -123,6 +123,9 @@ class _Batch:
         self.version = 0
         self.key = key  # route data (shared by the batches of the same route arrays)
         self.fid0, self.t0 = fid0, t0
+        #: bytes per flow while the batch runs alone at its cached rates without flow slots
+        #: (see FlowNetwork._start_lazy); None once it has slots
+        self.lazy: np.ndarray | None = None
 
 
 def _ranges(los: list[int], his: list[int]) -> np.ndarray:
@@ -216,6 +219,10 @@ class FlowNetwork:
             return ev
         now = int(env.now)
         rt = self._route(e_ptr, e_link)
+        if rt.iso is not None and (self._owner[rt.links] == _NONE).all():
+            b = self._start_lazy(rt, nb, now, ev)
+            if b is not None:
+                return ev
         lo, elo = self._rem.n, self._e_link.n
         self._rem.extend(nb)
         self._rate.extend(rt.rate0)
@@ -240,6 +247,67 @@ class FlowNetwork:
             _Late(env).callbacks.append(self._on_kick)
         return ev
 
+    def _start_lazy(self, rt: _Route, nb: np.ndarray, now: int, ev: simpy.Event) -> _Batch | None:
+        """A batch alone on its links whose flows all end at the same nanosecond at the rates
+        they had the last time they ran alone: its end is known now, so it takes no flow slots
+        and no solve -- unless another batch comes onto one of its links before it ends
+        (then :meth:`_materialize` gives it slots with the bytes it has left)."""
+        iso = rt.iso
+        assert iso is not None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dt = np.where(iso > 0, nb / iso, np.inf)
+        dt[np.isinf(iso)] = 0.0
+        lo_dt, hi_dt = float(dt.min()), float(dt.max())
+        if not hi_dt - lo_dt <= 0.5 or not math.isfinite(hi_dt):
+            return None
+        n = len(nb)
+        gid = self._next_group
+        self._next_group += 1
+        b = _Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, now)
+        b.n_alive = n
+        b.lazy = nb
+        self._next_fid += n
+        self._n_alive += n
+        np.add.at(self.link_flows, rt.e_link, 1)
+        self._owner[rt.links] = gid
+        self._batches[gid] = b
+        step = max(1, math.ceil(lo_dt - 1e-9)) if lo_dt > 0 else 0
+        self._seq += 1
+        heapq.heappush(self._heap, (now + step, self._seq, gid, b.version))
+        self._reschedule(now)
+        return b
+
+    def _materialize(self, b: _Batch, now: int) -> None:
+        """Give a lazy batch its flow slots, with the bytes its flows have left at ``now``."""
+        nb, rt = b.lazy, b.key
+        assert nb is not None and rt.iso is not None
+        n = len(nb)
+        sent = np.minimum(np.where(np.isinf(rt.iso), nb, rt.iso * (now - b.t0)), nb)
+        lo, elo = self._rem.n, self._e_link.n
+        self._rem.extend(nb - sent)
+        self._rate.extend(rt.iso)
+        self._bytes0.extend(nb)
+        self._sent.extend(sent)
+        self._alive.extend(np.ones(n, dtype=bool))
+        self._t_upd.extend(np.full(n, now, dtype=np.int64))
+        self._e_flow.extend(rt.e_flow + lo)
+        self._e_link.extend(rt.e_link)
+        b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + len(rt.e_link)
+        b.lazy = None
+        b.version += 1  # its heap entry is stale: the next solve schedules it again
+
+    def _finish_lazy(self, b: _Batch, now: int) -> None:
+        nb, rt = b.lazy, b.key
+        assert nb is not None
+        np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
+        np.subtract.at(self.link_flows, rt.e_link, 1)
+        self._n_alive -= len(nb)
+        if self.record:
+            for i, x in enumerate(nb.tolist()):
+                self.records.append(FlowRecord(b.fid0 + i, x, x, b.t0, now))
+        b.n_alive = 0
+        self._drop(b)
+
     def busy(self, e_link: np.ndarray) -> bool:
         """Whether any of the links ``e_link`` carries an active flow now."""
         return bool(len(e_link)) and bool(self.link_flows[e_link].any())
@@ -260,12 +328,20 @@ class FlowNetwork:
         now = int(self.env.now)
         heap, batches = self._heap, self._batches
         due: list[int] = []
+        lazy: list[_Batch] = []
         while heap and heap[0][0] <= now:
             _, _, gid, ver = heapq.heappop(heap)
             b = batches.get(gid)
             if b is not None and b.version == ver:
-                due.append(gid)
+                if b.lazy is not None:
+                    lazy.append(b)
+                else:
+                    due.append(gid)
+        for b in lazy:
+            self._finish_lazy(b, now)
         self._process(due)
+        for b in lazy:  # in start order (the heap pops equal times in push order)
+            b.event.succeed()
 
     def _route(self, e_ptr: np.ndarray, e_link: np.ndarray) -> _Route:
         """What a batch needs from its route arrays, cached by their identity."""
@@ -285,6 +361,10 @@ class FlowNetwork:
         if free.all():
             owner[u] = gid
             return
+        assert self.env is not None
+        for o in set(own[own >= 0].tolist()):
+            if self._batches[o].lazy is not None:
+                self._materialize(self._batches[o], int(self.env.now))
         owner[u[free]] = gid
         shared = self._shared
         for lk, o in zip(u[~free].tolist(), own[~free].tolist(), strict=True):
@@ -459,7 +539,7 @@ class FlowNetwork:
 
     def _compact(self) -> None:
         """Drop the slots and entries of finished batches; renumber the live ones."""
-        live = sorted(self._batches.values(), key=lambda b: b.lo)
+        live = sorted((b for b in self._batches.values() if b.lazy is None), key=lambda b: b.lo)
         keep = _ranges([b.lo for b in live], [b.hi for b in live])
         ekeep = _ranges([b.elo for b in live], [b.ehi for b in live])
         new_index = np.full(self._rem.n, -1, dtype=np.int64)
