@@ -186,6 +186,8 @@ def replay(
     del by_lane, same
 
     cm = _Comms(graph, kind_np, dur_np)
+    group_l = _idx(tasks["group"].to_numpy())
+    groups = [tuple(sorted(int(r) for r in g)) for g in graph.groups]
     coll_name = tasks["collective"].to_numpy()
     group_kind = tasks["group_kind"].to_numpy()
     msg = tasks["msg_bytes"].to_numpy()
@@ -312,7 +314,11 @@ def replay(
         if comm is None:
             done = timeout(cm.min_dur[c])
         elif kind[t] == 2:
-            ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
+            g = group_l[t]
+            if 0 <= g < len(groups) and hi - lo == len(groups[g]):
+                ranks = groups[g]  # every member present: the group's ranks
+            else:
+                ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
             done = comm.collective(str(coll_name[t]), ranks, int(msg[t]), str(group_kind[t]))
         else:
             s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))

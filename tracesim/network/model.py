@@ -232,7 +232,7 @@ class NetworkModel:
             if len(ranks) <= 1:
                 return env.timeout(0)
             cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes)
-        return env.process(self._run(cc, collective, group_kind, len(ranks), msg_bytes))
+        return self._run(cc, collective, group_kind, len(ranks), msg_bytes)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
@@ -240,7 +240,7 @@ class NetworkModel:
         cc = self._compiled_p2p(src, dst)
         if cc is None:
             return env.timeout(0)
-        return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
+        return self._run(cc, "send_recv", "p2p", 2, nbytes)
 
     def _compiled_p2p(self, src: int, dst: int) -> CompiledCollective | None:
         """The compiled transfer src -> dst (cached), None when src == dst."""
@@ -293,7 +293,7 @@ class NetworkModel:
         if cc is None:  # copies that do not compile alike: run them side by side
             return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind)
                                      for g in groups])
-        return env.process(self._run(cc, collective, group_kind, len(groups[0]), msg_bytes))
+        return self._run(cc, collective, group_kind, len(groups[0]), msg_bytes)
 
     def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
         """Point-to-point transfers of ``nbytes`` between every (src, dst) of ``pairs`` at
@@ -310,7 +310,7 @@ class NetworkModel:
             self._images[key] = (pairs, cc)
         if cc is None:
             return env.timeout(0)
-        return env.process(self._run(cc, "send_recv", "p2p", 2, nbytes))
+        return self._run(cc, "send_recv", "p2p", 2, nbytes)
 
     def links_of(self, collective: str, ranks: Sequence[int], msg_bytes: int,
                  algorithm: str | None = None) -> np.ndarray:
@@ -399,27 +399,68 @@ class NetworkModel:
             if not 0 <= r < n:
                 raise ValueError(f"rank {r} outside the cluster's {n} GPUs")
 
-    def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: int) -> Any:
-        env = self._env()
-        t0 = int(env.now)
-        for ph in cc.phases:
-            k = max(1, ph.steps)
-            left = k
-            while left:
-                if self.phases == "aggregate" or k == 1:
-                    now = left
-                elif self.phases == "steps":
-                    now = 1
-                else:  # auto: aggregate what is left unless another flow shares the links
-                    now = 1 if self.flows.busy(ph.e_link) else left
-                lat_ns = int(round(ph.latency_ns * now / k))
-                if lat_ns > 0:
-                    yield env.timeout(lat_ns)
-                yield self.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (msg_bytes * now / k))
-                left -= now
-        self.records.append(
-            CommRecord(collective, kind, n, int(msg_bytes), cc.algorithm, t0, int(env.now))
-        )
+    def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: int) -> simpy.Event:
+        """Run ``cc``'s phases one after another; the event fires when the last has ended."""
+        return _Runner(self, cc, collective, kind, n, msg_bytes).done
+
+
+class _Runner:
+    """One running collective: its phases (and, in ``auto`` mode, their steps) one after
+    another, driven by callbacks (no SimPy process). Each round pays its share of the
+    phase's latency, then starts its flows; ``auto`` aggregates the steps left unless a link
+    of the phase carries other traffic, then runs one step and looks again."""
+
+    __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
+
+    def __init__(self, model: NetworkModel, cc: CompiledCollective, collective: str, kind: str,
+                 n: int, msg_bytes: int):
+        env = model._env()
+        self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n
+        self.msg = msg_bytes
+        self.t0 = int(env.now)
+        self.i = 0
+        self.left = -1
+        self.now = 0
+        self.done = env.event()
+        self._round()
+
+    def _round(self) -> None:
+        m, cc = self.model, self.cc
+        env = m._env()
+        if self.i >= len(cc.phases):
+            m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
+                                        cc.algorithm, self.t0, int(env.now)))
+            self.done.succeed()
+            return
+        ph = cc.phases[self.i]
+        k = max(1, ph.steps)
+        if self.left < 0:
+            self.left = k
+        left = self.left
+        if m.phases == "aggregate" or k == 1:
+            self.now = left
+        elif m.phases == "steps":
+            self.now = 1
+        else:  # auto: aggregate what is left unless another flow shares the links
+            self.now = 1 if m.flows.busy(ph.e_link) else left
+        lat_ns = int(round(ph.latency_ns * self.now / k))
+        if lat_ns > 0:
+            env.timeout(lat_ns).callbacks.append(self._start)
+        else:
+            self._start(None)
+
+    def _start(self, _ev: Any) -> None:
+        ph = self.cc.phases[self.i]
+        k = max(1, ph.steps)
+        ev = self.model.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (self.msg * self.now / k))
+        ev.callbacks.append(self._after)
+
+    def _after(self, _ev: Any) -> None:
+        self.left -= self.now
+        if self.left == 0:
+            self.i += 1
+            self.left = -1
+        self._round()
 
 
 def _merge(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:
