@@ -288,11 +288,17 @@ class _RankExtractor:
             lane_id = len(self.lanes)
             self.lanes.append({"rank": self.rank, "name": f"cpu:{str(ln).split(':', 1)[-1]}", "kind": "cpu"})
             prev_end = t0
+            # profiler overhead not yet taken out (a task shorter than the overhead of the
+            # events around it passes the rest on to the next task of the lane)
+            debt = 0
             for t_start, what, i in items:
                 if what != 1:
                     tag = "begin" if what == 0 else "end"
                     gap = max(0, t_start - prev_end)
-                    gap -= _overhead_in(overhead, prev_end, t_start)
+                    ov = _overhead_in(overhead, prev_end, t_start) + debt
+                    take = min(gap, ov)
+                    gap -= take
+                    debt = ov - take
                     tid = self.add_task(lane_id, None, "cpu", f"{name[i]}:{tag}", 0, gap)
                     self.rows[tid]["step"] = name[i]
                     self.rows[tid]["marker"] = tag
@@ -302,12 +308,14 @@ class _RankExtractor:
                     continue
                 s = max(int(ts[i]), prev_end)
                 e = max(int(end[i]), s)
-                ov = _overhead_in(overhead, prev_end, e)
+                ov = _overhead_in(overhead, prev_end, e) + debt
                 gap = s - prev_end
                 dur = e - s
                 take = min(gap, ov)
                 gap -= take
-                dur = max(0, dur - int(ov - take))
+                take_dur = min(dur, ov - take)
+                dur -= take_dur
+                debt = ov - take - take_dur
                 prev_end = e
                 first_new = len(self.rows)
                 if self.cat[i] == "runtime":
