@@ -181,6 +181,7 @@ class FlowNetwork:
         # link -> its one batch (gid), _NONE, or _SHARED (then self._shared[link] lists them)
         self._owner = np.full(len(self.capacity), _NONE, dtype=np.int64)
         self._shared: dict[int, dict[int, None]] = {}
+        self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
         self._routes: dict[tuple[int, int], _Route] = {}
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
@@ -394,18 +395,25 @@ class FlowNetwork:
         comp = [gid]
         seen.add(gid)
         stack = [gid]
-        owner, shared, batches = self._owner, self._shared, self._batches
+        owner, shared, batches, visited = self._owner, self._shared, self._batches, self._visited
         total = len(batches)
-        while stack:
+        marked: list[np.ndarray] = []
+        while stack and len(comp) < total:
             u = batches[stack.pop()].links
-            for lk in u[owner[u] == _SHARED].tolist():
+            sl = u[owner[u] == _SHARED]
+            sl = sl[~visited[sl]]  # each shared link is looked at once per search
+            if not len(sl):
+                continue
+            visited[sl] = True
+            marked.append(sl)
+            for lk in sl.tolist():
                 for g in shared[lk]:
                     if g not in seen:
                         seen.add(g)
                         comp.append(g)
                         stack.append(g)
-                if len(comp) == total:  # everything in flight: nothing left to find
-                    return comp
+        for sl in marked:
+            visited[sl] = False
         return comp
 
     def _process(self, gids: list[int]) -> None:
