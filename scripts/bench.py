@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python scripts/bench.py --only S1,S2        # some scenarios (no docs written)
     .venv/bin/python scripts/bench.py --no-scaling --no-agreement
     .venv/bin/python scripts/bench.py --repeat 3          # best of 3 per run (noisy machine)
+    .venv/bin/python scripts/bench.py --from-json docs/performance.json   # docs from stored results
 
 Every run is one fresh subprocess that calls :func:`tracesim.retarget.run_retarget` with the
 scenario's options, exactly as ``tracesim replay --model ... --cluster ...`` does; the time
@@ -408,8 +409,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="address-space limit of each run (GiB); the machine is shared")
     ap.add_argument("--out", type=Path, help="results JSON (default docs/performance.json for a "
                     "whole run, none with --only)")
+    ap.add_argument("--from-json", type=Path, help="write docs/performance.* from a results file "
+                    "of an earlier run instead of running")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        write_docs(data)
+        print(markdown(data))
+        return 0
     if args.child:
         lim = int(args.limit_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
