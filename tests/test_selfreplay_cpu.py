@@ -30,11 +30,16 @@ def _collect(out: Path, *args: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.timing
 def test_one_rank_bundle(tmp_path: Path) -> None:
-    results = self_replay(load_source(_collect(tmp_path / "b1")))
+    src = load_source(_collect(tmp_path / "b1"))
+    results = self_replay(src)
     assert len(results) == 1
     r = results[0]
     assert abs(r.rel_error) < 0.03, r
     assert r.rel_error_unprofiled is not None
+    m = src.meta["measured_step_time_s"]
+    if m["max"] > 1.5 * m["min"]:
+        pytest.skip(f"the unprofiled steps took {m['min'] * 1e3:.0f} to {m['max'] * 1e3:.0f} ms: "
+                    "something else was using the CPU, the median measures that")
     assert abs(r.rel_error_unprofiled) < 0.10, r
 
 
