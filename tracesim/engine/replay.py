@@ -311,6 +311,7 @@ def replay(
         if got < expected[c]:
             return
         lo, hi = member_ptr[c], member_ptr[c + 1]
+        done: simpy.Event
         if comm is None:
             done = timeout(cm.min_dur[c])
         elif kind[t] == 2:

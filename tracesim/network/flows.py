@@ -29,54 +29,17 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from tracesim.network.flowstate import (
+    NONE,
+    ROUTE_CACHE_MAX,
+    SHARED,
+    Batch,
+    Buf,
+    Late,
+    Route,
+    ranges,
+)
 from tracesim.network.maxmin import max_min_sorted
-
-#: bound on the cache of route data (keyed by the identity of the caller's route arrays)
-_ROUTE_CACHE_MAX = 1 << 16
-#: link owner codes (a link with exactly one batch holds that batch's gid)
-_NONE, _SHARED = -1, -2
-
-
-class _Late(simpy.Event):
-    """An event processed after every other event of the current instant (its priority
-    comes after SimPy's NORMAL), so that all the batches started at one instant -- including
-    those started by processes that other events of that instant wake up -- are solved
-    together once."""
-
-    def __init__(self, env: simpy.Environment):
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, _LATE_PRIORITY, 0)
-
-
-#: SimPy priority of :class:`_Late` (NORMAL is 1, URGENT 0; lower runs first)
-_LATE_PRIORITY = 2
-
-
-class _Buf:
-    """A growable 1-D numpy array (amortised doubling)."""
-
-    def __init__(self, dtype: type, size: int = 1024):
-        self.a: np.ndarray = np.zeros(size, dtype=dtype)
-        self.n = 0
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self.a):
-            new = np.zeros(max(need, 2 * len(self.a)), dtype=self.a.dtype)
-            new[: self.n] = self.a[: self.n]
-            self.a = new
-        self.a[self.n : need] = values
-        self.n = need
-
-    @property
-    def v(self) -> np.ndarray:
-        return self.a[: self.n]
-
-    def set(self, values: np.ndarray) -> None:
-        self.n = 0
-        self.extend(values)
 
 
 @dataclass(frozen=True)
@@ -91,52 +54,6 @@ class FlowRecord:
     start_ns: int
     end_ns: int
 
-
-class _Route:
-    """Per-route-array data: flow of each entry, distinct links, initial rates, and the
-    rates of the flows when the batch runs alone (filled on first use)."""
-
-    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso")
-
-    def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
-        self.ptr_in, self.link_in = e_ptr, e_link
-        self.e_link = np.asarray(e_link, dtype=np.int64)
-        lens = np.diff(np.asarray(e_ptr, dtype=np.int64))
-        self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        self.links = np.unique(self.e_link)
-        self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
-        self.iso: np.ndarray | None = None
-
-
-class _Batch:
-    """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
-
-    __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
-                 "key", "fid0", "t0", "lazy")
-
-    def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
-                 event: simpy.Event, key: _Route, fid0: int, t0: int):
-        self.gid, self.lo, self.hi, self.elo, self.ehi = gid, lo, hi, elo, ehi
-        self.links = links
-        self.n_alive = hi - lo
-        self.event = event
-        self.version = 0
-        self.key = key  # route data (shared by the batches of the same route arrays)
-        self.fid0, self.t0 = fid0, t0
-        #: bytes per flow while the batch runs alone at its cached rates without flow slots
-        #: (see FlowNetwork._start_lazy); None once it has slots
-        self.lazy: np.ndarray | None = None
-
-
-def _ranges(los: list[int], his: list[int]) -> np.ndarray:
-    """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised)."""
-    lo = np.asarray(los, dtype=np.int64)
-    ln = np.asarray(his, dtype=np.int64) - lo
-    total = int(ln.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.cumsum(ln) - ln
-    return np.repeat(lo - starts, ln) + np.arange(total, dtype=np.int64)
 
 
 class FlowNetwork:
@@ -164,25 +81,25 @@ class FlowNetwork:
         self.recomputes = 0
         self.compact_min = compact_min
         # flow slots
-        self._rem = _Buf(np.float64)
-        self._rate = _Buf(np.float64)
-        self._bytes0 = _Buf(np.float64)
-        self._sent = _Buf(np.float64)
-        self._alive = _Buf(np.bool_)
-        self._t_upd = _Buf(np.int64)
+        self._rem = Buf(np.float64)
+        self._rate = Buf(np.float64)
+        self._bytes0 = Buf(np.float64)
+        self._sent = Buf(np.float64)
+        self._alive = Buf(np.bool_)
+        self._t_upd = Buf(np.int64)
         # entries (flow-link incidence), grouped by flow slot
-        self._e_flow = _Buf(np.int64)
-        self._e_link = _Buf(np.int64)
+        self._e_flow = Buf(np.int64)
+        self._e_link = Buf(np.int64)
         self._n_alive = 0
         self._n_dead = 0
         self._next_fid = 0
         self._next_group = 0
-        self._batches: dict[int, _Batch] = {}
-        # link -> its one batch (gid), _NONE, or _SHARED (then self._shared[link] lists them)
-        self._owner = np.full(len(self.capacity), _NONE, dtype=np.int64)
+        self._batches: dict[int, Batch] = {}
+        # link -> its one batch (gid), NONE, or SHARED (then self._shared[link] lists them)
+        self._owner = np.full(len(self.capacity), NONE, dtype=np.int64)
         self._shared: dict[int, dict[int, None]] = {}
         self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
-        self._routes: dict[tuple[int, int], _Route] = {}
+        self._routes: dict[tuple[int, int], Route] = {}
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
         self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)
@@ -220,7 +137,7 @@ class FlowNetwork:
             return ev
         now = int(env.now)
         rt = self._route(e_ptr, e_link)
-        if rt.iso is not None and (self._owner[rt.links] == _NONE).all():
+        if rt.iso is not None and (self._owner[rt.links] == NONE).all():
             b = self._start_lazy(rt, nb, now, ev)
             if b is not None:
                 return ev
@@ -237,7 +154,7 @@ class FlowNetwork:
         np.add.at(self.link_flows, rt.e_link, 1)
         gid = self._next_group
         self._next_group += 1
-        b = _Batch(gid, lo, lo + n_new, elo, elo + len(rt.e_link), rt.links, ev, rt,
+        b = Batch(gid, lo, lo + n_new, elo, elo + len(rt.e_link), rt.links, ev, rt,
                    self._next_fid, now)
         self._next_fid += n_new
         self._register(b)
@@ -245,10 +162,10 @@ class FlowNetwork:
         self._dirty[gid] = None
         if not self._kick_pending:
             self._kick_pending = True
-            _Late(env).callbacks.append(self._on_kick)
+            Late(env).callbacks.append(self._on_kick)
         return ev
 
-    def _start_lazy(self, rt: _Route, nb: np.ndarray, now: int, ev: simpy.Event) -> _Batch | None:
+    def _start_lazy(self, rt: Route, nb: np.ndarray, now: int, ev: simpy.Event) -> Batch | None:
         """A batch alone on its links whose flows all end at the same nanosecond at the rates
         they had the last time they ran alone: its end is known now, so it takes no flow slots
         and no solve -- unless another batch comes onto one of its links before it ends
@@ -264,7 +181,7 @@ class FlowNetwork:
         n = len(nb)
         gid = self._next_group
         self._next_group += 1
-        b = _Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, now)
+        b = Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, now)
         b.n_alive = n
         b.lazy = nb
         self._next_fid += n
@@ -278,7 +195,7 @@ class FlowNetwork:
         self._reschedule(now)
         return b
 
-    def _materialize(self, b: _Batch, now: int) -> None:
+    def _materialize(self, b: Batch, now: int) -> None:
         """Give a lazy batch its flow slots, with the bytes its flows have left at ``now``."""
         nb, rt = b.lazy, b.key
         assert nb is not None and rt.iso is not None
@@ -297,7 +214,7 @@ class FlowNetwork:
         b.lazy = None
         b.version += 1  # its heap entry is stale: the next solve schedules it again
 
-    def _finish_lazy(self, b: _Batch, now: int) -> None:
+    def _finish_lazy(self, b: Batch, now: int) -> None:
         nb, rt = b.lazy, b.key
         assert nb is not None
         np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
@@ -329,7 +246,7 @@ class FlowNetwork:
         now = int(self.env.now)
         heap, batches = self._heap, self._batches
         due: list[int] = []
-        lazy: list[_Batch] = []
+        lazy: list[Batch] = []
         while heap and heap[0][0] <= now:
             _, _, gid, ver = heapq.heappop(heap)
             b = batches.get(gid)
@@ -344,21 +261,21 @@ class FlowNetwork:
         for b in lazy:  # in start order (the heap pops equal times in push order)
             b.event.succeed()
 
-    def _route(self, e_ptr: np.ndarray, e_link: np.ndarray) -> _Route:
+    def _route(self, e_ptr: np.ndarray, e_link: np.ndarray) -> Route:
         """What a batch needs from its route arrays, cached by their identity."""
         key = (id(e_ptr), id(e_link))
         rt = self._routes.get(key)
         if rt is None or rt.ptr_in is not e_ptr or rt.link_in is not e_link:
-            if len(self._routes) >= _ROUTE_CACHE_MAX:
+            if len(self._routes) >= ROUTE_CACHE_MAX:
                 self._routes.clear()
-            rt = self._routes[key] = _Route(e_ptr, e_link)
+            rt = self._routes[key] = Route(e_ptr, e_link)
         return rt
 
-    def _register(self, b: _Batch) -> None:
+    def _register(self, b: Batch) -> None:
         """Enter batch ``b`` on its links (vectorised for links no other batch uses)."""
         owner, u, gid = self._owner, b.links, b.gid
         own = owner[u]
-        free = own == _NONE
+        free = own == NONE
         if free.all():
             owner[u] = gid
             return
@@ -369,17 +286,17 @@ class FlowNetwork:
         owner[u[free]] = gid
         shared = self._shared
         for lk, o in zip(u[~free].tolist(), own[~free].tolist(), strict=True):
-            if o == _SHARED:
+            if o == SHARED:
                 shared[lk][gid] = None
             else:
                 shared[lk] = {o: None, gid: None}
-                owner[lk] = _SHARED
+                owner[lk] = SHARED
 
-    def _drop(self, b: _Batch) -> None:
+    def _drop(self, b: Batch) -> None:
         owner, u, gid = self._owner, b.links, b.gid
         own = owner[u]
         mine = own == gid
-        owner[u[mine]] = _NONE
+        owner[u[mine]] = NONE
         if not mine.all():
             shared = self._shared
             for lk in u[~mine].tolist():
@@ -400,7 +317,7 @@ class FlowNetwork:
         marked: list[np.ndarray] = []
         while stack and len(comp) < total:
             u = batches[stack.pop()].links
-            sl = u[owner[u] == _SHARED]
+            sl = u[owner[u] == SHARED]
             sl = sl[~visited[sl]]  # each shared link is looked at once per search
             if not len(sl):
                 continue
@@ -437,11 +354,11 @@ class FlowNetwork:
 
     # ------------------------------------------------------------------ one instant
 
-    def _step(self, comps: list[list[int]], now: int) -> list[_Batch]:
+    def _step(self, comps: list[list[int]], now: int) -> list[Batch]:
         batches = self._batches
         order = sorted(g for comp in comps for g in comp)
         bl = [batches[g] for g in order]
-        idx = _ranges([b.lo for b in bl], [b.hi for b in bl])
+        idx = ranges([b.lo for b in bl], [b.hi for b in bl])
         rem, rate, alive = self._rem.a, self._rate.a, self._alive.a
         # advance the touched flows to now
         t_upd = self._t_upd.a
@@ -456,7 +373,7 @@ class FlowNetwork:
         # finish the flows that are done (within half a nanosecond's worth of bytes)
         rm = rem[idx]
         done = alive[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
-        fired: list[_Batch] = []
+        fired: list[Batch] = []
         if done.any():
             fired = self._finish(bl, idx, done, now)
         live = [b for b in bl if b.n_alive]
@@ -465,7 +382,7 @@ class FlowNetwork:
         self.recomputes += 1
         # rates: batches alone on their links with all flows alive take cached rates
         alone = {c[0] for c in comps if len(c) == 1}
-        solve: list[_Batch] = []
+        solve: list[Batch] = []
         for b in live:
             if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
                 rate[b.lo : b.hi] = b.key.iso
@@ -477,7 +394,7 @@ class FlowNetwork:
                 if b.gid in alone and b.n_alive == b.hi - b.lo:
                     b.key.iso = rate[b.lo : b.hi].copy()
         # next completion of every live batch
-        lidx = _ranges([b.lo for b in live], [b.hi for b in live])
+        lidx = ranges([b.lo for b in live], [b.hi for b in live])
         lr = rate[lidx]
         ok = alive[lidx] & (lr > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -495,9 +412,9 @@ class FlowNetwork:
             heapq.heappush(heap, (now + step, self._seq, b.gid, b.version))
         return fired
 
-    def _solve(self, solve: list[_Batch]) -> None:
+    def _solve(self, solve: list[Batch]) -> None:
         """One max-min solve over the alive, routed flows of ``solve``."""
-        eidx = _ranges([b.elo for b in solve], [b.ehi for b in solve])
+        eidx = ranges([b.elo for b in solve], [b.ehi for b in solve])
         ef = self._e_flow.a[eidx]
         keep = self._alive.a[ef]
         ef, el = ef[keep], self._e_link.a[eidx][keep]
@@ -507,7 +424,7 @@ class FlowNetwork:
         local = np.cumsum(starts) - 1
         self._rate.a[ef[starts]] = max_min_sorted(local, el, self.capacity)
 
-    def _finish(self, bl: list[_Batch], idx: np.ndarray, done: np.ndarray, now: int) -> list[_Batch]:
+    def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int) -> list[Batch]:
         fin = idx[done]
         alive = self._alive.a
         alive[fin] = False
@@ -519,7 +436,7 @@ class FlowNetwork:
         bpos = np.repeat(np.arange(len(bl)), lens)
         per_batch = np.bincount(bpos[done], minlength=len(bl)).tolist()
         touched = [b for b, c in zip(bl, per_batch, strict=True) if c]
-        eidx = _ranges([b.elo for b in touched], [b.ehi for b in touched])
+        eidx = ranges([b.elo for b in touched], [b.ehi for b in touched])
         ef = self._e_flow.a[eidx]
         flag = np.zeros(len(alive), dtype=bool)
         flag[fin] = True
@@ -548,8 +465,8 @@ class FlowNetwork:
     def _compact(self) -> None:
         """Drop the slots and entries of finished batches; renumber the live ones."""
         live = sorted((b for b in self._batches.values() if b.lazy is None), key=lambda b: b.lo)
-        keep = _ranges([b.lo for b in live], [b.hi for b in live])
-        ekeep = _ranges([b.elo for b in live], [b.ehi for b in live])
+        keep = ranges([b.lo for b in live], [b.hi for b in live])
+        ekeep = ranges([b.elo for b in live], [b.ehi for b in live])
         new_index = np.full(self._rem.n, -1, dtype=np.int64)
         new_index[keep] = np.arange(len(keep))
         for buf in (self._rem, self._rate, self._bytes0, self._sent, self._alive, self._t_upd):

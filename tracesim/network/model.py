@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import simpy
@@ -32,6 +31,7 @@ from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
 from tracesim.network.flows import FlowNetwork
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
+from tracesim.network.running import CommRecord, Runner
 from tracesim.network.topology import Topology
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
@@ -150,19 +150,6 @@ def _shared(cluster: ClusterSpec) -> _Shared:
             _SHARED.pop(next(iter(_SHARED)))
         sh = _SHARED[key] = _Shared(cluster)
     return sh
-
-
-@dataclass(frozen=True)
-class CommRecord:
-    """One finished operation (``NetworkModel.records``): what, where, when (ns)."""
-
-    collective: str
-    group_kind: str
-    ranks: int
-    msg_bytes: int
-    algorithm: str
-    start_ns: int
-    end_ns: int
 
 
 class NetworkModel:
@@ -300,7 +287,7 @@ class NetworkModel:
         once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
         object again to reuse the merged routes."""
         env = self._env()
-        key = (id(pairs), -1, 0)
+        key = (id(pairs), "", 0)
         hit = self._images.get(key)
         if hit is not None and hit[0] is pairs:
             cc = hit[1]
@@ -401,66 +388,7 @@ class NetworkModel:
 
     def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: int) -> simpy.Event:
         """Run ``cc``'s phases one after another; the event fires when the last has ended."""
-        return _Runner(self, cc, collective, kind, n, msg_bytes).done
-
-
-class _Runner:
-    """One running collective: its phases (and, in ``auto`` mode, their steps) one after
-    another, driven by callbacks (no SimPy process). Each round pays its share of the
-    phase's latency, then starts its flows; ``auto`` aggregates the steps left unless a link
-    of the phase carries other traffic, then runs one step and looks again."""
-
-    __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
-
-    def __init__(self, model: NetworkModel, cc: CompiledCollective, collective: str, kind: str,
-                 n: int, msg_bytes: int):
-        env = model._env()
-        self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n
-        self.msg = msg_bytes
-        self.t0 = int(env.now)
-        self.i = 0
-        self.left = -1
-        self.now = 0
-        self.done = env.event()
-        self._round()
-
-    def _round(self) -> None:
-        m, cc = self.model, self.cc
-        env = m._env()
-        if self.i >= len(cc.phases):
-            m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
-                                        cc.algorithm, self.t0, int(env.now)))
-            self.done.succeed()
-            return
-        ph = cc.phases[self.i]
-        k = max(1, ph.steps)
-        if self.left < 0:
-            self.left = k
-        left = self.left
-        if m.phases == "aggregate" or k == 1:
-            self.now = left
-        elif m.phases == "steps":
-            self.now = 1
-        else:  # auto: aggregate what is left unless another flow shares the links
-            self.now = 1 if m.flows.busy(ph.e_link) else left
-        lat_ns = int(round(ph.latency_ns * self.now / k))
-        if lat_ns > 0:
-            env.timeout(lat_ns).callbacks.append(self._start)
-        else:
-            self._start(None)
-
-    def _start(self, _ev: Any) -> None:
-        ph = self.cc.phases[self.i]
-        k = max(1, ph.steps)
-        ev = self.model.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (self.msg * self.now / k))
-        ev.callbacks.append(self._after)
-
-    def _after(self, _ev: Any) -> None:
-        self.left -= self.now
-        if self.left == 0:
-            self.i += 1
-            self.left = -1
-        self._round()
+        return Runner(self, cc, collective, kind, n, msg_bytes).done
 
 
 def _merge(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:

@@ -43,8 +43,8 @@ class SymmetricComm:
     def __init__(self, inner: CommModel, graph: TaskGraph, *, images: bool = True):
         self.inner = inner
         self.placement = _placement(graph) if images and hasattr(inner, "collective_images") else None
-        self._group_images: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, ...], ...]] = {}
-        self._pair_images: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+        self._group_images: dict[Any, tuple] = {}  # (rep, group) -> copies of the group
+        self._pair_images: dict[Any, tuple] = {}  # (src, dst) -> copies of the transfer
         t = graph.tasks
         coll = np.flatnonzero(t["kind"].to_numpy() == "coll")
         ranks = t["rank"].to_numpy()[coll]
@@ -100,8 +100,8 @@ class SymmetricComm:
             if len(imgs) > 1:
                 ops.append(((a, b), imgs, [own[-1]] + [inner.links_of_p2p(x, y) for x, y in imgs[1:]]))
         reached = np.zeros(len(inner.topology.capacity), dtype=bool)
-        for links in own:
-            reached[links] = True
+        for lk in own:
+            reached[lk] = True
         kept = [{0} for _ in ops]
         changed = True
         while changed:
@@ -115,9 +115,9 @@ class SymmetricComm:
         for k, (key, imgs, _) in enumerate(ops):
             keep = tuple(imgs[i] for i in sorted(kept[k]))
             if isinstance(key[1], tuple):
-                self._group_images[key] = keep  # type: ignore[index]
+                self._group_images[key] = keep
             else:
-                self._pair_images[key] = keep  # type: ignore[index]
+                self._pair_images[key] = keep
         self.copies = (sum(len(x) for x in kept), sum(len(imgs) for _, imgs, _ in ops))
 
     def attach(self, env: simpy.Environment) -> None:
@@ -233,7 +233,8 @@ def _placement(graph: TaskGraph) -> Placement | None:
     if not isinstance(par, dict) or not graph.meta.get("representatives"):
         return None
     try:
-        spec = ParallelSpec(**{k: int(par[k]) for k in ("tp", "pp", "dp", "cp", "ep")})
+        spec = ParallelSpec(tp=int(par["tp"]), pp=int(par["pp"]), dp=int(par["dp"]),
+                            cp=int(par["cp"]), ep=int(par["ep"]))
     except (KeyError, TypeError, ValueError):
         return None
     return Placement(spec)

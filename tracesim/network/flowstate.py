@@ -1,0 +1,106 @@
+"""Flow-network state helpers: growable arrays, per-route data, batches, the late event.
+
+Used by :mod:`tracesim.network.flows`; see its docstring for how they fit together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+from simpy.events import EventPriority
+
+#: bound on the cache of route data (keyed by the identity of the caller's route arrays)
+ROUTE_CACHE_MAX = 1 << 16
+#: link owner codes (a link with exactly one batch holds that batch's gid)
+NONE, SHARED = -1, -2
+
+
+#: SimPy priority of :class:`Late` (NORMAL is 1, URGENT 0; lower runs first)
+LATE_PRIORITY = EventPriority(2)
+
+
+class Late(simpy.Event):
+    """An event processed after every other event of the current instant (its priority
+    comes after SimPy's NORMAL), so that all the batches started at one instant -- including
+    those started by processes that other events of that instant wake up -- are solved
+    together once."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, LATE_PRIORITY, 0)
+
+
+
+
+class Buf:
+    """A growable 1-D numpy array (amortised doubling)."""
+
+    def __init__(self, dtype: type, size: int = 1024):
+        self.a: np.ndarray = np.zeros(size, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.a):
+            new = np.zeros(max(need, 2 * len(self.a)), dtype=self.a.dtype)
+            new[: self.n] = self.a[: self.n]
+            self.a = new
+        self.a[self.n : need] = values
+        self.n = need
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.a[: self.n]
+
+    def set(self, values: np.ndarray) -> None:
+        self.n = 0
+        self.extend(values)
+
+
+class Route:
+    """Per-route-array data: flow of each entry, distinct links, initial rates, and the
+    rates of the flows when the batch runs alone (filled on first use)."""
+
+    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso")
+
+    def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
+        self.ptr_in, self.link_in = e_ptr, e_link
+        self.e_link = np.asarray(e_link, dtype=np.int64)
+        lens = np.diff(np.asarray(e_ptr, dtype=np.int64)).astype(np.int64)
+        self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+        self.links = np.unique(self.e_link)
+        self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
+        self.iso: np.ndarray | None = None
+
+
+class Batch:
+    """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
+
+    __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
+                 "key", "fid0", "t0", "lazy")
+
+    def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
+                 event: simpy.Event, key: Route, fid0: int, t0: int):
+        self.gid, self.lo, self.hi, self.elo, self.ehi = gid, lo, hi, elo, ehi
+        self.links = links
+        self.n_alive = hi - lo
+        self.event = event
+        self.version = 0
+        self.key = key  # route data (shared by the batches of the same route arrays)
+        self.fid0, self.t0 = fid0, t0
+        #: bytes per flow while the batch runs alone at its cached rates without flow slots
+        #: (see FlowNetwork._start_lazy); None once it has slots
+        self.lazy: np.ndarray | None = None
+
+
+def ranges(los: list[int], his: list[int]) -> np.ndarray:
+    """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised)."""
+    lo = np.asarray(los, dtype=np.int64)
+    ln = np.asarray(his, dtype=np.int64) - lo
+    total = int(ln.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.cumsum(ln) - ln
+    return np.repeat(lo - starts, ln) + np.arange(total, dtype=np.int64)

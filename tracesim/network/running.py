@@ -1,0 +1,87 @@
+"""Running one compiled collective on the flow network, and the record it leaves.
+
+:class:`Runner` is what :meth:`tracesim.network.model.NetworkModel.collective` starts: the
+collective's phases run one after another, each round paying its share of the phase's
+latency before starting its flows; in ``auto`` mode the steps of a phase are aggregated
+unless a link of the phase carries other traffic. Callbacks drive it, not a SimPy process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracesim.network.model import CompiledCollective, NetworkModel
+
+
+@dataclass(frozen=True)
+class CommRecord:
+    """One finished operation (``NetworkModel.records``): what, where, when (ns)."""
+
+    collective: str
+    group_kind: str
+    ranks: int
+    msg_bytes: int
+    algorithm: str
+    start_ns: int
+    end_ns: int
+
+
+class Runner:
+    """One running collective: its phases (and, in ``auto`` mode, their steps) one after
+    another, driven by callbacks (no SimPy process). Each round pays its share of the
+    phase's latency, then starts its flows; ``auto`` aggregates the steps left unless a link
+    of the phase carries other traffic, then runs one step and looks again."""
+
+    __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
+
+    def __init__(self, model: NetworkModel, cc: CompiledCollective, collective: str, kind: str,
+                 n: int, msg_bytes: int):
+        env = model._env()
+        self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n
+        self.msg = msg_bytes
+        self.t0 = int(env.now)
+        self.i = 0
+        self.left = -1
+        self.now = 0
+        self.done = env.event()
+        self._round()
+
+    def _round(self) -> None:
+        m, cc = self.model, self.cc
+        env = m._env()
+        if self.i >= len(cc.phases):
+            m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
+                                        cc.algorithm, self.t0, int(env.now)))
+            self.done.succeed()
+            return
+        ph = cc.phases[self.i]
+        k = max(1, ph.steps)
+        if self.left < 0:
+            self.left = k
+        left = self.left
+        if m.phases == "aggregate" or k == 1:
+            self.now = left
+        elif m.phases == "steps":
+            self.now = 1
+        else:  # auto: aggregate what is left unless another flow shares the links
+            self.now = 1 if m.flows.busy(ph.e_link) else left
+        lat_ns = int(round(ph.latency_ns * self.now / k))
+        if lat_ns > 0:
+            env.timeout(lat_ns).callbacks.append(self._start)
+        else:
+            self._start(None)
+
+    def _start(self, _ev: Any) -> None:
+        ph = self.cc.phases[self.i]
+        k = max(1, ph.steps)
+        ev = self.model.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (self.msg * self.now / k))
+        ev.callbacks.append(self._after)
+
+    def _after(self, _ev: Any) -> None:
+        self.left -= self.now
+        if self.left == 0:
+            self.i += 1
+            self.left = -1
+        self._round()
