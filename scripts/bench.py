@@ -269,7 +269,7 @@ def markdown(data: dict[str, Any]) -> str:
            f"Python {m['python']}, numpy {m['numpy']}, SimPy {m['simpy']}, commit `{m['commit']}`, "
            f"with `{data['command']}`. *load*: the 1-minute load average before the run (2 cores; "
            f"other jobs on the machine slow a run down).", ""]
-    out += ["### Scenarios", "",
+    out += ["#### Scenarios", "",
             "| | mode | GPUs | tasks | events | wall (s) | target | peak RSS (GiB) | target | "
             "events/s | iteration (s) | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in data["scenarios"].items():
@@ -287,7 +287,7 @@ def markdown(data: dict[str, Any]) -> str:
                    f"{r['wall_s']:.2f} | < {t_wall:.0f} ({ok_w}) | {r['peak_rss_gib']:.2f} | < {t_rss:.0f} ({ok_r}) | "
                    f"{r['events_per_s']:,} | {r['iteration_time_s']:.4f} | {r['load_before']} |")
     if data.get("agreement"):
-        out += ["", "### Reduced vs full", "",
+        out += ["", "#### Reduced vs full", "",
                 f"Iteration time of the symmetry-reduced replay (the default network, then `--network "
                 f"flow`) against the full one (`--full`: every rank simulated, flow network); target: "
                 f"within {AGREEMENT_TOL:.1%}.", "",
@@ -314,7 +314,7 @@ def markdown(data: dict[str, Any]) -> str:
         if not rows:
             continue
         nets = sorted({r["net"] for r in rows})
-        out += ["", f"### {label}", "",
+        out += ["", f"#### {label}", "",
                 f"| {xkey} | " + " | ".join(f"tasks ({n}) | events ({n}) | wall s ({n}) | RSS GiB ({n}) | "
                                            f"iteration s ({n})" for n in nets) + " |",
                 "|---|" + "---|" * (5 * len(nets))]
@@ -361,6 +361,9 @@ def plot(data: dict[str, Any], path: Path) -> None:
                      label=f"peak RSS, {net}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ticks = sorted({r[xkey] for r in rows})
+        ax.set_xticks(ticks, [f"{x:,}" for x in ticks], rotation=45 if len(ticks) > 4 else 0)
+        ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel("wall time (s), solid")
         ax2.set_ylabel("peak RSS (GiB), dotted")
