@@ -211,9 +211,9 @@ def replay(
     n_events = 0
     timeout = env.timeout
 
-    def release(t: int) -> None:
-        """Task ``t`` has ended: record it and release its successors."""
-        end[t] = now = int(env.now)
+    def release(t: int, now: int) -> None:
+        """Task ``t`` has ended at ``now``: record it and release its successors."""
+        end[t] = now
         for f in obs:
             f(t, start[t], now)
         for k in range(succ_ptr[t], succ_ptr[t + 1]):
@@ -224,8 +224,8 @@ def replay(
                 waiting[s] = 0
                 ready.append(s)
 
-    def run_lane(t: int, gap_done: bool) -> None:
-        """Advance a lane from task ``t`` (the previous task on the lane has ended)."""
+    def run_lane(t: int, gap_done: bool, now: int) -> None:
+        """Advance a lane from task ``t`` at ``now`` (the previous task on the lane has ended)."""
         nonlocal n_events
         while t >= 0:
             if not gap_done and gap[t]:
@@ -235,7 +235,6 @@ def replay(
             if pending[t]:
                 waiting[t] = 1
                 return
-            now = int(env.now)
             start[t] = now
             if coll[t] >= 0:
                 begin_comm(t)
@@ -261,46 +260,47 @@ def replay(
                     for c in chain:
                         for f in obs:
                             f(c, start[c], end[c])
-                release(t)
+                release(t, now)
                 t = nxt[t]
                 continue
             n_events += 1
-            timeout(e - now).callbacks.append(_Done(t, chain))
+            timeout(e - now).callbacks.append(_Done(t, chain, e))
             return
 
-    def drain() -> None:
+    def drain(now: int) -> None:
         nonlocal n_events
         while ready:
             batch = ready[:]
             ready.clear()
             for t in batch:
                 n_events += 1
-                run_lane(t, True)
+                run_lane(t, True, now)
 
     class _Done:
         """Callback of the timeout that ends a compute run on a lane."""
 
-        __slots__ = ("t", "chain")
+        __slots__ = ("t", "chain", "e")
 
-        def __init__(self, t: int, chain: list[int] | None):
-            self.t, self.chain = t, chain
+        def __init__(self, t: int, chain: list[int] | None, e: int):
+            self.t, self.chain, self.e = t, chain, e  # e: when the run ends (env.now then)
 
         def __call__(self, _ev: simpy.Event) -> None:
-            t = self.t
+            t, now = self.t, self.e
             if self.chain:
                 for c in self.chain:
                     for f in obs:
                         f(c, start[c], end[c])
-            release(t)
-            run_lane(nxt[t], False)
-            drain()
+            release(t, now)
+            run_lane(nxt[t], False, now)
+            drain(now)
 
     def gap_cb(t: int) -> Callable[[simpy.Event], None]:
         def cb(_ev: simpy.Event) -> None:
             nonlocal n_events
             n_events += 1
-            run_lane(t, True)
-            drain()
+            now = int(env.now)
+            run_lane(t, True, now)
+            drain(now)
 
         return cb
 
@@ -329,18 +329,19 @@ def replay(
             nonlocal n_events
             ms = [members[k] for k in range(lo, hi)]
             n_events += len(ms)
+            now = int(env.now)
             for m in ms:
-                release(m)
+                release(m, now)
             for m in ms:
-                run_lane(nxt[m], False)
-            drain()
+                run_lane(nxt[m], False, now)
+            drain(now)
 
         done.callbacks.append(finished)
 
     for t0 in first_of_lane.tolist():
         if t0 >= 0:
-            run_lane(t0, False)
-            drain()
+            run_lane(t0, False, 0)
+            drain(0)
     env.run()
     # the result shares the arrays' memory (no copy)
     start_np = np.frombuffer(start, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
