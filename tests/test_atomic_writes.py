@@ -171,8 +171,11 @@ def test_interrupted_replay_leaves_old_or_new_files(tmp_path, sig):
     changed = 0
     for d, (rc, err), delay in zip(outs, results, delays, strict=True):
         assert "Traceback" not in err, err
-        # 0: finished first; 130: Ctrl-C; 143: SIGTERM (unwound, temp files removed)
-        assert rc in (0, 130, 128 + sig), (delay, rc, err)
+        # 0: finished first; 130: Ctrl-C; 143: SIGTERM (unwound, temp files removed);
+        # -sig: the signal landed while the interpreter was shutting down, after the command
+        # had returned (Python restores the default handlers there): its files are complete,
+        # which the checks below verify
+        assert rc in (0, 130, 128 + sig, -sig), (delay, rc, err)
         now = _snapshot(d)
         for name, data in now.items():
             assert data == old.get(name) or _complete(name, data), f"{d.name}/{name} is partial"
