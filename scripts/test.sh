@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up .venv (reused when present) and run the whole test suite: ruff, then pytest
+# Set up .venv (reused when present) and run the whole test suite: ruff, mypy, then pytest
 # (slow end-to-end tests included). Tests that compare wall-clock measurements (marked
 # `timing`) run afterwards on their own, one at a time, so the other tests' load does not
 # disturb what they measure. Extra arguments go to both pytest runs.
@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
+.venv/bin/mypy
 .venv/bin/python -m pytest -n 2 --dist loadfile -q -m "not timing" "$@"
 set +e
 .venv/bin/python -m pytest -q -m timing "$@"
