@@ -49,6 +49,10 @@ class _Group(click.Group):
             click.echo("tracesim: interrupted", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug: short message, traceback only with --debug
+            cause = _interrupt_in_chain(exc)
+            if cause is not None:  # Ctrl-C / SIGTERM that Python wrapped (e.g. mid-import)
+                click.echo("tracesim: interrupted", err=True)
+                sys.exit(cause)
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             msg = " ".join(str(exc).split())[:300]
@@ -80,6 +84,20 @@ try:
         cli.add_command(_mod.command)
 except KeyboardInterrupt:  # Ctrl-C while starting up: no traceback
     sys.exit(130)
+
+
+def _interrupt_in_chain(exc: BaseException) -> int | None:
+    """Exit status if ``exc`` was caused by Ctrl-C (130) or SIGTERM (143), else None."""
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 32:
+        if isinstance(e, KeyboardInterrupt):
+            return 130
+        if isinstance(e, SystemExit) and e.code in (130, 143):
+            return int(e.code)
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return None
 
 
 def _terminate(signum: int, frame: object) -> None:
