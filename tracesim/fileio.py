@@ -23,22 +23,23 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Block SIGINT and SIGTERM (delivered when the block ends) in the main thread."""
+def _hold_signals() -> Any:
+    """Block SIGINT and SIGTERM in the main thread; returns the mask to restore (or None)."""
     import signal
     import threading
 
     mask = getattr(signal, "pthread_sigmask", None)
     if mask is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = mask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        mask(signal.SIG_SETMASK, previous)
+        return None
+    return mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _release_signals(previous: Any) -> None:
+    """Restore the signal mask; a signal held meanwhile is handled now."""
+    if previous is not None:
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
@@ -46,19 +47,24 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Ctrl-C / SIGTERM between creating the temporary file and entering the try block below
-    # would leave it behind: hold those signals until the cleanup is in place
-    with _signals_held():
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        tmp_path = Path(tmp)
+    tmp_path: Path | None = None
+    # Ctrl-C / SIGTERM between creating the temporary file and knowing its name would leave
+    # it behind: hold them until the name is known and the cleanup below is in force
+    previous = _hold_signals()
     try:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            tmp_path = Path(tmp)
+        finally:
+            _release_signals(previous)
         os.close(fd)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the mode open() would
         yield tmp_path
         os.replace(tmp_path, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+        if tmp_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
         raise
 
 
