@@ -35,7 +35,7 @@ def test_moe_parameter_count():
     h, kv, ef, e = spec.hidden, spec.kv_heads * spec.head_dim, spec.moe_ffn_hidden, spec.experts
     per_layer = 2 * h * h + 2 * h * kv + e * 3 * h * ef + h * e + 2 * h
     expected = spec.layers * per_layer + 2 * spec.vocab * h + h
-    assert _n_params(build_model(spec)) == expected
+    assert _n_params(build_model(spec)) == expected == spec.params()
 
 
 def test_grouped_query_attention_shapes():

@@ -110,7 +110,11 @@ class ModelSpec:
         return d
 
     def params(self) -> int:
-        """Total parameter count (weights and biases; embeddings counted once if tied)."""
+        """Total parameter count (weights and biases; embeddings counted once if tied).
+
+        Only the ``gpt`` family has linear-layer biases (GPT-2/3, Megatron); ``llama`` and
+        ``moe`` (Mixtral, DeepSeek-MoE) have none.
+        """
         h, f, v = self.hidden, self.ffn_hidden, self.vocab
         kv = self.kv_heads * self.head_dim
         attn = h * h + 2 * h * kv + h * h  # q, k, v, out
@@ -119,7 +123,7 @@ class ModelSpec:
         # LayerNorm has a weight and a bias, RMSNorm only a weight; two norms per layer
         norm_params = 2 * h if self.norm == "layernorm" else h
         norms = 2 * norm_params
-        bias = 0 if self.family == "llama" else (h + 2 * kv + h + f + h)
+        bias = (h + 2 * kv + h + f + h) if self.family == "gpt" else 0
         total = 0
         for layer in range(self.layers):
             if self.moe_layer(layer):
