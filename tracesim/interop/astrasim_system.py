@@ -34,7 +34,6 @@ time (``boost-mode``, ``trace-enabled``, ``replay-only``, ``track-local-mem``,
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.hardware.cluster import ClusterSpec, cluster_from_dict
+from tracesim.trace.kineto import load_json_file
 
 _IMPL = {"all-reduce-implementation": "all_reduce", "all-gather-implementation": "all_gather",
          "reduce-scatter-implementation": "reduce_scatter",
@@ -197,12 +197,7 @@ def system_from_astrasim_dict(data: Any, file: str | Path | None = None) -> Syst
 def load_astrasim_system(path: str | Path) -> SystemMapping:
     """Read and map an ASTRA-sim system JSON file."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError("file not found", p) from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"not a JSON file ({exc})", p) from None
+    data = load_json_file(p, expected="a JSON file")
     return system_from_astrasim_dict(data, p)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra import COMM_NAMES
+from tracesim.trace.kineto import load_json_file
 from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
 
 _ET_NAME = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et$")
@@ -116,12 +117,7 @@ def load_comm_groups(path: str | Path | None) -> dict[str, tuple[int, ...]]:
     if path is None:
         return {}
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError("file not found", p) from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise InputError(f"not a JSON file ({exc})", p) from None
+    data = load_json_file(p, expected="a JSON file")
     if not isinstance(data, dict):
         raise InputError("expected a mapping of group id -> list of ranks", p)
     out = {}

@@ -73,13 +73,16 @@ def _op_event(ev: Any) -> bool:
     return isinstance(ev, dict) and ev.get("ph") == "X" and str(ev.get("cat", "")).lower() in _CAT_MAP
 
 
-def load_json_file(path: str | Path) -> Any:
-    """Load a JSON file, plain or gzipped; InputError for missing, truncated or bad files."""
+def load_json_file(path: str | Path, expected: str = "a trace file (.json or .json.gz)") -> Any:
+    """Load a JSON file, plain or gzipped; InputError for missing, truncated or bad files.
+
+    ``expected`` names what the file should be, for the message when ``path`` is a directory.
+    """
     path = Path(path)
     if not path.exists():
         raise InputError("file not found", path)
     if path.is_dir():
-        raise InputError("is a directory, expected a trace file (.json or .json.gz)", path)
+        raise InputError(f"is a directory, expected {expected}", path)
     try:
         with open(path, "rb") as fh:
             head = fh.read(2)
@@ -90,6 +93,8 @@ def load_json_file(path: str | Path) -> Any:
             raw = path.read_bytes()
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise InputError(f"truncated or corrupt gzip data ({exc})", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror or exc})", path) from None
     try:
         data = json.loads(raw)
     except UnicodeDecodeError:
