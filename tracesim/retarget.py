@@ -168,7 +168,8 @@ def _task_methods(graph: Any, by_name: Mapping[str, str], comm_method: str) -> n
 
 def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
                       record_links: bool = False,
-                      progress: ProgressFn | None = None) -> RetargetRun:
+                      progress: ProgressFn | None = None,
+                      per_op: bool | None = None) -> RetargetRun:
     """:func:`run_retarget`, returning the graph, replay and models along with the result.
 
     Args:
@@ -176,6 +177,13 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
         record_links: record every flow's bytes per link (for ``links.parquet`` and the
             link heat map); only a flow-level replay has flows.
         progress: called with (stage, done, total) while building and replaying.
+        per_op: keep one task per template op in a full replay (for per-op outputs: the
+            result directory's ``ops.parquet``, timeline and critical path by op name and
+            class); default: when ``record_links`` (a result directory is being written).
+            Otherwise a full replay merges runs of compute tasks that nothing can interleave
+            with (:meth:`~tracesim.workload.units.Unit.compacted`), which changes no simulated
+            time: a merged task starts when the run's first part would and lasts the sum of
+            the parts. Symmetry-reduced replays always merge.
     """
     from tracesim.engine.replay import replay
     from tracesim.hardware.cluster import ClusterSpec, load_cluster
@@ -212,8 +220,9 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     if progress:
         progress("build", 0, 1)
     symmetric = not opts.get("full") and par.world >= SYMMETRY_MIN_GPUS
+    keep_ops = record_links if per_op is None else per_op
     built = build_graph(model, par, template, op_time, representatives=symmetric,
-                        merge_compute=symmetric)
+                        merge_compute=symmetric or not keep_ops)
     graph = built.graph
     net = NetworkModel(cluster)
     recorder = None
@@ -275,6 +284,7 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
         "duration_methods": methods,
         "replay": {
             "symmetric": symmetric,
+            "merged_compute": symmetric or not keep_ops,
             "network": network,
             "tasks": graph.n_tasks,
             "events": result.events,

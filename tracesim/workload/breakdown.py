@@ -57,23 +57,35 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         launch[comm_idx] = latest[codes]
     t0 = int(min(0, int(start_ns.min()))) if n else 0
     pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
+    # group once (not one scan per rank): compute tasks by (rank, start, task id), and each
+    # rank's last-finishing communication task (the lowest task id among equal ends)
+    comp = np.flatnonzero(is_compute)
+    comp = comp[np.lexsort((start_ns[comp], rank[comp]))]
+    comp_r = rank[comp]
+    ranks = np.unique(rank)
+    c_lo = np.searchsorted(comp_r, ranks, side="left")
+    c_hi = np.searchsorted(comp_r, ranks, side="right")
+    last_comm = np.full(len(ranks), -1, dtype=np.int64)
+    if len(comm_idx):
+        co = comm_idx[np.lexsort((-comm_idx, end_ns[comm_idx], rank[comm_idx]))]
+        co_r = rank[co]
+        tail = np.ones(len(co), dtype=bool)
+        tail[:-1] = co_r[1:] != co_r[:-1]
+        last_comm[np.searchsorted(ranks, co_r[tail])] = co[tail]
     out: dict[int, dict[str, Any]] = {}
-    for r in np.unique(rank):
-        idx = np.flatnonzero((rank == r) & is_compute)
-        idx = idx[np.argsort(start_ns[idx], kind="stable")]
+    for j, r in enumerate(ranks.tolist()):
+        idx = comp[c_lo[j]:c_hi[j]]
         acc = dict.fromkeys(KINDS, 0.0)
         acc["bubble"] = acc["idle"] = 0.0
         compute = float((end_ns[idx] - start_ns[idx]).sum())
         prev_end = t0
-        for i in idx.tolist():
-            gap_end = int(start_ns[i])
+        for i, gap_end, e in zip(idx.tolist(), start_ns[idx].tolist(), end_ns[idx].tolist(), strict=True):
             if gap_end > prev_end:
                 _attribute(int(bind[i]), prev_end, gap_end, bind, kind, gk, launch, end_ns, acc)
-            prev_end = max(prev_end, int(end_ns[i]))
+            prev_end = max(prev_end, e)
         end_all = makespan_ns + t0
         if end_all > prev_end:
-            comm = np.flatnonzero((rank == r) & (kind != "gpu"))
-            last_c = int(comm[np.argmax(end_ns[comm])]) if len(comm) else -1
+            last_c = int(last_comm[j])
             before = acc["idle"]
             _attribute(last_c if last_c >= 0 and end_ns[last_c] > prev_end else -1, prev_end,
                        end_all, bind, kind, gk, launch, end_ns, acc)
@@ -82,7 +94,7 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
                 acc["idle"] = before
         exposed = {k: acc[k] for k in KINDS}
         bubble, idle = acc["bubble"], acc["idle"]
-        out[int(r)] = {
+        out[r] = {
             "compute_s": compute * 1e-9,
             "exposed_comm_s": {k: v * 1e-9 for k, v in exposed.items()},
             "bubble_s": bubble * 1e-9,
