@@ -148,12 +148,6 @@ def _interrupted(out: Path, sig: int, after_s: float) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, open: in a fresh clone under pytest-xdist a signal sent the moment the "
-           "first temporary file appears sometimes leaves an empty .timeline.json.gz.*.tmp "
-           "behind (every other file old or complete); passes when run alone",
-)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_replay_leaves_old_or_new_files(tmp_path, sig):
     first = tmp_path / "first"
@@ -191,3 +185,29 @@ def test_interrupted_replay_leaves_old_or_new_files(tmp_path, sig):
         assert set(old) <= set(now), "an interrupted run removed an old file"
     assert changed, "no run got as far as writing: the interrupts came too early to test anything"
     assert any(rc != 0 for rc, _ in results), "every run finished before its signal"
+
+
+@pytest.mark.parametrize("after_syscall", [True, False], ids=["after-create", "before-create"])
+def test_interrupt_around_temp_file_creation_leaves_nothing(tmp_path, monkeypatch, after_syscall):
+    """A Ctrl-C whose handler runs right after (or before) the system call that creates the
+    temporary file -- a signal that was already pending -- leaves no temporary file."""
+    import os
+
+    from tracesim.fileio import write_json
+
+    target = tmp_path / "result.json"
+    target.write_text("{}\n")
+    real_open = os.open
+
+    def interrupted_open(file, flags, *args, **kwargs):
+        if after_syscall:
+            real_open(file, flags, *args, **kwargs)  # the file now exists; its fd is lost
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open", interrupted_open)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(target, {"new": 1})
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+    assert target.read_text() == "{}\n"
+

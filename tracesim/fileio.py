@@ -10,7 +10,7 @@ import contextlib
 import gzip
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -19,46 +19,31 @@ import yaml
 
 from tracesim.errors import InputError
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def _hold_signals() -> Any:
-    """Block SIGINT and SIGTERM in the main thread; returns the mask to restore (or None)."""
-    import signal
-    import threading
-
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None or threading.current_thread() is not threading.main_thread():
-        return None
-    return mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def _release_signals(previous: Any) -> None:
-    """Restore the signal mask; a signal held meanwhile is handled now."""
-    if previous is not None:
-        import signal
-
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
+
+    The temporary name is chosen (and remembered for the cleanup) before the file is
+    created, so a Ctrl-C / SIGTERM at any moment -- even one whose Python handler runs right
+    after the creating system call returns -- leaves no temporary file behind. (Holding the
+    signals around ``tempfile.mkstemp`` did not do that: a handler already pending when the
+    mask went up still ran inside ``mkstemp`` after it had created its file.)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path: Path | None = None
-    # Ctrl-C / SIGTERM between creating the temporary file and knowing its name would leave
-    # it behind: hold them until the name is known and the cleanup below is in force
-    previous = _hold_signals()
     try:
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            tmp_path = Path(tmp)
-        finally:
-            _release_signals(previous)
+        while True:
+            tmp_path = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+            try:
+                # 0o666 less the umask: the mode open() would give the final file
+                fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:  # another writer's temporary file: not ours to remove
+                tmp_path = None
+                continue
+            break
         os.close(fd)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the mode open() would
         yield tmp_path
         os.replace(tmp_path, path)
     except BaseException:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracesim.fileio import atomic_path
 from tracesim.workload.graph import COMM_KINDS, TaskGraph
 
 #: breakdown parts in plotting order and their colours
@@ -44,10 +45,8 @@ def _figure(w: float, h: float) -> Any:
 def save(fig: Any, path: str | Path) -> Path:
     """Write ``fig`` as a PNG (atomically) and return the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, format="png", bbox_inches="tight")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
     return path
 
 
