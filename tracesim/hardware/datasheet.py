@@ -15,40 +15,46 @@ from typing import Any
 
 from tracesim.hardware.calibrate import saturating_curve
 
-#: datasheet figures (dense, per device as torch sees it); devices.csv unless noted
+#: datasheet figures (dense, per device as torch sees it); devices.csv unless noted.
+#: ``sm_count``: streaming multiprocessors (AMD: compute units per GCD) of the product's
+#: datasheet / architecture whitepaper; ``l2_GBps``: L2 read bandwidth from the whitepapers'
+#: bytes per clock at boost clock (V100: 2048 B/clk x 1530 MHz; A100: 5120 B/clk x 1410 MHz,
+#: NVIDIA A100 Tensor Core GPU Architecture whitepaper), absent where no such figure is published
 SPECS: dict[str, dict[str, Any]] = {
     "v100": dict(
-        peak_tflops={"fp32": 15.7, "fp16": 125.0}, hbm_GBps=900.0, hbm_GiB=32,
+        peak_tflops={"fp32": 15.7, "fp16": 125.0}, hbm_GBps=900.0, hbm_GiB=32, sm_count=80,
+        l2_GBps=3133.0,
         aliases=["V100-SXM2-32GB", "Tesla V100-SXM2-32GB", "V100-SXM2-16GB", "V100"],
         patterns=["v100"],
         source="NVIDIA V100 datasheet (reference/devices.csv): fp16 tensor core 125, fp32 15.7 "
                "TFLOP/s, 0.9 TB/s; no bf16 or tf32 (bf16 runs at the fp32 rate)"),
     "a100": dict(
         peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, hbm_GBps=2039.0,
-        hbm_GiB=80, aliases=["A100-SXM4-80GB", "A100-SXM-80GB", "A100 80GB", "A100",
+        hbm_GiB=80, sm_count=108, l2_GBps=7219.0, aliases=["A100-SXM4-80GB", "A100-SXM-80GB", "A100 80GB", "A100",
                              "A100-PG509-210"],
         patterns=["a100"],
         source="NVIDIA A100 datasheet (reference/devices.csv), SXM4 80GB"),
     "a100-40gb": dict(
         peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, hbm_GBps=1555.0,
-        hbm_GiB=40, aliases=["A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PG509-200"],
+        hbm_GiB=40, sm_count=108, l2_GBps=7219.0, aliases=["A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PG509-200"],
         patterns=["a100.*40g", "a100-pg509-200"],
         source="NVIDIA A100 datasheet, 40GB variant: 1,555 GB/s (the A100-PG509-200 boards of "
                "the public traces report 39.4 GiB)"),
     "h100": dict(
         peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0},
-        hbm_GBps=3350.0, hbm_GiB=80, aliases=["H100-SXM5-80GB", "H100 80GB HBM3", "H100"],
+        hbm_GBps=3350.0, hbm_GiB=80, sm_count=132, aliases=["H100-SXM5-80GB", "H100 80GB HBM3", "H100"],
         patterns=["h100"], source="NVIDIA H100 SXM5 datasheet (reference/devices.csv)"),
     "h200": dict(
         peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0},
-        hbm_GBps=4800.0, hbm_GiB=141, aliases=["H200-SXM-141GB", "H200"], patterns=["h200"],
+        hbm_GBps=4800.0, hbm_GiB=141, sm_count=132, aliases=["H200-SXM-141GB", "H200"], patterns=["h200"],
         source="NVIDIA H200 SXM datasheet (reference/devices.csv)"),
     "b200": dict(
         peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-        hbm_GBps=7700.0, hbm_GiB=180, aliases=["B200-HGX", "B200"], patterns=["b200"],
+        hbm_GBps=7700.0, hbm_GiB=180, sm_count=148, aliases=["B200-HGX", "B200"], patterns=["b200"],
         source="NVIDIA B200 (HGX) datasheet (reference/devices.csv); early spec 192 GB / 8 TB/s"),
     "mi250": dict(
         peak_tflops={"fp32": 45.25, "bf16": 181.0, "fp16": 181.0}, hbm_GBps=1638.4, hbm_GiB=64,
+        sm_count=104,
         aliases=["MI250", "AMD Instinct MI250", "MI250-GCD"], patterns=[r"mi250(?!x)"],
         source="AMD Instinct MI250 datasheet, per GCD (torch sees each of the two GCDs as one "
                "device): fp32 matrix 45.25 (vector 22.6), fp16/bf16 181 TFLOP/s, 1.64 TB/s, 64 GB"),
@@ -75,12 +81,15 @@ EFFICIENCY: dict[str, dict[str, Any]] = {
 LAUNCH_OVERHEAD_US = 2.5
 
 #: A100 TF32 GEMM curve calibrated on sampled_128rank_r0 (recommendation-model GEMMs) with
-#: kernel_eval.fit_from_trace; tested on other traces (ResNet-50), never on this one
+#: kernel_eval.fit_from_trace under the shape model (sizes are effective FLOPs: FLOPs over the
+#: useful fraction of the tile work, gemm_shape.op_quantization); tested on other traces
+#: (ResNet-50), never on this one. Earlier curve, fitted on raw FLOPs: 0.015 at 47 MFLOP,
+#: 0.30 at 1.7 GFLOP, 0.41 at 69 GFLOP.
 A100_TF32_FROM_TRACE: dict[str, Any] = {
     "trace": "sampled_128rank_r0.json.gz",
-    "points": [[4.719e7, 0.0151], [1.638e8, 0.0489], [5.285e8, 0.1386], [1.678e9, 0.2971],
-               [6.711e9, 0.3158], [6.872e10, 0.4147]],
-    "spread": 0.494,
+    "points": [[7.648e7, 0.014], [2.24e8, 0.0777], [9.105e8, 0.3491], [2.447e9, 0.5563],
+               [7.248e9, 0.5563], [1.45e10, 0.6364], [8.335e10, 0.6364]],
+    "spread": 0.5,
 }
 
 
@@ -125,6 +134,7 @@ def profile(name: str) -> dict[str, Any]:
         "name": name, "kind": "gpu", "source": spec["source"], "aliases": spec["aliases"],
         "patterns": spec["patterns"], "peak_tflops": peaks, "hbm_GBps": spec["hbm_GBps"],
         "hbm_GiB": spec["hbm_GiB"], "launch_overhead_us": LAUNCH_OVERHEAD_US, "efficiency": eff,
+        **{k: spec[k] for k in ("sm_count", "l2_GBps") if k in spec},
     }
 
 

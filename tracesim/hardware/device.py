@@ -57,7 +57,7 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
 
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
-                  "calibration", "threads", "notes")
+                  "calibration", "threads", "notes", "sm_count", "l2_GBps")
 _PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
@@ -102,6 +102,8 @@ class DeviceProfile:
         launch_overhead_us: fixed time per op (kernel launch / dispatch), microseconds.
         efficiency: op class -> :class:`ClassEfficiency`; always has ``default``.
         kind: ``gpu`` or ``cpu``.
+        sm_count: streaming multiprocessors (AMD: compute units), 0 if unknown.
+        l2_GBps: L2 read bandwidth in GB/s, 0 if unknown.
     """
 
     name: str
@@ -114,6 +116,8 @@ class DeviceProfile:
     aliases: tuple[str, ...] = ()
     patterns: tuple[str, ...] = ()
     source: str = ""
+    sm_count: int = 0
+    l2_GBps: float = 0.0
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -241,6 +245,9 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         aliases=lists["aliases"],
         patterns=lists["patterns"],
         source=str(data.get("source", "")),
+        sm_count=int(get_number(data, "sm_count", file=file, where=where, kind=int, allow_zero=True,
+                                default=0)),
+        l2_GBps=get_number(data, "l2_GBps", file=file, where=where, allow_zero=True, default=0.0),
         raw=MappingProxyType(dict(data)),
     )
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile, get_device
+from tracesim.hardware.gemm_shape import layout_transform_bytes, op_quantization
 from tracesim.workload.classify import classify, math_dtype, op_cost
 
 # --------------------------------------------------------------------------- grouping
@@ -87,15 +88,36 @@ def algorithm_flops_factor(name: str, kernel_names: Sequence[str]) -> float:
     return 1.0
 
 
+def shape_features(g: pd.DataFrame, dev: DeviceProfile) -> pd.DataFrame:
+    """Per row: ``useful`` (tile / wave quantisation with the L2 tile cap,
+    :func:`tracesim.hardware.gemm_shape.op_quantization`), ``transform_bytes`` and
+    ``n_transforms`` (cuDNN layout-transform kernels, :func:`layout_transform_bytes`)."""
+    useful, tbytes, ntrans = [], [], []
+    for name, shp, f, kn, md in zip(g["name"], g["shapes"], g["flops"], g["kernel_names"],
+                                    g["math_dtype"], strict=True):
+        eb = 2 if md in ("bf16", "fp16") else 4
+        q = op_quantization(name, shp, f, kn, dev.sm_count, l2_GBps=dev.l2_GBps,
+                            peak_flops=dev.peak_flops(md or "fp32"), elem_bytes=eb)
+        tb, nt = layout_transform_bytes(name, shp, f, kn, eb)
+        useful.append(q.useful)
+        tbytes.append(tb)
+        ntrans.append(nt)
+    return g.assign(useful=useful, transform_bytes=tbytes, n_transforms=ntrans)
+
+
 def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
              classes: Iterable[str] | None = ("gemm", "attention"), *,
-             algorithms: bool = True) -> pd.DataFrame:
+             algorithms: bool = True, shapes_model: bool = True) -> pd.DataFrame:
     """Predict each launching op on ``device`` from its cost features alone.
 
     Rows without cost features (flops and bytes both zero) are dropped. Adds
-    ``predicted_ns``, ``ratio`` (predicted / measured) and ``ape`` (|ratio - 1|). With
-    ``algorithms``, convolutions whose kernels are Winograd count
-    :data:`WINOGRAD_FLOPS_FACTOR` of their direct FLOPs.
+    ``flops_eff`` (the FLOPs the roofline is charged with), ``predicted_ns``, ``ratio``
+    (predicted / measured) and ``ape`` (|ratio - 1|). With ``algorithms``, convolutions whose
+    kernels are Winograd count :data:`WINOGRAD_FLOPS_FACTOR` of their direct FLOPs. With
+    ``shapes_model`` (gemm class, needs the device's ``sm_count``): the FLOPs are divided by
+    the useful fraction of the tile work (:func:`shape_features`), the layout-transform
+    kernels add their bytes at the memory curve, and every kernel of the op after the first
+    adds the launch overhead.
     """
     dev = get_device(device) if not isinstance(device, DeviceProfile) else device
     g = groups
@@ -104,9 +126,19 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     g = g[((g["flops"] > 0) | (g["bytes"] > 0)) & (g["kernel_ns"] > 0)].copy()
     factor = np.array([algorithm_flops_factor(n, k) if algorithms else 1.0
                        for n, k in zip(g["name"], g["kernel_names"], strict=True)], dtype=float)
-    g["predicted_ns"] = op_times_ns(dev, g["op_class"].to_numpy(object),
-                                    g["flops"].to_numpy() * factor, g["bytes"].to_numpy(),
-                                    g["math_dtype"].to_numpy(object))
+    gemm = (g["op_class"] == "gemm").to_numpy().copy()
+    g = shape_features(g, dev)
+    if not shapes_model or dev.sm_count <= 0:
+        gemm[:] = False
+    useful = np.where(gemm, g["useful"].to_numpy(float), 1.0)
+    g["flops_eff"] = g["flops"].to_numpy() * factor / useful
+    pred = op_times_ns(dev, g["op_class"].to_numpy(object), g["flops_eff"].to_numpy(),
+                       g["bytes"].to_numpy(), g["math_dtype"].to_numpy(object)).astype(float)
+    tb = np.where(gemm, g["transform_bytes"].to_numpy(float), 0.0)
+    launch_ns = dev.launch_overhead_us * 1e3
+    t_tr = op_times_ns(dev, "memcpy", 0.0, tb, "fp32") - launch_ns
+    extra = np.where(gemm, g["n_kernels"].to_numpy() - 1, 0) * launch_ns
+    g["predicted_ns"] = np.rint(pred + np.where(tb > 0, t_tr, 0.0) + extra).astype(np.int64)
     g["ratio"] = g["predicted_ns"] / g["kernel_ns"]
     g["ape"] = (g["ratio"] - 1.0).abs()
     return g
@@ -231,8 +263,11 @@ def annotate_resnet50(table: pd.DataFrame, batch: int, image: int = 224) -> pd.D
     for idx in host.index[host["name"] == "aten::addmm"]:
         updates[idx] = ("aten::addmm", [[classes], [batch, feat], [feat, classes], [], []],
                         ["float", "float", "float", "Scalar", "Scalar"], [])
-    for idx in host.index[host["name"] == "aten::mm"]:  # FC backward: two GEMMs of equal size
-        updates[idx] = ("aten::mm", [[batch, classes], [classes, feat]], ["float", "float"], [])
+    # FC backward (AddmmBackward0), per step: grad_input = grad [B, 1000] x W [1000, 2048],
+    # then grad_weight = x^T [2048, B] x grad [B, 1000]; same FLOPs, different GEMM shapes
+    fc_bwd = ([[batch, classes], [classes, feat]], [[feat, batch], [batch, classes]])
+    for i, idx in enumerate(host.index[host["name"] == "aten::mm"]):
+        updates[idx] = ("aten::mm", fc_bwd[i % 2], ["float", "float"], [])
     for idx, (name, dims, types, conc) in updates.items():
         cost = op_cost(name, dims, types, conc)
         t.at[idx, "flops"], t.at[idx, "bytes"] = cost.flops, cost.bytes
@@ -254,7 +289,7 @@ PUBLIC_TRACES = (
 
 def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = "recorded",
                    classes: Iterable[str] | None = ("gemm", "attention"), *,
-                   algorithms: bool = True) -> pd.DataFrame:
+                   algorithms: bool = True, shapes_model: bool = True) -> pd.DataFrame:
     """Read a Kineto trace, rebuild shapes if needed, and :func:`evaluate` it on ``device``."""
     from tracesim.trace.kineto import load_trace_json, op_table_from_events
 
@@ -265,7 +300,8 @@ def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = 
         if batch is None:
             raise ValueError(f"{path}: cannot read the batch size off the ReLU kernel grid")
         table = annotate_resnet50(table, batch)
-    rows = evaluate(launch_groups(table), device, classes, algorithms=algorithms)
+    rows = evaluate(launch_groups(table), device, classes, algorithms=algorithms,
+                    shapes_model=shapes_model)
     name = device.name if isinstance(device, DeviceProfile) else device
     return rows.assign(trace=Path(path).name, device=name)
 
@@ -310,7 +346,8 @@ def fit_from_trace(rows: pd.DataFrame, device: DeviceProfile | str, *, tiny_byte
 
     ``rows`` come from :func:`evaluate` (any classes). The launch overhead is the median
     kernel time of ops moving < ``tiny_bytes``; memory efficiency ``bytes / (bw * (t - L))``
-    of the ``mem_classes`` ops; compute efficiency ``flops / (peak * (t - L))`` of the GEMMs
+    of the ``mem_classes`` ops; compute efficiency ``flops_eff / (peak * (t - L))`` (``flops``
+    for rows without ``flops_eff``) of the GEMMs
     whose math dtype is ``gemm_dtype`` and whose memory time (at the fitted curve) is under
     half their time. Each curve is a median per half decade made non-decreasing
     (:func:`tracesim.hardware.calibrate.fit_curve`).
@@ -321,7 +358,7 @@ def fit_from_trace(rows: pd.DataFrame, device: DeviceProfile | str, *, tiny_byte
     dev = get_device(device) if not isinstance(device, DeviceProfile) else device
     t = rows["kernel_ns"].to_numpy(float) * 1e-9
     b = rows["bytes"].to_numpy(float)
-    f = rows["flops"].to_numpy(float)
+    f = rows["flops_eff" if "flops_eff" in rows else "flops"].to_numpy(float)
     cls = rows["op_class"].to_numpy(object)
     tiny = (b > 0) & (b < tiny_bytes) & (rows["n_kernels"].to_numpy() == 1)
     launch = float(np.median(t[tiny])) if tiny.any() else dev.launch_overhead_us * 1e-6
@@ -334,7 +371,8 @@ def fit_from_trace(rows: pd.DataFrame, device: DeviceProfile | str, *, tiny_byte
     t_mem = b / (bw * np.asarray(mem_curve.at(b)))
     g &= t_mem < 0.5 * busy
     effs = f[g] / (dev.peak_flops(gemm_dtype) * busy[g])
-    comp = fit_curve(f[g], effs, per_decade=2, min_points=3)
+    # a bin at the clip (efficiency 1) is not a measurement of the plateau: dropped
+    comp = [p for p in fit_curve(f[g], effs, per_decade=2, min_points=3) if p[1] < 1.0]
     return {
         "launch_overhead_us": round(launch * 1e6, 3),
         "memory": mem,
