@@ -43,7 +43,7 @@ import simpy
 
 from tracesim.engine.comm import CommModel
 from tracesim.errors import ReplayError
-from tracesim.workload.graph import TaskGraph
+from tracesim.workload.graph import TaskGraph, column_codes
 
 _KIND_CODES = {"cpu": 0, "gpu": 1, "coll": 2, "send": 3, "recv": 4}
 
@@ -71,7 +71,7 @@ class ReplayResult:
 def _i64(a: np.ndarray) -> array:
     """A typed ``array('q')`` copy of an integer numpy array (fast scalar access, 8 B/item)."""
     out = array("q")
-    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64).data.cast("B"))
     return out
 
 
@@ -80,13 +80,18 @@ def _idx(a: np.ndarray) -> array:
     if len(a) and (int(a.max()) >= 2**31 or int(a.min()) < -(2**31)):
         return _i64(a)
     out = array("i")
-    out.frombytes(np.ascontiguousarray(a, dtype=np.int32).tobytes())
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int32).data.cast("B"))
     return out
 
 
-def _kind_codes(kinds: np.ndarray) -> np.ndarray:
-    codes, uniq = pd.factorize(kinds)
-    names = [str(u) for u in uniq]
+def _view(a: np.ndarray) -> memoryview:
+    """Scalar access to a 1-D numpy array (Python ints, as fast as a typed array) without
+    copying it; ``a`` may be strided (a zero-stride column of one repeated value)."""
+    return a.data if len(a) else np.zeros(0, dtype=a.dtype).data
+
+
+def _kind_codes(col: pd.Series) -> np.ndarray:
+    codes, names = column_codes(col)
     bad = sorted(set(names) - set(_KIND_CODES))
     if bad:
         raise ReplayError(f"unknown task kind(s) {bad} in the task graph")
@@ -101,7 +106,7 @@ class _Comms:
         tasks = graph.tasks
         n = len(tasks)
         comm_mask = kind >= 2
-        self.coll_id = np.full(n, -1, dtype=np.int64)
+        self.coll_id = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
         idx = np.flatnonzero(comm_mask)
         self.keys = np.zeros(0, dtype=object)
         if not len(idx):
@@ -109,9 +114,11 @@ class _Comms:
             self.member_ptr = self.members = array("q")
             self.min_dur = array("q")
             return
-        codes, uniq = pd.factorize(tasks["match_key"].to_numpy()[idx])
+        key_codes, key_names = column_codes(tasks["match_key"])
+        codes, uniq = pd.factorize(key_codes[idx])
         codes = codes.astype(np.int64)
-        self.keys = np.asarray(uniq, dtype=object)
+        self.keys = np.asarray(key_names, dtype=object)[uniq]
+        del key_codes
         n_c = len(uniq)
         self.coll_id[idx] = codes
         counts = np.bincount(codes, minlength=n_c)
@@ -128,7 +135,7 @@ class _Comms:
         over = np.flatnonzero(counts > expected)
         if len(over):
             c = int(over[0])
-            raise ReplayError(f"collective {uniq[c]!r} has {counts[c]} member tasks but its "
+            raise ReplayError(f"collective {self.keys[c]!r} has {counts[c]} member tasks but its "
                               f"group has {expected[c]} ranks")
         order = np.lexsort((idx, codes))  # members of each operation in task id order
         ptr = np.zeros(n_c + 1, dtype=np.int64)
@@ -136,7 +143,7 @@ class _Comms:
         self.expected = _i64(expected)
         self.arrived = array("q", bytes(8 * n_c))
         self.member_ptr = _i64(ptr)
-        self.members = _i64(idx[order])
+        self.members = _idx(idx[order])
         self.min_dur = _i64(min_dur)
 
 
@@ -158,12 +165,12 @@ def replay(
     """
     tasks = graph.tasks
     n = len(tasks)
-    lane_np = tasks["lane"].to_numpy().astype(np.int64)
-    dur_np = tasks["dur_ns"].to_numpy().astype(np.int64)
-    gap_np = tasks["gap_ns"].to_numpy().astype(np.int64)
+    lane_np = tasks["lane"].to_numpy()
+    dur_np = np.asarray(tasks["dur_ns"].to_numpy(), dtype=np.int64)
+    gap_np = np.asarray(tasks["gap_ns"].to_numpy(), dtype=np.int64)
     if n and (dur_np.min() < 0 or gap_np.min() < 0):
         raise ReplayError("negative dur_ns or gap_ns in the task graph")
-    kind_np = _kind_codes(tasks["kind"].to_numpy())
+    kind_np = _kind_codes(tasks["kind"])
     rank_np = tasks["rank"].to_numpy()
 
     # explicit edges in CSR form (successors in ascending task id); lane order is implicit
@@ -178,7 +185,7 @@ def replay(
     # next task on the same lane, and each lane's first task
     n_lanes = len(graph.lanes)
     by_lane = np.argsort(lane_np, kind="stable")
-    nxt_np = np.full(n, -1, dtype=np.int64)
+    nxt_np = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
     same = lane_np[by_lane][1:] == lane_np[by_lane][:-1]
     nxt_np[by_lane[:-1][same]] = by_lane[1:][same]
     first_of_lane = np.full(n_lanes, -1, dtype=np.int64)
@@ -186,23 +193,23 @@ def replay(
     del by_lane, same
 
     cm = _Comms(graph, kind_np, dur_np)
-    group_l = _idx(tasks["group"].to_numpy())
+    group_l = _view(np.asarray(tasks["group"].to_numpy(), dtype=np.int32))
     groups = [tuple(sorted(int(r) for r in g)) for g in graph.groups]
-    coll_name = tasks["collective"].to_numpy()
-    group_kind = tasks["group_kind"].to_numpy()
+    coll_code, coll_names = column_codes(tasks["collective"])  # names by code, not per task
+    gk_code, gk_names = column_codes(tasks["group_kind"])
     msg = tasks["msg_bytes"].to_numpy()
     peer = tasks["peer"].to_numpy()
 
     env = simpy.Environment()
     if comm is not None:
         comm.attach(env)
-    dur, gap, nxt = _i64(dur_np), _i64(gap_np), _idx(nxt_np)
+    dur, gap, nxt = _view(dur_np), _view(gap_np), _idx(nxt_np)
     coll = _idx(cm.coll_id)
     kind = array("b", kind_np.astype(np.int8).tobytes())
     del dur_np, gap_np, nxt_np, lane_np
     cm.coll_id = np.zeros(0, dtype=np.int64)  # kept as ``coll`` (the error path rebuilds it)
-    start = _i64(np.full(n, -1, dtype=np.int64))
-    end = _i64(np.full(n, -1, dtype=np.int64))
+    start = array("q", [-1]) * n
+    end = array("q", [-1]) * n
     waiting = bytearray(n)  # 1: the task's lane waits for its predecessors
     obs = list(observers)
     expected, arrived = cm.expected, cm.arrived
@@ -320,7 +327,7 @@ def replay(
                 ranks = groups[g]  # every member present: the group's ranks
             else:
                 ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
-            done = comm.collective(str(coll_name[t]), ranks, int(msg[t]), str(group_kind[t]))
+            done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]), gk_names[gk_code[t]])
         else:
             s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
             done = comm.p2p(s_rank, d_rank, int(msg[t]))

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import TaskGraph
+from tracesim.workload.graph import TaskGraph, column_codes
 
 KINDS = ("tp", "dp", "pp", "cp", "ep")
 
@@ -31,11 +31,15 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     t = graph.tasks
     lanes = graph.lanes
     lane_names = lanes["name"].to_numpy()
-    kind = t["kind"].to_numpy()
+    # string columns as small codes (a large graph's are Categorical: no object per row)
+    kind_code, kind_names = column_codes(t["kind"])
+    kind = np.array([_GPU if k == "gpu" else _P2P if k in ("send", "recv") else _COMM
+                     for k in kind_names] or [_GPU], dtype=np.int8)[kind_code]
     lane = t["lane"].to_numpy()
     rank = t["rank"].to_numpy()
-    gk = t["group_kind"].to_numpy()
-    is_compute = (kind == "gpu") & (lane_names[lane] == "compute")
+    gk_code, gk_names = column_codes(t["group_kind"])
+    gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
+    is_compute = (kind == _GPU) & (lane_names == "compute")[lane]
     # binding (latest-finishing) explicit predecessor of every task
     src = graph.edges["src"].to_numpy()
     dst = graph.edges["dst"].to_numpy()
@@ -48,10 +52,12 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         sel = order[last]
         bind[dst[sel]] = src[sel]
     # when each communication really began: the latest start among its matched tasks
-    launch = start_ns.astype(np.int64).copy()
-    comm_idx = np.flatnonzero(kind != "gpu")
+    launch = start_ns.astype(np.int64)
+    comm_idx = np.flatnonzero(kind != _GPU)
     if len(comm_idx):
-        codes, _ = pd.factorize(t["match_key"].to_numpy()[comm_idx])
+        key_codes, _ = column_codes(t["match_key"])
+        codes, _ = pd.factorize(key_codes[comm_idx])
+        del key_codes
         latest = np.full(codes.max() + 1, np.iinfo(np.int64).min)
         np.maximum.at(latest, codes, start_ns[comm_idx])
         launch[comm_idx] = latest[codes]
@@ -103,24 +109,37 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     return out
 
 
-def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk: np.ndarray,
+#: what _attribute needs of a task's kind: compute, a collective, a point-to-point transfer
+_GPU, _COMM, _P2P = 0, 1, 2
+
+
+class _Kinds:
+    """The breakdown category (tp | dp | pp | cp | ep) of each task: codes and names."""
+
+    def __init__(self, codes: np.ndarray, names: list[str]):
+        self.codes, self.names = codes, names
+
+    def __getitem__(self, i: int) -> str:
+        return self.names[self.codes[i]]
+
+
+def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk: _Kinds,
                launch: np.ndarray, end_ns: np.ndarray, acc: dict[str, float]) -> None:
     """Charge the idle stretch [lo, hi) of a compute lane to the chain of waits behind it."""
     for _ in range(64):
         if hi <= lo:
             return
-        if p < 0 or kind[p] == "gpu":
+        if p < 0 or kind[p] == _GPU:
             acc["idle"] += hi - lo
             return
         if end_ns[p] < hi:
             acc["idle"] += hi - int(end_ns[p])
             hi = int(end_ns[p])
-        k = str(gk[p]) or "dp"
-        k = k if k in KINDS else "dp"
+        k = gk[p]  # "" and unknown kinds count as dp
         active_from = max(lo, min(hi, int(launch[p])))
         acc[k] += hi - active_from
         hi = active_from
-        if kind[p] in ("send", "recv"):
+        if kind[p] == _P2P:
             acc["bubble" if k == "pp" else "idle"] += max(0, hi - lo)
             return
         p = int(bind[p])

@@ -47,6 +47,14 @@ Lanes (``lanes``): ``lane`` (int32, row position), ``rank`` (int32), ``name`` (s
 ``cpu:1234``, ``stream:7``, ``compute``, ``comm:tp``) and ``kind`` (``cpu`` | ``gpu``).
 
 Groups (``groups``): a list of tuples of global ranks; ``group`` columns index into it.
+
+Storage: a ``str`` column may be held as plain strings (object or pandas ``str`` dtype) or as
+a pandas ``Categorical`` (small integer codes plus a vocabulary; the builder stores every
+string column of its graphs this way, and a builder graph's ``gap_ns``, all zero, is one
+read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
+files are the same either way; code that reads a string column of a possibly large graph
+should use :func:`column_codes` rather than ``to_numpy()``, which makes one Python object
+per row of a categorical column.
 """
 
 from __future__ import annotations
@@ -144,6 +152,30 @@ def make_lanes(rows: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:
     df = pd.DataFrame(rows).reset_index(drop=True)
     df["lane"] = np.arange(len(df), dtype=np.int32)
     return pd.DataFrame({c: df[c].astype(t) for c, t in LANE_COLUMNS.items()})
+
+
+def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (one per row) and the strings they stand for, of a string column held
+    as strings or as a Categorical (then without one Python object per row)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
+    codes, uniq = pd.factorize(col.to_numpy())
+    return codes, [str(x) for x in uniq]
+
+
+def code_dtype(n_values: int) -> type[np.signedinteger]:
+    """The smallest signed integer type that holds codes 0..n_values-1 (and -1)."""
+    for t in (np.int8, np.int16, np.int32):
+        if n_values <= np.iinfo(t).max:
+            return t
+    return np.int64
+
+
+def categorical(codes: np.ndarray, values: list[str]) -> pd.Series:
+    """A Categorical column over ``codes`` (indices into ``values``, unique strings)."""
+    codes = np.asarray(codes, dtype=code_dtype(len(values)))
+    dtype = pd.CategoricalDtype(pd.Index(np.asarray(values, dtype=object), dtype=object))
+    return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype, validate=False), copy=False)
 
 
 @dataclass(frozen=True)

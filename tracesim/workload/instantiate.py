@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import EDGE_COLUMNS, TASK_COLUMNS, TaskGraph, make_lanes
+from tracesim.workload.graph import (
+    EDGE_COLUMNS,
+    TASK_COLUMNS,
+    TaskGraph,
+    categorical,
+    code_dtype,
+    make_lanes,
+)
 from tracesim.workload.placement import Placement
 
 REPORT_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
@@ -34,26 +41,49 @@ def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
     return dur
 
 
-def _frame(cols: dict[str, np.ndarray], columns: Mapping[str, Any]) -> pd.DataFrame:
-    """A DataFrame over ``cols`` (already of the right dtypes) without copying them: object
-    columns stay object (their strings shared, not re-inferred as Arrow strings), nothing is
-    consolidated. ``columns`` gives the column order; extra ``cols`` follow."""
+def _frame(cols: dict[str, Any], columns: Mapping[str, Any]) -> pd.DataFrame:
+    """A DataFrame over ``cols`` (numpy arrays of the right dtypes, or Series) without
+    copying them; ``columns`` gives the column order, extra ``cols`` follow."""
     order = list(columns) + [c for c in cols if c not in columns]
-    return pd.DataFrame({c: pd.Series(cols[c], dtype=cols[c].dtype, copy=False) for c in order},
+    return pd.DataFrame({c: cols[c] if isinstance(cols[c], pd.Series)
+                         else pd.Series(cols[c], dtype=cols[c].dtype, copy=False) for c in order},
                         copy=False)
 
 
+class _Vocab:
+    """Codes of the strings of one column, shared by all stage programs."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values.tolist()):
+            out[i] = self.index.setdefault(str(v), len(self.index))
+        return out
+
+    def column(self, codes: np.ndarray) -> pd.Series:
+        return categorical(codes, list(self.index))
+
+
+#: string columns of the task table copied from the stage programs
+_STR_COLS = ("kind", "name", "op_class", "phase", "collective", "group_kind")
+
+
 class _StageCache:
-    """What every rank of one pipeline stage shares: lanes, comm-task codes, durations."""
+    """What every rank of one pipeline stage shares: lanes, comm-task codes, durations, and
+    the codes of its string columns in the vocabularies shared by all stages."""
 
     def __init__(self, prog: dict[str, np.ndarray], placement: Placement,
-                 comm_time: Callable[[str, str, int, int], int]):
+                 comm_time: Callable[[str, str, int, int], int], vocab: dict[str, _Vocab],
+                 local_keys: _Vocab):
         self.n = len(prog["lane"])
         self.lanes, inv = np.unique(prog["lane"].astype(str), return_inverse=True)
         self.lane_inv = inv.astype(np.int32)
         self.comm = np.flatnonzero(prog["kind"] != "gpu")
         gk = prog["gkind"]
-        self.report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
+        report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
+        self.codes = {c: vocab[c].codes(report if c == "group_kind" else prog[c]) for c in _STR_COLS}
         self.dur = _comm_durations(prog, placement, comm_time)
         gk_comm = [str(k) for k in gk[self.comm]]
         self.kinds = list(dict.fromkeys(gk_comm))  # first-appearance order (group numbering)
@@ -61,7 +91,7 @@ class _StageCache:
         sels = [str(x) for x in prog["peer_sel"][self.comm]]
         self.sel_code = np.array([_SELECTORS.index(x) if x in _SELECTORS else 0 for x in sels],
                                  dtype=np.int64)
-        self.keys = prog["key"][self.comm].astype(object)
+        self.key_code = local_keys.codes(prog["key"][self.comm])
         self.ring = np.flatnonzero(self.sel_code >= 3)  # ring-attention transfers (cp_next / cp_prev)
         self.src = prog["src"]
         self.dst = prog["dst"]
@@ -97,22 +127,30 @@ def instantiate(
         return group_ids[key]
 
     caches: dict[int, _StageCache] = {}
+    vocab = {c: _Vocab() for c in _STR_COLS}
+    local_keys = _Vocab()
     stage_of = [placement.coord(r).pp for r in ranks]
     for st in sorted(set(stage_of)):
-        caches[st] = _StageCache(stage_progs[st], placement, comm_time)
+        caches[st] = _StageCache(stage_progs[st], placement, comm_time, vocab, local_keys)
     n = sum(caches[st].n for st in stage_of)
     n_e = sum(len(caches[st].src) for st in stage_of)
+    n_c = sum(len(caches[st].comm) for st in stage_of)
     i32 = {c: np.empty(n, dtype=np.int32) for c in ("rank", "lane", "layer", "group", "peer")}
     i64 = {c: np.empty(n, dtype=np.int64) for c in ("dur_ns", "msg_bytes")}
     f64 = {c: np.empty(n, dtype=np.float64) for c in ("flops", "bytes")}
-    obj = {c: np.empty(n, dtype=object) for c in ("kind", "name", "op_class", "phase", "collective",
-                                                    "group_kind")}
-    keys = np.full(n, "", dtype=object)
+    codes = {c: np.empty(n, dtype=code_dtype(len(vocab[c].index))) for c in _STR_COLS}
+    # a comm task's match key is the triple (global group, local key, ring suffix), packed
+    # into one integer; the strings are made once per distinct key, not once per task
+    n_keys = max(len(local_keys.index), 1)
+    n_sfx = (max(ranks, default=0) + 2) if representatives else par.cp + 1
+    key_pos = np.empty(n_c, dtype=np.int64)
+    key_num = np.empty(n_c, dtype=np.int64)
+    group_kind: list[str] = []  # the builder's group kind of each global group
     src = np.empty(n_e, dtype=np.int64)
     dst = np.empty(n_e, dtype=np.int64)
     lane_rank: list[int] = []
     lane_name: list[str] = []
-    off = eoff = 0
+    off = eoff = coff = 0
     for rank, stage in zip(ranks, stage_of, strict=True):
         c = placement.coord(rank)
         prog, sc = stage_progs[stage], caches[stage]
@@ -129,11 +167,13 @@ def instantiate(
         i64["msg_bytes"][off:hi] = prog["msg_bytes"]
         f64["flops"][off:hi] = prog["flops"]
         f64["bytes"][off:hi] = prog["bytes"]
-        for col in ("kind", "name", "op_class", "phase", "collective"):
-            obj[col][off:hi] = prog[col]
-        obj["group_kind"][off:hi] = sc.report
+        for col in _STR_COLS:
+            codes[col][off:hi] = sc.codes[col]
         if len(sc.comm):
             g_of_kind = np.array([gid(k, rank) for k in sc.kinds], dtype=np.int64)
+            for k, gi in zip(sc.kinds, g_of_kind.tolist(), strict=True):
+                group_kind += [""] * (gi + 1 - len(group_kind))
+                group_kind[gi] = k
             g = g_of_kind[sc.kind_code]
             cidx = sc.comm + off
             i32["group"][cidx] = g
@@ -142,32 +182,60 @@ def instantiate(
             peers = np.array([-1, placement.next_stage_rank(rank), placement.prev_stage_rank(rank),
                               cp_next, cp_prev], dtype=np.int64)
             i32["peer"][cidx] = peers[sc.sel_code]
-            prefix = np.array([f"{k}{gi}|" for k, gi in zip(sc.kinds, g_of_kind.tolist(), strict=True)],
-                              dtype=object)
-            k = prefix[sc.kind_code] + sc.keys
+            sfx = np.zeros(len(sc.comm), dtype=np.int64)
             if len(sc.ring):
                 if representatives:
-                    suffix = np.array(["", "", "", f"|self{rank}", f"|self{rank}"], dtype=object)
+                    table = np.array([0, 0, 0, rank + 1, rank + 1], dtype=np.int64)
                 else:
-                    suffix = np.array(["", "", "", f"|{c.cp}", f"|{(c.cp - 1) % par.cp}"], dtype=object)
-                k[sc.ring] = k[sc.ring] + suffix[sc.sel_code[sc.ring]]
-            keys[cidx] = k
+                    table = np.array([0, 0, 0, c.cp + 1, (c.cp - 1) % par.cp + 1], dtype=np.int64)
+                sfx[sc.ring] = table[sc.sel_code[sc.ring]]
+            ce = coff + len(sc.comm)
+            key_pos[coff:ce] = cidx
+            key_num[coff:ce] = (g * n_keys + sc.key_code) * n_sfx + sfx
+            coff = ce
         ne = len(sc.src)
         src[eoff : eoff + ne] = sc.src + off
         dst[eoff : eoff + ne] = sc.dst + off
         off, eoff = hi, eoff + ne
-    data: dict[str, np.ndarray] = {**i32, **i64, **f64, **obj, "match_key": keys}
+    data: dict[str, Any] = {**i32, **i64, **f64}
+    for col in _STR_COLS:
+        data[col] = vocab[col].column(codes[col])
+    del codes
+    data["match_key"] = _match_keys(n, key_pos, key_num, n_keys, n_sfx, group_kind,
+                                    list(local_keys.index), representatives)
+    del key_pos, key_num
     data["task_id"] = np.arange(n, dtype=np.int64)
-    data["gap_ns"] = np.zeros(n, dtype=np.int64)
-    data["step"] = np.full(n, "", dtype=object)
+    data["gap_ns"] = np.broadcast_to(np.int64(0), n)  # no gaps: one read-only zero, not n
+    data["step"] = categorical(np.zeros(n, dtype=np.int8), [""])
     if representatives:
         # a representative's collective has one present member: the engine must not wait
         # for the absent (symmetric) ones; the full group stays in ``sym_group`` for
         # tracesim.workload.symmetry.SymmetricComm
         data["sym_group"] = data["group"].copy()
-        coll = data["kind"] == "coll"
+        coll = (data["kind"] == "coll").to_numpy()
         data["group"] = np.where(coll, -1, data["group"]).astype(np.int32)
     tasks = _frame(data, TASK_COLUMNS)
-    edges = _frame({"src": src, "dst": dst, "kind": np.full(n_e, "dep", dtype=object)}, EDGE_COLUMNS)
+    edges = _frame({"src": src, "dst": dst, "kind": categorical(np.zeros(n_e, dtype=np.int8), ["dep"])},
+                   EDGE_COLUMNS)
     lanes = make_lanes({"rank": lane_rank, "name": lane_name, "kind": ["gpu"] * len(lane_name)})
     return TaskGraph(tasks, edges, lanes, tuple(groups))
+
+
+def _match_keys(n: int, pos: np.ndarray, num: np.ndarray, n_keys: int, n_sfx: int,
+                group_kind: list[str], local: list[str], representatives: bool) -> pd.Series:
+    """The ``match_key`` column: ``""`` except at ``pos``, where the packed (group, local key,
+    suffix) numbers ``num`` become ``<gkind><group>|<local>[<suffix>]`` (categories in order
+    of first appearance after ``""``)."""
+    ids, uniq = pd.factorize(num)  # ``pos`` ascends: first appearance in row order
+    g, rest = np.divmod(uniq, n_keys * n_sfx)
+    lk, sfx = np.divmod(rest, n_sfx)
+    mark = "|self" if representatives else "|"
+    names = [f"{group_kind[a]}{a}|{local[b]}" + (f"{mark}{s - 1}" if s else "")
+             for a, b, s in zip(g.tolist(), lk.tolist(), sfx.tolist(), strict=True)]
+    codes = np.zeros(n, dtype=code_dtype(len(names) + 1))
+    codes[pos] = ids + 1
+    if len(set(names)) < len(names):  # two packed keys spell the same string: merge them
+        strings = np.array([""] + names, dtype=object)[codes]
+        merged, values = pd.factorize(strings)
+        return categorical(merged, [str(v) for v in values])
+    return categorical(codes, ["", *names])

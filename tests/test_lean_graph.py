@@ -1,0 +1,98 @@
+"""Full replays at scale (issue 8): merged compute runs and lean (categorical) task tables
+must give the same answers as per-op graphs with plain string columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracesim.engine.replay import replay
+from tracesim.retarget import simulate_retarget
+from tracesim.workload.blocks import first_principles_template
+from tracesim.workload.breakdown import rank_breakdowns
+from tracesim.workload.builder import build_graph
+from tracesim.workload.graph import TaskGraph, column_codes
+from tracesim.workload.model import load_model
+from tracesim.workload.parallel import ParallelSpec
+
+LLAMA = load_model("llama3-8b")
+STR_COLS = ("kind", "name", "op_class", "step", "phase", "collective", "group_kind", "match_key")
+
+
+def _op_time(op_class: str, flops: float, nbytes: float, op: object) -> int:
+    return int(flops / 1e6) + int(nbytes / 1e3) + 100
+
+
+def _comm_time(coll: str, kind: str, n: int, nbytes: int) -> int:
+    return 1000 + nbytes // 1000
+
+
+def _as_strings(g: TaskGraph) -> TaskGraph:
+    """The same graph with every string column as plain Python strings (object dtype)."""
+    t = g.tasks.copy()
+    for c in STR_COLS:
+        t[c] = pd.Series(t[c].to_numpy().astype(object), dtype=object)
+    t["gap_ns"] = np.array(t["gap_ns"].to_numpy())
+    e = g.edges.copy()
+    e["kind"] = pd.Series(e["kind"].to_numpy().astype(object), dtype=object)
+    return g.replace(tasks=t, edges=e)
+
+
+@pytest.fixture(scope="module")
+def cp_graph() -> TaskGraph:
+    par = ParallelSpec(tp=2, pp=2, dp=2, cp=2, global_batch=8, seq_len=128, schedule="interleaved",
+                       vpp=2, recompute="selective", sp=True)
+    return build_graph(LLAMA, par, first_principles_template(LLAMA), _op_time,
+                       comm_time=_comm_time, merge_compute=True).graph
+
+
+def test_builder_graph_is_lean(cp_graph: TaskGraph) -> None:
+    t = cp_graph.tasks
+    for c in STR_COLS:
+        assert isinstance(t[c].dtype, pd.CategoricalDtype), c
+        assert t[c].cat.codes.dtype.itemsize <= 2, c  # this graph has < 32k distinct keys
+    assert t["gap_ns"].to_numpy().strides == (0,) and not t["gap_ns"].any()
+    per_task = t.memory_usage(index=False, deep=False).sum() / len(t)  # gap_ns counted as 8
+    assert per_task < 90, per_task  # 19 columns: 148 bytes per task with object strings
+    cp_graph.validate()
+    # match keys spell what the builder documents: <gkind><group>|<instance>|<local>[|<cp>]
+    codes, names = column_codes(t["match_key"])
+    comm = t["kind"].to_numpy() != "gpu"
+    assert names[0] == "" and (codes[~comm] == 0).all() and (codes[comm] > 0).all()
+    ring = [k for k in names if k.startswith("cp")]
+    assert ring and all(k.rsplit("|", 1)[1] in ("0", "1") for k in ring)
+
+
+def test_categorical_and_string_columns_replay_alike(cp_graph: TaskGraph) -> None:
+    plain = _as_strings(cp_graph)
+    assert not isinstance(plain.tasks["kind"].dtype, pd.CategoricalDtype)
+    a, b = replay(cp_graph), replay(plain)
+    assert a.makespan_ns == b.makespan_ns and a.events == b.events
+    assert np.array_equal(a.start_ns, b.start_ns) and np.array_equal(a.end_ns, b.end_ns)
+    ba = rank_breakdowns(cp_graph, a.start_ns, a.end_ns, a.makespan_ns)
+    bb = rank_breakdowns(plain, b.start_ns, b.end_ns, b.makespan_ns)
+    assert ba == bb
+    assert ba[0]["exposed_comm_s"]["cp"] > 0 and ba[0]["bubble_s"] > 0
+
+
+def test_full_replay_merges_only_without_per_op_output() -> None:
+    opts = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "global_batch": 16,
+            "seq_len": 1024, "template": "analytic", "full": True}
+    merged = simulate_retarget(None, opts)
+    per_op = simulate_retarget(None, opts, per_op=True)
+    detail = simulate_retarget(None, opts, record_links=True)  # a result directory: per op
+    m, p = merged.result, per_op.result
+    assert m["replay"]["merged_compute"] and not p["replay"]["merged_compute"]
+    assert not detail.result["replay"]["merged_compute"]
+    assert detail.graph.n_tasks == per_op.graph.n_tasks
+    assert m["replay"]["tasks"] * 2 < p["replay"]["tasks"]
+    # merging changes no simulated time: identical to the nanosecond, same breakdown
+    assert merged.replay.makespan_ns == per_op.replay.makespan_ns
+    flat = [(k, v) for k, v in m["breakdown"].items() if k != "exposed_comm_s"]
+    assert dict(flat) == pytest.approx({k: p["breakdown"][k] for k, _ in flat}, rel=1e-12, abs=1e-15)
+    assert m["breakdown"]["exposed_comm_s"] == pytest.approx(p["breakdown"]["exposed_comm_s"],
+                                                             rel=1e-12, abs=1e-15)
+    assert m["duration_methods"] == p["duration_methods"]
+    # a merged task's scaling method is still known (not "model" for want of a name)
+    assert set(merged.task_methods()) <= set(per_op.task_methods()) | {"mixed"}
