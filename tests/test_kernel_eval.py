@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from tracesim.hardware import datasheet
+from tracesim.hardware.kernel_ablation import ablation_table
 from tracesim.hardware.kernel_eval import (
     evaluate_trace,
     fit_from_trace,
@@ -42,7 +43,10 @@ def test_v100_resnet50_gemm_mape(public_traces: Path) -> None:
     _show(rows, "V100 ResNet-50 (datasheet profile, model alone)")
     gemm = rows[rows["op_class"] == "gemm"]
     assert len(gemm) == 5 * (53 * 2 + 3)  # 5 steps: 53 forward + 53 backward convs, FC GEMMs
-    assert gemm["ape"].mean() < 0.20  # issue 4 target
+    # measured 0.135 with the shape model (0.171 roofline only, docs/devices.md); issue: < 20%
+    assert gemm["ape"].mean() < 0.16
+    roof = evaluate_trace(public_traces / "v100_1rank.json.gz", "v100", "resnet50", shapes_model=False)
+    assert roof[roof["op_class"] == "gemm"]["ape"].mean() > gemm["ape"].mean() + 0.02
     plain = evaluate_trace(public_traces / "v100_1rank.json.gz", "v100", "resnet50", algorithms=False)
     assert plain[plain["op_class"] == "gemm"]["ape"].mean() > 0.25  # Winograd matters on V100
 
@@ -53,9 +57,11 @@ def test_a100_resnet50_gemm_mape(public_traces: Path) -> None:
     _show(rows, "A100-40GB ResNet-50 (TF32 curve calibrated on sampled_128rank_r0)")
     gemm = rows[rows["op_class"] == "gemm"]
     assert len(gemm) == 3 * (53 * 2 + 3)
-    # measured 0.249 (docs/devices.md): short of the issue's 20% target; guard against regressions
-    assert gemm["ape"].mean() < 0.27
-    assert abs(gemm["predicted_ns"].sum() / gemm["kernel_ns"].sum() - 1) < 0.2
+    # measured 0.187 with the shape model (0.249 roofline only, docs/devices.md): issue: < 20%
+    assert gemm["ape"].mean() < 0.20
+    assert abs(gemm["predicted_ns"].sum() / gemm["kernel_ns"].sum() - 1) < 0.15
+    per_op = summarize(gemm, ["name"]).set_index("name")
+    assert (per_op["mape"] < 0.30).all(), per_op  # no op kind left far off
 
 
 @pytest.mark.slow
@@ -67,3 +73,19 @@ def test_a100_tf32_curve_reproduces_from_its_calibration_trace(public_traces: Pa
     for (s, e), (s0, e0) in zip(fit["compute"], cal["points"], strict=True):
         assert s == pytest.approx(s0, rel=1e-3) and e == pytest.approx(e0, abs=1e-3)
     assert fit["compute_spread"] == pytest.approx(cal["spread"], abs=1e-3)
+
+
+@pytest.mark.slow
+def test_shape_model_ablation(public_traces: Path) -> None:
+    """Each variant refits the A100 TF32 curve on sampled_128rank_r0 (r1 as a check) and is
+    scored on the ResNet-50 traces; the shipped model must beat the roofline alone on both."""
+    table = ablation_table(public_traces)
+    print("\n" + table.to_string(index=False))
+    a100 = table[table["device"] == "a100-40gb"].set_index(["variant", "calibration"])["mape"]
+    v100 = table[table["device"] == "v100"].set_index("variant")["mape"]
+    r0, r1 = "sampled_128rank_r0.json.gz", "sampled_128rank_r1.json.gz"
+    assert a100[("roofline only", r0)] == pytest.approx(0.249, abs=0.005)  # the old model
+    assert a100[("all (shipped)", r0)] < 0.20
+    assert a100[("all (shipped)", r1)] < 0.20  # calibrated on the other rank instead
+    assert a100[("all (shipped)", r0)] < a100[("roofline only", r0)] - 0.04
+    assert v100["all (shipped)"] < v100["roofline only"] - 0.02

@@ -88,15 +88,19 @@ def algorithm_flops_factor(name: str, kernel_names: Sequence[str]) -> float:
     return 1.0
 
 
-def shape_features(g: pd.DataFrame, dev: DeviceProfile) -> pd.DataFrame:
-    """Per row: ``useful`` (tile / wave quantisation with the L2 tile cap,
+#: the parts of the shape model :func:`evaluate` can switch on (all by default)
+SHAPE_PARTS = ("waves", "l2", "transforms", "launches")
+
+
+def shape_features(g: pd.DataFrame, dev: DeviceProfile, *, l2: bool = True) -> pd.DataFrame:
+    """Per row: ``useful`` (tile / wave quantisation, with ``l2`` the L2 tile cap,
     :func:`tracesim.hardware.gemm_shape.op_quantization`), ``transform_bytes`` and
     ``n_transforms`` (cuDNN layout-transform kernels, :func:`layout_transform_bytes`)."""
     useful, tbytes, ntrans = [], [], []
     for name, shp, f, kn, md in zip(g["name"], g["shapes"], g["flops"], g["kernel_names"],
                                     g["math_dtype"], strict=True):
         eb = 2 if md in ("bf16", "fp16") else 4
-        q = op_quantization(name, shp, f, kn, dev.sm_count, l2_GBps=dev.l2_GBps,
+        q = op_quantization(name, shp, f, kn, dev.sm_count, l2_GBps=dev.l2_GBps if l2 else 0.0,
                             peak_flops=dev.peak_flops(md or "fp32"), elem_bytes=eb)
         tb, nt = layout_transform_bytes(name, shp, f, kn, eb)
         useful.append(q.useful)
@@ -107,17 +111,19 @@ def shape_features(g: pd.DataFrame, dev: DeviceProfile) -> pd.DataFrame:
 
 def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
              classes: Iterable[str] | None = ("gemm", "attention"), *,
-             algorithms: bool = True, shapes_model: bool = True) -> pd.DataFrame:
+             algorithms: bool = True,
+             shapes_model: bool | Iterable[str] = True) -> pd.DataFrame:
     """Predict each launching op on ``device`` from its cost features alone.
 
     Rows without cost features (flops and bytes both zero) are dropped. Adds
     ``flops_eff`` (the FLOPs the roofline is charged with), ``predicted_ns``, ``ratio``
     (predicted / measured) and ``ape`` (|ratio - 1|). With ``algorithms``, convolutions whose
     kernels are Winograd count :data:`WINOGRAD_FLOPS_FACTOR` of their direct FLOPs. With
-    ``shapes_model`` (gemm class, needs the device's ``sm_count``): the FLOPs are divided by
-    the useful fraction of the tile work (:func:`shape_features`), the layout-transform
-    kernels add their bytes at the memory curve, and every kernel of the op after the first
-    adds the launch overhead.
+    ``shapes_model`` (gemm class, needs the device's ``sm_count``; True = all of
+    :data:`SHAPE_PARTS`, or a subset): ``waves`` divides the FLOPs by the useful fraction of
+    the tile work and ``l2`` adds the L2 tile cap to it (:func:`shape_features`),
+    ``transforms`` adds the layout-transform kernels' bytes at the memory curve, and
+    ``launches`` adds the launch overhead for every kernel of the op after the first.
     """
     dev = get_device(device) if not isinstance(device, DeviceProfile) else device
     g = groups
@@ -126,18 +132,20 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     g = g[((g["flops"] > 0) | (g["bytes"] > 0)) & (g["kernel_ns"] > 0)].copy()
     factor = np.array([algorithm_flops_factor(n, k) if algorithms else 1.0
                        for n, k in zip(g["name"], g["kernel_names"], strict=True)], dtype=float)
-    gemm = (g["op_class"] == "gemm").to_numpy().copy()
-    g = shape_features(g, dev)
-    if not shapes_model or dev.sm_count <= 0:
-        gemm[:] = False
-    useful = np.where(gemm, g["useful"].to_numpy(float), 1.0)
+    parts = set(SHAPE_PARTS if shapes_model is True else () if shapes_model is False
+                else shapes_model)
+    if dev.sm_count <= 0:
+        parts = set()
+    gemm = (g["op_class"] == "gemm").to_numpy()
+    g = shape_features(g, dev, l2="l2" in parts)
+    useful = np.where(gemm & ("waves" in parts), g["useful"].to_numpy(float), 1.0)
     g["flops_eff"] = g["flops"].to_numpy() * factor / useful
     pred = op_times_ns(dev, g["op_class"].to_numpy(object), g["flops_eff"].to_numpy(),
                        g["bytes"].to_numpy(), g["math_dtype"].to_numpy(object)).astype(float)
-    tb = np.where(gemm, g["transform_bytes"].to_numpy(float), 0.0)
+    tb = np.where(gemm & ("transforms" in parts), g["transform_bytes"].to_numpy(float), 0.0)
     launch_ns = dev.launch_overhead_us * 1e3
     t_tr = op_times_ns(dev, "memcpy", 0.0, tb, "fp32") - launch_ns
-    extra = np.where(gemm, g["n_kernels"].to_numpy() - 1, 0) * launch_ns
+    extra = np.where(gemm & ("launches" in parts), g["n_kernels"].to_numpy() - 1, 0) * launch_ns
     g["predicted_ns"] = np.rint(pred + np.where(tb > 0, t_tr, 0.0) + extra).astype(np.int64)
     g["ratio"] = g["predicted_ns"] / g["kernel_ns"]
     g["ape"] = (g["ratio"] - 1.0).abs()
@@ -287,10 +295,9 @@ PUBLIC_TRACES = (
 )
 
 
-def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = "recorded",
-                   classes: Iterable[str] | None = ("gemm", "attention"), *,
-                   algorithms: bool = True, shapes_model: bool = True) -> pd.DataFrame:
-    """Read a Kineto trace, rebuild shapes if needed, and :func:`evaluate` it on ``device``."""
+def trace_groups(path: str | Path, shapes: str = "recorded") -> pd.DataFrame:
+    """Read a Kineto trace, rebuild its shapes if ``shapes == "resnet50"``, and return its
+    :func:`launch_groups` (with a ``trace`` column)."""
     from tracesim.trace.kineto import load_trace_json, op_table_from_events
 
     data = load_trace_json(path)
@@ -300,16 +307,34 @@ def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = 
         if batch is None:
             raise ValueError(f"{path}: cannot read the batch size off the ReLU kernel grid")
         table = annotate_resnet50(table, batch)
-    rows = evaluate(launch_groups(table), device, classes, algorithms=algorithms,
+    return launch_groups(table).assign(trace=Path(path).name)
+
+
+def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = "recorded",
+                   classes: Iterable[str] | None = ("gemm", "attention"), *,
+                   algorithms: bool = True,
+                   shapes_model: bool | Iterable[str] = True) -> pd.DataFrame:
+    """Read a Kineto trace, rebuild shapes if needed, and :func:`evaluate` it on ``device``."""
+    rows = evaluate(trace_groups(path, shapes), device, classes, algorithms=algorithms,
                     shapes_model=shapes_model)
     name = device.name if isinstance(device, DeviceProfile) else device
-    return rows.assign(trace=Path(path).name, device=name)
+    return rows.assign(device=name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print per-class and per-op kernel-prediction tables for the public traces."""
+    """Print per-class and per-op kernel-prediction tables for the public traces
+    (``--ablation``: the shape-model ablation of :mod:`tracesim.hardware.kernel_ablation`)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    ablation = "--ablation" in args
+    args = [a for a in args if a != "--ablation"]
     root = Path(args[0]) if args else Path(__file__).resolve().parents[3] / "shared/traces/public"
+    pd.set_option("display.width", 160)
+    if ablation:
+        from tracesim.hardware.kernel_ablation import ablation_table
+
+        table = ablation_table(root)
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        return 0 if len(table) else 2
     frames = []
     for name, dev, shapes in PUBLIC_TRACES:
         if (root / name).exists():
@@ -319,7 +344,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rows = pd.concat(frames, ignore_index=True)
     rows["op"] = rows["name"].str.replace("aten::", "", regex=False)
-    pd.set_option("display.width", 160)
     for title, by in (("per class", ["trace", "device", "op_class"]),
                       ("per op (gemm, attention)", ["trace", "op"])):
         sub = rows if by[-1] == "op_class" else rows[rows["op_class"].isin(["gemm", "attention"])]
@@ -333,7 +357,7 @@ if __name__ == "__main__":
 
 
 __all__ = ["launch_groups", "evaluate", "summarize", "annotate_resnet50", "resnet50_batch",
-           "resnet50_convs", "evaluate_trace", "classify"]
+           "resnet50_convs", "evaluate_trace", "trace_groups", "shape_features", "classify"]
 
 
 # --------------------------------------------------------------------------- calibrating on a trace
