@@ -1,26 +1,30 @@
-"""Profiler-overhead calibration, measured before the training steps (never on them).
+"""Profiler-overhead calibration, measured on separate steps (never the ones it is used for).
 
 ``torch.profiler`` with ``record_shapes`` / ``with_flops`` and, above all, the
-execution-trace observer add a cost to every event they record (about 8-12 us per op on a
-CPU, most of it the execution trace). A replay of recorded durations reproduces the
-*profiled* step; to predict an unprofiled step that cost must be removed, and the self-replay
-check must not fit it on the steps it is tested on. So it is measured here, separately, on a
-*calibration twin*: the same model family and layer count (hence the same sequence of ops,
-module scopes and annotations) with tiny tensor sizes, run in the same process under the same
-profiler configuration (:func:`collectors.train.make_profiler`):
+execution-trace observer add a cost to every event they record (about 7-10 us per op on a
+CPU). A replay of recorded durations reproduces the *profiled* step; to predict an
+unprofiled step that cost must be removed, and the self-replay check must not fit it on the
+steps it is tested on. So each rank measures it here, on **calibration steps** of the real
+training job (same model, batch, DDP wrapper, threads, hence the same ops, shapes, page-fault
+pattern and, with several ranks, the same contention between the processes), taken after the
+warm-up and before the recorded profile, under the same profiler configuration
+(:func:`collectors.train.make_profiler`):
 
-* ``sessions`` times: time ``plain_steps`` unprofiled twin steps (median), then one profiler
-  session of 1 warm-up + ``steps`` active steps, timing each active step and counting its
-  events from the exported trace (:func:`collectors.train.count_step_events`);
-* ``per_event_ns = (sum of active step times - steps x plain median) / events``, the median
-  over sessions. It applies to every ``cpu_op`` and ``user_annotation`` event of a profiled
-  step (the ``events`` count of ``per_rank[].profiled_step_events``).
+* ``sessions`` times: time an unprofiled step, one profiler session of 1 warm-up +
+  ``steps`` active steps (timing each active step and counting its events from the
+  exported trace, :func:`collectors.train.count_step_events`), and one more unprofiled
+  step;
+* ``per_event_ns = (mean active step time - faster unprofiled step) / events per step``,
+  the median over the sessions (plain and profiled steps alternate, so both see the same
+  load; other work only slows steps down, hence the faster of the two plain steps and the
+  median, which drops sessions whose profiled step was slowed).
 
-A second microbenchmark times ``n_ops`` calls of ``torch.add`` on one-element tensors (and as
-many empty ``record_function`` blocks) with and without the profiler: ``op_ns`` /
+The recorded ``ProfilerStep`` and the timed unprofiled steps of the bundle come afterwards
+and are not used. The per-event cost is split between ops and annotations in the ratio of a
+second microbenchmark (``loops``: ``n_ops`` calls of ``torch.add`` on one-element tensors and
+as many empty ``record_function`` blocks with and without the profiler; ``op_ns`` /
 ``annotation_ns`` per event, and ``op_inside_ns`` / ``annotation_inside_ns``, the part that
-lands inside the recorded duration (mean recorded duration minus the plain per-call time);
-the rest lies in the gaps between events. All figures are integer nanoseconds.
+lands inside the recorded duration). All figures are integer nanoseconds.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from collectors.train import count_step_events, make_profiler, make_training
+from collectors.train import Training, count_step_events, make_profiler
 from tracesim.workload.model import ModelSpec
 
 #: twin sizes: tiny tensors, same layers / heads / experts as the real model
@@ -44,11 +48,10 @@ TWIN_HEAD_DIM = 8
 TWIN_FFN = 32
 TWIN_VOCAB = 64
 TWIN_SEQ = 16
-TWIN_BATCH = 2
 
 
 def twin_spec(spec: ModelSpec) -> ModelSpec:
-    """The calibration twin of ``spec``: same structure and op sequence, tiny sizes."""
+    """A small twin of ``spec``: same structure and op sequence, tiny sizes (for tests)."""
     return spec.replace(
         name=f"{spec.name}-calibration-twin",
         hidden=spec.heads * TWIN_HEAD_DIM,
@@ -65,18 +68,23 @@ def _timed_ns(fn: Callable[[], Any]) -> int:
     return time.perf_counter_ns() - t0
 
 
-def step_overhead(spec: ModelSpec, device: torch.device, steps: int = 1, sessions: int = 5,
-                  plain_steps: int = 5) -> dict[str, Any]:
-    """Per-event profiler overhead from the calibration twin of ``spec`` (see module doc)."""
-    twin = twin_spec(spec)
-    training = make_training(twin, TWIN_BATCH, device, seed=99)
-    for _ in range(3):
-        training.step()
-    per_event, plain_med, prof_med, n_events = [], [], [], []
+def step_overhead(training: Training, device: torch.device, steps: int = 1,
+                  sessions: int = 8) -> dict[str, Any]:
+    """Per-event profiler overhead from calibration steps of ``training`` (see module doc).
+
+    Each session times an unprofiled step, a profiler session (1 warm-up + ``steps`` active
+    steps) and another unprofiled step. Other work on the machine only ever slows a step
+    down, so a session's baseline is the faster of its two unprofiled steps, and the median
+    over sessions drops those whose profiled step was slowed.
+    """
+    per_event: list[float] = []
+    plain_med: list[float] = []
+    prof_mean: list[float] = []
+    counts: list[dict[str, int]] = []
     with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp:
         trace_file = Path(tmp) / "trace.json"
         for _ in range(sessions):
-            plain = statistics.median(_timed_ns(training.step) for _ in range(plain_steps))
+            plain = [_timed_ns(training.step)]
             active = []
             prof = make_profiler(
                 device, steps, Path(tmp) / "et.json",
@@ -88,27 +96,24 @@ def step_overhead(spec: ModelSpec, device: torch.device, steps: int = 1, session
                     if i:
                         active.append(dt)
                     prof.step()
+            plain.append(_timed_ns(training.step))
             with open(trace_file) as fh:
                 counted = count_step_events(json.load(fh))
-            events = sum(c["events"] for c in counted)
-            per_event.append((sum(active) - steps * plain) / max(1, events))
-            plain_med.append(plain)
-            prof_med.append(sum(active) / steps)
-            n_events.append(events / steps)
-    training.scopes.remove()
+            n = max(1, len(counted))
+            events = sum(c["events"] for c in counted) / n
+            mean_active = statistics.fmean(active)
+            plain_ns = min(plain)
+            per_event.append((mean_active - plain_ns) / max(1.0, events))
+            plain_med.append(plain_ns)
+            prof_mean.append(mean_active)
+            counts.append({k: sum(c[k] for c in counted) // n
+                           for k in ("cpu_ops", "module_scopes", "annotations", "events")})
     return {
         "per_event_ns": max(0, round(statistics.median(per_event))),
-        "per_event_ns_spread": [max(0, round(min(per_event))), max(0, round(max(per_event)))],
-        "twin": {
-            "hidden": twin.hidden,
-            "ffn_hidden": twin.ffn_hidden,
-            "vocab": twin.vocab,
-            "seq_len": twin.seq_len,
-            "batch": TWIN_BATCH,
-            "events_per_step": round(statistics.median(n_events)),
-            "plain_step_ns": round(statistics.median(plain_med)),
-            "profiled_step_ns": round(statistics.median(prof_med)),
-        },
+        "per_event_ns_sessions": [round(x) for x in per_event],
+        "plain_step_ns": round(statistics.median(plain_med)),
+        "profiled_step_ns": round(statistics.median(prof_mean)),
+        "events_per_step": counts[len(counts) // 2],
         "sessions": sessions,
     }
 
@@ -155,23 +160,41 @@ def op_overhead(device: torch.device, n_ops: int = 1000, repeats: int = 3) -> di
             "annotation_inside_ns": an_in, "n_ops": n_ops, "repeats": repeats}
 
 
-def measure_profiler_overhead(spec: ModelSpec, device: torch.device, steps: int = 1,
-                              sessions: int = 5, n_ops: int = 1000) -> dict[str, Any]:
+def split_per_event(per_event_ns: float, counts: dict[str, int],
+                    loops: dict[str, Any]) -> tuple[int, int]:
+    """(per op, per annotation) in ns: ``per_event_ns`` over all events of a step, split in
+    the ratio of the loop microbenchmark's ``op_ns`` : ``annotation_ns``."""
+    ops = counts["cpu_ops"]
+    annotations = counts["module_scopes"] + counts["annotations"]
+    total = per_event_ns * (ops + annotations)
+    op_w, an_w = float(loops["op_ns"]), float(loops["annotation_ns"])
+    denom = ops * op_w + annotations * an_w
+    if denom <= 0:
+        return round(per_event_ns), round(per_event_ns)
+    k = total / denom
+    return round(k * op_w), round(k * an_w)
+
+
+def measure_profiler_overhead(training: Training, device: torch.device, steps: int = 1,
+                              sessions: int = 8, n_ops: int = 1000) -> dict[str, Any]:
     """The ``profiler_overhead`` mapping of ``meta.yaml`` (integer ns; see module doc)."""
-    twin = step_overhead(spec, device, steps=steps, sessions=sessions)
     loops = op_overhead(device, n_ops=n_ops)
+    calib = step_overhead(training, device, steps=steps, sessions=sessions)
+    op_ns, an_ns = split_per_event(calib["per_event_ns"], calib["events_per_step"], loops)
     return {
-        "per_event_ns": twin["per_event_ns"],
+        "per_event_ns": calib["per_event_ns"],
+        "per_op_ns": op_ns,
+        "per_annotation_ns": an_ns,
         "method": (
-            "calibration twin (same model structure, tiny sizes) stepped with and without "
-            "the collector's profiler (record_shapes, with_flops, execution trace observer) "
-            "in the same process before training; (profiled - plain) step time / events "
-            "per step, median over sessions"
+            "calibration steps of the same training job (after warm-up, before the recorded "
+            "profile): per session an unprofiled step, a profiled one under the collector's "
+            "profiler (record_shapes, with_flops, execution trace observer), another "
+            "unprofiled one; (profiled - faster unprofiled) / events per step, median over "
+            "sessions; split between ops and annotations in the ratio of the loop "
+            "microbenchmark"
         ),
         "applies_to": "every cpu_op and user_annotation event of a profiled step",
-        "n_events": twin["twin"]["events_per_step"] * steps * sessions,
-        "per_event_ns_spread": twin["per_event_ns_spread"],
-        "twin": twin["twin"],
-        "sessions": twin["sessions"],
+        "n_events": calib["events_per_step"]["events"] * steps * sessions,
+        "calibration": calib,
         "loops": loops,
     }

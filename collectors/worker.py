@@ -1,4 +1,4 @@
-"""One rank of a collection: build, calibrate, warm up, profile, measure.
+"""One rank of a collection: build, warm up, calibrate, profile, measure.
 
 :func:`run_rank` is run in-process for one rank and in spawned processes for several
 (:mod:`collectors.run`). It writes ``rank{r}/trace.json.gz`` and ``rank{r}/et.json.gz`` into
@@ -95,8 +95,6 @@ def run_rank(rank: int, cfg: RankConfig) -> dict[str, Any]:
 
 
 def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> dict[str, Any]:
-    overhead = measure_profiler_overhead(cfg.spec, device, steps=cfg.steps)
-
     wrap = None
     if cfg.ranks > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -112,6 +110,8 @@ def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> di
     step = training.step
     for _ in range(cfg.warmup):
         step()
+    # on the warm job, before the recorded profile; all ranks at once (DDP keeps them in step)
+    overhead = measure_profiler_overhead(training, device, steps=cfg.steps)
     if dist.is_initialized():
         dist.barrier()
 

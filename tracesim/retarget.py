@@ -216,6 +216,10 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     template, w = choose_template(source, model, opts)
     warnings += w
     op_time, methods = make_op_time(template, device, par.dtype)
+    if cluster.host_contention is not None:  # co-located CPU ranks slow each other
+        from tracesim.hardware.contention import scaled_op_time
+
+        op_time = scaled_op_time(op_time, cluster.host_contention.factor(min(par.world, cluster.gpus_per_node)))
     op_time, by_name = _method_recorder(op_time, methods)
     if progress:
         progress("build", 0, 1)

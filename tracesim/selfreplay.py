@@ -6,8 +6,8 @@ markers. Because waiting (synchronisation, stream waits, collectives across rank
 of the simulation rather than the recording, the comparison checks the dependency model.
 
 For bundles made by ``tracesim collect``, the unprofiled prediction removes the profiler's
-per-event overhead, measured by the collector in a separate micro-benchmark before the
-training steps (``meta.yaml: profiler_overhead.per_event_ns``), and is compared with the
+per-event overhead, measured by the collector on separate calibration steps before the
+recorded profile (``meta.yaml: profiler_overhead``, per rank), and is compared with the
 median wall-clock time of the unprofiled steps.
 """
 
@@ -97,26 +97,25 @@ def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0)
     """How to extract a source: ranks of a bundle (one host, one clock) replay jointly.
 
     ``overhead`` is the profiler cost per traced op and per annotation, in ns (a single
-    number applies to both); see :func:`profiler_overhead`.
+    number applies to both); see :func:`profiler_overhead`. When it is not zero and the
+    bundle has a calibration per rank (``per_rank[].profiler_overhead``), each rank gets its
+    own (the ranks of a job measured theirs at the same time).
     """
     joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
     op_ns, an_ns = overhead if isinstance(overhead, tuple) else (overhead, overhead)
-    return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns, joint_ranks=joint)
+    per_rank = rank_overheads(source.meta) if (op_ns or an_ns) else ()
+    return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns,
+                          rank_overhead_ns=per_rank, joint_ranks=joint)
 
 
-def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
-    """Profiler cost per traced op and per annotation (ns) measured by the collector, or None.
-
-    The collector times loops of 1,000 tiny ops and of 1,000 empty record_function blocks
-    with and without the profiler before training (meta.yaml ``profiler_overhead.loops``):
-    a separate calibration, never fitted on the step it is used for. Its other estimate, a
-    small "twin" of the model profiled in separate sessions (``per_event_ns``), varied from
-    0 to 200 us per event between sessions on the shared test machine, so it is only the
-    fallback for bundles without loops.
-    """
-    po = (meta or {}).get("profiler_overhead")
+def _overhead_pair(po: object) -> tuple[float, float] | None:
+    """(per op, per annotation) ns from one ``profiler_overhead`` mapping, or None."""
     if not isinstance(po, dict):
         return None
+    if isinstance(po.get("per_op_ns"), (int, float)):
+        op_ns = float(po["per_op_ns"])
+        an = po.get("per_annotation_ns")
+        return op_ns, float(an) if isinstance(an, (int, float)) else op_ns
     loops = po.get("loops")
     if isinstance(loops, dict) and isinstance(loops.get("op_ns"), (int, float)):
         op_ns = float(loops["op_ns"])
@@ -125,6 +124,30 @@ def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
     if isinstance(po.get("per_event_ns"), (int, float)):
         return float(po["per_event_ns"]), float(po["per_event_ns"])
     return None
+
+
+def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
+    """Profiler cost per traced op and per annotation (ns) measured by the collector, or None.
+
+    Current bundles: ``profiler_overhead.per_op_ns`` / ``per_annotation_ns``, measured on
+    separate calibration steps of the same job (after warm-up, before the recorded profile;
+    ``collectors/overhead.py``), never on the steps the self-replay compares with. Older
+    bundles: the loop microbenchmark (``loops.op_ns`` / ``annotation_ns``: 1,000 tiny ops
+    and empty ``record_function`` blocks, which undercounts real ops), else
+    ``per_event_ns`` for both.
+    """
+    return _overhead_pair((meta or {}).get("profiler_overhead"))
+
+
+def rank_overheads(meta: dict | None) -> tuple[tuple[int, float, float], ...]:
+    """(rank, per op ns, per annotation ns) for every rank of a bundle with its own
+    calibration (``per_rank[].profiler_overhead``); empty when there is none."""
+    out = []
+    for entry in (meta or {}).get("per_rank") or []:
+        pair = _overhead_pair(entry.get("profiler_overhead")) if isinstance(entry, dict) else None
+        if pair is not None and isinstance(entry.get("rank"), int):
+            out.append((int(entry["rank"]), *pair))
+    return tuple(out)
 
 
 def self_replay(source: Source) -> list[StepResult]:

@@ -40,6 +40,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.hardware.contention import HostContention, contention_from_dict
 from tracesim.spec import check_keys, get_number, get_str
 
 #: directory of the cluster specs shipped with tracesim (``topologies/`` of the checkout)
@@ -164,6 +165,8 @@ class ClusterSpec:
     collectives: CollectivesSpec = field(default_factory=CollectivesSpec)
     description: str = ""
     sources: tuple[str, ...] = ()
+    #: co-located ranks slowing each other (CPU hosts; tracesim/hardware/contention.py)
+    host_contention: HostContention | None = None
 
     @property
     def gpus(self) -> int:
@@ -228,6 +231,8 @@ class ClusterSpec:
             d["description"] = self.description
         if self.sources:
             d["sources"] = list(self.sources)
+        if self.host_contention is not None:
+            d["host_contention"] = self.host_contention.to_dict()
         return d
 
     def key(self) -> str:
@@ -238,7 +243,8 @@ class ClusterSpec:
 # ----------------------------------------------------------------------------- validation
 
 _TOP_REQUIRED = ("name", "gpus_per_node", "device", "intra_node")
-_TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources")
+_TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources",
+                 "host_contention")
 _INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
 _INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
 _INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us")
@@ -420,6 +426,8 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         collectives=coll,
         description=get_str(data, "description", file=file) if "description" in data else "",
         sources=sources,
+        host_contention=(contention_from_dict(data["host_contention"], file)
+                         if data.get("host_contention") is not None else None),
     )
 
 

@@ -60,9 +60,9 @@ class ExtractOptions:
     """Extraction choices.
 
     Attributes:
-        profiler_overhead_ns: per traced host event, removed from the host lanes to predict
+        profiler_overhead_ns: per traced host op, removed from the host lanes to predict
             the unprofiled run (0 keeps the profiled timing). Measured separately by the
-            collector (meta.yaml ``profiler_overhead.per_event_ns``), never fitted here.
+            collector (meta.yaml ``profiler_overhead``), never fitted here.
         infer_stream_waits: add inferred ``event`` edges for old traces without cuda_sync.
     """
 
@@ -70,6 +70,8 @@ class ExtractOptions:
     #: per traced annotation (record_function blocks such as module scopes); None: the same
     #: as ``profiler_overhead_ns``
     annotation_overhead_ns: float | None = None
+    #: per rank (op, annotation) overhead in ns, overriding the two above for that rank
+    rank_overhead_ns: tuple[tuple[int, float, float], ...] = ()
     infer_stream_waits: bool = True
     #: replay all ranks together: a common time origin (ranks recorded on one host share a
     #: clock) and collectives matched across ranks (each takes the shortest member's
@@ -272,8 +274,7 @@ class _RankExtractor:
         t0 = int(self.ts[host | self.is_step].min()) if self.t0 is None else self.t0
         ts, end, name = self.ts, self.end, self.name
         step_rows = np.flatnonzero(self.is_step)
-        op_ov = float(self.opt.profiler_overhead_ns)
-        an_ov = op_ov if self.opt.annotation_overhead_ns is None else float(self.opt.annotation_overhead_ns)
+        op_ov, an_ov = _rank_overhead(self.opt, self.rank)
         for ln in sorted(pd.unique(self.lane_col[host]), key=str):
             idx = np.flatnonzero(host & (self.lane_col == ln))
             order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
@@ -593,6 +594,15 @@ class _RankExtractor:
             (np.array(self.src, dtype=np.int64), np.array(self.dst, dtype=np.int64), self.kinds),
             pd.DataFrame(self.lanes),
         )
+
+
+def _rank_overhead(opt: ExtractOptions, rank: int) -> tuple[float, float]:
+    """(per op, per annotation) profiler overhead in ns for ``rank``."""
+    for rk, op_ns, an_ns in opt.rank_overhead_ns:
+        if rk == rank:
+            return float(op_ns), float(an_ns)
+    op_ov = float(opt.profiler_overhead_ns)
+    return op_ov, op_ov if opt.annotation_overhead_ns is None else float(opt.annotation_overhead_ns)
 
 
 def _overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
