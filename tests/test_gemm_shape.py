@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from tracesim.errors import InputError
 from tracesim.hardware.device import get_device
 from tracesim.hardware.gemm_shape import (
+    cta_fill,
     gemm_passes,
     kernel_alignment,
     kernel_tile,
@@ -140,3 +142,22 @@ def test_profile_sm_count_and_l2() -> None:
     assert get_device("host-cpu").sm_count == 0
     with pytest.raises(InputError, match="sm_count"):
         get_device({"base": "a100", "name": "x", "sm_count": 10.5})
+
+
+def test_launch_grid_gives_the_wave_fill() -> None:
+    # a 3x3 weight gradient, m = 64, n = 576, k = 100352 with a 64x64 tile: 9 tiles; the
+    # recorded launch grid (9, 1, 11) = 99 thread blocks shows 11 split-K slices
+    bwd = json.dumps([[32, 64, 56, 56], [32, 64, 56, 56], [64, 64, 3, 3]])
+    wgrad = ("sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_"
+             "tilesize64x64x64_stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn_train")
+    kn = [FPROP.replace("fprop", "dgrad"), wgrad]
+    q = op_quantization("aten::convolution_backward", bwd, 0.0, kn, 108, kernel_ctas=[200, 99])
+    dg, wg = gemm_passes("aten::convolution_backward", bwd, 0.0, kn)
+    fill_d = 200 / 216 * (dg.m * dg.n) / (math.ceil(dg.m / 128) * 128 * 128)
+    fill_w = 99 / 108 * 1.0  # 576 = 9 x 64: no padding
+    expect = (dg.flops + wg.flops) / (dg.flops / fill_d + wg.flops / fill_w)
+    assert q.useful == pytest.approx(expect)
+    # without the grid, the weight gradient is split over k to fill the SMs by rule
+    q_rule = op_quantization("aten::convolution_backward", bwd, 0.0, kn, 108)
+    assert q_rule.useful != pytest.approx(q.useful)
+    assert cta_fill(99, 108) == pytest.approx(99 / 108) and cta_fill(109, 108) == pytest.approx(109 / 216)

@@ -224,12 +224,35 @@ class Quantization:
     min_alignment: int
 
 
+def cta_fill(ctas: int, sm_count: int) -> float:
+    """Fill of the SMs by a launch of ``ctas`` thread blocks: ctas / (ceil(ctas / SMs) * SMs)."""
+    if ctas <= 0 or sm_count <= 0:
+        return 1.0
+    return ctas / (math.ceil(ctas / sm_count) * sm_count)
+
+
+def tile_padding(m: int, n: int, tile: tuple[int, int]) -> float:
+    """Useful fraction of the padded tiles covering m x n (the better tile orientation)."""
+    best = 0.0
+    for tm, tn in {tile, (tile[1], tile[0])}:
+        mt, nt = math.ceil(m / tm), math.ceil(n / tn)
+        if mt * nt == 0:
+            return 1.0
+        best = max(best, (m * n) / (mt * tm * nt * tn))
+    return best
+
+
 def op_quantization(name: str, shapes: Any, flops: float, kernel_names: Sequence[str],
                     sm_count: int, *, l2_GBps: float = 0.0, peak_flops: float = 0.0,
-                    elem_bytes: int = 4) -> Quantization:
+                    elem_bytes: int = 4, kernel_ctas: Sequence[int] | None = None) -> Quantization:
     """Tile / wave quantisation of one op on a GPU with ``sm_count`` SMs (see module doc),
     times the tile's L2-bandwidth cap (:func:`tile_l2_efficiency`) when ``l2_GBps`` is given.
-    Weight-gradient passes (k = N*P*Q, the largest dimension) are split over k."""
+
+    With ``kernel_ctas`` (thread blocks each kernel launched, from the trace's launch grids,
+    same order as ``kernel_names``) the wave fill of a pass is that of its first compute
+    kernel's launch (split-K slices included) times the tile padding; otherwise it is
+    derived from the shape and tile, weight-gradient passes (k = N*P*Q, the largest
+    dimension) and passes of split-K kernels being split over k."""
     passes = gemm_passes(name, shapes, flops, kernel_names)
     aligns = [a for k in kernel_names if _is_compute(k)
               for a in [kernel_alignment(k)] if a is not None]
@@ -238,12 +261,20 @@ def op_quantization(name: str, shapes: Any, flops: float, kernel_names: Sequence
         return Quantization(1.0, min_align)
     split = any(_SPLIT_K_RE.search(k) for k in kernel_names)
     work, issued = 0.0, 0.0
+    ctas: dict[str, int] = {}
+    for kname, c in zip(kernel_names, kernel_ctas or [0] * len(kernel_names), strict=True):
+        if c > 0:
+            ctas.setdefault(kname, int(c))  # the first launch of a name
     for p, ks in zip(passes, _assign(passes, kernel_names), strict=True):
         tile = kernel_tile(ks[0]) if ks else None
-        eff = 1.0 if tile is None else wave_efficiency(
-            p.batch, p.m, p.n, p.k, tile, sm_count,
-            split_k=p.kind == "wgrad" or (split and p.kind == "gemm")) * tile_l2_efficiency(
-            tile, elem_bytes, l2_GBps, peak_flops)
+        if tile is None:
+            eff = 1.0
+        elif ks[0] in ctas:
+            eff = cta_fill(ctas[ks[0]], sm_count) * tile_padding(p.m, p.n, tile)
+        else:
+            eff = wave_efficiency(p.batch, p.m, p.n, p.k, tile, sm_count,
+                                  split_k=p.kind == "wgrad" or (split and p.kind == "gemm"))
+        eff *= 1.0 if tile is None else tile_l2_efficiency(tile, elem_bytes, l2_GBps, peak_flops)
         work += p.flops
         issued += p.flops / max(eff, 1e-3)
     return Quantization(work / issued if issued > 0 else 1.0, min_align)

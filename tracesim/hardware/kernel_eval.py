@@ -37,7 +37,8 @@ def launch_groups(table: pd.DataFrame) -> pd.DataFrame:
     """One row per host op that launched GPU kernels (innermost ``cpu_op`` above the launch).
 
     Columns: rank, step, event_id (of the op), name, op_class, flops, bytes, dtype, shapes,
-    n_kernels, kernel_ns (sum of its kernels' durations), kernel_names (tuple), math_dtype.
+    n_kernels, kernel_ns (sum of its kernels' durations), kernel_names (tuple), math_dtype;
+    kernel_ctas (tuple of thread blocks per kernel) when the table has a ``ctas`` column.
     """
     cats = table["cat"].to_numpy()
     kern = table[cats == "kernel"]
@@ -62,9 +63,10 @@ def launch_groups(table: pd.DataFrame) -> pd.DataFrame:
             hops += 1
     kern = kern.assign(_owner=owner)
     kern = kern[kern["_owner"] >= 0]
+    extra = {"kernel_ctas": ("ctas", lambda s: tuple(int(v) for v in s))} if "ctas" in kern else {}
     agg = kern.groupby(["rank", "_owner"], sort=False).agg(
         n_kernels=("dur_ns", "size"), kernel_ns=("dur_ns", "sum"),
-        kernel_names=("name", lambda s: tuple(s)))
+        kernel_names=("name", lambda s: tuple(s)), **extra)
     agg = agg.reset_index().rename(columns={"_owner": "event_id"})
     ops = host[["rank", "event_id", "step", "name", "op_class", "flops", "bytes", "dtype", "shapes"]]
     out = agg.merge(ops, on=["rank", "event_id"], how="left")
@@ -89,24 +91,28 @@ def algorithm_flops_factor(name: str, kernel_names: Sequence[str]) -> float:
 
 
 #: the parts of the shape model :func:`evaluate` can switch on (all by default)
-SHAPE_PARTS = ("waves", "l2", "transforms", "launches")
+SHAPE_PARTS = ("waves", "grids", "l2", "transforms", "launches")
 
 
-def shape_features(g: pd.DataFrame, dev: DeviceProfile, *, l2: bool = True) -> pd.DataFrame:
+def shape_features(g: pd.DataFrame, dev: DeviceProfile, *, l2: bool = True,
+                   grids: bool = True) -> pd.DataFrame:
     """Per row: ``useful`` (tile / wave quantisation, with ``l2`` the L2 tile cap,
     :func:`tracesim.hardware.gemm_shape.op_quantization`), ``transform_bytes`` and
     ``n_transforms`` (cuDNN layout-transform kernels, :func:`layout_transform_bytes`)."""
-    useful, tbytes, ntrans = [], [], []
-    for name, shp, f, kn, md in zip(g["name"], g["shapes"], g["flops"], g["kernel_names"],
-                                    g["math_dtype"], strict=True):
+    useful, tbytes, ntrans, align = [], [], [], []
+    ctas = g["kernel_ctas"] if grids and "kernel_ctas" in g else [None] * len(g)
+    for name, shp, f, kn, md, kc in zip(g["name"], g["shapes"], g["flops"], g["kernel_names"],
+                                        g["math_dtype"], ctas, strict=True):
         eb = 2 if md in ("bf16", "fp16") else 4
         q = op_quantization(name, shp, f, kn, dev.sm_count, l2_GBps=dev.l2_GBps if l2 else 0.0,
-                            peak_flops=dev.peak_flops(md or "fp32"), elem_bytes=eb)
+                            peak_flops=dev.peak_flops(md or "fp32"), elem_bytes=eb,
+                            kernel_ctas=kc if kc and any(kc) else None)
         tb, nt = layout_transform_bytes(name, shp, f, kn, eb)
         useful.append(q.useful)
+        align.append(q.min_alignment)
         tbytes.append(tb)
         ntrans.append(nt)
-    return g.assign(useful=useful, transform_bytes=tbytes, n_transforms=ntrans)
+    return g.assign(useful=useful, transform_bytes=tbytes, n_transforms=ntrans, min_alignment=align)
 
 
 def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
@@ -137,7 +143,7 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     if dev.sm_count <= 0:
         parts = set()
     gemm = (g["op_class"] == "gemm").to_numpy()
-    g = shape_features(g, dev, l2="l2" in parts)
+    g = shape_features(g, dev, l2="l2" in parts, grids="grids" in parts)
     useful = np.where(gemm & ("waves" in parts), g["useful"].to_numpy(float), 1.0)
     g["flops_eff"] = g["flops"].to_numpy() * factor / useful
     pred = op_times_ns(dev, g["op_class"].to_numpy(object), g["flops_eff"].to_numpy(),
@@ -307,7 +313,22 @@ def trace_groups(path: str | Path, shapes: str = "recorded") -> pd.DataFrame:
         if batch is None:
             raise ValueError(f"{path}: cannot read the batch size off the ReLU kernel grid")
         table = annotate_resnet50(table, batch)
-    return launch_groups(table).assign(trace=Path(path).name)
+    return launch_groups(table.assign(ctas=kernel_ctas(data, table))).assign(trace=Path(path).name)
+
+
+def kernel_ctas(trace: dict[str, Any], table: pd.DataFrame) -> np.ndarray:
+    """Thread blocks (grid x * y * z) of each kernel row of ``table`` from the trace's launch
+    records (matched by correlation id; 0 where unknown or not a kernel)."""
+    grids = {}
+    for e in trace.get("traceEvents", []):
+        if e.get("cat") == "kernel":
+            args = e.get("args", {})
+            g = args.get("grid")
+            if isinstance(g, list) and g and all(isinstance(v, int) for v in g):
+                grids[args.get("correlation")] = int(np.prod(g))
+    kern = (table["cat"] == "kernel").to_numpy()
+    return np.array([grids.get(c, 0) if k else 0 for c, k in zip(table["correlation"], kern,
+                                                                  strict=True)], dtype=np.int64)
 
 
 def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = "recorded",
@@ -365,7 +386,7 @@ __all__ = ["launch_groups", "evaluate", "summarize", "annotate_resnet50", "resne
 
 def fit_from_trace(rows: pd.DataFrame, device: DeviceProfile | str, *, tiny_bytes: float = 1e4,
                    mem_classes: Sequence[str] = ("elementwise", "memcpy"),
-                   gemm_dtype: str = "tf32") -> dict[str, Any]:
+                   gemm_dtype: str = "tf32", min_alignment: int = 0) -> dict[str, Any]:
     """Fit launch overhead, memory curve and one GEMM compute curve from a trace's kernels.
 
     ``rows`` come from :func:`evaluate` (any classes). The launch overhead is the median
@@ -394,6 +415,9 @@ def fit_from_trace(rows: pd.DataFrame, device: DeviceProfile | str, *, tiny_byte
     g = (cls == "gemm") & (rows["math_dtype"].to_numpy(object) == gemm_dtype) & (f > 0)
     t_mem = b / (bw * np.asarray(mem_curve.at(b)))
     g &= t_mem < 0.5 * busy
+    if min_alignment > 0 and "min_alignment" in rows:  # 0 = no alignN in the kernel names
+        al = rows["min_alignment"].to_numpy()
+        g &= (al == 0) | (al >= min_alignment)
     effs = f[g] / (dev.peak_flops(gemm_dtype) * busy[g])
     # a bin at the clip (efficiency 1) is not a measurement of the plateau: dropped
     comp = [p for p in fit_curve(f[g], effs, per_decade=2, min_points=3) if p[1] < 1.0]
