@@ -53,8 +53,10 @@ def test_builder_graph_is_lean(cp_graph: TaskGraph) -> None:
         assert isinstance(t[c].dtype, pd.CategoricalDtype), c
         assert t[c].cat.codes.dtype.itemsize <= 2, c  # this graph has < 32k distinct keys
     assert t["gap_ns"].to_numpy().strides == (0,) and not t["gap_ns"].any()
-    per_task = t.memory_usage(index=False, deep=False).sum() / len(t)  # gap_ns counted as 8
-    assert per_task < 90, per_task  # 19 columns: 148 bytes per task with object strings
+    row = sum(t[c].cat.codes.dtype.itemsize if c in STR_COLS else t[c].to_numpy().strides[0]
+              for c in t.columns)
+    assert row <= 72, row  # 19 columns: 148 bytes per task with object strings
+    assert cp_graph.edges["src"].dtype == np.int32 and cp_graph.edges["dst"].dtype == np.int32
     cp_graph.validate()
     # match keys spell what the builder documents: <gkind><group>|<instance>|<local>[|<cp>]
     codes, names = column_codes(t["match_key"])

@@ -84,6 +84,15 @@ def _idx(a: np.ndarray) -> array:
     return out
 
 
+def _small(a: np.ndarray) -> array:
+    """A typed array of small counts: 2 B/item (``array('h')``) when they fit."""
+    if len(a) and int(a.max()) < 2**15:
+        out = array("h")
+        out.frombytes(np.ascontiguousarray(a, dtype=np.int16).data.cast("B"))
+        return out
+    return _idx(a)
+
+
 def _view(a: np.ndarray) -> memoryview:
     """Scalar access to a 1-D numpy array (Python ints, as fast as a typed array) without
     copying it; ``a`` may be strided (a zero-stride column of one repeated value)."""
@@ -100,31 +109,26 @@ def _kind_codes(col: pd.Series) -> np.ndarray:
 
 
 class _Comms:
-    """Collectives and point-to-point pairs, one per match key, in arrays."""
+    """Collectives and point-to-point pairs, one per match key, in arrays indexed by the
+    match key's code (``coll_id``: the task table's own codes when the column is a
+    Categorical; meaningful for communication tasks only)."""
 
     def __init__(self, graph: TaskGraph, kind: np.ndarray, dur: np.ndarray):
         tasks = graph.tasks
-        n = len(tasks)
-        comm_mask = kind >= 2
-        self.coll_id = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
-        idx = np.flatnonzero(comm_mask)
-        self.keys = np.zeros(0, dtype=object)
+        idx = np.flatnonzero(kind >= 2)
+        self.graph = graph
+        self.coll_id, _ = column_codes(tasks["match_key"], names=False)
         if not len(idx):
             self.expected = self.arrived = array("q")
             self.member_ptr = self.members = array("q")
             self.min_dur = array("q")
             return
-        key_codes, key_names = column_codes(tasks["match_key"])
-        codes, uniq = pd.factorize(key_codes[idx])
-        codes = codes.astype(np.int64)
-        self.keys = np.asarray(key_names, dtype=object)[uniq]
-        del key_codes
-        n_c = len(uniq)
-        self.coll_id[idx] = codes
+        codes = self.coll_id[idx].astype(np.int64)
+        n_c = int(codes.max()) + 1
         counts = np.bincount(codes, minlength=n_c)
         min_dur = np.full(n_c, np.iinfo(np.int64).max)
         np.minimum.at(min_dur, codes, dur[idx])
-        first = np.full(n_c, -1, dtype=np.int64)
+        first = np.zeros(n_c, dtype=np.int64)  # unused codes: task 0, never read
         first[codes[::-1]] = idx[::-1]
         k0 = kind[first]
         g0 = tasks["group"].to_numpy()[first].astype(np.int64)
@@ -135,7 +139,7 @@ class _Comms:
         over = np.flatnonzero(counts > expected)
         if len(over):
             c = int(over[0])
-            raise ReplayError(f"collective {self.keys[c]!r} has {counts[c]} member tasks but its "
+            raise ReplayError(f"collective {self.key(c)!r} has {counts[c]} member tasks but its "
                               f"group has {expected[c]} ranks")
         order = np.lexsort((idx, codes))  # members of each operation in task id order
         ptr = np.zeros(n_c + 1, dtype=np.int64)
@@ -145,6 +149,10 @@ class _Comms:
         self.member_ptr = _i64(ptr)
         self.members = _idx(idx[order])
         self.min_dur = _i64(min_dur)
+
+    def key(self, c: int) -> str:
+        """The match key of operation ``c`` (for messages)."""
+        return column_codes(self.graph.tasks["match_key"])[1][c]
 
 
 def replay(
@@ -174,13 +182,17 @@ def replay(
     rank_np = tasks["rank"].to_numpy()
 
     # explicit edges in CSR form (successors in ascending task id); lane order is implicit
-    src = graph.edges["src"].to_numpy().astype(np.int64)
-    dst = graph.edges["dst"].to_numpy().astype(np.int64)
+    src = graph.edges["src"].to_numpy()
+    dst = graph.edges["dst"].to_numpy()
     order = np.lexsort((dst, src))
     succ = _idx(dst[order])
-    succ_ptr = _idx(np.searchsorted(src[order], np.arange(n + 1)))
-    pending = _idx(np.bincount(dst, minlength=n))
-    del src, dst, order
+    del order
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    succ_ptr = _idx(ptr)
+    in_deg = np.bincount(dst, minlength=n)
+    pending = _small(in_deg)
+    del src, dst, ptr, in_deg
 
     # next task on the same lane, and each lane's first task
     n_lanes = len(graph.lanes)
@@ -204,10 +216,9 @@ def replay(
     if comm is not None:
         comm.attach(env)
     dur, gap, nxt = _view(dur_np), _view(gap_np), _idx(nxt_np)
-    coll = _idx(cm.coll_id)
-    kind = array("b", kind_np.astype(np.int8).tobytes())
+    coll = _view(cm.coll_id)  # operation of a communication task (no copy); see _Comms
+    kind = _view(kind_np)  # int8 codes (_KIND_CODES)
     del dur_np, gap_np, nxt_np, lane_np
-    cm.coll_id = np.zeros(0, dtype=np.int64)  # kept as ``coll`` (the error path rebuilds it)
     start = array("q", [-1]) * n
     end = array("q", [-1]) * n
     waiting = bytearray(n)  # 1: the task's lane waits for its predecessors
@@ -243,7 +254,7 @@ def replay(
                 waiting[t] = 1
                 return
             start[t] = now
-            if coll[t] >= 0:
+            if kind[t] >= 2:
                 begin_comm(t)
                 return
             # a run of compute tasks that nothing can interleave with ends in one timeout
@@ -251,7 +262,7 @@ def replay(
             chain = None
             while succ_ptr[t] == succ_ptr[t + 1]:
                 u = nxt[t]
-                if u < 0 or coll[u] >= 0 or pending[u]:
+                if u < 0 or kind[u] >= 2 or pending[u]:
                     break
                 end[t] = e
                 if obs:
@@ -355,8 +366,7 @@ def replay(
     end_np = np.frombuffer(end, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     unfinished = np.flatnonzero(end_np < 0)
     if len(unfinished):
-        cm.coll_id = np.frombuffer(coll, dtype=np.int32 if coll.typecode == "i" else np.int64)
-        raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm))
+        raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm, kind_np))
     makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
     return ReplayResult(start_np, end_np, makespan, n_events)
 
@@ -366,7 +376,7 @@ def _p2p_ends(kind: int, rank: int, peer: int) -> tuple[int, int]:
 
 
 def _blocked_message(graph: TaskGraph, unfinished: np.ndarray, start: np.ndarray,
-                     pending: array, cm: _Comms) -> str:
+                     pending: array, cm: _Comms, kind: np.ndarray) -> str:
     t = graph.tasks
     lanes = t["lane"].to_numpy()
     parts = []
@@ -377,7 +387,7 @@ def _blocked_message(graph: TaskGraph, unfinished: np.ndarray, start: np.ndarray
         c = int(cm.coll_id[first])
         if pending[first] > 0:
             why.append(f"waits on {pending[first]} unfinished predecessor(s)")
-        elif c >= 0 and start[first] >= 0:
+        elif kind[first] >= 2 and start[first] >= 0:
             why.append(f"collective {row['match_key']!r} has {cm.arrived[c]} of "
                        f"{cm.expected[c]} members")
         else:

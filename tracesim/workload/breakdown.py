@@ -40,27 +40,35 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     gk_code, gk_names = column_codes(t["group_kind"])
     gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
     is_compute = (kind == _GPU) & (lane_names == "compute")[lane]
-    # binding (latest-finishing) explicit predecessor of every task
+    # binding (latest-finishing) explicit predecessor of every task (among equal ends, the
+    # last edge); temporaries are freed as soon as possible (a full graph has ~10^7 edges)
     src = graph.edges["src"].to_numpy()
     dst = graph.edges["dst"].to_numpy()
     n = len(t)
-    bind = np.full(n, -1, dtype=np.int64)
+    bind = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
     if len(src):
-        order = np.lexsort((end_ns[src], dst))
+        end_src = end_ns[src]
+        order = np.lexsort((end_src, dst))
+        del end_src
+        d_sorted = dst[order]
         last = np.ones(len(order), dtype=bool)
-        last[:-1] = dst[order][1:] != dst[order][:-1]
+        np.not_equal(d_sorted[1:], d_sorted[:-1], out=last[:-1])
+        del d_sorted
         sel = order[last]
+        del order, last
         bind[dst[sel]] = src[sel]
+        del sel
     # when each communication really began: the latest start among its matched tasks
     launch = start_ns.astype(np.int64)
     comm_idx = np.flatnonzero(kind != _GPU)
     if len(comm_idx):
         key_codes, _ = column_codes(t["match_key"])
-        codes, _ = pd.factorize(key_codes[comm_idx])
+        codes = key_codes[comm_idx]
         del key_codes
-        latest = np.full(codes.max() + 1, np.iinfo(np.int64).min)
+        latest = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min)
         np.maximum.at(latest, codes, start_ns[comm_idx])
         launch[comm_idx] = latest[codes]
+        del codes, latest
     t0 = int(min(0, int(start_ns.min()))) if n else 0
     pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
     # group once (not one scan per rank): compute tasks by (rank, start, task id), and each

@@ -37,7 +37,7 @@ match_key     str      tasks with equal ``match_key`` on different ranks are one
                        (or one send/recv pair); "" if not comm
 ============  =======  ==============================================================
 
-Edges (``edges``): ``src``, ``dst`` (task ids, int64) and ``kind`` (str): ``launch``
+Edges (``edges``): ``src``, ``dst`` (task ids, int64; int32 in builder graphs) and ``kind`` (str): ``launch``
 (runtime call -> kernel), ``sync`` (GPU work -> the CPU call that waits on it), ``event``
 (cudaEventRecord -> cudaStreamWaitEvent target), ``thread`` (cross-thread), ``data``
 (execution-trace data dependency), ``dep`` (builder dependency). Program order within a lane
@@ -50,8 +50,8 @@ Groups (``groups``): a list of tuples of global ranks; ``group`` columns index i
 
 Storage: a ``str`` column may be held as plain strings (object or pandas ``str`` dtype) or as
 a pandas ``Categorical`` (small integer codes plus a vocabulary; the builder stores every
-string column of its graphs this way, and a builder graph's ``gap_ns``, all zero, is one
-read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
+string column of its graphs this way, its edges' task ids as int32 while they fit, and its
+``gap_ns``, all zero, as one read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
 files are the same either way; code that reads a string column of a possibly large graph
 should use :func:`column_codes` rather than ``to_numpy()``, which makes one Python object
 per row of a categorical column.
@@ -154,13 +154,15 @@ def make_lanes(rows: Mapping[str, Any] | pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({c: df[c].astype(t) for c, t in LANE_COLUMNS.items()})
 
 
-def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Integer codes (one per row) and the strings they stand for, of a string column held
-    as strings or as a Categorical (then without one Python object per row)."""
+def column_codes(col: pd.Series, names: bool = True) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (one per row) and the strings they stand for (``[]`` unless ``names``),
+    of a string column held as strings or as a Categorical (then without one Python object
+    per row: the codes are the column's own)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
+        cats = col.cat.categories
+        return col.cat.codes.to_numpy(), [str(x) for x in cats] if names else []
     codes, uniq = pd.factorize(col.to_numpy())
-    return codes, [str(x) for x in uniq]
+    return codes, [str(x) for x in uniq] if names else []
 
 
 def code_dtype(n_values: int) -> type[np.signedinteger]:
@@ -172,9 +174,10 @@ def code_dtype(n_values: int) -> type[np.signedinteger]:
 
 
 def categorical(codes: np.ndarray, values: list[str]) -> pd.Series:
-    """A Categorical column over ``codes`` (indices into ``values``, unique strings)."""
+    """A Categorical column over ``codes`` (indices into ``values``, unique strings; kept as
+    one Arrow string array, not one Python object each)."""
     codes = np.asarray(codes, dtype=code_dtype(len(values)))
-    dtype = pd.CategoricalDtype(pd.Index(np.asarray(values, dtype=object), dtype=object))
+    dtype = pd.CategoricalDtype(pd.Index(values, dtype="str"))
     return pd.Series(pd.Categorical.from_codes(codes, dtype=dtype, validate=False), copy=False)
 
 

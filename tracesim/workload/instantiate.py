@@ -146,8 +146,8 @@ def instantiate(
     key_pos = np.empty(n_c, dtype=np.int64)
     key_num = np.empty(n_c, dtype=np.int64)
     group_kind: list[str] = []  # the builder's group kind of each global group
-    src = np.empty(n_e, dtype=np.int64)
-    dst = np.empty(n_e, dtype=np.int64)
+    src = np.empty(n_e, dtype=np.int32 if n < 2**31 else np.int64)
+    dst = np.empty(n_e, dtype=src.dtype)
     lane_rank: list[int] = []
     lane_name: list[str] = []
     off = eoff = coff = 0
