@@ -161,3 +161,16 @@ def test_launch_grid_gives_the_wave_fill() -> None:
     q_rule = op_quantization("aten::convolution_backward", bwd, 0.0, kn, 108)
     assert q_rule.useful != pytest.approx(q.useful)
     assert cta_fill(99, 108) == pytest.approx(99 / 108) and cta_fill(109, 108) == pytest.approx(109 / 216)
+
+
+@pytest.mark.parametrize("name, shapes", [
+    ("aten::mm", "[[0,0],[0,0]]"), ("aten::mm", "[[3],[4]]"), ("aten::bmm", "[[2,3],[3,4]]"),
+    ("aten::cudnn_convolution", "[[1,3,8,8],[0,3,3,3]]"), ("aten::convolution_backward", "[[1]]"),
+    ("aten::addmm", None), ("aten::mm", "{}"), ("aten::cudnn_convolution", "[[1,3,8,8],[4,3,1,1]]"),
+])
+def test_malformed_shapes_never_raise(name: str, shapes: object) -> None:
+    kn = [NCHW2NHWC, GEMM64, NHWC2NCHW]
+    q = op_quantization(name, shapes, float("nan"), kn, 108, kernel_ctas=[1, 2])  # wrong length
+    assert 0.0 < q.useful <= 1.0
+    tb, n = layout_transform_bytes(name, shapes, 1e9, kn)
+    assert tb >= 0.0 and n >= 0

@@ -262,7 +262,9 @@ def op_quantization(name: str, shapes: Any, flops: float, kernel_names: Sequence
     split = any(_SPLIT_K_RE.search(k) for k in kernel_names)
     work, issued = 0.0, 0.0
     ctas: dict[str, int] = {}
-    for kname, c in zip(kernel_names, kernel_ctas or [0] * len(kernel_names), strict=True):
+    if kernel_ctas is None or len(kernel_ctas) != len(kernel_names):
+        kernel_ctas = [0] * len(kernel_names)
+    for kname, c in zip(kernel_names, kernel_ctas, strict=True):
         if c > 0:
             ctas.setdefault(kname, int(c))  # the first launch of a name
     for p, ks in zip(passes, _assign(passes, kernel_names), strict=True):
