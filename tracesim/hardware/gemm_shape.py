@@ -12,7 +12,8 @@ durations): the tile (``..._256x64_16x4_...``, ``tilesize128x128x16``, ``GemmSha
 (``split_k``, ``splitKreduce``, ``ReduceSplitK``) and cuDNN's NCHW <-> NHWC layout
 transforms. :func:`op_quantization` maps an op (aten name, recorded input shapes, FLOPs)
 onto the GEMM passes its kernels run and returns the fraction of the issued tile work that
-is useful (1.0 when nothing is known). :func:`layout_transform_bytes` gives the bytes the
+is useful (1.0 when nothing is known); given the kernels' launch grids (thread blocks, as
+Kineto records them) the wave fill comes from those, split-K slices included. :func:`layout_transform_bytes` gives the bytes the
 layout-transform kernels read and write.
 
 GEMM orientation follows cuBLAS (column-major): for a row-major ``[M, K] x [K, N]`` torch

@@ -11,7 +11,13 @@ no shapes; :func:`annotate_resnet50` rebuilds them from the torchvision ResNet-5
 (the model is identified by its 53 convolutions per step), with the batch size read off the
 first ReLU kernel's launch grid. Only then are their convolutions and FC GEMMs evaluated.
 
-``python -m tracesim.hardware.kernel_eval`` prints the per-class tables of docs/devices.md.
+GEMM-class ops are charged with effective FLOPs (FLOPs over the useful fraction of the tile
+work: tile padding and wave fill from the kernels' tiles and recorded launch grids, with an
+L2 tile cap) plus cuDNN's layout-transform traffic and one launch per kernel
+(:mod:`tracesim.hardware.gemm_shape`, :data:`SHAPE_PARTS`).
+
+``python -m tracesim.hardware.kernel_eval`` prints the per-class tables of docs/devices.md;
+``--ablation`` the shape-model ablation (:mod:`tracesim.hardware.kernel_ablation`).
 """
 
 from __future__ import annotations
