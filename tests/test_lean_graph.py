@@ -78,6 +78,16 @@ def test_categorical_and_string_columns_replay_alike(cp_graph: TaskGraph) -> Non
     assert ba[0]["exposed_comm_s"]["cp"] > 0 and ba[0]["bubble_s"] > 0
 
 
+def test_breakdown_in_edge_chunks_is_the_same(cp_graph: TaskGraph, monkeypatch) -> None:
+    import tracesim.workload.breakdown as bd
+
+    r = replay(cp_graph)
+    whole = rank_breakdowns(cp_graph, r.start_ns, r.end_ns, r.makespan_ns)
+    monkeypatch.setattr(bd, "_EDGE_CHUNK", 997)  # ~30 chunks of task ids
+    assert len(cp_graph.edges) > 20 * 997
+    assert rank_breakdowns(cp_graph, r.start_ns, r.end_ns, r.makespan_ns) == whole
+
+
 def test_full_replay_merges_only_without_per_op_output() -> None:
     opts = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "global_batch": 16,
             "seq_len": 1024, "template": "analytic", "full": True}

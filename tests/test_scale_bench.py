@@ -48,6 +48,15 @@ def test_one_run_in_a_subprocess(bench) -> None:
     assert bad["error"].startswith("exit")
 
 
+def test_per_op_variant_replays_the_same_iteration(bench) -> None:
+    opts = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "global_batch": 8,
+            "seq_len": 512, "template": "analytic", "full": True}
+    merged = bench.child(opts)
+    per_op = bench.child({**opts, "per_op": True})
+    assert per_op["tasks"] > 2 * merged["tasks"]
+    assert per_op["iteration_time_s"] == merged["iteration_time_s"]
+
+
 def _row(**kw):
     base = {"wall_s": 1.5, "peak_rss_gib": 0.3, "iteration_time_s": 2.0, "tasks": 10, "events": 20,
             "events_per_s": 13, "symmetric": True, "network": "estimate", "gpus": 128,

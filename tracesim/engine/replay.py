@@ -144,9 +144,9 @@ class _Comms:
         order = np.lexsort((idx, codes))  # members of each operation in task id order
         ptr = np.zeros(n_c + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
-        self.expected = _i64(expected)
-        self.arrived = array("q", bytes(8 * n_c))
-        self.member_ptr = _i64(ptr)
+        self.expected = _idx(expected)
+        self.arrived = array("i", bytes(4 * n_c))
+        self.member_ptr = _idx(ptr)
         self.members = _idx(idx[order])
         self.min_dur = _i64(min_dur)
 
@@ -205,7 +205,7 @@ def replay(
     del by_lane, same
 
     cm = _Comms(graph, kind_np, dur_np)
-    group_l = _view(np.asarray(tasks["group"].to_numpy(), dtype=np.int32))
+    group_l = _view(np.ascontiguousarray(tasks["group"].to_numpy()))
     groups = [tuple(sorted(int(r) for r in g)) for g in graph.groups]
     coll_code, coll_names = column_codes(tasks["collective"])  # names by code, not per task
     gk_code, gk_names = column_codes(tasks["group_kind"])

@@ -46,46 +46,58 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     dst = graph.edges["dst"].to_numpy()
     n = len(t)
     bind = np.full(n, -1, dtype=np.int32 if n < 2**31 else np.int64)
-    if len(src):
-        end_src = end_ns[src]
-        order = np.lexsort((end_src, dst))
-        del end_src
-        d_sorted = dst[order]
+    n_chunks = max(1, len(src) // _EDGE_CHUNK)
+    bounds = np.linspace(0, n, n_chunks + 1).astype(np.int64)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        # edges into tasks [lo, hi), in edge order (a chunk at a time: less memory at once)
+        e = np.flatnonzero((dst >= lo) & (dst < hi)) if n_chunks > 1 else np.arange(len(src))
+        if not len(e):
+            continue
+        d = dst[e]
+        order = np.lexsort((end_ns[src[e]], d))
+        d_sorted = d[order]
         last = np.ones(len(order), dtype=bool)
         np.not_equal(d_sorted[1:], d_sorted[:-1], out=last[:-1])
-        del d_sorted
-        sel = order[last]
-        del order, last
+        sel = e[order[last]]
         bind[dst[sel]] = src[sel]
-        del sel
+        del e, d, order, d_sorted, last, sel
     # when each communication really began: the latest start among its matched tasks
-    launch = start_ns.astype(np.int64)
+    key_codes, _ = column_codes(t["match_key"], names=False)
     comm_idx = np.flatnonzero(kind != _GPU)
+    latest = np.zeros(0, dtype=np.int64)
     if len(comm_idx):
-        key_codes, _ = column_codes(t["match_key"])
         codes = key_codes[comm_idx]
-        del key_codes
         latest = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min)
         np.maximum.at(latest, codes, start_ns[comm_idx])
-        launch[comm_idx] = latest[codes]
-        del codes, latest
+        del codes
+    launch = _Launch(key_codes, latest)
     t0 = int(min(0, int(start_ns.min()))) if n else 0
     pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
     # group once (not one scan per rank): compute tasks by (rank, start, task id), and each
     # rank's last-finishing communication task (the lowest task id among equal ends)
     comp = np.flatnonzero(is_compute)
-    comp = comp[np.lexsort((start_ns[comp], rank[comp]))]
+    del is_compute
     comp_r = rank[comp]
+    if not _ordered(comp_r, start_ns[comp]):  # a builder graph's are already in this order
+        comp = comp[np.lexsort((start_ns[comp], comp_r))]
+        comp_r = rank[comp]
     ranks = np.unique(rank)
     c_lo = np.searchsorted(comp_r, ranks, side="left")
     c_hi = np.searchsorted(comp_r, ranks, side="right")
+    del comp_r
     last_comm = np.full(len(ranks), -1, dtype=np.int64)
     if len(comm_idx):
-        co = comm_idx[np.lexsort((-comm_idx, end_ns[comm_idx], rank[comm_idx]))]
-        co_r = rank[co]
-        tail = np.ones(len(co), dtype=bool)
-        tail[:-1] = co_r[1:] != co_r[:-1]
-        last_comm[np.searchsorted(ranks, co_r[tail])] = co[tail]
+        slot = np.searchsorted(ranks, rank[comm_idx])
+        end_c = end_ns[comm_idx]
+        last_end = np.full(len(ranks), np.iinfo(np.int64).min)
+        np.maximum.at(last_end, slot, end_c)
+        at_end = end_c == last_end[slot]
+        del end_c
+        first = np.full(len(ranks), np.iinfo(np.int64).max)
+        np.minimum.at(first, slot[at_end], comm_idx[at_end])
+        last_comm = np.where(first < np.iinfo(np.int64).max, first, -1)
+        del slot, at_end, first
+    del comm_idx
     out: dict[int, dict[str, Any]] = {}
     for j, r in enumerate(ranks.tolist()):
         idx = comp[c_lo[j]:c_hi[j]]
@@ -119,6 +131,29 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
 
 #: what _attribute needs of a task's kind: compute, a collective, a point-to-point transfer
 _GPU, _COMM, _P2P = 0, 1, 2
+#: edges sorted at a time when finding each task's binding predecessor
+_EDGE_CHUNK = 1 << 20
+
+
+def _ordered(rank: np.ndarray, start: np.ndarray) -> bool:
+    """Whether tasks (in task id order) are already sorted by (rank, start)."""
+    if len(rank) < 2:
+        return True
+    dr = np.diff(rank)
+    if (dr < 0).any():
+        return False
+    return bool(((dr > 0) | (start[1:] >= start[:-1])).all())
+
+
+class _Launch:
+    """When each communication task's operation really began (ns): the latest start among
+    the tasks of its match key, by the key's code."""
+
+    def __init__(self, codes: np.ndarray, latest: np.ndarray):
+        self.codes, self.latest = codes, latest
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.latest[self.codes[i]])
 
 
 class _Kinds:
@@ -132,7 +167,7 @@ class _Kinds:
 
 
 def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk: _Kinds,
-               launch: np.ndarray, end_ns: np.ndarray, acc: dict[str, float]) -> None:
+               launch: _Launch, end_ns: np.ndarray, acc: dict[str, float]) -> None:
     """Charge the idle stretch [lo, hi) of a compute lane to the chain of waits behind it."""
     for _ in range(64):
         if hi <= lo:

@@ -50,8 +50,9 @@ Groups (``groups``): a list of tuples of global ranks; ``group`` columns index i
 
 Storage: a ``str`` column may be held as plain strings (object or pandas ``str`` dtype) or as
 a pandas ``Categorical`` (small integer codes plus a vocabulary; the builder stores every
-string column of its graphs this way, its edges' task ids as int32 while they fit, and its
-``gap_ns``, all zero, as one read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
+string column of its graphs this way, ``layer``, ``group`` and ``peer`` as int16 and its
+edges' task ids as int32 while the values fit, and its ``gap_ns``, all zero, as one
+read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
 files are the same either way; code that reads a string column of a possibly large graph
 should use :func:`column_codes` rather than ``to_numpy()``, which makes one Python object
 per row of a categorical column.
@@ -158,9 +159,10 @@ def column_codes(col: pd.Series, names: bool = True) -> tuple[np.ndarray, list[s
     """Integer codes (one per row) and the strings they stand for (``[]`` unless ``names``),
     of a string column held as strings or as a Categorical (then without one Python object
     per row: the codes are the column's own)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = col.cat.categories
-        return col.cat.codes.to_numpy(), [str(x) for x in cats] if names else []
+    arr = col.array
+    if isinstance(arr, pd.Categorical):
+        # ``Categorical.codes`` is a read-only view (``.cat.codes`` would copy)
+        return arr.codes, [str(x) for x in arr.categories] if names else []
     codes, uniq = pd.factorize(col.to_numpy())
     return codes, [str(x) for x in uniq] if names else []
 

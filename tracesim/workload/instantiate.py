@@ -135,6 +135,7 @@ def instantiate(
     n = sum(caches[st].n for st in stage_of)
     n_e = sum(len(caches[st].src) for st in stage_of)
     n_c = sum(len(caches[st].comm) for st in stage_of)
+    n_layers = max((int(p["layer"].max()) + 1 for p in stage_progs if len(p["layer"])), default=0)
     i32 = {c: np.empty(n, dtype=np.int32) for c in ("rank", "lane", "layer", "group", "peer")}
     i64 = {c: np.empty(n, dtype=np.int64) for c in ("dur_ns", "msg_bytes")}
     f64 = {c: np.empty(n, dtype=np.float64) for c in ("flops", "bytes")}
@@ -197,6 +198,10 @@ def instantiate(
         src[eoff : eoff + ne] = sc.src + off
         dst[eoff : eoff + ne] = sc.dst + off
         off, eoff = hi, eoff + ne
+    # layer, group and peer in 2 bytes when every value fits (-1 .. 32767)
+    for col, top in (("layer", n_layers), ("group", len(groups)), ("peer", max(ranks, default=0) + 1)):
+        if top < 2**15:
+            i32[col] = i32[col].astype(np.int16)
     data: dict[str, Any] = {**i32, **i64, **f64}
     for col in _STR_COLS:
         data[col] = vocab[col].column(codes[col])
@@ -213,7 +218,7 @@ def instantiate(
         # tracesim.workload.symmetry.SymmetricComm
         data["sym_group"] = data["group"].copy()
         coll = (data["kind"] == "coll").to_numpy()
-        data["group"] = np.where(coll, -1, data["group"]).astype(np.int32)
+        data["group"] = np.where(coll, -1, data["group"]).astype(data["sym_group"].dtype)
     tasks = _frame(data, TASK_COLUMNS)
     edges = _frame({"src": src, "dst": dst, "kind": categorical(np.zeros(n_e, dtype=np.int8), ["dep"])},
                    EDGE_COLUMNS)
