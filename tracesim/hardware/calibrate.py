@@ -7,11 +7,17 @@ bandwidth), pointwise / norm / softmax / reduction / embedding / optimizer / att
 FLOPs and bytes come from :func:`tracesim.workload.classify.op_cost`, the same function that
 reads traces, so the profile and the op table agree on what an op costs.
 
-Efficiencies are derived by inverting the cost model: for a compute-bound measurement
-``eff_c = flops / (peak * (t - launch))``; for a memory-bound one
-``eff_m = bytes / (bandwidth * (t - launch))``. On a GPU the peaks are the datasheet
-profile's; on a CPU (no datasheet) peak FLOP/s and bandwidth are the best measured GEMM
-rate and copy bandwidth, so the curves top out at 1.0.
+Compute efficiencies are derived by inverting the cost model
+(``eff_c = flops / (peak * (t - launch))``, median per half decade, made non-decreasing).
+Memory-bound classes get a robust fit of ``t = t0 + bytes / rate`` per class
+(:func:`fit_affine`), written as the efficiency curve that reproduces it
+(:func:`affine_curve`): a fixed time plus a rate, so doubling an op's bytes never more than
+doubles its time. (Binned medians of ``bytes / (bandwidth * (t - launch))`` put 100-1000x
+cliffs into the curves wherever one size was slowed down by other processes during the run;
+scaled predictions crossing such a cliff were off by as much.) Every op is timed in
+interleaved passes, keeping its fastest. On a GPU the peaks are the datasheet profile's; on a
+CPU (no datasheet) peak FLOP/s and bandwidth are the best measured GEMM rate and copy
+bandwidth, so the curves top out at 1.0.
 
 torch is imported only inside the measuring functions: the rest of tracesim (and the curve
 helpers here) import without it.
@@ -51,8 +57,7 @@ def fit_curve(sizes: Sequence[float], effs: Sequence[float], *, per_decade: int 
     Samples are binned by log10(size) (``per_decade`` bins per decade); each bin gives its
     median size and median efficiency, clipped to (1e-4, 1]. With ``monotone`` the
     efficiencies are made non-decreasing with size (compute curves: a larger GEMM never runs
-    less efficiently); memory curves keep their dips (CPU caches make mid-sized copies faster
-    than DRAM-sized ones).
+    less efficiently). :func:`calibrate` fits memory curves with :func:`fit_affine` instead.
     """
     s = np.asarray(sizes, dtype=float)
     e = np.asarray(effs, dtype=float)
@@ -86,6 +91,54 @@ def spread_of(sizes: Sequence[float], effs: Sequence[float], curve: Sequence[Seq
     dev = np.abs(e / np.maximum(pred, 1e-9) - 1.0)
     return round(float(np.clip(1.5 * np.median(dev) if dev.size else 0.25, 0.05, 0.5)), 3)
 
+
+def fit_affine(sizes: Sequence[float], times_s: Sequence[float]) -> tuple[float, float]:
+    """Robust fit of ``t = t0 + size / rate`` to (size, seconds) samples.
+
+    Minimises the sum of ``|log(model / measured)|`` (a median-like fit: a few samples slowed
+    down by other processes on a shared machine barely move it) over a log grid, refined
+    once. Returns ``(t0_s, rate)``: the fixed per-op time in seconds (>= 0) and the rate in
+    size units per second (bytes/s for a memory-bound op).
+    """
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    ok = np.isfinite(s) & np.isfinite(t) & (s > 0) & (t > 0)
+    s, t = s[ok], t[ok]
+    if s.size == 0:
+        raise ValueError("no valid samples to fit")
+    lt = np.log(t)
+
+    def best(t0s: np.ndarray, rates: np.ndarray) -> tuple[float, float]:
+        model = t0s[:, None, None] + s[None, None, :] / rates[None, :, None]
+        err = np.abs(np.log(model) - lt[None, None, :]).sum(axis=2)
+        i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+        return float(t0s[i]), float(rates[j])
+
+    rate_c = float(np.median(s / t))
+    t0s = np.concatenate([[0.0], np.logspace(-8, np.log10(max(t.max(), 1e-7)), 97)])
+    rates = rate_c * np.logspace(-1, 3, 161)
+    t0, rate = best(t0s, rates)
+    t0s = np.concatenate([[0.0], np.maximum(t0, 1e-9) * np.logspace(-0.1, 0.1, 21)])
+    rates = rate * np.logspace(-0.05, 0.05, 21)
+    return best(t0s, rates)
+
+
+def affine_curve(t0_s: float, rate: float, launch_s: float, peak_rate: float,
+                 sizes: Sequence[float]) -> list[list[float]]:
+    """Efficiency points at ``sizes`` that make the roofline reproduce ``t = t0 + size / rate``.
+
+    With the model ``t = size / (peak_rate * eff) + launch``, the affine time is the
+    saturating curve ``eff = e_max * size / (size + half)`` with ``e_max = rate / peak_rate``
+    and ``half = (t0 - launch) * rate`` (as :func:`saturating_curve`, kept to 4 significant
+    digits): the fixed part of the op's time does not scale with size, the rest linearly.
+    """
+    e_max = min(rate / peak_rate, 1.0)
+    half = max(t0_s - launch_s, 0.0) * e_max * peak_rate
+    return [[float(x), float(f"{max(e_max * x / (x + half), 1e-6):.4g}")] for x in sizes]
+
+
+#: sizes (bytes) at which the fitted memory curves are written: 4 points per decade, 1 KB-10 GB
+MEMORY_CURVE_SIZES = [float(f"{10 ** (k / 4):.4g}") for k in range(12, 41)]
 
 # --------------------------------------------------------------------------- timing
 
@@ -232,46 +285,51 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
             torch.backends.cuda.matmul.allow_tf32 = old_tf32
         say(f"gemm {key}: {len(plan['gemm'])} sizes")
 
-    # memory: copies
-    for n in plan["copy"]:
+    # everything else: built once, then timed in interleaved passes keeping each op's fastest
+    # (a burst of load from other processes rarely hits the same op in every pass)
+    jobs: list[tuple[str, str, list, list, Callable[[], Any]]] = []
+    for n in plan["copy"]:  # memory: copies
         src, dst = rnd(n), rnd(n)
-        t = tm(partial(dst.copy_, src))
-        record("memcpy", "aten::copy_", [[n], [n], []], ["float", "float", "Scalar"], t)
-    # pointwise: add (memory) and gelu (compute-heavy on CPUs)
-    for n in plan["pointwise"]:
+        jobs.append(("memcpy", "aten::copy_", [[n], [n], []], ["float", "float", "Scalar"],
+                     partial(dst.copy_, src)))
+    for n in plan["pointwise"]:  # pointwise: add (memory) and gelu (compute-heavy on CPUs)
         x, y = rnd(n), rnd(n)
-        record("elementwise", "aten::add", [[n], [n], []], ["float", "float", "Scalar"],
-               tm(partial(torch.add, x, y)))
-        record("elementwise_compute", "aten::gelu", [[n], []], ["float", "String"],
-               tm(partial(torch.nn.functional.gelu, x)))
-    # row-wise ops
-    for r, h in plan["rows"]:
+        jobs.append(("elementwise", "aten::add", [[n], [n], []], ["float", "float", "Scalar"],
+                     partial(torch.add, x, y)))
+        jobs.append(("elementwise_compute", "aten::gelu", [[n], []], ["float", "String"],
+                     partial(torch.nn.functional.gelu, x)))
+    for r, h in plan["rows"]:  # row-wise ops
         x = rnd(r, h)
         w, bias = rnd(h), rnd(h)
-        record("norm", "aten::native_layer_norm", [[r, h], [h], [h], [h], []],
-               ["float", "ScalarList", "float", "float", "Scalar"],
-               tm(partial(torch.nn.functional.layer_norm, x, (h,), w, bias)))
-        record("softmax", "aten::_softmax", [[r, h], [], []], ["float", "Scalar", "Scalar"],
-               tm(partial(torch.softmax, x, -1)))
-        record("reduction", "aten::sum", [[r, h], [], [], []], ["float", "ScalarList", "Scalar", ""],
-               tm(partial(torch.sum, x, -1)))
+        jobs.append(("norm", "aten::native_layer_norm", [[r, h], [h], [h], [h], []],
+                     ["float", "ScalarList", "float", "float", "Scalar"],
+                     partial(torch.nn.functional.layer_norm, x, (h,), w, bias)))
+        jobs.append(("softmax", "aten::_softmax", [[r, h], [], []], ["float", "Scalar", "Scalar"],
+                     partial(torch.softmax, x, -1)))
+        jobs.append(("reduction", "aten::sum", [[r, h], [], [], []], ["float", "ScalarList", "Scalar", ""],
+                     partial(torch.sum, x, -1)))
         idx = torch.randint(0, 4 * h, (r,), generator=gen, device=dev)
         table = rnd(4 * h, h)
-        record("embedding", "aten::embedding", [[4 * h, h], [r], [], [], []],
-               ["float", "long", "Scalar", "Scalar", "Scalar"],
-               tm(partial(torch.nn.functional.embedding, idx, table)))
-    # optimizer: foreach ops over lists of tensors
-    for count, size in plan["opt_lists"]:
+        jobs.append(("embedding", "aten::embedding", [[4 * h, h], [r], [], [], []],
+                     ["float", "long", "Scalar", "Scalar", "Scalar"],
+                     partial(torch.nn.functional.embedding, idx, table)))
+    for count, size in plan["opt_lists"]:  # optimizer: foreach ops over lists of tensors
         ps = [rnd(size) for _ in range(count)]
         gs = [rnd(size) for _ in range(count)]
-        record("optimizer", "aten::_foreach_add_", [[[size]] * count, [[size]] * count, []],
-               ["TensorList", "TensorList", "Scalar"],
-               tm(partial(torch._foreach_add_, ps, gs, alpha=-1e-3)))
-    # attention
-    for bsz, heads, seq, dim in plan["attn"]:
+        jobs.append(("optimizer", "aten::_foreach_add_", [[[size]] * count, [[size]] * count, []],
+                     ["TensorList", "TensorList", "Scalar"],
+                     partial(torch._foreach_add_, ps, gs, alpha=-1e-3)))
+    for bsz, heads, seq, dim in plan["attn"]:  # attention
         q, k, v = rnd(bsz, heads, seq, dim), rnd(bsz, heads, seq, dim), rnd(bsz, heads, seq, dim)
-        record("attention", "aten::scaled_dot_product_attention", [list(q.shape)] * 3,
-               ["float"] * 3, tm(partial(torch.nn.functional.scaled_dot_product_attention, q, k, v)))
+        jobs.append(("attention", "aten::scaled_dot_product_attention", [list(q.shape)] * 3,
+                     ["float"] * 3, partial(torch.nn.functional.scaled_dot_product_attention, q, k, v)))
+    fastest = [float("inf")] * len(jobs)
+    for _ in range(plan["passes"]):
+        launch = min(launch, tm(partial(torch.add, a1, b1)))
+        for i, job in enumerate(jobs):
+            fastest[i] = min(fastest[i], tm(job[4]))
+    for (cls, opname, dims, types, _), t in zip(jobs, fastest, strict=True):
+        record(cls, opname, dims, types, t)
     say("pointwise, norm, softmax, reduction, embedding, optimizer, attention done")
 
     if is_cuda:
@@ -341,17 +399,23 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         k = "fp32" if key == "default" else key
         return float(peaks.get(k) or peaks.get("fp32") or max(peaks.values())) * 1e12
 
-    def mem_curve(rows: list[tuple[float, float, float]]) -> tuple[list[list[float]], list, list]:
+    mem_fits: dict[str, dict[str, float]] = {}
+
+    def mem_curve(rows: list[tuple[float, float, float]], cls: str) -> tuple[list[list[float]], list, list]:
+        # a fixed time plus bytes / rate (robust fit): a 2x larger op costs at most 2x, and
+        # one slowed-down size cannot put a cliff into the curve
         sizes = [b for _, b, _ in rows]
         effs = [b / (bw * 1e9 * busy(t)) for _, b, t in rows]
-        return fit_curve(sizes, effs, per_decade=2, monotone=False), sizes, effs
+        t0, rate = fit_affine(sizes, [t for _, _, t in rows])
+        mem_fits[cls] = {"fixed_us": round(t0 * 1e6, 3), "rate_GBps": round(rate / 1e9, 2)}
+        return affine_curve(t0, rate, launch, bw * 1e9, MEMORY_CURVE_SIZES), sizes, effs
 
     def comp_curve(rows: list[tuple[float, float, float]], key: str) -> tuple[list[list[float]], list, list]:
         sizes = [f for f, _, _ in rows]
         effs = [f / (peak_of(key) * busy(t)) for f, _, t in rows]
         return fit_curve(sizes, effs, per_decade=2), sizes, effs
 
-    copy_curve, cs, ce = mem_curve(flat_samples["memcpy"])
+    copy_curve, cs, ce = mem_curve(flat_samples["memcpy"], "memcpy")
     flat = [[1.0, 1.0]]
     eff: dict[str, Any] = {}
     g_curves = {}
@@ -364,7 +428,7 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
                    "memory": copy_curve, "spread": max(g_spreads)}
     att, s, e = comp_curve(flat_samples["attention"], "default")
     eff["attention"] = {"compute": att, "memory": copy_curve, "spread": spread_of(s, e, att)}
-    ew_mem, s, e = mem_curve(flat_samples["elementwise"])
+    ew_mem, s, e = mem_curve(flat_samples["elementwise"], "elementwise")
     # transcendental pointwise ops (gelu) set one size-independent compute efficiency: the
     # size ramp is already in the memory curve, and a curve over FLOPs would wrongly slow
     # down cheap ops (add) of the same size
@@ -374,7 +438,7 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
     eff["elementwise"] = {"compute": ew_comp, "memory": ew_mem, "spread": spread_of(s, e, ew_mem)}
     eff["memcpy"] = {"compute": flat, "memory": copy_curve, "spread": spread_of(cs, ce, copy_curve)}
     for cls in ("norm", "softmax", "reduction", "embedding", "optimizer"):
-        curve, s, e = mem_curve(flat_samples[cls])
+        curve, s, e = mem_curve(flat_samples[cls], cls)
         eff[cls] = {"compute": flat, "memory": curve, "spread": spread_of(s, e, curve)}
     eff["default"] = dict(eff["elementwise"])
     # fresh lists everywhere, so the YAML has no anchors / aliases
@@ -396,6 +460,7 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
             "quick": quick, "threads": threads,
             "measured_peak_tflops": {k: round(v, 4) for k, v in measured_peaks.items()},
             "datasheet": ref_name or None,
+            "memory_fits": mem_fits,
         },
         "efficiency": eff,
     }

@@ -1,0 +1,96 @@
+"""Larger CPU models predicted from one small CPU trace (issue 4; docs/accuracy.md, "Larger
+CPU models predicted from one small CPU trace").
+
+The fast tests check the pieces: the robust affine fit of the calibration and memory curves
+without cliffs in the shipped host-cpu profile.
+The timing test collects gpt-tiny and its hidden x2, layers x2 and sequence x2 variants on
+this CPU and compares the predictions (from the gpt-tiny bundle alone) with the measured
+steps; `scripts/accuracy_cpu_scaling.py` is the same experiment with repeats.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracesim.hardware.calibrate import affine_curve, fit_affine
+from tracesim.hardware.costmodel import op_time_ns, op_times_ns
+from tracesim.hardware.device import get_device
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+MEMORY_CLASSES = ("memcpy", "elementwise", "norm", "softmax", "reduction", "embedding", "optimizer")
+
+
+def test_fit_affine_ignores_slowed_samples() -> None:
+    sizes = np.logspace(3, 8, 16)
+    times = 5e-6 + sizes / 50e9
+    times[[3, 9, 12]] *= [40.0, 5.0, 100.0]  # three sizes hit by other processes' load
+    t0, rate = fit_affine(sizes, times)
+    assert t0 == pytest.approx(5e-6, rel=0.05) and rate == pytest.approx(50e9, rel=0.05)
+    with pytest.raises(ValueError):
+        fit_affine([0.0], [1.0])
+
+
+def test_affine_curve_reproduces_the_fit() -> None:
+    """The roofline with the written curve gives back t0 + bytes / rate (within 3%)."""
+    launch, peak = 1e-6, 200e9
+    sizes = [float(f"{10 ** (k / 4):.4g}") for k in range(12, 41)]
+    curve = affine_curve(8e-6, 60e9, launch, peak, sizes)
+    prof = {"name": "t", "kind": "cpu", "peak_tflops": {"fp32": 0.2}, "hbm_GBps": peak / 1e9,
+            "launch_overhead_us": launch * 1e6,
+            "efficiency": {"default": {"compute": [[1.0, 1.0]], "memory": curve}}}
+    d = get_device(prof)
+    for b in (3e3, 1e5, 2.5e6, 7e7):
+        t = op_time_ns(d, "norm", 0.0, b, "fp32") * 1e-9
+        assert t == pytest.approx(8e-6 + b / 60e9, rel=0.03)
+
+
+def test_shipped_memory_curves_have_no_cliff() -> None:
+    """Doubling a memory-bound op's bytes takes between 0.97x (interpolation between the
+    curve's points) and 2.05x the time (the earlier calibration had 100x steps where one size
+    was slowed down by other jobs)."""
+    d = get_device("host-cpu")
+    b = np.logspace(3, 9, 200)
+    for cls in MEMORY_CLASSES:
+        t1 = op_times_ns(d, cls, 0.0, b, "fp32").astype(float)
+        t2 = op_times_ns(d, cls, 0.0, 2 * b, "fp32").astype(float)
+        ratio = t2 / t1
+        assert ratio.min() >= 0.97 and ratio.max() <= 2.05, (cls, ratio.min(), ratio.max())
+
+
+def _script() -> object:
+    spec = importlib.util.spec_from_file_location("accuracy_cpu_scaling", ROOT / "scripts" / "accuracy_cpu_scaling.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed (collect needs it)")
+def test_larger_cpu_models_from_one_small_trace(tmp_path: Path) -> None:
+    """gpt-tiny collected here predicts its hidden x2 / layers x2 / sequence x2 variants'
+    measured step times (median of 5 unprofiled steps) within BOUND."""
+    load = os.getloadavg()[0]
+    if load > 2.0 * (os.cpu_count() or 1):
+        pytest.skip(f"machine too busy for timing (load average {load:.1f})")
+    mod = _script()
+    rows = mod.run("gpt-tiny", 8, 5, tmp_path, 1)  # type: ignore[attr-defined]
+    bad = {x["label"]: x["disturbed"] for x in rows if x["disturbed"]}
+    if bad:
+        pytest.skip(f"timing disturbed by other jobs: {bad}")
+    errors = {x["label"]: (x["pred"] - x["meas"]) / x["meas"] for x in rows}
+    print({k: f"{v:+.1%}" for k, v in errors.items()})
+    assert abs(errors["base (self)"]) < 0.03
+    for label in ("hidden x2", "layers x2", "sequence x2"):
+        assert abs(errors[label]) < BOUND, (label, errors)
+
+
+#: the issue's target; see docs/accuracy.md for the measured spread on this shared machine
+BOUND = 0.10
