@@ -32,9 +32,9 @@ _F = TypeVar("_F", bound=Callable[..., int])
 
 @dataclass(frozen=True)
 class HostContention:
-    """Measured compute-time factors, as ((ranks on one node, factor >= ... ), ...).
-
-    ``method`` says how they were measured (free text, for reports).
+    """Measured compute-time factors: ``slowdown`` holds (ranks on one node, factor) pairs,
+    sorted by rank count (a factor of 1.2 means 20% longer compute per op); ``method`` says
+    how they were measured (free text, for reports).
     """
 
     slowdown: tuple[tuple[int, float], ...] = ()

@@ -1,0 +1,205 @@
+"""``python -m collectors.cpu_accuracy``: the CPU accuracy checks of docs/accuracy.md, in rounds.
+
+Each round, one after the other (so they see similar load; nothing is fitted on a result):
+
+1. ``contention``: ``python -m collectors.contention --procs 2 --threads 1`` (host contention);
+2. ``one``: ``tracesim collect --workload gpt-tiny --threads 1`` (the 1-rank template);
+3. ``two``: ``tracesim collect --workload gpt-tiny --ranks 2`` (2 gloo DDP ranks);
+4. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
+
+then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and
+unprofiled error with the step calibration of ``profiler_overhead`` and, for comparison on
+the same bundle, with the older loop microbenchmark), and the 2-rank prediction from ``one``
+(``tracesim.retarget.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
+with and without the measured ``host_contention``, against ``two``'s unprofiled median.
+While each part runs a thread samples ``procs_running`` of ``/proc/stat`` (runnable
+threads, ours included) twice a second. Prints a markdown row per round (and JSON lines with
+``--json FILE``). Needs torch (the collections) and a few minutes per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: two CPU "GPUs" on one node, joined by loopback (gloo): 2 GB/s, 50 us
+CPU_CLUSTER: dict[str, Any] = {
+    "name": "cpu-loopback",
+    "nodes": 1,
+    "gpus_per_node": 2,
+    "device": {
+        "name": "cpu", "kind": "cpu", "peak_tflops": {"fp32": 0.1}, "hbm_GBps": 20,
+        "launch_overhead_us": 5,
+        "efficiency": {"default": {"compute": [[1e6, 0.3], [1e9, 0.6]],
+                                   "memory": [[1e4, 0.3], [1e8, 0.8]], "spread": 0.3}},
+    },
+    "intra_node": {"kind": "pcie", "bandwidth_GBps": 2, "latency_us": 50},
+}
+#: the retarget flags of the 2-rank prediction (micro-batch 8 per rank, as collected)
+GLOO_OPTS: dict[str, Any] = {"dp": 2, "global_batch": 16, "micro_batch": 8, "dtype": "fp32"}
+
+
+class _Sampler:
+    """Mean of ``procs_running`` (/proc/stat) while the ``with`` block runs."""
+
+    def __enter__(self) -> _Sampler:
+        self.values: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                for line in Path("/proc/stat").read_text().splitlines():
+                    if line.startswith("procs_running"):
+                        self.values.append(int(line.split()[1]))
+            except OSError:
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return round(sum(self.values) / len(self.values), 1) if self.values else None
+
+
+def run_cmd(cmd: list[str]) -> str:
+    """Run ``cmd`` in the checkout; its stdout (raises on failure)."""
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT,
+                          timeout=900).stdout
+
+
+def collect_tiny(out: Path, *args: str) -> None:
+    """``tracesim collect --workload gpt-tiny --batch 8 -o out ARGS``."""
+    run_cmd([sys.executable, "-m", "tracesim.cli", "collect", "--workload", "gpt-tiny",
+          "--batch", "8", "-o", str(out), *args])
+
+
+def self_replay_errors(bundle: Path) -> dict[str, Any]:
+    """Per rank: profiled-step error, unprofiled error (step calibration, and the loops)."""
+    from tracesim.engine.replay import replay
+    from tracesim.selfreplay import self_replay, step_times
+    from tracesim.sources import load_source
+    from tracesim.workload.extract import ExtractOptions, extract
+
+    src = load_source(bundle)
+    meta = src.meta
+    median = float(meta["measured_step_time_s"]["median"])
+    loops = tuple((int(e["rank"]), float(e["profiler_overhead"]["loops"]["op_ns"]),
+                   float(e["profiler_overhead"]["loops"]["annotation_ns"]))
+                  for e in meta["per_rank"])
+    opts = ExtractOptions(profiler_overhead_ns=1.0, rank_overhead_ns=loops,
+                          joint_ranks=src.op_table["rank"].nunique() > 1)
+    graph = extract(src.op_table, opts, src.et_tables)
+    loop_pred = {rk: pred for rk, _, _, _, pred, _, _ in step_times(graph, replay(graph))}
+    out = []
+    for r in self_replay(src):
+        out.append({"rank": r.rank, "profiled_err": r.rel_error,
+                    "unprofiled_err": r.rel_error_unprofiled,
+                    "loops_err": loop_pred[r.rank] / 1e9 / median - 1.0,
+                    "profiled_ms": r.measured_s * 1e3,
+                    "per_event_ns": meta["per_rank"][r.rank]["profiler_overhead"]["per_event_ns"]})
+    return {"median_ms": median * 1e3, "ranks": out}
+
+
+def gloo_errors(one: Path, two: Path, contention: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """The 2-rank prediction from the 1-rank bundle, without and with host contention."""
+    from tracesim.retarget import run_retarget
+
+    plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-contention.yaml"
+    plain_spec.write_text(yaml.safe_dump(CPU_CLUSTER))
+    cont_spec.write_text(yaml.safe_dump({**CPU_CLUSTER, "host_contention": contention}))
+    seq = int(yaml.safe_load((one / "meta.yaml").read_text())["seq_len"])
+    measured = float(yaml.safe_load((two / "meta.yaml").read_text())["measured_step_time_s"]["median"])
+    plain = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(plain_spec)})
+    cont = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(cont_spec)})
+    return {"measured_ms": measured * 1e3,
+            "plain_ms": plain["iteration_time_s"] * 1e3,
+            "contention_ms": cont["iteration_time_s"] * 1e3,
+            "plain_err": plain["iteration_time_s"] / measured - 1.0,
+            "contention_err": cont["iteration_time_s"] / measured - 1.0}
+
+
+def one_round(tmp: Path) -> dict[str, Any]:
+    rec: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.gmtime()), "running": {}}
+    steps = [
+        ("contention", lambda: rec.__setitem__("contention", yaml.safe_load(run_cmd(
+            [sys.executable, "-m", "collectors.contention", "--procs", "2", "--threads", "1"]
+        ))["host_contention"])),
+        ("one", lambda: collect_tiny(tmp / "one", "--threads", "1")),
+        ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2")),
+        ("b1", lambda: collect_tiny(tmp / "b1")),
+    ]
+    for name, fn in steps:
+        with _Sampler() as s:
+            fn()
+        rec["running"][name] = s.mean
+    rec["load"] = round(os.getloadavg()[0], 2)
+    rec["b1"] = self_replay_errors(tmp / "b1")
+    rec["two"] = self_replay_errors(tmp / "two")
+    rec["gloo"] = gloo_errors(tmp / "one", tmp / "two", rec["contention"], tmp)
+    return rec
+
+
+def row(rec: dict[str, Any]) -> str:
+    """A markdown row: time, runnable threads, b1, two, contention, gloo (errors in %)."""
+    def pct(x: float) -> str:
+        return f"{x * 100:+.1f}%"
+
+    b1 = rec["b1"]["ranks"][0]
+    two = rec["two"]["ranks"]
+    run = rec["running"]
+    return (f"| {rec['time']} | {run['b1']} / {run['two']} | {rec['b1']['median_ms']:.1f} "
+            f"| {pct(b1['unprofiled_err'])} ({pct(b1['loops_err'])}) "
+            f"| {rec['two']['median_ms']:.1f} "
+            f"| {' / '.join(pct(r['unprofiled_err']) for r in two)} "
+            f"({' / '.join(pct(r['loops_err']) for r in two)}) "
+            f"| x{float(rec['contention']['slowdown'][2]):.2f} "
+            f"| {pct(rec['gloo']['plain_err'])} | {pct(rec['gloo']['contention_err'])} |")
+
+
+HEADER = ("| time (UTC) | runnable threads b1 / 2-rank | 1-rank median ms | 1-rank unprofiled "
+          "error (loops) | 2-rank median ms | 2-rank unprofiled error r0 / r1 (loops) "
+          "| contention | gloo predicted, no contention | with contention |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m collectors.cpu_accuracy",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", default=None, help="where the bundles go (default: a temp dir)")
+    p.add_argument("--json", default=None, help="append one JSON line per round here")
+    args = p.parse_args(argv)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tracesim-cpu-acc-") as default_tmp:
+        tmp = Path(args.dir or default_tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        print(HEADER, flush=True)
+        for _ in range(args.rounds):
+            rec = one_round(tmp)
+            print(row(rec), flush=True)
+            if args.json:
+                with open(args.json, "a") as fh:
+                    fh.write(json.dumps(rec, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
