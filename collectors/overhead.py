@@ -20,7 +20,9 @@ warm-up and before the recorded profile, under the same profiler configuration
   median, which drops sessions whose profiled step was slowed).
 
 The recorded ``ProfilerStep`` and the timed unprofiled steps of the bundle come afterwards
-and are not used. The per-event cost is split between ops and annotations in the ratio of a
+and are not used. Where other work made the sessions useless (a median below the loop
+microbenchmark's cost, a lower bound: real ops record more), the loop cost is used instead
+(``floored: true``). The per-event cost is split between ops and annotations in the ratio of a
 second microbenchmark (``loops``: ``n_ops`` calls of ``torch.add`` on one-element tensors and
 as many empty ``record_function`` blocks with and without the profiler; ``op_ns`` /
 ``annotation_ns`` per event, and ``op_inside_ns`` / ``annotation_inside_ns``, the part that
@@ -160,6 +162,15 @@ def op_overhead(device: torch.device, n_ops: int = 1000, repeats: int = 3) -> di
             "annotation_inside_ns": an_in, "n_ops": n_ops, "repeats": repeats}
 
 
+def loop_floor(counts: dict[str, int], loops: dict[str, Any]) -> int:
+    """The loop microbenchmark's cost per event of a step with ``counts`` (ns): a lower
+    bound for real ops, which record at least as much (more inputs, shapes, FLOPs)."""
+    ops = counts["cpu_ops"]
+    annotations = counts["module_scopes"] + counts["annotations"]
+    total = ops * float(loops["op_ns"]) + annotations * float(loops["annotation_ns"])
+    return round(total / max(1, ops + annotations))
+
+
 def split_per_event(per_event_ns: float, counts: dict[str, int],
                     loops: dict[str, Any]) -> tuple[int, int]:
     """(per op, per annotation) in ns: ``per_event_ns`` over all events of a step, split in
@@ -180,9 +191,12 @@ def measure_profiler_overhead(training: Training, device: torch.device, steps: i
     """The ``profiler_overhead`` mapping of ``meta.yaml`` (integer ns; see module doc)."""
     loops = op_overhead(device, n_ops=n_ops)
     calib = step_overhead(training, device, steps=steps, sessions=sessions)
-    op_ns, an_ns = split_per_event(calib["per_event_ns"], calib["events_per_step"], loops)
+    floor = loop_floor(calib["events_per_step"], loops)
+    per_event = max(calib["per_event_ns"], floor)
+    op_ns, an_ns = split_per_event(per_event, calib["events_per_step"], loops)
     return {
-        "per_event_ns": calib["per_event_ns"],
+        "per_event_ns": per_event,
+        "floored": per_event > calib["per_event_ns"],
         "per_op_ns": op_ns,
         "per_annotation_ns": an_ns,
         "method": (

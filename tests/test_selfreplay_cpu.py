@@ -45,12 +45,16 @@ def test_overhead_prefers_the_step_calibration() -> None:
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
 def test_split_keeps_the_total_per_step() -> None:
-    from collectors.overhead import split_per_event
+    from collectors.overhead import loop_floor, split_per_event
 
     counts = {"cpu_ops": 1800, "module_scopes": 28, "annotations": 5, "events": 1833}
-    op_ns, an_ns = split_per_event(7000, counts, {"op_ns": 6000, "annotation_ns": 2000})
+    loops = {"op_ns": 6000, "annotation_ns": 2000}
+    op_ns, an_ns = split_per_event(7000, counts, loops)
     assert op_ns == pytest.approx(3 * an_ns, rel=0.01)
     assert 1800 * op_ns + 33 * an_ns == pytest.approx(7000 * 1833, rel=1e-3)
+    # the loop cost per event of such a step: the floor of the step calibration
+    assert loop_floor(counts, loops) == round((1800 * 6000 + 33 * 2000) / 1833)
+    assert split_per_event(loop_floor(counts, loops), counts, loops) == (6000, 2000)
 
 
 def _busy() -> str | None:
