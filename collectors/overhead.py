@@ -14,10 +14,9 @@ warm-up and before the recorded profile, under the same profiler configuration
   ``steps`` active steps (timing each active step and counting its events from the
   exported trace, :func:`collectors.train.count_step_events`), and one more unprofiled
   step;
-* ``per_event_ns = (mean active step time - faster unprofiled step) / events per step``,
-  the median over the sessions (plain and profiled steps alternate, so both see the same
-  load; other work only slows steps down, hence the faster of the two plain steps and the
-  median, which drops sessions whose profiled step was slowed).
+* ``per_event_ns = (median profiled step - median unprofiled step) / events per step``
+  over all sessions (plain and profiled steps alternate, so both see the same load; the
+  medians drop steps slowed by other work on both sides alike).
 
 The recorded ``ProfilerStep`` and the timed unprofiled steps of the bundle come afterwards
 and are not used. Where other work made the sessions useless (a median below the loop
@@ -75,19 +74,20 @@ def step_overhead(training: Training, device: torch.device, steps: int = 1,
     """Per-event profiler overhead from calibration steps of ``training`` (see module doc).
 
     Each session times an unprofiled step, a profiler session (1 warm-up + ``steps`` active
-    steps) and another unprofiled step. Other work on the machine only ever slows a step
-    down, so a session's baseline is the faster of its two unprofiled steps, and the median
-    over sessions drops those whose profiled step was slowed.
+    steps) and another unprofiled step, so plain and profiled steps alternate and see the
+    same load. ``per_event_ns`` is (median profiled step - median unprofiled step) over all
+    sessions, divided by the (median) events per profiled step: medians, so that steps slowed
+    by other work drop out on both sides alike.
     """
+    plain: list[int] = []
+    active: list[int] = []
     per_event: list[float] = []
-    plain_med: list[float] = []
-    prof_mean: list[float] = []
     counts: list[dict[str, int]] = []
     with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp:
         trace_file = Path(tmp) / "trace.json"
         for _ in range(sessions):
-            plain = [_timed_ns(training.step)]
-            active = []
+            before = _timed_ns(training.step)
+            session = []
             prof = make_profiler(
                 device, steps, Path(tmp) / "et.json",
                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_file)),
@@ -96,26 +96,29 @@ def step_overhead(training: Training, device: torch.device, steps: int = 1,
                 for i in range(1 + steps):
                     dt = _timed_ns(training.step)
                     if i:
-                        active.append(dt)
+                        session.append(dt)
                     prof.step()
-            plain.append(_timed_ns(training.step))
+            after = _timed_ns(training.step)
             with open(trace_file) as fh:
                 counted = count_step_events(json.load(fh))
             n = max(1, len(counted))
             events = sum(c["events"] for c in counted) / n
-            mean_active = statistics.fmean(active)
-            plain_ns = min(plain)
-            per_event.append((mean_active - plain_ns) / max(1.0, events))
-            plain_med.append(plain_ns)
-            prof_mean.append(mean_active)
+            plain += [before, after]
+            active += session
+            per_event.append((statistics.fmean(session) - (before + after) / 2) / max(1.0, events))
             counts.append({k: sum(c[k] for c in counted) // n
                            for k in ("cpu_ops", "module_scopes", "annotations", "events")})
+    counts.sort(key=lambda c: c["events"])
+    typical = counts[len(counts) // 2]
+    plain_ns, prof_ns = statistics.median(plain), statistics.median(active)
     return {
-        "per_event_ns": max(0, round(statistics.median(per_event))),
+        "per_event_ns": max(0, round((prof_ns - plain_ns) / max(1, typical["events"]))),
         "per_event_ns_sessions": [round(x) for x in per_event],
-        "plain_step_ns": round(statistics.median(plain_med)),
-        "profiled_step_ns": round(statistics.median(prof_mean)),
-        "events_per_step": counts[len(counts) // 2],
+        "plain_step_ns": round(plain_ns),
+        "profiled_step_ns": round(prof_ns),
+        "plain_steps_ns": plain,
+        "profiled_steps_ns": active,
+        "events_per_step": typical,
         "sessions": sessions,
     }
 
@@ -203,9 +206,9 @@ def measure_profiler_overhead(training: Training, device: torch.device, steps: i
             "calibration steps of the same training job (after warm-up, before the recorded "
             "profile): per session an unprofiled step, a profiled one under the collector's "
             "profiler (record_shapes, with_flops, execution trace observer), another "
-            "unprofiled one; (profiled - faster unprofiled) / events per step, median over "
-            "sessions; split between ops and annotations in the ratio of the loop "
-            "microbenchmark"
+            "unprofiled one; (median profiled - median unprofiled step) / events per step; "
+            "at least the loop microbenchmark's cost; split between ops and annotations in "
+            "the ratio of the loop microbenchmark"
         ),
         "applies_to": "every cpu_op and user_annotation event of a profiled step",
         "n_events": calib["events_per_step"]["events"] * steps * sessions,
