@@ -7,6 +7,7 @@ Usage::
     .venv/bin/python scripts/bench.py --no-scaling --no-agreement
     .venv/bin/python scripts/bench.py --repeat 3          # best of 3 per run (noisy machine)
     .venv/bin/python scripts/bench.py --from-json docs/performance.json   # docs from stored results
+    .venv/bin/python scripts/bench.py --cases A,B,C [--repo DIR]   # the speed-up log's cases
 
 Every run is one fresh subprocess that calls :func:`tracesim.retarget.run_retarget` with the
 scenario's options, exactly as ``tracesim replay --model ... --cluster ...`` does; the time
@@ -186,6 +187,70 @@ def run(opts: dict[str, Any], timeout_s: float, repeat: int = 1, limit_gib: floa
     assert best is not None
     best["walls_s"] = walls
     return best
+
+
+# ---------------------------------------------------------------------------- speed-up log
+
+#: the fixed cases of docs/performance.md's speed-up log (CPU seconds, fresh process each)
+CASES: dict[str, dict[str, Any]] = {
+    # A: the full replay of S4 with 16 micro-batches: graph build + replay
+    "A": {**SCENARIOS["S4"]["opts"], "global_batch": 128},
+    # B: run_retarget on S2 at 128 GPUs (TP8 PP8 DP2), 8 micro-batches, every rank: the whole call
+    "B": {**SCENARIOS["S2"]["opts"], "cluster": "h100x128", "dp": 2, "global_batch": 16, "full": True},
+    # C: the reduced replay of S2 (1024 GPUs) with the flow network: the replay
+    "C": {**SCENARIOS["S2"]["opts"], "network": "flow"},
+}
+
+
+def case_child(name: str) -> dict[str, Any]:
+    """Run speed-up case ``name`` in this process: CPU seconds (``time.process_time``) of
+    the graph build, the replay and the whole ``run_retarget`` call, and the peak RSS."""
+    import tracesim.engine.replay as engine
+    import tracesim.workload.builder as builder
+    from tracesim.retarget import run_retarget
+
+    cpu: dict[str, float] = {}
+
+    def timed(mod: Any, attr: str, key: str) -> None:
+        inner = getattr(mod, attr)
+
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            t = time.process_time()
+            try:
+                return inner(*a, **kw)
+            finally:
+                cpu[key] = cpu.get(key, 0.0) + time.process_time() - t
+
+        setattr(mod, attr, wrapped)
+
+    if name == "A":  # defined with compute runs merged (commits before they were by default)
+        plain = builder.build_graph
+        builder.build_graph = lambda *a, **kw: plain(*a, **{**kw, "merge_compute": True})  # type: ignore[assignment]
+    timed(builder, "build_graph", "build_cpu_s")
+    timed(engine, "replay", "replay_cpu_s")
+    t = time.process_time()
+    res = run_retarget(None, CASES[name])
+    return {"case": name, "call_cpu_s": round(time.process_time() - t, 2),
+            **{k: round(v, 2) for k, v in cpu.items()},
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "tasks": res["replay"]["tasks"], "iteration_time_s": res["iteration_time_s"],
+            "load_before": round(os.getloadavg()[0], 2)}
+
+
+def run_cases(names: list[str], repo: Path) -> list[dict[str, Any]]:
+    """Each case in a fresh process on the checkout ``repo`` (this script's cases and
+    measurement, that checkout's tracesim: compare commits on copies, e.g. ``git archive``)."""
+    out = []
+    for name in names:
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        p = subprocess.run([sys.executable, __file__, "--case-child", name], cwd=repo, env=env,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            out.append({"case": name, "error": (p.stderr or p.stdout).strip().splitlines()[-1:]})
+        else:
+            out.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 # ---------------------------------------------------------------------------- sweeps
@@ -405,12 +470,23 @@ def main(argv: list[str] | None = None) -> int:
                     "whole run, none with --only)")
     ap.add_argument("--from-json", type=Path, help="write docs/performance.* from a results file "
                     "of an earlier run instead of running")
+    ap.add_argument("--cases", help="speed-up log cases to run (comma-separated, of A,B,C): "
+                    "CPU seconds and peak RSS, one fresh process each; nothing else runs")
+    ap.add_argument("--repo", type=Path, default=ROOT, help="checkout whose tracesim --cases "
+                    "measures (default: this one)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--case-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.from_json:
         data = json.loads(args.from_json.read_text())
         write_docs(data)
         print(markdown(data))
+        return 0
+    if args.case_child:
+        print(json.dumps(case_child(args.case_child)))
+        return 0
+    if args.cases:
+        run_cases(args.cases.split(","), args.repo.resolve())
         return 0
     if args.child:
         lim = int(args.limit_gib * 2**30)

@@ -108,3 +108,15 @@ def test_full_replay_merges_only_without_per_op_output() -> None:
     assert m["duration_methods"] == p["duration_methods"]
     # a merged task's scaling method is still known (not "model" for want of a name)
     assert set(merged.task_methods()) <= set(per_op.task_methods()) | {"mixed"}
+
+
+def test_order_check_of_compute_tasks() -> None:
+    from tracesim.workload.breakdown import _ordered
+
+    rank = np.array([0, 0, 0, 1, 1, 2])
+    start = np.array([5, 7, 7, 1, 3, 0])
+    idx = np.arange(6)
+    assert _ordered(idx, rank, start)
+    assert not _ordered(idx, rank, np.array([5, 4, 7, 1, 3, 0]))  # a start goes back
+    assert not _ordered(idx, np.array([0, 1, 0, 1, 1, 2]), start)  # a rank goes back
+    assert _ordered(idx[[0, 2, 4]], rank, np.array([5, 99, 7, 1, 3, 0]))  # only idx counts

@@ -33,13 +33,13 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     lane_names = lanes["name"].to_numpy()
     # string columns as small codes (a large graph's are Categorical: no object per row)
     kind_code, kind_names = column_codes(t["kind"])
-    kind = np.array([_GPU if k == "gpu" else _P2P if k in ("send", "recv") else _COMM
-                     for k in kind_names] or [_GPU], dtype=np.int8)[kind_code]
+    kind = _lookup(np.array([_GPU if k == "gpu" else _P2P if k in ("send", "recv") else _COMM
+                             for k in kind_names] or [_GPU], dtype=np.int8), kind_code)
     lane = t["lane"].to_numpy()
     rank = t["rank"].to_numpy()
     gk_code, gk_names = column_codes(t["group_kind"])
     gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
-    is_compute = (kind == _GPU) & (lane_names == "compute")[lane]
+    is_compute = (kind == _GPU) & _lookup(lane_names == "compute", lane)
     # binding (latest-finishing) explicit predecessor of every task (among equal ends, the
     # last edge); temporaries are freed as soon as possible (a full graph has ~10^7 edges)
     src = graph.edges["src"].to_numpy()
@@ -63,40 +63,42 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         del e, d, order, d_sorted, last, sel
     # when each communication really began: the latest start among its matched tasks
     key_codes, _ = column_codes(t["match_key"], names=False)
-    comm_idx = np.flatnonzero(kind != _GPU)
+    idx_t = np.int32 if n < 2**31 else np.int64  # task ids in 4 bytes when they fit
+    comm_idx = _nonzero(kind != _GPU, idx_t)
     latest = np.zeros(0, dtype=np.int64)
     if len(comm_idx):
-        codes = key_codes[comm_idx]
-        latest = np.full(int(codes.max()) + 1, np.iinfo(np.int64).min)
-        np.maximum.at(latest, codes, start_ns[comm_idx])
-        del codes
+        latest = np.full(int(key_codes.max()) + 1, np.iinfo(np.int64).min)
+        for c in _chunks(comm_idx):
+            np.maximum.at(latest, key_codes[c], start_ns[c])
     launch = _Launch(key_codes, latest)
     t0 = int(min(0, int(start_ns.min()))) if n else 0
     pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
     # group once (not one scan per rank): compute tasks by (rank, start, task id), and each
     # rank's last-finishing communication task (the lowest task id among equal ends)
-    comp = np.flatnonzero(is_compute)
+    comp = _nonzero(is_compute, idx_t)
     del is_compute
-    comp_r = rank[comp]
-    if not _ordered(comp_r, start_ns[comp]):  # a builder graph's are already in this order
-        comp = comp[np.lexsort((start_ns[comp], comp_r))]
-        comp_r = rank[comp]
-    ranks = np.unique(rank)
-    c_lo = np.searchsorted(comp_r, ranks, side="left")
-    c_hi = np.searchsorted(comp_r, ranks, side="right")
+    if not _ordered(comp, rank, start_ns):  # a replayed builder graph's are in this order
+        comp = comp[np.lexsort((start_ns[comp], rank[comp]))]
+    comp_r = _lookup(rank, comp)
+    n_ranks = int(rank.max()) + 1 if n else 0
+    ranks = np.flatnonzero(sum((np.bincount(c, minlength=n_ranks) for c in _chunks(rank)),
+                               np.zeros(n_ranks, dtype=np.int64)))
+    pos = np.full(len(ranks) and int(ranks[-1]) + 1, -1, dtype=np.int32)  # rank -> its row
+    pos[ranks] = np.arange(len(ranks), dtype=np.int32)
+    c_lo = np.searchsorted(comp_r, ranks.astype(comp_r.dtype), side="left")  # no upcast
+    c_hi = np.searchsorted(comp_r, ranks.astype(comp_r.dtype), side="right")
     del comp_r
     last_comm = np.full(len(ranks), -1, dtype=np.int64)
-    if len(comm_idx):
-        slot = np.searchsorted(ranks, rank[comm_idx])
-        end_c = end_ns[comm_idx]
+    if len(comm_idx):  # two passes over the communication tasks, a chunk at a time
         last_end = np.full(len(ranks), np.iinfo(np.int64).min)
-        np.maximum.at(last_end, slot, end_c)
-        at_end = end_c == last_end[slot]
-        del end_c
+        for c in _chunks(comm_idx):
+            np.maximum.at(last_end, pos[rank[c]], end_ns[c])
         first = np.full(len(ranks), np.iinfo(np.int64).max)
-        np.minimum.at(first, slot[at_end], comm_idx[at_end])
+        for c in _chunks(comm_idx):
+            slot = pos[rank[c]]
+            at_end = end_ns[c] == last_end[slot]
+            np.minimum.at(first, slot[at_end], c[at_end])
         last_comm = np.where(first < np.iinfo(np.int64).max, first, -1)
-        del slot, at_end, first
     del comm_idx
     out: dict[int, dict[str, Any]] = {}
     for j, r in enumerate(ranks.tolist()):
@@ -132,17 +134,40 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
 #: what _attribute needs of a task's kind: compute, a collective, a point-to-point transfer
 _GPU, _COMM, _P2P = 0, 1, 2
 #: edges sorted at a time when finding each task's binding predecessor
-_EDGE_CHUNK = 1 << 20
+_EDGE_CHUNK = 1 << 18
 
 
-def _ordered(rank: np.ndarray, start: np.ndarray) -> bool:
-    """Whether tasks (in task id order) are already sorted by (rank, start)."""
-    if len(rank) < 2:
-        return True
-    dr = np.diff(rank)
-    if (dr < 0).any():
-        return False
-    return bool(((dr > 0) | (start[1:] >= start[:-1])).all())
+def _chunks(a: np.ndarray, size: int = 1 << 19) -> list[np.ndarray]:
+    """``a`` in consecutive slices of ``size`` (views)."""
+    return [a[i:i + size] for i in range(0, len(a), size)]
+
+
+def _lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]`` a chunk at a time (numpy turns a whole index array into 8-byte
+    integers first: 100 MB for 13 million tasks)."""
+    out = np.empty(len(codes), dtype=table.dtype)
+    for i in range(0, len(codes), 1 << 19):
+        out[i:i + (1 << 19)] = table[codes[i:i + (1 << 19)]]
+    return out
+
+
+def _nonzero(mask: np.ndarray, dtype: type[np.signedinteger]) -> np.ndarray:
+    """``np.flatnonzero(mask)`` as ``dtype``, a chunk at a time (no 8-byte copy of it all)."""
+    step = 1 << 19
+    parts = [(np.flatnonzero(mask[i:i + step]) + i).astype(dtype) for i in range(0, len(mask), step)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _ordered(idx: np.ndarray, rank: np.ndarray, start: np.ndarray) -> bool:
+    """Whether tasks ``idx`` (ascending ids) are already sorted by (rank, start); checked a
+    chunk at a time, each overlapping the previous one by a task."""
+    for lo in range(0, max(len(idx) - 1, 0), 1 << 19):
+        i = idx[lo:lo + (1 << 19) + 1]
+        r, s = rank[i], start[i]
+        dr = np.diff(r)
+        if (dr < 0).any() or not ((dr > 0) | (s[1:] >= s[:-1])).all():
+            return False
+    return True
 
 
 class _Launch:
