@@ -174,8 +174,10 @@ def replay(
     tasks = graph.tasks
     n = len(tasks)
     lane_np = tasks["lane"].to_numpy()
-    dur_np = np.asarray(tasks["dur_ns"].to_numpy(), dtype=np.int64)
-    gap_np = np.asarray(tasks["gap_ns"].to_numpy(), dtype=np.int64)
+    dur_np = tasks["dur_ns"].to_numpy()  # read in place (int64, or int32 when it fits)
+    gap_np = tasks["gap_ns"].to_numpy()
+    if dur_np.dtype.kind != "i" or gap_np.dtype.kind != "i":
+        dur_np, gap_np = dur_np.astype(np.int64), gap_np.astype(np.int64)
     if n and (dur_np.min() < 0 or gap_np.min() < 0):
         raise ReplayError("negative dur_ns or gap_ns in the task graph")
     kind_np = _kind_codes(tasks["kind"])
@@ -215,7 +217,7 @@ def replay(
     env = simpy.Environment()
     if comm is not None:
         comm.attach(env)
-    dur, gap, nxt = _view(dur_np), _view(gap_np), _idx(nxt_np)
+    dur, gap, nxt = _view(np.ascontiguousarray(dur_np)), _view(gap_np), _idx(nxt_np)
     coll = _view(cm.coll_id)  # operation of a communication task (no copy); see _Comms
     kind = _view(kind_np)  # int8 codes (_KIND_CODES)
     del dur_np, gap_np, nxt_np, lane_np

@@ -15,6 +15,7 @@ iteration time on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,7 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     rank = t["rank"].to_numpy()
     gk_code, gk_names = column_codes(t["group_kind"])
     gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
-    is_compute = (kind == _GPU) & _lookup(lane_names == "compute", lane)
+    compute_lane = lane_names == "compute"
     # binding (latest-finishing) explicit predecessor of every task (among equal ends, the
     # last edge); temporaries are freed as soon as possible (a full graph has ~10^7 edges)
     src = graph.edges["src"].to_numpy()
@@ -64,42 +65,45 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     # when each communication really began: the latest start among its matched tasks
     key_codes, _ = column_codes(t["match_key"], names=False)
     idx_t = np.int32 if n < 2**31 else np.int64  # task ids in 4 bytes when they fit
-    comm_idx = _nonzero(kind != _GPU, idx_t)
+    def comm_chunks() -> Iterator[np.ndarray]:  # communication task ids, a chunk at a time
+        for i in range(0, n, _STEP):
+            yield (np.flatnonzero(kind[i:i + _STEP] != _GPU) + i).astype(idx_t)
+
+    has_comm = bool((kind != _GPU).any())
     latest = np.zeros(0, dtype=np.int64)
-    if len(comm_idx):
+    if has_comm:
         latest = np.full(int(key_codes.max()) + 1, np.iinfo(np.int64).min)
-        for c in _chunks(comm_idx):
+        for c in comm_chunks():
             np.maximum.at(latest, key_codes[c], start_ns[c])
     launch = _Launch(key_codes, latest)
     t0 = int(min(0, int(start_ns.min()))) if n else 0
     pipelined = bool(np.any(pd.Series(lane_names).str.startswith("comm:pp_f")))
     # group once (not one scan per rank): compute tasks by (rank, start, task id), and each
     # rank's last-finishing communication task (the lowest task id among equal ends)
-    comp = _nonzero(is_compute, idx_t)
-    del is_compute
+    parts = [(np.flatnonzero((kind[i:i + _STEP] == _GPU) & compute_lane[lane[i:i + _STEP]]) + i)
+             .astype(idx_t) for i in range(0, n, _STEP)]
+    comp = np.concatenate(parts) if parts else np.zeros(0, dtype=idx_t)
+    del parts
     if not _ordered(comp, rank, start_ns):  # a replayed builder graph's are in this order
         comp = comp[np.lexsort((start_ns[comp], rank[comp]))]
-    comp_r = _lookup(rank, comp)
     n_ranks = int(rank.max()) + 1 if n else 0
-    ranks = np.flatnonzero(sum((np.bincount(c, minlength=n_ranks) for c in _chunks(rank)),
-                               np.zeros(n_ranks, dtype=np.int64)))
+    ranks = np.flatnonzero(_count(rank, None, n_ranks))
     pos = np.full(len(ranks) and int(ranks[-1]) + 1, -1, dtype=np.int32)  # rank -> its row
     pos[ranks] = np.arange(len(ranks), dtype=np.int32)
-    c_lo = np.searchsorted(comp_r, ranks.astype(comp_r.dtype), side="left")  # no upcast
-    c_hi = np.searchsorted(comp_r, ranks.astype(comp_r.dtype), side="right")
-    del comp_r
+    per_rank = _count(rank, comp, n_ranks)[ranks]
+    c_hi = np.cumsum(per_rank)  # comp is grouped by rank, in rank order
+    c_lo = c_hi - per_rank
     last_comm = np.full(len(ranks), -1, dtype=np.int64)
-    if len(comm_idx):  # two passes over the communication tasks, a chunk at a time
+    if has_comm:  # two passes over the communication tasks, a chunk at a time
         last_end = np.full(len(ranks), np.iinfo(np.int64).min)
-        for c in _chunks(comm_idx):
+        for c in comm_chunks():
             np.maximum.at(last_end, pos[rank[c]], end_ns[c])
         first = np.full(len(ranks), np.iinfo(np.int64).max)
-        for c in _chunks(comm_idx):
+        for c in comm_chunks():
             slot = pos[rank[c]]
             at_end = end_ns[c] == last_end[slot]
             np.minimum.at(first, slot[at_end], c[at_end])
         last_comm = np.where(first < np.iinfo(np.int64).max, first, -1)
-    del comm_idx
     out: dict[int, dict[str, Any]] = {}
     for j, r in enumerate(ranks.tolist()):
         idx = comp[c_lo[j]:c_hi[j]]
@@ -135,34 +139,33 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
 _GPU, _COMM, _P2P = 0, 1, 2
 #: edges sorted at a time when finding each task's binding predecessor
 _EDGE_CHUNK = 1 << 18
-
-
-def _chunks(a: np.ndarray, size: int = 1 << 19) -> list[np.ndarray]:
-    """``a`` in consecutive slices of ``size`` (views)."""
-    return [a[i:i + size] for i in range(0, len(a), size)]
+#: tasks handled at a time by the other vectorised passes
+_STEP = 1 << 19
 
 
 def _lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
     """``table[codes]`` a chunk at a time (numpy turns a whole index array into 8-byte
     integers first: 100 MB for 13 million tasks)."""
     out = np.empty(len(codes), dtype=table.dtype)
-    for i in range(0, len(codes), 1 << 19):
-        out[i:i + (1 << 19)] = table[codes[i:i + (1 << 19)]]
+    for i in range(0, len(codes), _STEP):
+        out[i:i + _STEP] = table[codes[i:i + _STEP]]
     return out
 
 
-def _nonzero(mask: np.ndarray, dtype: type[np.signedinteger]) -> np.ndarray:
-    """``np.flatnonzero(mask)`` as ``dtype``, a chunk at a time (no 8-byte copy of it all)."""
-    step = 1 << 19
-    parts = [(np.flatnonzero(mask[i:i + step]) + i).astype(dtype) for i in range(0, len(mask), step)]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+def _count(rank: np.ndarray, idx: np.ndarray | None, n_ranks: int) -> np.ndarray:
+    """How many of the tasks ``idx`` (None: all) each rank has, a chunk at a time."""
+    out = np.zeros(n_ranks, dtype=np.int64)
+    for i in range(0, len(rank) if idx is None else len(idx), _STEP):
+        r = rank[i:i + _STEP] if idx is None else rank[idx[i:i + _STEP]]
+        out += np.bincount(r, minlength=n_ranks)
+    return out
 
 
 def _ordered(idx: np.ndarray, rank: np.ndarray, start: np.ndarray) -> bool:
     """Whether tasks ``idx`` (ascending ids) are already sorted by (rank, start); checked a
     chunk at a time, each overlapping the previous one by a task."""
-    for lo in range(0, max(len(idx) - 1, 0), 1 << 19):
-        i = idx[lo:lo + (1 << 19) + 1]
+    for lo in range(0, max(len(idx) - 1, 0), _STEP):
+        i = idx[lo:lo + _STEP + 1]
         r, s = rank[i], start[i]
         dr = np.diff(r)
         if (dr < 0).any() or not ((dr > 0) | (s[1:] >= s[:-1])).all():

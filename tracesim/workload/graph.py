@@ -51,7 +51,7 @@ Groups (``groups``): a list of tuples of global ranks; ``group`` columns index i
 Storage: a ``str`` column may be held as plain strings (object or pandas ``str`` dtype) or as
 a pandas ``Categorical`` (small integer codes plus a vocabulary; the builder stores every
 string column of its graphs this way, ``layer``, ``group`` and ``peer`` as int16,
-``msg_bytes`` and its edges' task ids as int32 while the values fit, and its ``gap_ns``, all zero, as one
+``dur_ns``, ``msg_bytes`` and its edges' task ids as int32 while the values fit, and its ``gap_ns``, all zero, as one
 read-only zero-stride array). Values, comparisons (``==``, ``isin``, ``.str``) and Parquet
 files are the same either way; code that reads a string column of a possibly large graph
 should use :func:`column_codes` rather than ``to_numpy()``, which makes one Python object

@@ -202,8 +202,9 @@ def instantiate(
     for col, top in (("layer", n_layers), ("group", len(groups)), ("peer", max(ranks, default=0) + 1)):
         if top < 2**15:
             i32[col] = i32[col].astype(np.int16)
-    if n and int(i64["msg_bytes"].max()) < 2**31:  # message sizes in 4 bytes when they fit
-        i64["msg_bytes"] = i64["msg_bytes"].astype(np.int32)
+    for col in ("dur_ns", "msg_bytes"):  # 4 bytes when every value fits
+        if n and int(i64[col].max()) < 2**31 and int(i64[col].min()) >= -(2**31):
+            i64[col] = i64[col].astype(np.int32)
     data: dict[str, Any] = {**i32, **i64, **f64}
     for col in _STR_COLS:
         data[col] = vocab[col].column(codes[col])
