@@ -199,17 +199,31 @@ CASES: dict[str, dict[str, Any]] = {
     "B": {**SCENARIOS["S2"]["opts"], "cluster": "h100x128", "dp": 2, "global_batch": 16, "full": True},
     # C: the reduced replay of S2 (1024 GPUs) with the flow network: the replay
     "C": {**SCENARIOS["S2"]["opts"], "network": "flow"},
+    # S4 itself, for its memory by phase
+    "S4": SCENARIOS["S4"]["opts"],
 }
+
+
+def _rss_gib() -> dict[str, float]:
+    """Resident set now and its peak so far (GiB), from /proc/self/status (Linux)."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return {}
+    return {k: round(int(text.split(k + ":")[1].split()[0]) / 2**20, 3) for k in ("VmRSS", "VmHWM")}
 
 
 def case_child(name: str) -> dict[str, Any]:
     """Run speed-up case ``name`` in this process: CPU seconds (``time.process_time``) of
-    the graph build, the replay and the whole ``run_retarget`` call, and the peak RSS."""
+    the graph build, the replay and the whole ``run_retarget`` call, the peak RSS, and the
+    resident set (now, peak) after the imports, the build, the replay and the breakdown."""
     import tracesim.engine.replay as engine
+    import tracesim.workload.breakdown as breakdown
     import tracesim.workload.builder as builder
     from tracesim.retarget import run_retarget
 
     cpu: dict[str, float] = {}
+    rss: dict[str, Any] = {"imports": _rss_gib()}
 
     def timed(mod: Any, attr: str, key: str) -> None:
         inner = getattr(mod, attr)
@@ -220,6 +234,7 @@ def case_child(name: str) -> dict[str, Any]:
                 return inner(*a, **kw)
             finally:
                 cpu[key] = cpu.get(key, 0.0) + time.process_time() - t
+                rss[key.split("_")[0]] = _rss_gib()
 
         setattr(mod, attr, wrapped)
 
@@ -228,12 +243,14 @@ def case_child(name: str) -> dict[str, Any]:
         builder.build_graph = lambda *a, **kw: plain(*a, **{**kw, "merge_compute": True})  # type: ignore[assignment]
     timed(builder, "build_graph", "build_cpu_s")
     timed(engine, "replay", "replay_cpu_s")
+    timed(breakdown, "rank_breakdowns", "breakdown_cpu_s")
     t = time.process_time()
     res = run_retarget(None, CASES[name])
     return {"case": name, "call_cpu_s": round(time.process_time() - t, 2),
             **{k: round(v, 2) for k, v in cpu.items()},
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "tasks": res["replay"]["tasks"], "iteration_time_s": res["iteration_time_s"],
+            "rss_gib_after": rss,
             "load_before": round(os.getloadavg()[0], 2)}
 
 
@@ -470,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                     "whole run, none with --only)")
     ap.add_argument("--from-json", type=Path, help="write docs/performance.* from a results file "
                     "of an earlier run instead of running")
-    ap.add_argument("--cases", help="speed-up log cases to run (comma-separated, of A,B,C): "
+    ap.add_argument("--cases", help="speed-up log cases to run (comma-separated, of A,B,C,S4): "
                     "CPU seconds and peak RSS, one fresh process each; nothing else runs")
     ap.add_argument("--repo", type=Path, default=ROOT, help="checkout whose tracesim --cases "
                     "measures (default: this one)")
