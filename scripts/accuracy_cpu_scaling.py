@@ -11,10 +11,11 @@ Each round:
    machine load) and compare with the median of its unprofiled steps.
 
 Rounds are repeated (``--repeats``) because other jobs share this machine: the summary gives
-the median error over the rounds whose timing is trusted (:func:`disturbed`, a rule fixed
-before looking at errors) and its range; every round is listed too. Round r's bundles are
+the median error over the rounds whose timing is trusted (:func:`disturbed` and
+:func:`_flag_slow_rounds`, rules that look at the measurements only, never at the errors) and
+its range; every round is listed too. Round r's bundles are
 kept in OUT/r<r>/; ``--reuse`` predicts them again (e.g. after recalibrating) without
-collecting. ``--per-op`` also prints, for the last round, which
+collecting. ``--per-op`` also prints, for the last trusted round, which
 template ops carry the error (predicted from the base bundle vs measured in the variant's own
 bundle, both on the profiled step after the collector's overhead correction).
 
@@ -159,7 +160,9 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
     rounds = range(repeats) if collect_new else sorted(
         int(p.name[1:]) for p in out.glob("r*") if p.name[1:].isdigit() and (p / "base").is_dir())
     for r in rounds:
-        load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+        load = "-"  # of a reused round: not known here
+        if collect_new and Path("/proc/loadavg").exists():
+            load = Path("/proc/loadavg").read_text().split()[0]
         labels = list(specs)[1:]
         labels = ["base (self)"] + labels[r % 3:] + labels[:r % 3]  # rotate: no variant always last
         base_bundle = _bundle(out, r, "base (self)", specs["base (self)"])
@@ -174,7 +177,24 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
             rows.append({"round": r, "label": label, "load": load, "disturbed": why,
                          "pred": predict(base_bundle, specs[label], batch),
                          "meas": float(meta["measured_step_time_s"]["median"])})
+    _flag_slow_rounds(rows)
     return rows
+
+
+def _flag_slow_rounds(rows: list[dict[str, Any]], limit: float = 1.5) -> None:
+    """Also distrust a measurement more than ``limit`` x the fastest median of the same
+    configuration over all rounds (other jobs can slow every step alike), and every row of
+    a round whose base is distrusted (the base bundle is the prediction's input)."""
+    fastest: dict[str, float] = {}
+    for x in rows:
+        fastest[x["label"]] = min(fastest.get(x["label"], x["meas"]), x["meas"])
+    for x in rows:
+        if not x["disturbed"] and x["meas"] > limit * fastest[x["label"]]:
+            x["disturbed"] = f"median {x['meas'] / fastest[x['label']]:.1f}x the fastest round's"
+    bad_base = {x["round"]: x["disturbed"] for x in rows if x["label"] == "base (self)" and x["disturbed"]}
+    for x in rows:
+        if x["round"] in bad_base and not x["disturbed"]:
+            x["disturbed"] = f"base: {bad_base[x['round']]}"
 
 
 def _err(p: float, m: float) -> float:
@@ -188,7 +208,7 @@ def main() -> int:
     ap.add_argument("--measure", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads for collect")
-    ap.add_argument("--per-op", action="store_true", help="print the per-op error of the last round")
+    ap.add_argument("--per-op", action="store_true", help="print the per-op error of the last trusted round")
     ap.add_argument("--reuse", action="store_true",
                     help="predict the rounds already under --out again (no collection)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "cpu-scaling")
@@ -213,12 +233,13 @@ def main() -> int:
               f"{statistics.median(x['meas'] for x in ok) * 1e3:.2f} | {statistics.median(errs):+.1f}% | "
               f"{min(errs):+.1f}% .. {max(errs):+.1f}% |")
     if a.per_op:
-        last = max(x["round"] for x in rows)
         specs = _specs(a.base, a.out)
         for label, spec_path in list(specs.items())[1:]:
-            bundle = _bundle(a.out, last, label, spec_path)
-            if not bundle.is_dir():
+            trusted = [x["round"] for x in rows if x["label"] == label and not x["disturbed"]]
+            if not trusted:
                 continue
+            last = trusted[-1]  # the last round whose timing is trusted
+            bundle = _bundle(a.out, last, label, spec_path)
             ops = per_op(_bundle(a.out, last, "base (self)", specs["base (self)"]), bundle, spec_path, a.batch)
             tp = sum(o["pred_ns"] * o["count"] for o in ops)
             tm = sum(o["meas_ns"] * o["count"] for o in ops)
