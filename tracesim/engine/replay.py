@@ -22,7 +22,8 @@ that nothing can interleave with -- no task of the run but the last has a succes
 next task's predecessors have all finished when the run starts -- is timed in one step: its
 start and end times follow by addition, and one timeout ends the whole run (coarsening at
 replay time; the builder can also merge such runs into single tasks). Per-task state lives in
-typed arrays (``array('q')``), not Python objects.
+typed arrays (``array('q')`` / ``'i'`` / ``'h'``), not Python objects, and the task table's
+numeric and categorical-code columns are read in place through memoryviews (no copies).
 
 Determinism: equal inputs give identical results. SimPy orders simultaneous events by (time,
 priority, scheduling order); lanes start in lane-index order, a finished task releases its
