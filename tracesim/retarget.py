@@ -228,7 +228,7 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=symmetric or not keep_ops)
     graph = built.graph
-    net = NetworkModel(cluster)
+    net = NetworkModel(cluster, keep_records=False)  # nothing here reads them
     recorder = None
     # a symmetric replay has only the representatives' flows, so flow-level contention is not
     # modelled faithfully anyway: charge each collective its uncongested time instead

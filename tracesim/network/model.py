@@ -166,6 +166,9 @@ class NetworkModel:
             coupled step by step). ``"auto"`` (default, as DESIGN.md says): before each
             round, aggregate the remaining steps if none of the phase's links carries other
             traffic, else run one step and look again.
+        keep_records: keep a :class:`CommRecord` per finished operation in ``records``
+            (tests, tools); a replay that never reads them passes False (a full 1,024-GPU
+            replay finishes about two million operations).
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class NetworkModel:
         algo: Mapping[str, str] | None = None,
         *,
         phases: str = "auto",
+        keep_records: bool = True,
     ):
         self.cluster = cluster
         self._shared = _shared(cluster)
@@ -188,6 +192,7 @@ class NetworkModel:
         self.env: simpy.Environment | None = None
         self.flows = FlowNetwork(self.topology.capacity)
         self.records: list[CommRecord] = []
+        self.keep_records = keep_records
         # per-call caches: the chosen compiled collective of (collective, ranks, bytes) and
         # the compiled transfer of (src, dst); the flow network also keys its cache of
         # isolated rates on these (persistent) route arrays

@@ -52,8 +52,9 @@ class Runner:
         m, cc = self.model, self.cc
         env = m._env()
         if self.i >= len(cc.phases):
-            m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
-                                        cc.algorithm, self.t0, int(env.now)))
+            if m.keep_records:
+                m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
+                                            cc.algorithm, self.t0, int(env.now)))
             self.done.succeed()
             return
         ph = cc.phases[self.i]
