@@ -119,11 +119,12 @@ def self_replay_errors(bundle: Path) -> dict[str, Any]:
 
 def gloo_errors(one: Path, two: Path, contention: dict[str, Any], tmp: Path) -> dict[str, Any]:
     """The 2-rank prediction from the 1-rank bundle, without and with host contention."""
+    from tracesim.fileio import write_yaml
     from tracesim.retarget import run_retarget
 
     plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-contention.yaml"
-    plain_spec.write_text(yaml.safe_dump(CPU_CLUSTER))
-    cont_spec.write_text(yaml.safe_dump({**CPU_CLUSTER, "host_contention": contention}))
+    write_yaml(plain_spec, CPU_CLUSTER)
+    write_yaml(cont_spec, {**CPU_CLUSTER, "host_contention": contention})
     seq = int(yaml.safe_load((one / "meta.yaml").read_text())["seq_len"])
     measured = float(yaml.safe_load((two / "meta.yaml").read_text())["measured_step_time_s"]["median"])
     plain = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(plain_spec)})
