@@ -10,10 +10,11 @@ pattern and, with several ranks, the same contention between the processes), tak
 warm-up and before the recorded profile, under the same profiler configuration
 (:func:`collectors.train.make_profiler`):
 
-* ``sessions`` times: time an unprofiled step, one profiler session of 1 warm-up +
-  ``steps`` active steps (timing each active step and counting its events from the
-  exported trace, :func:`collectors.train.count_step_events`), and one more unprofiled
-  step;
+* ``sessions`` times: an untimed step, a timed unprofiled step, one profiler session of 1
+  warm-up + ``steps`` active steps (timing each active step; its events are counted from
+  the exported trace, :func:`collectors.train.count_step_events`, after the last session),
+  another untimed and another timed unprofiled step (the untimed steps absorb the slowdown
+  that follows a profiler session and its trace export);
 * ``per_event_ns = (median profiled step - median unprofiled step) / events per step``
   over all sessions (plain and profiled steps alternate, so both see the same load; the
   medians drop steps slowed by other work on both sides alike).
@@ -70,12 +71,14 @@ def _timed_ns(fn: Callable[[], Any]) -> int:
 
 
 def step_overhead(training: Training, device: torch.device, steps: int = 1,
-                  sessions: int = 8) -> dict[str, Any]:
+                  sessions: int = 16) -> dict[str, Any]:
     """Per-event profiler overhead from calibration steps of ``training`` (see module doc).
 
-    Each session times an unprofiled step, a profiler session (1 warm-up + ``steps`` active
-    steps) and another unprofiled step, so plain and profiled steps alternate and see the
-    same load. ``per_event_ns`` is (median profiled step - median unprofiled step) over all
+    Each session runs an untimed step, times an unprofiled step, a profiler session (1
+    warm-up + ``steps`` active steps), again an untimed and a timed unprofiled step, so
+    plain and profiled steps alternate and see the same load; the untimed steps keep the
+    disturbance right after a profiler session (and its trace export) out of the baseline,
+    and the traces are parsed only after the last session. ``per_event_ns`` is (median profiled step - median unprofiled step) over all
     sessions, divided by the (median) events per profiled step: medians, so that steps slowed
     by other work drop out on both sides alike.
     """
@@ -84,13 +87,17 @@ def step_overhead(training: Training, device: torch.device, steps: int = 1,
     per_event: list[float] = []
     counts: list[dict[str, int]] = []
     with tempfile.TemporaryDirectory(prefix="tracesim-calib-") as tmp:
-        trace_file = Path(tmp) / "trace.json"
-        for _ in range(sessions):
+        files = [Path(tmp) / f"trace{k}.json" for k in range(sessions)]
+        times: list[tuple[int, list[int], int]] = []
+        for k in range(sessions):
+            # an untimed step first: the step right after a profiler session (or its trace
+            # export) runs slower than a steady one, which would bias the baseline high
+            training.step()
             before = _timed_ns(training.step)
             session = []
             prof = make_profiler(
-                device, steps, Path(tmp) / "et.json",
-                on_trace_ready=lambda p: p.export_chrome_trace(str(trace_file)),
+                device, steps, Path(tmp) / f"et{k}.json",
+                on_trace_ready=lambda p, f=files[k]: p.export_chrome_trace(str(f)),
             )
             with prof:
                 for i in range(1 + steps):
@@ -98,7 +105,12 @@ def step_overhead(training: Training, device: torch.device, steps: int = 1,
                     if i:
                         session.append(dt)
                     prof.step()
+            training.step()
             after = _timed_ns(training.step)
+            times.append((before, session, after))
+        # the traces are read only after the last session, so that parsing them disturbs
+        # no timed step
+        for trace_file, (before, session, after) in zip(files, times, strict=True):
             with open(trace_file) as fh:
                 counted = count_step_events(json.load(fh))
             n = max(1, len(counted))
@@ -190,7 +202,7 @@ def split_per_event(per_event_ns: float, counts: dict[str, int],
 
 
 def measure_profiler_overhead(training: Training, device: torch.device, steps: int = 1,
-                              sessions: int = 8, n_ops: int = 1000) -> dict[str, Any]:
+                              sessions: int = 16, n_ops: int = 1000) -> dict[str, Any]:
     """The ``profiler_overhead`` mapping of ``meta.yaml`` (integer ns; see module doc)."""
     loops = op_overhead(device, n_ops=n_ops)
     calib = step_overhead(training, device, steps=steps, sessions=sessions)
