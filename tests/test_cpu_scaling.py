@@ -50,11 +50,12 @@ def test_affine_curve_reproduces_the_fit() -> None:
         assert t == pytest.approx(8e-6 + b / 60e9, rel=0.03)
 
 
-def test_shipped_memory_curves_have_no_cliff() -> None:
+@pytest.mark.parametrize("profile", ["host-cpu", "host-cpu-1t"])
+def test_shipped_memory_curves_have_no_cliff(profile: str) -> None:
     """Doubling a memory-bound op's bytes takes between 0.97x (interpolation between the
     curve's points) and 2.05x the time (the earlier calibration had 100x steps where one size
     was slowed down by other jobs)."""
-    d = get_device("host-cpu")
+    d = get_device(profile)
     b = np.logspace(3, 9, 200)
     for cls in MEMORY_CLASSES:
         t1 = op_times_ns(d, cls, 0.0, b, "fp32").astype(float)
