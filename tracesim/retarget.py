@@ -60,8 +60,8 @@ def _load_model(source: str | None, opts: Mapping[str, Any]) -> ModelSpec:
 def _files_stamp(directory: Path) -> tuple[tuple[str, int, int], ...]:
     """(name, size, mtime_ns) of every file under ``directory``: a cache key that changes
     when the stored bundle does."""
-    return tuple(sorted((str(f.relative_to(directory)), f.stat().st_size, f.stat().st_mtime_ns)
-                        for f in directory.rglob("*") if f.is_file()))
+    stats = ((f, f.stat()) for f in directory.rglob("*") if f.is_file())
+    return tuple(sorted((str(f.relative_to(directory)), st.st_size, st.st_mtime_ns) for f, st in stats))
 
 
 @functools.lru_cache(maxsize=8)
@@ -243,9 +243,9 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     if progress:
         progress("build", 0, 1)
     symmetric = not opts.get("full") and par.world >= SYMMETRY_MIN_GPUS
-    keep_ops = record_links if per_op is None else per_op
+    merged = symmetric or not (record_links if per_op is None else per_op)
     built = build_graph(model, par, template, op_time, representatives=symmetric,
-                        merge_compute=symmetric or not keep_ops)
+                        merge_compute=merged)
     graph = built.graph
     net = NetworkModel(cluster, keep_records=False)  # nothing here reads them
     recorder = None
@@ -307,7 +307,7 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
         "duration_methods": methods,
         "replay": {
             "symmetric": symmetric,
-            "merged_compute": symmetric or not keep_ops,
+            "merged_compute": merged,
             "network": network,
             "tasks": graph.n_tasks,
             "events": result.events,

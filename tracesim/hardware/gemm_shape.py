@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracesim.workload.costrules import _prod
+
 _TILE_RES = (
     re.compile(r"tilesize(\d+)x(\d+)x\d+"),                     # sm80_xmma_..._tilesize128x128x16
     re.compile(r"GemmShapeILi(\d+)ELi(\d+)ELi\d+E"),            # mangled cutlass::gemm::GemmShape<M,N,K>
@@ -123,13 +125,6 @@ def tile_l2_efficiency(tile: tuple[int, int], elem_bytes: int, l2_GBps: float, p
         return 1.0
     tm, tn = tile
     return min(1.0, l2_GBps * 1e9 * 2.0 * tm * tn / ((tm + tn) * elem_bytes) / peak_flops)
-
-
-def _prod(v: Sequence[int]) -> int:
-    p = 1
-    for x in v:
-        p *= int(x)
-    return p
 
 
 def _conv_passes(name: str, dims: list, flops: float, plain: bool) -> list[GemmPass]:
