@@ -49,6 +49,10 @@ _PASS_RE = re.compile(r"(fprop|dgrad|wgrad)", re.IGNORECASE)
 _AUX_RE = re.compile(r"reduce|offsets|nchwtonhwc|nhwctonchw|scal_kernel|scalepacked|"
                      r"winograd(?:forward|wgrad)|generatewinograd", re.IGNORECASE)
 _PLAIN_GEMM_RE = re.compile(r"(?:\d{4,5}gemm|sgemm|hgemm|dgemm)(?!.*implicit)", re.IGNORECASE)
+#: tensor-core implicit-GEMM convolution kernels: cuDNN's xmma (``sm80_xmma_fprop_implicit_gemm``),
+#: CUTLASS's (``ImplicitGemmConvolution``, ``cutlass_tensorop_s1688dgrad_optimized_tf32``)
+_IMPLICIT_CONV_RE = re.compile(r"implicit_?gemm|tensorop_[a-z]?\d{3,4}(?:fprop|dgrad|wgrad)",
+                               re.IGNORECASE)
 
 
 def kernel_tile(name: str) -> tuple[int, int] | None:
@@ -183,6 +187,13 @@ def _is_compute(kernel: str) -> bool:
     return kernel_tile(kernel) is not None and not _AUX_RE.search(kernel)
 
 
+def is_implicit_gemm_conv(kernel: str) -> bool:
+    """True for a tensor-core implicit-GEMM convolution compute kernel (cuDNN xmma or CUTLASS
+    ``fprop`` / ``dgrad`` / ``wgrad``); False for plain GEMMs, SIMT ``scudnn`` kernels,
+    FFT / Winograd convolutions and auxiliary kernels (transforms, reductions, offsets)."""
+    return _is_compute(kernel) and bool(_IMPLICIT_CONV_RE.search(kernel))
+
+
 def _pass_starts(kernel_names: Sequence[str]) -> list[int]:
     """Per kernel, the index of the GEMM pass it belongs to (-1 for non-compute kernels).
 
@@ -214,10 +225,13 @@ def _assign(passes: list[GemmPass], kernel_names: Sequence[str]) -> list[list[st
 @dataclass(frozen=True)
 class Quantization:
     """Per op: ``useful`` (work-weighted useful fraction of the tile work, 1.0 if unknown),
-    ``min_alignment`` (smallest ``alignN`` of its compute kernels, 0 if none named)."""
+    ``min_alignment`` (smallest ``alignN`` of its compute kernels, 0 if none named),
+    ``conv_fraction`` (share of the issued tile work in passes run by tensor-core
+    implicit-GEMM convolution kernels, :func:`is_implicit_gemm_conv`; 0.0 if none)."""
 
     useful: float
     min_alignment: int
+    conv_fraction: float = 0.0
 
 
 def cta_fill(ctas: int, sm_count: int) -> float:
@@ -256,7 +270,7 @@ def op_quantization(name: str, shapes: Any, flops: float, kernel_names: Sequence
     if not passes or sm_count <= 0:
         return Quantization(1.0, min_align)
     split = any(_SPLIT_K_RE.search(k) for k in kernel_names)
-    work, issued = 0.0, 0.0
+    work, issued, conv_issued = 0.0, 0.0, 0.0
     ctas: dict[str, int] = {}
     if kernel_ctas is None or len(kernel_ctas) != len(kernel_names):
         kernel_ctas = [0] * len(kernel_names)
@@ -275,7 +289,11 @@ def op_quantization(name: str, shapes: Any, flops: float, kernel_names: Sequence
         eff *= 1.0 if tile is None else tile_l2_efficiency(tile, elem_bytes, l2_GBps, peak_flops)
         work += p.flops
         issued += p.flops / max(eff, 1e-3)
-    return Quantization(work / issued if issued > 0 else 1.0, min_align)
+        if ks and is_implicit_gemm_conv(ks[0]):
+            conv_issued += p.flops / max(eff, 1e-3)
+    if issued <= 0:
+        return Quantization(1.0, min_align)
+    return Quantization(work / issued, min_align, conv_issued / issued)
 
 
 def layout_transform_bytes(name: str, shapes: Any, flops: float, kernel_names: Sequence[str],

@@ -1,15 +1,20 @@
 """Ablation of the shape-aware GEMM model on the public ResNet-50 traces (docs/devices.md).
 
 Each variant switches on a subset of :data:`tracesim.hardware.kernel_eval.SHAPE_PARTS`.
-Because the A100 TF32 curve is calibrated under the model it is used with, every variant
-refits that curve on its calibration trace (``sampled_128rank_r0`` by default; ``r1``, the
-same job's other rank, as a check of the calibration's stability) with
-:func:`~tracesim.hardware.kernel_eval.fit_from_trace`, then predicts the A100 ResNet-50
-convolutions and GEMMs with it. The V100 profile has no trace-calibrated curve (datasheet
-peaks, documented e_max), so its rows use the shipped profile. Durations of the test traces
-are never used except to score the predictions.
+Because the A100 TF32 curves are calibrated under the model they are used with, every
+variant refits them on their calibration traces: the GEMM curve on ``sampled_128rank_r0``
+(``r1``, the same job's other rank, as a check of the calibration's stability) with
+:func:`~tracesim.hardware.kernel_eval.fit_from_trace`, and, for variants with the ``conv``
+part, the implicit-GEMM convolution plateau on ``a100_alexnet_cuda_sync`` with
+:func:`~tracesim.hardware.conv_tf32.calibrate_on_alexnet`; then it predicts the A100
+ResNet-50 convolutions and GEMMs with them. The V100 profile has no trace-calibrated curve
+(datasheet peaks, documented e_max; no TF32), so its rows use the shipped profile. Durations
+of the test traces are never used except to score the predictions.
 
-``python -m tracesim.hardware.kernel_eval --ablation`` prints the table.
+:func:`layer_table` scores the shipped model, the previous one (without the convolution
+curve) and the roofline alone per layer class of the ResNet-50 traces.
+
+``python -m tracesim.hardware.kernel_eval --ablation`` / ``--layers`` print the tables.
 """
 
 from __future__ import annotations
@@ -21,8 +26,17 @@ from typing import Any
 
 import pandas as pd
 
+from tracesim.hardware.conv_tf32 import calibrate_on_alexnet
 from tracesim.hardware.device import DeviceProfile, get_device, parse_profile
-from tracesim.hardware.kernel_eval import SHAPE_PARTS, evaluate, fit_from_trace, trace_groups
+from tracesim.hardware.gemm_shape import layout_transform
+from tracesim.hardware.kernel_eval import (
+    SHAPE_PARTS,
+    evaluate,
+    fit_from_trace,
+    trace_groups,
+)
+
+_PREVIOUS = ("waves", "grids", "l2", "transforms", "launches")
 
 #: (label, shape-model parts): none, each part added in turn, all, and all but one or two
 VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -31,16 +45,21 @@ VARIANTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("+ waves from launch grids", ("waves", "grids")),
     ("+ l2", ("waves", "grids", "l2")),
     ("+ transforms", ("waves", "grids", "l2", "transforms")),
+    ("+ launches (previous model)", _PREVIOUS),
     ("all (shipped)", SHAPE_PARTS),
-    ("all but grids (shape rule)", ("waves", "l2", "transforms", "launches")),
-    ("all but l2", ("waves", "grids", "transforms", "launches")),
-    ("all but waves and l2", ("transforms", "launches")),
+    ("roofline + conv curve", ("conv",)),
+    ("all but grids (shape rule)", ("waves", "l2", "transforms", "launches", "conv")),
+    ("all but l2", ("waves", "grids", "transforms", "launches", "conv")),
+    ("all but waves and l2", ("transforms", "launches", "conv")),
 )
 
 #: test traces: (file, device profile); the TF32 curve is refitted for A100 ones
 TEST_TRACES = (("a100_2rank_nccl.json.gz", "a100-40gb"), ("v100_1rank.json.gz", "v100"))
 
 CALIBRATION_TRACES = ("sampled_128rank_r0.json.gz", "sampled_128rank_r1.json.gz")
+
+#: calibration trace of the TF32 implicit-GEMM convolution plateau (device profile)
+CONV_CALIBRATION = ("a100_alexnet_cuda_sync.json.gz", "a100-40gb")
 
 
 def with_tf32_curve(device: DeviceProfile | str, points: Sequence[Sequence[float]]) -> DeviceProfile:
@@ -64,7 +83,8 @@ def ablation_table(root: str | Path, variants: Sequence[tuple[str, tuple[str, ..
     """GEMM MAPE per variant, calibration trace and test trace (missing traces skipped).
 
     Columns: variant, calibration, trace, device, n, mape, median_ape, ratio_p10, ratio_p90,
-    sum_error, tf32_at_7GF (the refitted A100 TF32 efficiency at 7.2 GFLOP, NaN for V100).
+    sum_error, tf32_at_7GF (the refitted A100 TF32 GEMM efficiency at 7.2 GFLOP, NaN for
+    V100), conv_e_max (the refitted implicit-GEMM convolution plateau, NaN where unused).
     The second calibration trace is run for the shipped variant only. ``min_alignment``:
     the TF32 fit leaves out GEMMs whose kernels load fewer elements per access (``align1``),
     as the shipped calibration does (:data:`tracesim.hardware.datasheet.A100_TF32_FROM_TRACE`).
@@ -72,8 +92,11 @@ def ablation_table(root: str | Path, variants: Sequence[tuple[str, tuple[str, ..
     root = Path(root)
     cal_groups = {c: trace_groups(root / c) for c in calibrations if (root / c).exists()}
     tests = {t: (d, trace_groups(root / t, "resnet50")) for t, d in TEST_TRACES if (root / t).exists()}
+    conv_path = root / CONV_CALIBRATION[0]
     out = []
     for label, parts in variants:
+        conv_e = (calibrate_on_alexnet(conv_path, CONV_CALIBRATION[1], parts)["e_max"]
+                  if "conv" in parts and conv_path.exists() else float("nan"))
         for i, (cal, groups) in enumerate(cal_groups.items()):
             if i > 0 and set(parts) != set(SHAPE_PARTS):
                 continue
@@ -84,10 +107,56 @@ def ablation_table(root: str | Path, variants: Sequence[tuple[str, tuple[str, ..
                     continue
                 dev = with_tf32_curve(devname, fit["compute"]) if "tf32" in get_device(
                     devname).peak_tflops else get_device(devname)
-                score = _score(evaluate(tg, dev, ("gemm",), shapes_model=parts))
+                tf32 = "tf32" in dev.peak_tflops
+                parts_here = parts if conv_e == conv_e else tuple(p for p in parts if p != "conv")
+                score = _score(evaluate(tg, dev, ("gemm",), shapes_model=parts_here,
+                                        conv_e_max=conv_e if tf32 and conv_e == conv_e else None))
                 eff7 = dev.class_efficiency("gemm").compute_curve("tf32").at(7.2e9) \
-                    if "tf32" in dev.peak_tflops else float("nan")
-                out.append({"variant": label, "calibration": cal if "tf32" in dev.peak_tflops
-                             else "-", "trace": trace, "device": devname, **score,
-                             "tf32_at_7GF": eff7})
+                    if tf32 else float("nan")
+                out.append({"variant": label, "calibration": cal if tf32 else "-", "trace": trace,
+                            "device": devname, **score, "tf32_at_7GF": eff7,
+                            "conv_e_max": conv_e if tf32 else float("nan")})
+    return pd.DataFrame(out)
+
+
+def layer_class(name: str, shapes: Any, kernel_names: Sequence[str]) -> str:
+    """ResNet-50 layer class of a GEMM-class op: ``FC (addmm, mm)`` or ``forward|backward``
+    with the kernel size (``7x7 stem``, ``3x3``, ``1x1``) and ``, NHWC transforms`` when cuDNN
+    ran layout-transform kernels around it."""
+    if name in ("aten::addmm", "aten::mm"):
+        return "FC (addmm, mm)"
+    dims = json.loads(shapes) if isinstance(shapes, str) else shapes
+    backward = name == "aten::convolution_backward"
+    k = int(dims[2 if backward else 1][2])
+    label = f"{'backward' if backward else 'forward'} {k}x{k}{' stem' if k == 7 else ''}"
+    return label + (", NHWC transforms" if any(layout_transform(n) for n in kernel_names) else "")
+
+
+#: the columns of :func:`layer_table`: label -> shape-model parts
+LAYER_MODELS = (("roofline only", False), ("previous model", _PREVIOUS), ("shipped", True))
+
+
+def layer_table(root: str | Path) -> pd.DataFrame:
+    """GEMM MAPE per ResNet-50 layer class and test trace for :data:`LAYER_MODELS` (shipped
+    profiles), with the shipped model's median APE and p10 / p90 of predicted/measured;
+    a final ``all`` row per trace."""
+    root = Path(root)
+    out = []
+    for trace, devname in TEST_TRACES:
+        if not (root / trace).exists():
+            continue
+        groups = trace_groups(root / trace, "resnet50")
+        runs = {label: evaluate(groups, devname, ("gemm",), shapes_model=parts)
+                for label, parts in LAYER_MODELS}
+        ship = runs["shipped"]
+        cls = pd.Series([layer_class(n, s, k) for n, s, k in zip(
+            ship["name"], ship["shapes"], ship["kernel_names"], strict=True)], index=ship.index)
+        for c in [*sorted(cls.unique()), "all"]:
+            m = (cls == c) if c != "all" else cls.notna()
+            row: dict[str, Any] = {"trace": trace, "device": devname, "layer_class": c, "n": int(m.sum())}
+            for label, _ in LAYER_MODELS:
+                row[f"mape_{label.replace(' ', '_')}"] = runs[label].loc[m, "ape"].mean()
+            row.update(median_ape=ship.loc[m, "ape"].median(), ratio_p10=ship.loc[m, "ratio"].quantile(0.1),
+                       ratio_p90=ship.loc[m, "ratio"].quantile(0.9))
+            out.append(row)
     return pd.DataFrame(out)

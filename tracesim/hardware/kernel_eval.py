@@ -6,23 +6,24 @@ class, FLOPs, bytes and dtype alone (as if the op had never been measured). The 
 comes from :func:`tracesim.workload.classify.math_dtype`: kernel names tell TF32 from FP32
 SIMT (the precision the job configured; durations are never looked at).
 
-Traces recorded without ``record_shapes`` (the public V100 and A100 ResNet-50 traces) carry
-no shapes; :func:`annotate_resnet50` rebuilds them from the torchvision ResNet-50 layer list
-(the model is identified by its 53 convolutions per step), with the batch size read off the
-first ReLU kernel's launch grid. Only then are their convolutions and FC GEMMs evaluated.
+Traces recorded without ``record_shapes`` (the public V100 and A100 ResNet-50 traces, the
+A100 AlexNet trace) carry no shapes; :mod:`tracesim.hardware.conv_shapes` rebuilds them from
+the torchvision layer lists, with the batch size read off the first ReLU kernel's launch
+grid. Only then are their convolutions and FC GEMMs evaluated.
 
 GEMM-class ops are charged with effective FLOPs (FLOPs over the useful fraction of the tile
 work: tile padding and wave fill from the kernels' tiles and recorded launch grids, with an
 L2 tile cap) plus cuDNN's layout-transform traffic and one launch per kernel
-(:mod:`tracesim.hardware.gemm_shape`, :data:`SHAPE_PARTS`).
+(:mod:`tracesim.hardware.gemm_shape`, :data:`SHAPE_PARTS`); the work that TF32 implicit-GEMM
+convolution kernels run is charged on their own curve (:mod:`tracesim.hardware.conv_tf32`).
 
 ``python -m tracesim.hardware.kernel_eval`` prints the per-class tables of docs/devices.md;
-``--ablation`` the shape-model ablation (:mod:`tracesim.hardware.kernel_ablation`).
+``--layers`` the per-layer-class tables of the ResNet-50 traces, ``--ablation`` the
+shape-model ablation (:mod:`tracesim.hardware.kernel_ablation`).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,10 +32,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracesim.hardware.conv_shapes import (
+    alexnet_batch,
+    annotate_alexnet,
+    annotate_resnet50,
+    resnet50_batch,
+    resnet50_convs,
+)
+from tracesim.hardware.conv_tf32 import conv_tf32_profile
 from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.hardware.gemm_shape import layout_transform_bytes, op_quantization
-from tracesim.workload.classify import classify, math_dtype, op_cost
+from tracesim.workload.classify import classify, math_dtype
 
 # --------------------------------------------------------------------------- grouping
 
@@ -43,8 +52,9 @@ def launch_groups(table: pd.DataFrame) -> pd.DataFrame:
     """One row per host op that launched GPU kernels (innermost ``cpu_op`` above the launch).
 
     Columns: rank, step, event_id (of the op), name, op_class, flops, bytes, dtype, shapes,
-    n_kernels, kernel_ns (sum of its kernels' durations), kernel_names (tuple), math_dtype;
-    kernel_ctas (tuple of thread blocks per kernel) when the table has a ``ctas`` column.
+    n_kernels, kernel_ns (sum of its kernels' durations), kernel_names (tuple), kernel_durs
+    (tuple of each kernel's ns), math_dtype; kernel_ctas (tuple of thread blocks per kernel)
+    when the table has a ``ctas`` column.
     """
     cats = table["cat"].to_numpy()
     kern = table[cats == "kernel"]
@@ -72,7 +82,8 @@ def launch_groups(table: pd.DataFrame) -> pd.DataFrame:
     extra = {"kernel_ctas": ("ctas", lambda s: tuple(int(v) for v in s))} if "ctas" in kern else {}
     agg = kern.groupby(["rank", "_owner"], sort=False).agg(
         n_kernels=("dur_ns", "size"), kernel_ns=("dur_ns", "sum"),
-        kernel_names=("name", lambda s: tuple(s)), **extra)
+        kernel_names=("name", lambda s: tuple(s)),
+        kernel_durs=("dur_ns", lambda s: tuple(int(v) for v in s)), **extra)
     agg = agg.reset_index().rename(columns={"_owner": "event_id"})
     ops = host[["rank", "event_id", "step", "name", "op_class", "flops", "bytes", "dtype", "shapes"]]
     out = agg.merge(ops, on=["rank", "event_id"], how="left")
@@ -97,15 +108,17 @@ def algorithm_flops_factor(name: str, kernel_names: Sequence[str]) -> float:
 
 
 #: the parts of the shape model :func:`evaluate` can switch on (all by default)
-SHAPE_PARTS = ("waves", "grids", "l2", "transforms", "launches")
+SHAPE_PARTS = ("waves", "grids", "l2", "transforms", "launches", "conv")
 
 
 def shape_features(g: pd.DataFrame, dev: DeviceProfile, *, l2: bool = True,
                    grids: bool = True) -> pd.DataFrame:
     """Per row: ``useful`` (tile / wave quantisation, with ``l2`` the L2 tile cap,
-    :func:`tracesim.hardware.gemm_shape.op_quantization`), ``transform_bytes`` and
-    ``n_transforms`` (cuDNN layout-transform kernels, :func:`layout_transform_bytes`)."""
-    useful, tbytes, ntrans, align = [], [], [], []
+    :func:`tracesim.hardware.gemm_shape.op_quantization`), ``min_alignment``,
+    ``conv_fraction`` (share of the work on implicit-GEMM convolution kernels),
+    ``transform_bytes`` and ``n_transforms`` (cuDNN layout-transform kernels,
+    :func:`layout_transform_bytes`)."""
+    useful, tbytes, ntrans, align, conv = [], [], [], [], []
     ctas = g["kernel_ctas"] if grids and "kernel_ctas" in g else [None] * len(g)
     for name, shp, f, kn, md, kc in zip(g["name"], g["shapes"], g["flops"], g["kernel_names"],
                                         g["math_dtype"], ctas, strict=True):
@@ -116,15 +129,18 @@ def shape_features(g: pd.DataFrame, dev: DeviceProfile, *, l2: bool = True,
         tb, nt = layout_transform_bytes(name, shp, f, kn, eb)
         useful.append(q.useful)
         align.append(q.min_alignment)
+        conv.append(q.conv_fraction)
         tbytes.append(tb)
         ntrans.append(nt)
-    return g.assign(useful=useful, transform_bytes=tbytes, n_transforms=ntrans, min_alignment=align)
+    return g.assign(useful=useful, transform_bytes=tbytes, n_transforms=ntrans, min_alignment=align,
+                    conv_fraction=conv)
 
 
 def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
              classes: Iterable[str] | None = ("gemm", "attention"), *,
              algorithms: bool = True,
-             shapes_model: bool | Iterable[str] = True) -> pd.DataFrame:
+             shapes_model: bool | Iterable[str] = True,
+             conv_e_max: float | None = None) -> pd.DataFrame:
     """Predict each launching op on ``device`` from its cost features alone.
 
     Rows without cost features (flops and bytes both zero) are dropped. Adds
@@ -135,7 +151,12 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     :data:`SHAPE_PARTS`, or a subset): ``waves`` divides the FLOPs by the useful fraction of
     the tile work and ``l2`` adds the L2 tile cap to it (:func:`shape_features`),
     ``transforms`` adds the layout-transform kernels' bytes at the memory curve, and
-    ``launches`` adds the launch overhead for every kernel of the op after the first.
+    ``launches`` adds the launch overhead for every kernel of the op after the first, and
+    ``conv`` charges the share of a TF32 op's work that runs on implicit-GEMM convolution
+    kernels (``conv_fraction``) on the curve of :mod:`tracesim.hardware.conv_tf32` (its
+    ``e_max`` calibrated for the device, or ``conv_e_max``; no change on other devices):
+    compute time = (1 - share) x GEMM-curve time + share x convolution-curve time, both at
+    the op's effective FLOPs.
     """
     dev = get_device(device) if not isinstance(device, DeviceProfile) else device
     g = groups
@@ -154,6 +175,11 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     g["flops_eff"] = g["flops"].to_numpy() * factor / useful
     pred = op_times_ns(dev, g["op_class"].to_numpy(object), g["flops_eff"].to_numpy(),
                        g["bytes"].to_numpy(), g["math_dtype"].to_numpy(object)).astype(float)
+    conv_dev = conv_tf32_profile(dev, conv_e_max) if "conv" in parts else None
+    share = np.where(gemm & (g["math_dtype"].to_numpy(object) == "tf32"),
+                     g["conv_fraction"].to_numpy(float), 0.0)
+    if conv_dev is not None and (share > 0).any():
+        pred = np.where(share > 0, _conv_blend_ns(dev, conv_dev, g, share), pred)
     tb = np.where(gemm & ("transforms" in parts), g["transform_bytes"].to_numpy(float), 0.0)
     launch_ns = dev.launch_overhead_us * 1e3
     t_tr = op_times_ns(dev, "memcpy", 0.0, tb, "fp32") - launch_ns
@@ -162,6 +188,22 @@ def evaluate(groups: pd.DataFrame, device: DeviceProfile | str,
     g["ratio"] = g["predicted_ns"] / g["kernel_ns"]
     g["ape"] = (g["ratio"] - 1.0).abs()
     return g
+
+
+def _conv_blend_ns(dev: DeviceProfile, conv_dev: DeviceProfile, g: pd.DataFrame,
+                   share: np.ndarray) -> np.ndarray:
+    """Roofline time (ns) with the compute time split between the GEMM and the implicit-GEMM
+    convolution curves by ``share``."""
+    cls = g["op_class"].to_numpy(object)
+    md = g["math_dtype"].to_numpy(object)
+    f = g["flops_eff"].to_numpy(float)
+    b = g["bytes"].to_numpy(float)
+    zero = np.zeros_like(f)
+    launch = dev.launch_overhead_us * 1e3
+    t_gemm = op_times_ns(dev, cls, f, zero, md) - launch
+    t_conv = op_times_ns(conv_dev, cls, f, zero, md) - launch
+    t_mem = op_times_ns(dev, cls, zero, b, md) - launch
+    return np.maximum((1.0 - share) * t_gemm + share * t_conv, t_mem) + launch
 
 
 def summarize(rows: pd.DataFrame, by: Sequence[str] = ("op_class",)) -> pd.DataFrame:
@@ -179,123 +221,6 @@ def summarize(rows: pd.DataFrame, by: Sequence[str] = ("op_class",)) -> pd.DataF
     return rows.groupby(list(by), sort=True).apply(one, include_groups=False).reset_index()
 
 
-# --------------------------------------------------------------------------- ResNet-50 shapes
-
-
-def resnet50_convs(batch: int, image: int = 224) -> list[dict[str, Any]]:
-    """The 53 convolutions of torchvision's ResNet-50 (v1.5: stride on the 3x3) in forward
-    order: dicts with cin, cout, k, stride, pad, h_in (square inputs)."""
-    convs = [dict(cin=3, cout=64, k=7, stride=2, pad=3, h_in=image)]
-    h = image // 4  # conv1 stride 2, then max-pool stride 2
-    cin = 64
-    for planes, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for b in range(blocks):
-            s = stride if b == 0 else 1
-            convs.append(dict(cin=cin, cout=planes, k=1, stride=1, pad=0, h_in=h))
-            convs.append(dict(cin=planes, cout=planes, k=3, stride=s, pad=1, h_in=h))
-            convs.append(dict(cin=planes, cout=planes * 4, k=1, stride=1, pad=0, h_in=h // s))
-            if b == 0:
-                convs.append(dict(cin=cin, cout=planes * 4, k=1, stride=s, pad=0, h_in=h))
-            cin, h = planes * 4, h // s
-    for c in convs:
-        c["batch"] = batch
-        c["h_out"] = (c["h_in"] + 2 * c["pad"] - c["k"]) // c["stride"] + 1
-    return convs
-
-
-def _conv_inputs(c: dict[str, Any], backward: bool) -> tuple[list, list, list]:
-    x = [c["batch"], c["cin"], c["h_in"], c["h_in"]]
-    w = [c["cout"], c["cin"], c["k"], c["k"]]
-    stride, pad = f"[{c['stride']}, {c['stride']}]", f"[{c['pad']}, {c['pad']}]"
-    if not backward:  # aten::cudnn_convolution(self, weight, padding, stride, dilation, groups, ...)
-        dims = [x, w, [], [], [], [], [], [], []]
-        types = ["float", "float", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar",
-                 "Scalar", "Scalar"]
-        conc = ["", "", pad, stride, "[1, 1]", "1", "False", "False", "True"]
-        return dims, types, conc
-    g = [c["batch"], c["cout"], c["h_out"], c["h_out"]]
-    mask = "[False, True, False]" if c["cin"] == 3 else "[True, True, False]"
-    dims = [g, x, w, [], [], [], [], [], [], [], []]
-    types = ["float"] * 3 + ["ScalarList"] * 3 + ["Scalar", "ScalarList", "Scalar", "ScalarList"]
-    conc = ["", "", "", "[0]", stride, pad, "[1, 1]", "False", "[0, 0]", "1", mask]
-    return dims, types, conc
-
-
-def resnet50_batch(trace: dict[str, Any]) -> int | None:
-    """Batch size from the first ReLU (``aten::clamp_min_``) kernel after the first conv:
-    PyTorch's vectorized elementwise kernel covers 4 elements per thread, so elements =
-    grid x block x 4 = batch x 64 x 112 x 112 (224-pixel images)."""
-    events = trace.get("traceEvents", [])
-    relu_ids = {e["args"].get("External id") for e in events
-                if e.get("cat") == "cpu_op" and e.get("name") == "aten::clamp_min_"}
-    kernels = sorted((e for e in events if e.get("cat") == "kernel"
-                      and e.get("args", {}).get("External id") in relu_ids), key=lambda e: e["ts"])
-    for k in kernels:
-        grid, block = k["args"].get("grid", [0]), k["args"].get("block", [0])
-        elems = grid[0] * block[0] * 4
-        per_image = 64 * 112 * 112
-        if elems >= per_image and elems % per_image == 0:
-            return elems // per_image
-    return None
-
-
-def annotate_resnet50(table: pd.DataFrame, batch: int, image: int = 224) -> pd.DataFrame:
-    """Fill shapes / flops / bytes / dtype of the convolution and FC ops of a ResNet-50 trace
-    recorded without shapes. Forward convs are matched to layers by order (53 per pass),
-    backward convs through the autograd sequence number of their ``ConvolutionBackward0``.
-    Returns a copy; raises ValueError if the trace does not look like ResNet-50.
-    """
-    t = table.copy()
-    convs = resnet50_convs(batch, image)
-    nconv = len(convs)
-    host = t[t["cat"] == "cpu_op"].sort_values("ts_ns")
-    fwd = host[host["name"] == "aten::convolution"]
-    if len(fwd) == 0 or len(fwd) % nconv:
-        raise ValueError(f"{len(fwd)} aten::convolution ops, not a multiple of {nconv}")
-    layer_of_seq = {int(s): i % nconv for i, s in enumerate(fwd["seq_nr"])}
-    by_id = dict(zip(t["event_id"], t.index, strict=True))
-    parent = t["parent_id"]
-    names = t["name"]
-
-    def ancestor(idx: Any, wanted: str) -> Any:
-        p = parent[idx]
-        for _ in range(8):
-            j = by_id.get(p)
-            if j is None:
-                return None
-            if names[j] == wanted:
-                return j
-            p = parent[j]
-        return None
-
-    updates: dict[Any, tuple[str, list, list, list]] = {}
-    for idx in host.index[host["name"] == "aten::cudnn_convolution"]:
-        a = ancestor(idx, "aten::convolution")
-        if a is not None and int(t.at[a, "seq_nr"]) in layer_of_seq:
-            c = convs[layer_of_seq[int(t.at[a, "seq_nr"])]]
-            updates[idx] = ("aten::cudnn_convolution", *_conv_inputs(c, False))
-    for idx in host.index[host["name"] == "aten::convolution_backward"]:
-        a = ancestor(idx, "ConvolutionBackward0")
-        if a is not None and int(t.at[a, "seq_nr"]) in layer_of_seq:
-            c = convs[layer_of_seq[int(t.at[a, "seq_nr"])]]
-            updates[idx] = ("aten::convolution_backward", *_conv_inputs(c, True))
-    feat, classes = 2048, 1000
-    for idx in host.index[host["name"] == "aten::addmm"]:
-        updates[idx] = ("aten::addmm", [[classes], [batch, feat], [feat, classes], [], []],
-                        ["float", "float", "float", "Scalar", "Scalar"], [])
-    # FC backward (AddmmBackward0), per step: grad_input = grad [B, 1000] x W [1000, 2048],
-    # then grad_weight = x^T [2048, B] x grad [B, 1000]; same FLOPs, different GEMM shapes
-    fc_bwd = ([[batch, classes], [classes, feat]], [[feat, batch], [batch, classes]])
-    for i, idx in enumerate(host.index[host["name"] == "aten::mm"]):
-        updates[idx] = ("aten::mm", fc_bwd[i % 2], ["float", "float"], [])
-    for idx, (name, dims, types, conc) in updates.items():
-        cost = op_cost(name, dims, types, conc)
-        t.at[idx, "flops"], t.at[idx, "bytes"] = cost.flops, cost.bytes
-        t.at[idx, "dtype"], t.at[idx, "op_class"] = cost.dtype, cost.op_class
-        t.at[idx, "shapes"] = json.dumps(dims, separators=(",", ":"))
-    return t
-
-
 # --------------------------------------------------------------------------- the public traces
 
 #: the public traces evaluated in docs/devices.md: file, device profile, how shapes are known
@@ -304,12 +229,13 @@ PUBLIC_TRACES = (
     ("a100_2rank_nccl.json.gz", "a100-40gb", "resnet50"),
     ("sampled_128rank_r0.json.gz", "a100", "recorded"),
     ("sampled_128rank_r1.json.gz", "a100", "recorded"),
+    ("a100_alexnet_cuda_sync.json.gz", "a100-40gb", "alexnet"),
 )
 
 
 def trace_groups(path: str | Path, shapes: str = "recorded") -> pd.DataFrame:
-    """Read a Kineto trace, rebuild its shapes if ``shapes == "resnet50"``, and return its
-    :func:`launch_groups` (with a ``trace`` column)."""
+    """Read a Kineto trace, rebuild its shapes if ``shapes`` is ``"resnet50"`` or
+    ``"alexnet"``, and return its :func:`launch_groups` (with a ``trace`` column)."""
     from tracesim.trace.kineto import load_trace_json, op_table_from_events
 
     data = load_trace_json(path)
@@ -319,6 +245,11 @@ def trace_groups(path: str | Path, shapes: str = "recorded") -> pd.DataFrame:
         if batch is None:
             raise ValueError(f"{path}: cannot read the batch size off the ReLU kernel grid")
         table = annotate_resnet50(table, batch)
+    elif shapes == "alexnet":
+        batch = alexnet_batch(data)
+        if batch is None:
+            raise ValueError(f"{path}: cannot read the batch size off the ReLU kernel grid")
+        table = annotate_alexnet(table, batch)
     return launch_groups(table.assign(ctas=kernel_ctas(data, table))).assign(trace=Path(path).name)
 
 
@@ -350,16 +281,17 @@ def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print per-class and per-op kernel-prediction tables for the public traces
-    (``--ablation``: the shape-model ablation of :mod:`tracesim.hardware.kernel_ablation`)."""
+    (``--ablation``: the shape-model ablation, ``--layers``: the ResNet-50 layer classes, of
+    :mod:`tracesim.hardware.kernel_ablation`)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    ablation = "--ablation" in args
-    args = [a for a in args if a != "--ablation"]
+    ablation, layers = "--ablation" in args, "--layers" in args
+    args = [a for a in args if a not in ("--ablation", "--layers")]
     root = Path(args[0]) if args else Path(__file__).resolve().parents[3] / "shared/traces/public"
-    pd.set_option("display.width", 160)
-    if ablation:
-        from tracesim.hardware.kernel_ablation import ablation_table
+    pd.set_option("display.width", 200)
+    if ablation or layers:
+        from tracesim.hardware.kernel_ablation import ablation_table, layer_table
 
-        table = ablation_table(root)
+        table = ablation_table(root) if ablation else layer_table(root)
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return 0 if len(table) else 2
     frames = []
