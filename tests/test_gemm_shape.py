@@ -12,6 +12,7 @@ from tracesim.hardware.device import get_device
 from tracesim.hardware.gemm_shape import (
     cta_fill,
     gemm_passes,
+    is_implicit_gemm_conv,
     kernel_alignment,
     kernel_tile,
     layout_transform,
@@ -163,6 +164,43 @@ def test_launch_grid_gives_the_wave_fill() -> None:
     assert cta_fill(99, 108) == pytest.approx(99 / 108) and cta_fill(109, 108) == pytest.approx(109 / 216)
 
 
+IMPLICIT_MANGLED = ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock"
+                    "22ImplicitGemmMultistageINS_4gemm9GemmShapeILi64ELi128ELi32EEE")
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_"
+     "stage4_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn_infer", True),
+    ("sm80_xmma_wgrad_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x64_stage4", True),
+    (FPROP, True),
+    (FPROP.replace("fprop", "dgrad"), True),
+    (IMPLICIT_MANGLED, True),
+    (GEMM64, False),                                              # plain GEMM (1x1 conv on NCHW)
+    ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", False),  # FP32 SIMT
+    ("ampere_gcgemm_64x64_nt", False),                             # FFT convolution's complex GEMM
+    (NCHW2NHWC, False),
+    ("void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::reduction::kernel::ReduceSplitK<"
+     "cutlass_cudnn_train::MatrixShape<4, 64>>>", False),
+])
+def test_is_implicit_gemm_conv(name: str, expect: bool) -> None:
+    assert is_implicit_gemm_conv(name) is expect
+
+
+def test_conv_fraction_of_a_mixed_op() -> None:
+    # backward of a 1x1 conv (Cout 512, Cin 1024, 14x14, batch 32) whose data gradient runs
+    # on a plain GEMM kernel and weight gradient on an implicit-GEMM one: equal FLOPs, tiles
+    # fit exactly, the grids fill 14 waves (dgrad) and 3/4 of one wave (wgrad)
+    bwd = json.dumps([[32, 512, 14, 14], [32, 1024, 14, 14], [512, 1024, 1, 1]])
+    kn = [GEMM64, NCHW2NHWC, NCHW2NHWC, IMPLICIT_MANGLED]
+    dg, wg = gemm_passes("aten::convolution_backward", bwd, 0.0, kn)
+    assert (dg.m, dg.n, wg.m, wg.n) == (6272, 1024, 512, 1024)
+    q = op_quantization("aten::convolution_backward", bwd, 0.0, kn, 108, kernel_ctas=[14 * 108, 0, 0, 81])
+    assert q.useful == pytest.approx(2 / (1 + 1 / 0.75))
+    assert q.conv_fraction == pytest.approx((1 / 0.75) / (1 + 1 / 0.75))
+    assert op_quantization("aten::cudnn_convolution", json.dumps([[32, 1024, 14, 14], [256, 1024, 1, 1]]),
+                           2.0 * 32 * 256 * 1024 * 196, [GEMM64], 108).conv_fraction == 0.0
+
+
 @pytest.mark.parametrize("name, shapes", [
     ("aten::mm", "[[0,0],[0,0]]"), ("aten::mm", "[[3],[4]]"), ("aten::bmm", "[[2,3],[3,4]]"),
     ("aten::cudnn_convolution", "[[1,3,8,8],[0,3,3,3]]"), ("aten::convolution_backward", "[[1]]"),
@@ -171,6 +209,6 @@ def test_launch_grid_gives_the_wave_fill() -> None:
 def test_malformed_shapes_never_raise(name: str, shapes: object) -> None:
     kn = [NCHW2NHWC, GEMM64, NHWC2NCHW]
     q = op_quantization(name, shapes, float("nan"), kn, 108, kernel_ctas=[1, 2])  # wrong length
-    assert 0.0 < q.useful <= 1.0
+    assert 0.0 < q.useful <= 1.0 and 0.0 <= q.conv_fraction <= 1.0
     tb, n = layout_transform_bytes(name, shapes, 1e9, kn)
     assert tb >= 0.0 and n >= 0
