@@ -85,7 +85,8 @@ def layout_transform(name: str) -> int:
 @dataclass(frozen=True)
 class GemmPass:
     """One GEMM a kernel runs: ``batch`` independent ``m x n x k`` products; ``operands``
-    and ``output`` are element counts of the tensors a layout transform would convert."""
+    and ``output`` are element counts of the tensors a layout transform would convert,
+    ``operand_hw`` and ``output_hw`` their spatial sizes (H*W, or R*S for a filter)."""
 
     kind: str
     batch: int
@@ -94,6 +95,8 @@ class GemmPass:
     k: int
     operands: tuple[int, int] = (0, 0)
     output: int = 0
+    operand_hw: tuple[int, int] = (0, 0)
+    output_hw: int = 0
 
     @property
     def flops(self) -> float:
@@ -138,24 +141,28 @@ def _conv_passes(name: str, dims: list, flops: float, plain: bool) -> list[GemmP
         cin, h, wd = x[1], x[2], x[3]
         r, s = w[2], w[3]
         passes = []
+        dg_hw, wg_hw = ((p * q, r * s), h * wd), ((p * q, h * wd), r * s)
         if plain and r * s == 1:
             if cin != 3:
-                passes.append(GemmPass("dgrad", n, h * wd, cin, cout, (_prod(g), _prod(w)), _prod(x)))
-            passes.append(GemmPass("wgrad", n, cin, cout, p * q, (_prod(g), _prod(x)), _prod(w)))
+                passes.append(GemmPass("dgrad", n, h * wd, cin, cout, (_prod(g), _prod(w)), _prod(x),
+                                       *dg_hw))
+            passes.append(GemmPass("wgrad", n, cin, cout, p * q, (_prod(g), _prod(x)), _prod(w), *wg_hw))
             return passes
         if cin != 3:  # the first layer's input needs no gradient (output_mask)
             passes.append(GemmPass("dgrad", 1, n * h * wd, cin, cout * r * s, (_prod(g), _prod(w)),
-                                   _prod(x)))
-        passes.append(GemmPass("wgrad", 1, cout, cin * r * s, n * p * q, (_prod(g), _prod(x)), _prod(w)))
+                                   _prod(x), *dg_hw))
+        passes.append(GemmPass("wgrad", 1, cout, cin * r * s, n * p * q, (_prod(g), _prod(x)), _prod(w),
+                               *wg_hw))
         return passes
     x, w = dims[0], dims[1]
     n, cin = x[0], x[1]
     cout, cg, r, s = w[0], w[1], w[2], w[3]
     out_sp = round(flops / (2.0 * n * cout * cg * r * s)) if n * cout * cg * r * s else 0
     y = n * cout * out_sp
+    hw = ((_prod(x[2:]), r * s), out_sp)
     if plain and r * s == 1:
-        return [GemmPass("fprop", n, out_sp, cout, cin, (_prod(x), _prod(w)), y)]
-    return [GemmPass("fprop", 1, n * out_sp, cout, cg * r * s, (_prod(x), _prod(w)), y)]
+        return [GemmPass("fprop", n, out_sp, cout, cin, (_prod(x), _prod(w)), y, *hw)]
+    return [GemmPass("fprop", 1, n * out_sp, cout, cg * r * s, (_prod(x), _prod(w)), y, *hw)]
 
 
 def gemm_passes(name: str, shapes: Any, flops: float, kernel_names: Sequence[str] = ()) -> list[GemmPass]:
@@ -300,23 +307,31 @@ def layout_transform_bytes(name: str, shapes: Any, flops: float, kernel_names: S
                            elem_bytes: int = 4) -> tuple[float, int]:
     """(bytes, count) of the op's NCHW <-> NHWC transform kernels: each NCHW -> NHWC before a
     pass converts that pass's next operand, each NHWC -> NCHW after it converts its output;
-    every conversion reads and writes its tensor once."""
+    every conversion reads and writes its tensor once (:func:`layout_transform_kernels`)."""
+    parts = layout_transform_kernels(name, shapes, flops, kernel_names, elem_bytes)
+    return float(sum(b for _, b, _ in parts)), len(parts)
+
+
+def layout_transform_kernels(name: str, shapes: Any, flops: float, kernel_names: Sequence[str],
+                             elem_bytes: int = 4) -> list[tuple[int, float, int]]:
+    """Per layout-transform kernel of the op: (its index in ``kernel_names``, bytes it reads
+    and writes, spatial size H*W (R*S for a filter) of the tensor it converts)."""
     if not any(layout_transform(k) for k in kernel_names):
-        return 0.0, 0
+        return []
     passes = gemm_passes(name, shapes, flops, kernel_names)
     if not passes:
-        return 0.0, 0
-    total, count, started = 0.0, 0, 0
-    pending = 0
-    for k, i in zip(kernel_names, _pass_starts(kernel_names), strict=True):
+        return []
+    out: list[tuple[int, float, int]] = []
+    started, pending = 0, 0
+    for j, (k, i) in enumerate(zip(kernel_names, _pass_starts(kernel_names), strict=True)):
         t = layout_transform(k)
         if t > 0 and started < len(passes):
-            total += 2.0 * passes[started].operands[min(pending, 1)] * elem_bytes
+            p = passes[started]
+            out.append((j, 2.0 * p.operands[min(pending, 1)] * elem_bytes, p.operand_hw[min(pending, 1)]))
             pending += 1
-            count += 1
         elif t < 0:
-            total += 2.0 * passes[min(max(started - 1, 0), len(passes) - 1)].output * elem_bytes
-            count += 1
+            p = passes[min(max(started - 1, 0), len(passes) - 1)]
+            out.append((j, 2.0 * p.output * elem_bytes, p.output_hw))
         elif i >= 0:
             started, pending = i + 1, 0
-    return total, count
+    return out

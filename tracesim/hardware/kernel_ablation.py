@@ -12,7 +12,8 @@ ResNet-50 convolutions and GEMMs with them. The V100 profile has no trace-calibr
 of the test traces are never used except to score the predictions.
 
 :func:`layer_table` scores the shipped model, the previous one (without the convolution
-curve) and the roofline alone per layer class of the ResNet-50 traces.
+curve) and the roofline alone per layer class of the ResNet-50 traces; :func:`transform_table`
+checks the layout-transform kernels alone (measured against their bytes at the memory curve).
 
 ``python -m tracesim.hardware.kernel_eval --ablation`` / ``--layers`` print the tables.
 """
@@ -27,8 +28,9 @@ from typing import Any
 import pandas as pd
 
 from tracesim.hardware.conv_tf32 import calibrate_on_alexnet
+from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile, get_device, parse_profile
-from tracesim.hardware.gemm_shape import layout_transform
+from tracesim.hardware.gemm_shape import layout_transform, layout_transform_kernels
 from tracesim.hardware.kernel_eval import (
     SHAPE_PARTS,
     evaluate,
@@ -160,3 +162,36 @@ def layer_table(root: str | Path) -> pd.DataFrame:
                        ratio_p90=ship.loc[m, "ratio"].quantile(0.9))
             out.append(row)
     return pd.DataFrame(out)
+
+
+#: traces whose cuDNN layout transforms :func:`transform_table` checks: (file, device, shapes)
+TRANSFORM_TRACES = (("a100_alexnet_cuda_sync.json.gz", "a100-40gb", "alexnet"),
+                    ("a100_2rank_nccl.json.gz", "a100-40gb", "resnet50"))
+
+
+def transform_table(root: str | Path) -> pd.DataFrame:
+    """Each NCHW <-> NHWC transform kernel against the model's time for it (its tensor read
+    and written once at the memory curve, plus a launch), summed per trace, direction and
+    spatial size H*W of the converted tensor (R*S for a filter; 1 for 1x1 filters). cuDNN's
+    transpose kernel works on 32 x 32 tiles of (H*W, C), so a small H*W leaves most of each
+    tile empty. Columns: trace, direction, hw, n, measured_us, model_us, ratio (measured /
+    model)."""
+    root = Path(root)
+    out = []
+    for trace, devname, shapes in TRANSFORM_TRACES:
+        if not (root / trace).exists():
+            continue
+        dev = get_device(devname)
+        g = evaluate(trace_groups(root / trace, shapes), dev, ("gemm",))
+        for _, r in g.iterrows():
+            for j, nbytes, hw in layout_transform_kernels(r["name"], r["shapes"], r["flops"],
+                                                          r["kernel_names"]):
+                out.append({"trace": trace, "direction": "to NHWC" if layout_transform(
+                    r["kernel_names"][j]) > 0 else "to NCHW", "hw": hw,
+                    "measured_us": r["kernel_durs"][j] / 1e3,
+                    "model_us": float(op_times_ns(dev, "memcpy", 0.0, nbytes, "fp32")[0]) / 1e3})
+    if not out:
+        return pd.DataFrame(columns=["trace", "direction", "hw", "n", "measured_us", "model_us", "ratio"])
+    t = pd.DataFrame(out).groupby(["trace", "direction", "hw"], sort=True).agg(
+        n=("hw", "size"), measured_us=("measured_us", "sum"), model_us=("model_us", "sum")).reset_index()
+    return t.assign(ratio=t["measured_us"] / t["model_us"])

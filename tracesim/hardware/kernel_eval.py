@@ -19,7 +19,8 @@ convolution kernels run is charged on their own curve (:mod:`tracesim.hardware.c
 
 ``python -m tracesim.hardware.kernel_eval`` prints the per-class tables of docs/devices.md;
 ``--layers`` the per-layer-class tables of the ResNet-50 traces, ``--ablation`` the
-shape-model ablation (:mod:`tracesim.hardware.kernel_ablation`).
+shape-model ablation, ``--transforms`` the layout-transform kernels against their model
+(:mod:`tracesim.hardware.kernel_ablation`).
 """
 
 from __future__ import annotations
@@ -281,17 +282,18 @@ def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print per-class and per-op kernel-prediction tables for the public traces
-    (``--ablation``: the shape-model ablation, ``--layers``: the ResNet-50 layer classes, of
-    :mod:`tracesim.hardware.kernel_ablation`)."""
+    (``--ablation``: the shape-model ablation, ``--layers``: the ResNet-50 layer classes,
+    ``--transforms``: the layout-transform kernels, of :mod:`tracesim.hardware.kernel_ablation`)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    ablation, layers = "--ablation" in args, "--layers" in args
-    args = [a for a in args if a not in ("--ablation", "--layers")]
+    flags = [a for a in args if a in ("--ablation", "--layers", "--transforms")]
+    args = [a for a in args if a not in flags]
     root = Path(args[0]) if args else Path(__file__).resolve().parents[3] / "shared/traces/public"
     pd.set_option("display.width", 200)
-    if ablation or layers:
-        from tracesim.hardware.kernel_ablation import ablation_table, layer_table
+    if flags:
+        from tracesim.hardware import kernel_ablation as ka
 
-        table = ablation_table(root) if ablation else layer_table(root)
+        table = {"--ablation": ka.ablation_table, "--layers": ka.layer_table,
+                 "--transforms": ka.transform_table}[flags[0]](root)
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return 0 if len(table) else 2
     frames = []
