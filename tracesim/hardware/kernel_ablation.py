@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tracesim.hardware.conv_tf32 import calibrate_on_alexnet
@@ -140,8 +141,10 @@ LAYER_MODELS = (("roofline only", False), ("previous model", _PREVIOUS), ("shipp
 
 def layer_table(root: str | Path) -> pd.DataFrame:
     """GEMM MAPE per ResNet-50 layer class and test trace for :data:`LAYER_MODELS` (shipped
-    profiles), with the shipped model's median APE and p10 / p90 of predicted/measured;
-    a final ``all`` row per trace."""
+    profiles), with the shipped model's median APE and p10 / p90 of predicted/measured, and
+    ``ratio_ex_transforms``: the median of predicted/measured with the layout-transform
+    kernels taken out of both (their durations from the measurement, their model time and
+    launches from the prediction); a final ``all`` row per trace."""
     root = Path(root)
     out = []
     for trace, devname in TEST_TRACES:
@@ -151,6 +154,14 @@ def layer_table(root: str | Path) -> pd.DataFrame:
         runs = {label: evaluate(groups, devname, ("gemm",), shapes_model=parts)
                 for label, parts in LAYER_MODELS}
         ship = runs["shipped"]
+        dev = get_device(devname)
+        launch_ns = dev.launch_overhead_us * 1e3
+        tb = ship["transform_bytes"].to_numpy(float)
+        t_tr = np.where(tb > 0, op_times_ns(dev, "memcpy", 0.0, tb, "fp32") - launch_ns, 0.0)
+        meas_tr = [sum(d for k, d in zip(kn, kd, strict=True) if layout_transform(k))
+                   for kn, kd in zip(ship["kernel_names"], ship["kernel_durs"], strict=True)]
+        ex = ((ship["predicted_ns"] - t_tr - ship["n_transforms"] * launch_ns)
+              / (ship["kernel_ns"] - np.asarray(meas_tr, dtype=float)))
         cls = pd.Series([layer_class(n, s, k) for n, s, k in zip(
             ship["name"], ship["shapes"], ship["kernel_names"], strict=True)], index=ship.index)
         for c in [*sorted(cls.unique()), "all"]:
@@ -159,7 +170,8 @@ def layer_table(root: str | Path) -> pd.DataFrame:
             for label, _ in LAYER_MODELS:
                 row[f"mape_{label.replace(' ', '_')}"] = runs[label].loc[m, "ape"].mean()
             row.update(median_ape=ship.loc[m, "ape"].median(), ratio_p10=ship.loc[m, "ratio"].quantile(0.1),
-                       ratio_p90=ship.loc[m, "ratio"].quantile(0.9))
+                       ratio_p90=ship.loc[m, "ratio"].quantile(0.9),
+                       ratio_ex_transforms=ex[m].median())
             out.append(row)
     return pd.DataFrame(out)
 
