@@ -47,15 +47,16 @@ import numpy as np
 import pandas as pd
 
 from tracesim.hardware.calibrate import saturating_curve
+from tracesim.hardware.datasheet import _FLOP_SIZES, EFFICIENCY
 from tracesim.hardware.device import DeviceProfile, get_device, parse_profile
 from tracesim.hardware.gemm_shape import is_implicit_gemm_conv
 
 #: ramp time per kernel (us) of the curve: the shipped GEMM curves' (datasheet.EFFICIENCY)
-CONV_T_RAMP_US = 8.0
+CONV_T_RAMP_US: float = EFFICIENCY["gemm"]["t_ramp_us"]
 
-#: the calibration (rerun: ``scripts/calibrate_a100_conv.py``; checked by
-#: tests/test_kernel_eval.py): per sample the layer, pass, FLOPs, useful fraction, the
-#: implicit-GEMM kernel's duration (us) and the e_max it implies
+#: the calibration (rerun: ``scripts/calibrate_a100_conv.py``, which prints every sample;
+#: checked by tests/test_kernel_eval.py): trace, device profile, ramp, the median e_max over
+#: the ``n`` samples and their range
 A100_TF32_CONV_FROM_TRACE: dict[str, Any] = {
     "trace": "a100_alexnet_cuda_sync.json.gz",
     "device": "a100-40gb",
@@ -71,8 +72,6 @@ CONV_TF32_E_MAX: dict[str, float] = {
     "a100": A100_TF32_CONV_FROM_TRACE["e_max"],
     "a100-40gb": A100_TF32_CONV_FROM_TRACE["e_max"],
 }
-
-_FLOP_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]   # 1e5 .. 1e14
 
 
 def conv_tf32_curve(e_max: float, peak_flops: float,

@@ -13,8 +13,11 @@ durations): the tile (``..._256x64_16x4_...``, ``tilesize128x128x16``, ``GemmSha
 transforms. :func:`op_quantization` maps an op (aten name, recorded input shapes, FLOPs)
 onto the GEMM passes its kernels run and returns the fraction of the issued tile work that
 is useful (1.0 when nothing is known); given the kernels' launch grids (thread blocks, as
-Kineto records them) the wave fill comes from those, split-K slices included. :func:`layout_transform_bytes` gives the bytes the
-layout-transform kernels read and write.
+Kineto records them) the wave fill comes from those, split-K slices included. It also gives
+the share of that work run by tensor-core implicit-GEMM convolution kernels
+(:func:`is_implicit_gemm_conv`), which :mod:`tracesim.hardware.conv_tf32` charges on a
+plateau of their own. :func:`layout_transform_bytes` gives the bytes the layout-transform
+kernels read and write (per kernel: :func:`layout_transform_kernels`).
 
 GEMM orientation follows cuBLAS (column-major): for a row-major ``[M, K] x [K, N]`` torch
 matmul the kernel computes ``m = N`` by ``n = M``. Convolutions run as implicit GEMMs
