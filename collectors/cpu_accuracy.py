@@ -2,16 +2,21 @@
 
 Each round, one after the other (so they see similar load; nothing is fitted on a result):
 
-1. ``contention``: ``python -m collectors.contention --procs 2 --threads 1`` (host contention);
+1. ``contention``: ``python -m collectors.contention --procs 2 --threads 1`` (host contention),
+   and ``python -m collectors.loopback --procs 2`` (the gloo all-reduce rate over loopback);
 2. ``one``: ``tracesim collect --workload gpt-tiny --threads 1`` (the 1-rank template);
 3. ``two``: ``tracesim collect --workload gpt-tiny --ranks 2`` (2 gloo DDP ranks);
 4. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
+
+(``two`` and ``b1`` with ``--steps N`` when given: N profiled steps, whose unprofiled
+predictions' median is compared);
 
 then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and
 unprofiled error with the step calibration of ``profiler_overhead`` and, for comparison on
 the same bundle, with the older loop microbenchmark), and the 2-rank prediction from ``one``
 (``tracesim.retarget.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
-with and without the measured ``host_contention``, against ``two``'s unprofiled median.
+as specified (2 GB/s, no contention) and with the measured loopback link and
+``host_contention`` (:func:`calibrated_cluster`), against ``two``'s unprofiled median.
 While each part runs a thread samples ``procs_running`` of ``/proc/stat`` (runnable
 threads, ours included) twice a second. Prints a markdown row per round (and JSON lines with
 ``--json FILE``). Needs torch (the collections) and a few minutes per round.
@@ -46,8 +51,17 @@ CPU_CLUSTER: dict[str, Any] = {
     },
     "intra_node": {"kind": "pcie", "bandwidth_GBps": 2, "latency_us": 50},
 }
-#: the retarget flags of the 2-rank prediction (micro-batch 8 per rank, as collected)
-GLOO_OPTS: dict[str, Any] = {"dp": 2, "global_batch": 16, "micro_batch": 8, "dtype": "fp32"}
+#: the retarget flags of the 2-rank prediction (micro-batch 8 per rank, as collected;
+#: PyTorch DDP's default 25 MiB gradient buckets, fp32)
+GLOO_OPTS: dict[str, Any] = {"dp": 2, "global_batch": 16, "micro_batch": 8, "dtype": "fp32",
+                             "bucket_params": (25 << 20) // 4}
+
+
+def calibrated_cluster(contention: dict[str, Any], loopback: dict[str, Any]) -> dict[str, Any]:
+    """:data:`CPU_CLUSTER` with the measured ``host_contention`` (``collectors.contention``)
+    and the measured loopback link (``collectors.loopback``'s ``intra_node``)."""
+    return {**CPU_CLUSTER, "intra_node": dict(loopback["intra_node"]),
+            "host_contention": contention}
 
 
 class _Sampler:
@@ -91,9 +105,13 @@ def collect_tiny(out: Path, *args: str) -> None:
 
 
 def self_replay_errors(bundle: Path) -> dict[str, Any]:
-    """Per rank: profiled-step error, unprofiled error (step calibration, and the loops)."""
+    """Per rank: profiled-step error (the worst step), unprofiled error (step calibration:
+    median of the steps' predictions, :func:`tracesim.selfreplay.unprofiled_summary`; and
+    the same with the loop calibration)."""
+    import statistics
+
     from tracesim.engine.replay import replay
-    from tracesim.selfreplay import self_replay, step_times
+    from tracesim.selfreplay import self_replay, step_times, unprofiled_summary
     from tracesim.sources import load_source
     from tracesim.workload.extract import ExtractOptions, extract
 
@@ -106,25 +124,33 @@ def self_replay_errors(bundle: Path) -> dict[str, Any]:
     opts = ExtractOptions(profiler_overhead_ns=1.0, rank_overhead_ns=loops,
                           joint_ranks=src.op_table["rank"].nunique() > 1)
     graph = extract(src.op_table, opts, src.et_tables)
-    loop_pred = {rk: pred for rk, _, _, _, pred, _, _ in step_times(graph, replay(graph))}
+    loop_steps: dict[int, list[int]] = {}
+    for rk, _, _, _, pred, _, _ in step_times(graph, replay(graph)):
+        loop_steps.setdefault(rk, []).append(pred)
+    results = self_replay(src)
     out = []
-    for r in self_replay(src):
-        out.append({"rank": r.rank, "profiled_err": r.rel_error,
-                    "unprofiled_err": r.rel_error_unprofiled,
-                    "loops_err": loop_pred[r.rank] / 1e9 / median - 1.0,
-                    "profiled_ms": r.measured_s * 1e3,
-                    "per_event_ns": meta["per_rank"][r.rank]["profiler_overhead"]["per_event_ns"]})
+    for u in unprofiled_summary(results):
+        mine = [r for r in results if r.rank == u.rank]
+        worst = max(mine, key=lambda r: abs(r.rel_error))
+        out.append({"rank": u.rank, "steps": len(mine), "profiled_err": worst.rel_error,
+                    "unprofiled_err": u.rel_error,
+                    "unprofiled_step_errs": [r.rel_error_unprofiled for r in mine],
+                    "loops_err": statistics.median(loop_steps[u.rank]) / 1e9 / median - 1.0,
+                    "profiled_ms": statistics.median(r.measured_s for r in mine) * 1e3,
+                    "per_event_ns": meta["per_rank"][u.rank]["profiler_overhead"]["per_event_ns"]})
     return {"median_ms": median * 1e3, "ranks": out}
 
 
-def gloo_errors(one: Path, two: Path, contention: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """The 2-rank prediction from the 1-rank bundle, without and with host contention."""
+def gloo_errors(one: Path, two: Path, contention: dict[str, Any], loopback: dict[str, Any],
+                tmp: Path) -> dict[str, Any]:
+    """The 2-rank prediction from the 1-rank bundle: on the plain spec, and with the measured
+    loopback link and host contention."""
     from tracesim.fileio import write_yaml
     from tracesim.retarget import run_retarget
 
-    plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-contention.yaml"
+    plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-calibrated.yaml"
     write_yaml(plain_spec, CPU_CLUSTER)
-    write_yaml(cont_spec, {**CPU_CLUSTER, "host_contention": contention})
+    write_yaml(cont_spec, calibrated_cluster(contention, loopback))
     seq = int(yaml.safe_load((one / "meta.yaml").read_text())["seq_len"])
     measured = float(yaml.safe_load((two / "meta.yaml").read_text())["measured_step_time_s"]["median"])
     plain = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(plain_spec)})
@@ -136,24 +162,26 @@ def gloo_errors(one: Path, two: Path, contention: dict[str, Any], tmp: Path) -> 
             "contention_err": cont["iteration_time_s"] / measured - 1.0}
 
 
-def one_round(tmp: Path) -> dict[str, Any]:
+def one_round(tmp: Path, steps: int = 1) -> dict[str, Any]:
     rec: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.gmtime()), "running": {}}
-    steps = [
+    parts = [
         ("contention", lambda: rec.__setitem__("contention", yaml.safe_load(run_cmd(
             [sys.executable, "-m", "collectors.contention", "--procs", "2", "--threads", "1"]
         ))["host_contention"])),
+        ("loopback", lambda: rec.__setitem__("loopback", yaml.safe_load(run_cmd(
+            [sys.executable, "-m", "collectors.loopback", "--procs", "2"])))),
         ("one", lambda: collect_tiny(tmp / "one", "--threads", "1")),
-        ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2")),
-        ("b1", lambda: collect_tiny(tmp / "b1")),
+        ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2", "--steps", str(steps))),
+        ("b1", lambda: collect_tiny(tmp / "b1", "--steps", str(steps))),
     ]
-    for name, fn in steps:
+    for name, fn in parts:
         with _Sampler() as s:
             fn()
         rec["running"][name] = s.mean
     rec["load"] = round(os.getloadavg()[0], 2)
     rec["b1"] = self_replay_errors(tmp / "b1")
     rec["two"] = self_replay_errors(tmp / "two")
-    rec["gloo"] = gloo_errors(tmp / "one", tmp / "two", rec["contention"], tmp)
+    rec["gloo"] = gloo_errors(tmp / "one", tmp / "two", rec["contention"], rec["loopback"], tmp)
     return rec
 
 
@@ -171,13 +199,15 @@ def row(rec: dict[str, Any]) -> str:
             f"| {' / '.join(pct(r['unprofiled_err']) for r in two)} "
             f"({' / '.join(pct(r['loops_err']) for r in two)}) "
             f"| x{float(rec['contention']['slowdown'][2]):.2f} "
+            f"| {rec['loopback']['intra_node']['bandwidth_GBps']:.2f} GB/s, "
+            f"{rec['loopback']['intra_node']['latency_us']:.0f} us "
             f"| {pct(rec['gloo']['plain_err'])} | {pct(rec['gloo']['contention_err'])} |")
 
 
 HEADER = ("| time (UTC) | runnable threads b1 / 2-rank | 1-rank median ms | 1-rank unprofiled "
           "error (loops) | 2-rank median ms | 2-rank unprofiled error r0 / r1 (loops) "
-          "| contention | gloo predicted, no contention | with contention |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+          "| contention | loopback link | gloo predicted, plain spec | measured link + contention |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None, help="where the bundles go (default: a temp dir)")
     p.add_argument("--json", default=None, help="append one JSON line per round here")
+    p.add_argument("--steps", type=int, default=1,
+                   help="profiled steps of the self-replay bundles (b1, two); the unprofiled "
+                        "prediction is the median over them")
     args = p.parse_args(argv)
     import tempfile
 
@@ -194,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.mkdir(parents=True, exist_ok=True)
         print(HEADER, flush=True)
         for _ in range(args.rounds):
-            rec = one_round(tmp)
+            rec = one_round(tmp, args.steps)
             print(row(rec), flush=True)
             if args.json:
                 with open(args.json, "a") as fh:

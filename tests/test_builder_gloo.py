@@ -3,8 +3,10 @@ CPU from a 1-rank trace of the same model (both collected here with ``tracesim c
 
 The 1-rank bundle is recorded with one thread, the per-rank share of the 2 cores in the 2-rank
 run; the prediction replays its measured op times (the template's own device) with the DDP
-gradient all-reduce over loopback (``collectors.cpu_accuracy.CPU_CLUSTER``: 2 GB/s, 50 us) and
-is compared with the 2-rank run's unprofiled median step time. Two processes on one host slow
+gradient all-reduce over loopback and is compared with the 2-rank run's unprofiled median step
+time. The loopback link is measured separately, before the collections, by ``python -m
+collectors.loopback`` (a gloo all-reduce of 0.25-8 MiB between two processes, fitted as a
+fixed time plus a rate and turned into the cluster spec's ``intra_node`` link). Two processes on one host slow
 each other's compute (shared caches, memory bandwidth, other jobs' load), which a 1-rank
 trace cannot show: that slowdown is measured separately, before the collections, by
 ``python -m collectors.contention`` (a fixed gemm / row-op / streaming loop, 1 process alone
@@ -43,11 +45,18 @@ def test_two_rank_gloo_run_predicted_from_one_rank_trace(tmp_path: Path) -> None
     pytest.importorskip("torch")
     if _busy():
         pytest.skip(f"load average {os.getloadavg()[0]:.1f}: timings would measure other work")
-    from collectors.cpu_accuracy import CPU_CLUSTER, GLOO_OPTS, collect_tiny, run_cmd
+    from collectors.cpu_accuracy import (
+        CPU_CLUSTER,
+        GLOO_OPTS,
+        calibrated_cluster,
+        collect_tiny,
+        run_cmd,
+    )
     from tracesim.retarget import run_retarget
 
     contention = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.contention", "--procs",
                                       "2", "--threads", "1"]))["host_contention"]
+    loopback = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.loopback", "--procs", "2"]))
     collect_tiny(tmp_path / "one", "--threads", "1")
     collect_tiny(tmp_path / "two", "--ranks", "2")
     if _busy():
@@ -56,15 +65,17 @@ def test_two_rank_gloo_run_predicted_from_one_rank_trace(tmp_path: Path) -> None
     two = yaml.safe_load((tmp_path / "two" / "meta.yaml").read_text())
     (tmp_path / "cpu.yaml").write_text(yaml.safe_dump(CPU_CLUSTER))
     (tmp_path / "cpu-contention.yaml").write_text(
-        yaml.safe_dump({**CPU_CLUSTER, "host_contention": contention}))
+        yaml.safe_dump(calibrated_cluster(contention, loopback)))
     opts = {**GLOO_OPTS, "seq_len": int(one["seq_len"])}
     plain = run_retarget(str(tmp_path / "one"), {**opts, "cluster": str(tmp_path / "cpu.yaml")})
     res = run_retarget(str(tmp_path / "one"),
                        {**opts, "cluster": str(tmp_path / "cpu-contention.yaml")})
     measured = float(two["measured_step_time_s"]["median"])
     factor = float(contention["slowdown"][2])
-    print(f"contention x{factor:.3f}; predicted {res['iteration_time_s'] * 1e3:.1f} ms "
-          f"(without contention {plain['iteration_time_s'] * 1e3:.1f} ms), measured "
+    link = loopback["intra_node"]
+    print(f"contention x{factor:.3f}, loopback {link['bandwidth_GBps']} GB/s "
+          f"{link['latency_us']} us; predicted {res['iteration_time_s'] * 1e3:.1f} ms "
+          f"(plain spec {plain['iteration_time_s'] * 1e3:.1f} ms), measured "
           f"{measured * 1e3:.1f} ms; load {os.getloadavg()[0]:.2f}")
     assert res["duration_methods"].get("measured", 0) > 0
     assert res["breakdown"]["compute_s"] == pytest.approx(
