@@ -56,3 +56,21 @@ def test_longer_kernels_slow_a_gpu_bound_step(public_traces):
     slow = g.replace(tasks=t.assign(dur_ns=np.where(t["kind"] == "gpu", 2 * t["dur_ns"], t["dur_ns"])))
     after = {s[1]: s[4] for s in step_times(slow, replay(slow))}
     assert after["ProfilerStep#104"] > 1.3 * base["ProfilerStep#104"]
+
+
+def test_unprofiled_summary_takes_the_median_of_steady_steps() -> None:
+    from tracesim.selfreplay import StepResult, unprofiled_summary
+
+    def step(rank: int, name: str, pred: float, steady: bool = True) -> StepResult:
+        return StepResult("b", rank, name, 0.05, 0.05, 0.0, steady,
+                          measured_unprofiled_s=0.040, predicted_unprofiled_s=pred,
+                          rel_error_unprofiled=pred / 0.040 - 1)
+
+    rows = [step(0, "#1", 0.038), step(0, "#2", 0.044), step(0, "#3", 0.041),
+            step(0, "#4", 0.090, steady=False), step(1, "#1", 0.036)]
+    got = {u.rank: u for u in unprofiled_summary(rows)}
+    assert got[0].steps == 3 and got[0].predicted_s == pytest.approx(0.041)
+    assert got[0].rel_error == pytest.approx(0.041 / 0.040 - 1)
+    assert got[1].steps == 1 and got[1].rel_error == pytest.approx(-0.1)
+    # a trace without unprofiled predictions has no summary
+    assert unprofiled_summary([StepResult("t", 0, "#1", 0.05, 0.05, 0.0, True)]) == []

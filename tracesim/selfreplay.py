@@ -8,7 +8,9 @@ of the simulation rather than the recording, the comparison checks the dependenc
 For bundles made by ``tracesim collect``, the unprofiled prediction removes the profiler's
 per-event overhead, measured by the collector on separate calibration steps before the
 recorded profile (``meta.yaml: profiler_overhead``, per rank), and is compared with the
-median wall-clock time of the unprofiled steps.
+median wall-clock time of the unprofiled steps. A bundle recorded with several profiled steps
+(``tracesim collect --steps N``) predicts that median by the median of its steady steps'
+predictions (:func:`unprofiled_summary`), which damps the noise of any single profiled step.
 """
 
 from __future__ import annotations
@@ -42,6 +44,38 @@ class StepResult:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class UnprofiledSummary:
+    """Per source and rank: the median of the steady steps' unprofiled predictions against
+    the measured unprofiled median (seconds; rel_error = predicted / measured - 1)."""
+
+    source: str
+    rank: int
+    steps: int
+    measured_s: float
+    predicted_s: float
+    rel_error: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def unprofiled_summary(results: list[StepResult]) -> list[UnprofiledSummary]:
+    """:class:`UnprofiledSummary` per (source, rank) of ``results`` that have an unprofiled
+    prediction; steady steps only (all steps where none is steady)."""
+    groups: dict[tuple[str, int], list[StepResult]] = {}
+    for r in results:
+        if r.predicted_unprofiled_s is not None and r.measured_unprofiled_s:
+            groups.setdefault((r.source, r.rank), []).append(r)
+    out = []
+    for (src, rank), rs in groups.items():
+        use = [r for r in rs if r.steady] or rs
+        pred = float(np.median([r.predicted_unprofiled_s for r in use]))
+        meas = float(use[0].measured_unprofiled_s)  # type: ignore[arg-type]
+        out.append(UnprofiledSummary(src, rank, len(use), meas, pred, pred / meas - 1.0))
+    return out
 
 
 StepTime = tuple[int, str, int, int, int, int, int]

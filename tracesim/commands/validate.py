@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracesim.selfreplay import self_replay
+from tracesim.selfreplay import self_replay, unprofiled_summary
 from tracesim.sources import load_source
 
 
@@ -24,13 +24,17 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
 
     Reports, per rank and step, the measured step time (the ProfilerStep annotation), the
     predicted one and the relative error; for bundles also the prediction of the unprofiled
-    step time (profiler overhead removed) against the measured unprofiled median.
+    step time (profiler overhead removed) against the measured unprofiled median, and per
+    rank the median of the steady steps' unprofiled predictions (bundles recorded with
+    ``collect --steps N``: one number per rank, less noisy than any single step).
     """
     results = []
     for s in sources:
         results.extend(self_replay(load_source(s)))
+    summary = unprofiled_summary(results)
     if as_json:
-        click.echo(json.dumps({"results": [r.to_dict() for r in results]}, indent=2))
+        click.echo(json.dumps({"results": [r.to_dict() for r in results],
+                               "unprofiled": [u.to_dict() for u in summary]}, indent=2))
         return
     hdr = f"{'source':<34} {'rank':>4} {'step':<18} {'measured ms':>12} {'predicted ms':>13} {'error':>8}"
     click.echo(hdr)
@@ -44,3 +48,13 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
             click.echo(f"{'  unprofiled (median of measured)':<34} {'':>4} {'':<18} "
                        f"{r.measured_unprofiled_s * 1e3:>12.3f} {r.predicted_unprofiled_s * 1e3:>13.3f} "
                        f"{r.rel_error_unprofiled * 100:>+7.2f}%")
+    if summary:
+        click.echo("")
+        click.echo("unprofiled step time per rank (median over its steady profiled steps):")
+        hdr2 = f"{'source':<34} {'rank':>4} {'steps':>5} {'measured ms':>12} {'predicted ms':>13} {'error':>8}"
+        click.echo(hdr2)
+        click.echo("-" * len(hdr2))
+        for u in summary:
+            click.echo(f"{Path(u.source).name[:34]:<34} {u.rank:>4} {u.steps:>5} "
+                       f"{u.measured_s * 1e3:>12.3f} {u.predicted_s * 1e3:>13.3f} "
+                       f"{u.rel_error * 100:>+7.2f}%")
