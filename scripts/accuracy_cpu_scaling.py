@@ -83,24 +83,27 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     from tracesim.workload.durations import make_op_time
     from tracesim.workload.model import load_model
     from tracesim.workload.parallel import parallel_from_options
-    from tracesim.workload.resolve import op_numbers
+    from tracesim.workload.resolve import op_numbers, resolve_template
     from tracesim.workload.template import evaluate, symbol_env
     from tracesim.workload.template_trace import template_from_source
 
     model = load_model(spec_path)
     par = parallel_from_options({"micro_batch": batch, "global_batch": batch}, model, 1)
     device = get_device(load_cluster(str(cluster)).device)
-    env = {**symbol_env(model, par), "params": float(model.params())}
+    env = symbol_env(model, par)
 
     def times(bundle: Path) -> dict[tuple[str, str, str], tuple[int, str, float, float]]:
         template = template_from_source(str(bundle), model)
         op_time, _ = make_op_time(template, device, par.dtype)
+        res = resolve_template(template, model, par, op_time)  # the optimizer ops as the builder gets them
+        sections = [res.prologue, res.epilogue] + [res.layer(model, i) for i in range(model.layers)]
+        opt_env = {**env, "params": sum(s.params for s in sections)}
         out = {}
-        for op in template.ops:
+        for op in [op for op in template.ops if op.section != "optimizer"] + list(res.optimizer):
             if op.kind != "compute":
                 continue
             if op.section == "optimizer":
-                f, b = evaluate(op.flops, env), evaluate(op.bytes, env)
+                f, b = evaluate(op.flops, opt_env), evaluate(op.bytes, opt_env)
             else:
                 f, b = op_numbers(op, env, env, par.dtype)
             out[(op.section, op.phase, op.name)] = (op_time(op.op_class, f, b, op), op.op_class, f, b)

@@ -10,6 +10,13 @@ measured duration (a trace-derived template):
   CPU time says little about a GPU kernel.
 
 Ops without a measurement use the cost model (``model``). ``methods`` counts each outcome.
+
+An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
+parameter: the trace-derived optimizer step) is split in two (:func:`split_calls_ns`): the
+part of its measured time that the cost model puts on its bytes and FLOPs (the model's time
+less its launch overhead) is scaled by the model's ratio; the rest (dispatch, interpreter,
+scalar arguments: per call, whatever the tensor's size) by the number of calls, target over
+recorded (``count``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracesim.workload.template import LayerTemplate, TemplateOp
+from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate
 
 
 @dataclass
@@ -52,11 +59,16 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     cache: dict[tuple, int] = {}
 
     def op_time(op_class: str, flops: float, nbytes: float, op: TemplateOp) -> int:
-        key = (op_class, flops, nbytes, op.measured_ns, op.src_flops, op.src_bytes)
+        key = (op_class, flops, nbytes, op.measured_ns, op.src_flops, op.src_bytes, op.calls, op.count)
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
-        if use_measured and src_dev is not None and op.measured_ns > 0:
+        if use_measured and src_dev is not None and op.measured_ns > 0 and op.calls not in ("", "0"):
+            ns, method = split_calls_ns(
+                op, src_dev, _Cost(op_class, op.src_flops, op.src_bytes, src_dtype),
+                device, _Cost(op_class, flops, nbytes, dtype),
+            )
+        elif use_measured and src_dev is not None and op.measured_ns > 0:
             ns, method = scale_duration(
                 int(op.measured_ns), src_dev, _Cost(op_class, op.src_flops, op.src_bytes, src_dtype),
                 device, _Cost(op_class, flops, nbytes, dtype),
@@ -68,3 +80,41 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         return int(ns)
 
     return op_time, methods
+
+
+def split_calls_ns(op: TemplateOp, src_dev: Any, src: _Cost, dst_dev: Any, dst: _Cost) -> tuple[int, str]:
+    """Duration (ns, method) of ``op``, recorded at ``src`` on ``src_dev``, at ``dst`` on
+    ``dst_dev``, with its per-call part apart (module doc).
+
+    ``op.calls`` must be resolved to ``<calls per parameter>*params``
+    (:func:`tracesim.workload.resolve.optimizer_ops`); the local parameters are the target
+    bytes over the op's bytes per parameter. The per-call part is the measurement less the
+    source model's size-dependent time (never below zero); it is scaled by the calls, target
+    over ``op.count``, and by the devices' launch overheads when they differ.
+    """
+    from tracesim.hardware.costmodel import op_time_ns
+
+    try:
+        per_param = evaluate(op.bytes, {"params": 1.0})
+        local = dst.bytes / per_param if per_param > 0 else 0.0
+        calls = evaluate(op.calls, {"params": local})
+    except NameError:
+        raise ValueError(f"op {op.name}: calls {op.calls!r} are not resolved to calls per "
+                         "parameter (tracesim.workload.resolve.optimizer_ops)") from None
+    measured = float(op.measured_ns)
+
+    def sized(dev: Any, c: _Cost) -> float:  # the model's time less its launch overhead
+        ns = op_time_ns(dev, c.op_class, c.flops, c.bytes, c.dtype)
+        return max(float(ns) - float(dev.launch_overhead_us) * 1e3, 0.0)
+
+    v_src, v_dst = sized(src_dev, src), sized(dst_dev, dst)
+    per_call = max(measured - v_src, 0.0)
+    launch = 1.0
+    if src_dev.name != dst_dev.name and src_dev.launch_overhead_us > 0:
+        launch = float(dst_dev.launch_overhead_us) / float(src_dev.launch_overhead_us)
+    ratio = v_dst / v_src if v_src > 0 else 1.0
+    ns = per_call * launch * calls / max(op.count, 1) + (measured - per_call) * ratio
+    same = (src_dev.name == dst_dev.name and abs(calls - op.count) <= 1e-6 * max(op.count, 1)
+            and dst.bytes == src.bytes
+            and dst.flops == src.flops and (src.dtype or "fp32") == (dst.dtype or "fp32"))
+    return (int(round(measured)), "measured") if same else (int(round(ns)), "scaled")

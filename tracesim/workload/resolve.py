@@ -26,6 +26,7 @@ separates. Plans (``ParallelSpec.tp_plan``: module-name glob -> ``colwise`` | ``
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -77,6 +78,7 @@ class Section:
     params: float  # local parameters of the section (this rank)
     expert_params: float = 0.0  # of which MoE expert weights (reduced over the expert-DP group)
     model_flops_fwd: float = 0.0  # forward FLOPs of the full (unsharded) section, one micro-batch
+    tensors: float = 0.0  # parameter tensors of the section on this rank (sharded ones count once)
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def _resolve_section(
     params = 0.0
     expert_params = 0.0
     model_flops = 0.0
+    tensors = 0.0
 
     def to_full(i: int, name: str) -> None:
         nonlocal state
@@ -229,6 +232,7 @@ def _resolve_section(
         flops, nbytes = op_numbers(op, env, env_full, par.dtype)
         p = evaluate(op.params, env)
         params += p
+        tensors += evaluate(op.tensors, env)
         if op.part == "moe" and op.tp_style in ("colwise", "rowwise"):
             expert_params += p
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
@@ -256,7 +260,7 @@ def _resolve_section(
         bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
                        op_time(op.op_class, flops, nbytes, op), recompute=op.recompute))
     bwd.extend(c for _, c in pending)
-    return Section(tuple(fwd), tuple(bwd), params, expert_params, model_flops)
+    return Section(tuple(fwd), tuple(bwd), params, expert_params, model_flops, tensors)
 
 
 def resolve_template(
@@ -273,14 +277,34 @@ def resolve_template(
 
     dense = sec("block", ("attn", "mlp"), True)
     moe = sec("block", ("attn", "moe"), True) if model.is_moe and template.select("block", "fwd", ("moe",)) else None
-    return Resolved(
+    res = Resolved(
         prologue=sec("prologue", None, True),
         dense=dense,
         moe=moe,
         epilogue=sec("epilogue", None, False),
-        optimizer=tuple(template.select("optimizer")),
+        optimizer=(),
         env=symbol_env(model, par),
     )
+    return dataclasses.replace(res, optimizer=optimizer_ops(template, res, model))
+
+
+def optimizer_ops(template: LayerTemplate, res: Resolved, model: ModelSpec) -> tuple[TemplateOp, ...]:
+    """The template's optimizer ops for one model and layout: an op's ``calls`` expression
+    (of ``tensors``, see :class:`TemplateOp`) becomes calls per local parameter
+    (``<number>*params``), from the rank's parameter tensors and parameters before any
+    pipeline or ZeRO split, so that the builder's local parameter count (a pipeline stage's,
+    a ZeRO shard's) gives the stage's share of the calls."""
+    sections = [res.prologue, res.epilogue] + [res.layer(model, i) for i in range(model.layers)]
+    n_params = sum(s.params for s in sections)
+    n_tensors = sum(s.tensors for s in sections)
+    out = []
+    for op in template.select("optimizer"):
+        if op.calls not in ("", "0"):
+            per_param = (evaluate(op.calls, {**res.env, "tensors": n_tensors}) / n_params
+                         if n_params > 0 and n_tensors > 0 else 0.0)  # no tensor counts: no split
+            op = op.replace(calls=f"{per_param!r}*params" if per_param > 0 else "0")
+        out.append(op)
+    return tuple(out)
 
 
 def model_flops_per_iteration(resolved: Resolved, model: ModelSpec, par: ParallelSpec) -> float:

@@ -67,6 +67,7 @@ SYMBOLS: dict[str, str] = {
     "cp": "context-parallel degree",
     "ep": "expert-parallel degree",
     "params": "the rank's local parameters (optimizer ops only)",
+    "tensors": "the rank's parameter tensors before any pipeline or ZeRO split (optimizer ops only)",
 }
 
 _ALLOWED_NODES = (
@@ -159,6 +160,13 @@ class TemplateOp:
             (:func:`tracesim.workload.classify.op_cost`) and then multiplies by the
             ``flops`` / ``bytes`` expressions, which hold the parallel split (``1/(cp*tp)``).
         fwd: for a backward op, the name of the forward op it differentiates ("" = ``name``).
+        tensors: expression, parameter tensors owned by the op (forward ops with ``params``).
+        calls: expression, the host calls (dispatches) the op stands for, whose per-call
+            time does not grow with the op's size; "0" = none apart. The trace-derived
+            optimizer step writes ``<calls per tensor>*tensors``; the resolver turns it into
+            calls per local parameter and :func:`tracesim.workload.durations.make_op_time`
+            scales the per-call part of ``measured_ns`` by ``calls`` over ``count`` and only
+            the rest by the cost model's ratio.
     """
 
     name: str
@@ -183,6 +191,8 @@ class TemplateOp:
     count: int = 1
     leaves: str = ""
     fwd: str = ""
+    tensors: str = "0"
+    calls: str = "0"
 
     @property
     def module(self) -> str:
@@ -202,7 +212,8 @@ class TemplateOp:
             raise ValueError(f"op {self.name}: bad part/shard/tp_style")
         if self.kind not in ("compute", "comm"):
             raise ValueError(f"op {self.name}: kind {self.kind!r}")
-        for expr in (self.flops, self.bytes, self.out, self.params, self.msg_bytes):
+        for expr in (self.flops, self.bytes, self.out, self.params, self.msg_bytes, self.tensors,
+                     self.calls):
             compile_expr(expr)
 
 
@@ -291,7 +302,7 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
     return tpl
 
 
-_EXPR_FIELDS = ("flops", "bytes", "out", "params", "msg_bytes")
+_EXPR_FIELDS = ("flops", "bytes", "out", "params", "msg_bytes", "tensors", "calls")
 
 
 def _checked_field(key: str, value: Any) -> Any:
@@ -362,4 +373,5 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "cp": float(par.cp),
         "ep": float(par.ep),
         "params": 0.0,
+        "tensors": 0.0,
     }

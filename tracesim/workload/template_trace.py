@@ -25,8 +25,16 @@ returns a :class:`~tracesim.workload.template.LayerTemplate`:
    ``embed.tok`` vocab-parallel, attention core and activations feature-split, norms and
    residuals sequence-split with SP. EP all-to-all and the vocab-parallel loss all-reduce are
    added as explicit communication ops (a single-process trace has none).
-6. *times*: ``measured_ns`` is scaled by the bundle's unprofiled step time over the profiled
-   step's duration, which removes the profiler's overhead on average.
+6. *times*: the profiler's cost per event (the collector's loop microbenchmark,
+   :func:`bundle_overhead_ns`) is taken out of each op where its events are (an AdamW step
+   of 250 tiny ops carries ~30x the overhead per millisecond of a GEMM), then every op is
+   scaled by the bundle's unprofiled step time over what is left of the profiled step
+   (``meta['residual_scale']``, the rest of the profiler's cost, spread in proportion to
+   time). Without a calibration, every op is scaled by the unprofiled over the profiled
+   step (``meta['time_scale']``, recorded in any case) as before.
+7. *the optimizer*: its ops become one op per local parameter (``optimizer.step``) that
+   keeps its host calls apart (``calls``, per parameter tensor), so that their fixed time
+   follows the tensor count and only the bytes follow the parameter count.
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ import pandas as pd
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.workload.model import WORKLOADS_DIR, ModelSpec, model_from_dict
-from tracesim.workload.template import LayerTemplate, TemplateOp, load_template
+from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, load_template
+from tracesim.workload.trace_times import OverheadTaker, bundle_overhead_ns
 
 _EVAL = "autograd::engine::evaluate_function: "
 COLWISE = ("qkv", "q", "k", "v", "fc1", "gate", "up", "head", "gate_up")
@@ -85,7 +94,8 @@ def template_from_source(source: str | Path, model: ModelSpec | None = None) -> 
     rec = model_from_dict(meta["model"], p / "meta.yaml")
     return extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]),
                             device=str(meta.get("device") or src.device),
-                            step_time_s=_median_step(meta), source=str(p))
+                            step_time_s=_median_step(meta), source=str(p),
+                            overhead_ns=bundle_overhead_ns(meta))
 
 
 def _median_step(meta: Mapping[str, Any]) -> float | None:
@@ -213,6 +223,33 @@ def _params(module: str, model: ModelSpec) -> str:
     return p
 
 
+def _tensors(module: str, model: ModelSpec) -> str:
+    """Parameter tensors of ``module`` (the same conventions as :func:`_params`): a weight,
+    plus a bias for linears and norms of LayerNorm models; the embeddings have no bias; a
+    tied head owns none; expert modules one set per local expert."""
+    bias = model.norm == "layernorm"
+    leaf = module.split(".")[-1] if module else ""
+    expert = ".experts" in "." + module
+    with_bias = ("qkv", "q", "k", "v", "proj", "fc1", "fc2", "ln1", "ln2", "norm_f")
+    if leaf in ("tok", "pos", "router", "gate", "up", "down") or (leaf == "head" and not model.tied_embeddings):
+        n = "1"
+    elif leaf in with_bias:
+        n = "2" if bias else "1"
+    else:
+        return "0"
+    return f"experts/ep*{n}" if expert else n
+
+
+def _moe_tensors(op: TemplateOp, model: ModelSpec) -> str:
+    """Parameter tensors of an op of the analytic MoE block (:func:`blocks._moe_ops`): the
+    router's weight, per local expert the fc1 (gate and up with SwiGLU) and fc2 weights."""
+    if op.params == "0":
+        return "0"
+    gated = 2 if model.activation == "swiglu" else 1
+    return {"moe.router": "1", "moe.fc1": f"experts/ep*{gated}",
+            "moe.fc2": "experts/ep"}.get(op.module, _tensors(op.module, model))
+
+
 def _comm(name: str, collective: str, group_kind: str, msg: str, phase: str, section: str, part: str) -> TemplateOp:
     return TemplateOp(name, section, phase, "comm", out="b*s/cp*h", part=part, kind="comm",
                       collective=collective, group_kind=group_kind, msg_bytes=msg)
@@ -227,8 +264,15 @@ def extract_template(
     device: str,
     step_time_s: float | None = None,
     source: str = "",
+    overhead_ns: tuple[float, float] | None = None,
 ) -> LayerTemplate:
-    """Extract the layer template from the op table of one recorded step (see module doc)."""
+    """Extract the layer template from the op table of one recorded step (see module doc).
+
+    ``step_time_s`` is the unprofiled step time (s) the op times are mapped to;
+    ``overhead_ns`` the profiler's cost per traced op and per annotation (ns), measured
+    apart from this step (:func:`~tracesim.workload.trace_times.bundle_overhead_ns`), taken out of each op where it was
+    paid; without it every op is scaled alike.
+    """
     t = ops[ops["rank"] == ops["rank"].min()] if len(ops) else ops
     steps = [s for s in t["step"].unique() if s]
     if steps:
@@ -275,6 +319,8 @@ def extract_template(
     start = int(prof_step["ts_ns"].min()) if len(prof_step) else int(tops["ts_ns"].min())
     prof_dur = float(prof_step["dur_ns"].max()) if len(prof_step) else float(tops["ts_ns"].max() + tops["dur_ns"].max() - start)
     scale = (step_time_s * 1e9 / prof_dur) if step_time_s and prof_dur > 0 else 1.0
+    overhead = OverheadTaker(t, start, prof_dur, overhead_ns)
+    resid = overhead.residual_scale(step_time_s)
     kept: list[dict[str, Any]] = []
     prev_end = start
     last_ctx = ("prologue", -1, "", -1)
@@ -291,13 +337,16 @@ def extract_template(
         lv = leaves.get(e, [])
         if not lv:
             continue
-        dur = max(end - prev_end, int(r["dur_ns"])) * scale
+        dur = overhead.take(prev_end, end, max(end - prev_end, int(r["dur_ns"]))) * resid
         prev_end = max(prev_end, end)
         fwd_top = seq_owner.get(int(r["seq_nr"]), -1) if phase == "bwd" else -1
         kept.append({"eid": e, "phase": phase, "section": section, "layer": layer, "module": module,
                      "expert": ex, "name": str(r["name"]), "op_class": str(r["op_class"]),
                      "dur": dur, "leaves": lv, "fwd_top": fwd_top})
-    return _assemble(kept, model, table, unmapped, device, source, scale)
+    info = {"time_scale": round(scale, 6), "residual_scale": round(resid, 6)}
+    if overhead.active:
+        info["profiler_overhead_ns"] = [round(x, 1) for x in overhead.per_ns]
+    return _assemble(kept, model, table, unmapped, device, source, info)
 
 
 def _part(k: dict[str, Any], by_eid: Mapping[int, dict[str, Any]], kept: list[dict[str, Any]]) -> str:
@@ -312,7 +361,7 @@ def _part(k: dict[str, Any], by_eid: Mapping[int, dict[str, Any]], kept: list[di
 
 
 def _assemble(kept: list[dict[str, Any]], model: ModelSpec, table: Mapping[int, str],
-              unmapped: list[int], device: str, source: str, scale: float) -> LayerTemplate:
+              unmapped: list[int], device: str, source: str, info: Mapping[str, Any]) -> LayerTemplate:
     by_eid = {k["eid"]: k for k in kept}
     for k in kept:
         k["part"] = _part(k, by_eid, kept) if k["section"] == "block" else ""
@@ -342,7 +391,8 @@ def _assemble(kept: list[dict[str, Any]], model: ModelSpec, table: Mapping[int, 
     if model.is_moe:
         from tracesim.workload.blocks import _moe_ops, backward_of
 
-        moe_fwd = _moe_ops(model, model.norm == "layernorm")
+        moe_fwd = [op.replace(tensors=_moe_tensors(op, model))
+                   for op in _moe_ops(model, model.norm == "layernorm")]
         block += moe_fwd
         for op in reversed(moe_fwd):
             if op.kind == "comm":
@@ -361,7 +411,7 @@ def _assemble(kept: list[dict[str, Any]], model: ModelSpec, table: Mapping[int, 
     if any(op.section == "optimizer" for op in out):
         out = _collapse_optimizer(out, model)
     meta = {"source": source or "trace", "family": model.family, "device": device,
-            "dtype": model.dtype, "attention": "flash", "time_scale": round(scale, 6),
+            "dtype": model.dtype, "attention": "flash", **info,
             "unmapped_dims": sorted(set(unmapped)),
             "moe": "analytic expert block (recorded per-expert loop has data-dependent sizes)"
             if model.is_moe else ""}
@@ -393,9 +443,10 @@ def _make_ops(per: dict[int, list[dict[str, Any]]], section: str, part: str, mod
         lv_rows = k["leaves"]
         sym = [[n, _symbolic(json.loads(sh) if sh else [], table, unmapped, False)] for n, sh, _, _ in lv_rows]
         rules = _rules(section, k["module"], model)
-        params = "0"
+        params = tensors = "0"
         if k["phase"] == "fwd" and k["module"] not in seen_modules:
             params = _params(k["module"], model)
+            tensors = _tensors(k["module"], model) if params != "0" else "0"
             seen_modules.add(k["module"])
         out.append(TemplateOp(
             name=labels[i], section=section, phase=k["phase"], op_class=k["op_class"],
@@ -404,7 +455,7 @@ def _make_ops(per: dict[int, list[dict[str, Any]]], section: str, part: str, mod
             measured_ns=float(median(sq[i]["dur"] for sq in same)),
             src_flops=sum(x[2] for x in lv_rows), src_bytes=sum(x[3] for x in lv_rows),
             count=len(lv_rows), leaves=json.dumps(sym),
-            fwd=names.get(k["fwd_top"], "") if k["phase"] == "bwd" else "",
+            fwd=names.get(k["fwd_top"], "") if k["phase"] == "bwd" else "", tensors=tensors,
         ))
     return out
 
@@ -429,16 +480,38 @@ def _fix_loss(ops: list[TemplateOp]) -> list[TemplateOp]:
 
 
 def _collapse_optimizer(ops: list[TemplateOp], model: ModelSpec) -> list[TemplateOp]:
-    """The recorded optimizer ops as one op whose cost is per local parameter."""
+    """The recorded optimizer ops as one op whose cost is per local parameter.
+
+    Its host calls (``calls``: the recorded calls per parameter tensor times ``tensors``)
+    are kept apart: a single-tensor optimizer (``torch.optim.AdamW`` without ``foreach``)
+    makes the same calls for every tensor whatever its size, so their fixed time follows
+    the tensor count, not the parameter count (:func:`tracesim.workload.durations.make_op_time`).
+    The recorded tensors are those of the template's forward ops at the recorded model.
+    """
     opt = [op for op in ops if op.section == "optimizer"]
     rest = [op for op in ops if op.section != "optimizer"]
     n_params = float(model.params())
     flops = sum(op.src_flops for op in opt)
     nbytes = sum(op.src_bytes for op in opt)
+    count = sum(op.count for op in opt)
+    n_tensors = recorded_tensors(rest, model)
+    calls = f"{count / n_tensors:.6g}*tensors" if n_tensors > 0 else "0"
     step = TemplateOp(
         "optimizer.step", "optimizer", "opt", "optimizer",
         flops=f"{flops / n_params:.6g}*params", bytes=f"{nbytes / n_params:.6g}*params",
         measured_ns=sum(op.measured_ns for op in opt), src_flops=flops, src_bytes=nbytes,
-        count=sum(op.count for op in opt),
+        count=count, calls=calls,
     )
     return rest + [step]
+
+
+def recorded_tensors(ops: list[TemplateOp], model: ModelSpec) -> float:
+    """Parameter tensors of the recorded model: the prologue's and epilogue's forward ops'
+    ``tensors`` plus the block's times the layers (dense and MoE layers apart)."""
+    def total(section: str, parts: tuple[str, ...] | None = None) -> float:
+        return sum(float(evaluate(op.tensors, {"experts": float(max(model.experts, 1)), "ep": 1.0}))
+                   for op in ops if op.section == section and op.phase == "fwd"
+                   and (parts is None or op.part in parts))
+    dense = sum(1 for i in range(model.layers) if not model.moe_layer(i))
+    return (total("prologue") + total("epilogue") + dense * total("block", ("attn", "mlp"))
+            + (model.layers - dense) * total("block", ("attn", "moe")))

@@ -1,0 +1,96 @@
+"""Profiler overhead in a recorded step, taken out op by op (trace-derived templates).
+
+A step recorded under ``torch.profiler`` (with shapes, FLOPs and the execution-trace
+observer) runs slower than an unprofiled one, mostly by a fixed cost per recorded event.
+The template extractor (:mod:`tracesim.workload.template_trace`) removes that cost from each
+op where its events are (:class:`OverheadTaker`), using the per-event cost the collector
+measured in the same job (:func:`bundle_overhead_ns`), and maps what is left onto the
+unprofiled step time with one residual factor. An optimizer step of 250 tiny host ops
+carries some 30 times the profiler cost per millisecond of a GEMM, so one uniform factor
+for the whole step (the earlier method) over-states it and under-states the GEMMs.
+All times are nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def bundle_overhead_ns(meta: Mapping[str, Any] | None, rank: int = 0) -> tuple[float, float] | None:
+    """(per traced op, per annotation) cost of the profiler in ns, per event, from the
+    collector's loop microbenchmark in the recorded job (``meta.yaml: profiler_overhead.loops``
+    ``op_ns`` / ``annotation_ns``: tiny ops and empty annotations with and without the
+    profiler; rank ``rank``'s own where it has one). Bundles without it: the per-event figure
+    of the calibration steps (:func:`tracesim.selfreplay.profiler_overhead`); None without
+    any calibration.
+
+    The loop figure is the part of the profiler's cost known to be paid per event; what the
+    calibration steps measure beyond it (per event, 8.6 us against 6.0 us in a gpt-tiny
+    bundle) is left to the extractor's residual factor, i.e. spread in proportion to time.
+    """
+    from tracesim.selfreplay import profiler_overhead
+
+    m = dict(meta or {})
+    entries = [e.get("profiler_overhead") for e in (m.get("per_rank") or [])
+               if isinstance(e, dict) and e.get("rank") == rank]
+    for po in entries + [m.get("profiler_overhead")]:
+        loops = po.get("loops") if isinstance(po, dict) else None
+        if isinstance(loops, dict) and isinstance(loops.get("op_ns"), (int, float)):
+            an = loops.get("annotation_ns")
+            return float(loops["op_ns"]), float(an if isinstance(an, (int, float)) else loops["op_ns"])
+    return profiler_overhead(m)
+
+
+class OverheadTaker:
+    """The profiler's cost in a recorded step, taken out op by op.
+
+    Every traced CPU op costs ``per_ns[0]`` and every annotation ``per_ns[1]`` ns where it
+    starts (measured by the collector apart from the recorded step, :func:`bundle_overhead_ns`). An op's
+    window (from the end of the op kept before it) loses the overhead of the events that
+    start in it; what a window cannot pay (it is shorter than its events' overhead) passes to
+    the next one, as the self-replay does (:mod:`tracesim.workload.extract`). Falls back to
+    no correction (``active`` False) without a calibration, or when the calibration claims
+    more than :data:`MAX_OVERHEAD_SHARE` of the profiled step (then it does not describe
+    this step).
+    """
+
+    def __init__(self, t: pd.DataFrame, start: int, prof_dur: float,
+                 per_ns: tuple[float, float] | None) -> None:
+        self.per_ns = per_ns or (0.0, 0.0)
+        self.prof_dur = prof_dur
+        ev = t[t["cat"].isin(["cpu_op", "annotation"])]
+        ev = ev[~((ev["cat"] == "annotation") & ev["name"].str.startswith("ProfilerStep"))]
+        order = np.argsort(ev["ts_ns"].to_numpy(), kind="stable")
+        self.ts = ev["ts_ns"].to_numpy()[order].astype(np.int64)
+        w = np.where(ev["cat"].to_numpy()[order] == "annotation", self.per_ns[1], self.per_ns[0])
+        self.cum = np.concatenate([[0.0], np.cumsum(w.astype(float))])
+        self.total = self._in(start, int(start + prof_dur))
+        self.active = self.total > 0 and self.total <= MAX_OVERHEAD_SHARE * prof_dur
+        self.debt = 0.0
+
+    def _in(self, lo: int, hi: int) -> float:
+        a = int(np.searchsorted(self.ts, lo, side="left"))
+        b = int(np.searchsorted(self.ts, hi, side="left"))
+        return float(self.cum[b] - self.cum[a])
+
+    def residual_scale(self, step_time_s: float | None) -> float:
+        """Factor mapping the corrected step onto the unprofiled median ``step_time_s``."""
+        left = self.prof_dur - (self.total if self.active else 0.0)
+        return step_time_s * 1e9 / left if step_time_s and left > 0 else 1.0
+
+    def take(self, lo: int, hi: int, dur: float) -> float:
+        """``dur`` (ns, the window [lo, hi)) less the overhead paid in it."""
+        if not self.active:
+            return dur
+        ov = self._in(lo, hi) + self.debt
+        paid = min(dur, ov)
+        self.debt = ov - paid
+        return dur - paid
+
+
+#: a calibration claiming more of the profiled step than this is not applied
+MAX_OVERHEAD_SHARE = 0.8
