@@ -208,9 +208,11 @@ def test_extraction_takes_the_profiler_out_of_the_optimizer() -> None:
     per = bundle_overhead_ns(meta)
     assert per is not None and 3e3 < per[0] < 2e4
     src = load_source(path)
-    kw = {"device": "cpu", "step_time_s": float(meta["measured_step_time_s"]["median"])}
-    new = extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]), overhead_ns=per, **kw)
-    old = extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]), **kw)
+    step_s = float(meta["measured_step_time_s"]["median"])
+    new = extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]), device="cpu",
+                           step_time_s=step_s, overhead_ns=per)
+    old = extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]), device="cpu",
+                           step_time_s=step_s)
     assert old.meta["time_scale"] == new.meta["time_scale"] and "profiler_overhead_ns" in new.meta
 
     def share(tpl: LayerTemplate, pick: str) -> float:
@@ -220,4 +222,4 @@ def test_extraction_takes_the_profiler_out_of_the_optimizer() -> None:
     assert share(new, "gemm") > share(old, "gemm")
     for tpl in (new, old):  # a step: prologue, every layer's block, epilogue, optimizer
         step_ns = sum(op.measured_ns * (rec.layers if op.section == "block" else 1) for op in tpl.ops)
-        assert step_ns == pytest.approx(kw["step_time_s"] * 1e9, rel=0.01)
+        assert step_ns == pytest.approx(step_s * 1e9, rel=0.01)

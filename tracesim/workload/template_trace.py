@@ -343,7 +343,7 @@ def extract_template(
         kept.append({"eid": e, "phase": phase, "section": section, "layer": layer, "module": module,
                      "expert": ex, "name": str(r["name"]), "op_class": str(r["op_class"]),
                      "dur": dur, "leaves": lv, "fwd_top": fwd_top})
-    info = {"time_scale": round(scale, 6), "residual_scale": round(resid, 6)}
+    info: dict[str, Any] = {"time_scale": round(scale, 6), "residual_scale": round(resid, 6)}
     if overhead.active:
         info["profiler_overhead_ns"] = [round(x, 1) for x in overhead.per_ns]
     return _assemble(kept, model, table, unmapped, device, source, info)
