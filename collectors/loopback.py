@@ -3,10 +3,13 @@
 Measures the ``intra_node`` link of a CPU cluster spec (the ranks of ``tracesim collect
 --ranks N`` talk through gloo over TCP loopback), separately from any training run it is later
 used to predict. N worker processes (spawned, one torch thread each, a gloo process group) run
-``--reps`` rounds; in each round, for every message size in a shuffled order, every rank does
-``--gap-ms`` of GEMM work (the way a gradient all-reduce follows backward compute in
-training), then a barrier, then one timed ``all_reduce`` of that many fp32 bytes. A size's
-time is the median over rounds of the ranks' mean.
+``--reps`` rounds; in each round, for every message size in a shuffled order, the ranks meet
+in a barrier, do ``--gap-ms`` of GEMM work each (a fixed time, so they stay within a fraction
+of a millisecond of each other) and go straight into one timed ``all_reduce`` of that many
+fp32 bytes, the way a gradient all-reduce follows backward compute in training (no barrier
+right before it: that would wake gloo's threads and sockets first and hide the cost of
+doing so after a stretch of compute, which on this VM roughly doubled a 2 MiB all-reduce). A
+size's time is the median over rounds of the ranks' mean.
 
 The per-size medians are fitted (least squares) as ``time = fixed + bytes / rate``; the link
 is then set so that tracesim's own network model (:func:`tracesim.network.model.
@@ -64,8 +67,11 @@ def _worker(rank: int, world: int, port: int, sizes: list[int], reps: int, gap_m
         for _ in range(reps):
             rng.shuffle(order)
             for s in order:
-                _busy(gap_ms, a)
+                # aligned by the barrier, then compute straight into the collective, as a
+                # gradient all-reduce follows backward: a barrier right before the timed
+                # call would wake gloo's threads and sockets and hide that cost
                 dist.barrier()
+                _busy(gap_ms, a)
                 t0 = time.perf_counter()
                 dist.all_reduce(bufs[s])
                 times[s].append(time.perf_counter() - t0)
