@@ -8,8 +8,8 @@ Each round, one after the other (so they see similar load; nothing is fitted on 
 3. ``two``: ``tracesim collect --workload gpt-tiny --ranks 2`` (2 gloo DDP ranks);
 4. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
 
-(``two`` and ``b1`` with ``--steps N`` when given: N profiled steps, whose unprofiled
-predictions' median is compared);
+(``two`` and ``b1`` with ``--steps N``, default 3 like ``tracesim collect``: N profiled
+steps, whose unprofiled predictions' median is compared);
 
 then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and
 unprofiled error with the step calibration of ``profiler_overhead`` and, for comparison on
@@ -162,7 +162,7 @@ def gloo_errors(one: Path, two: Path, contention: dict[str, Any], loopback: dict
             "contention_err": cont["iteration_time_s"] / measured - 1.0}
 
 
-def one_round(tmp: Path, steps: int = 1) -> dict[str, Any]:
+def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
     rec: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.gmtime()), "running": {}}
     parts = [
         ("contention", lambda: rec.__setitem__("contention", yaml.safe_load(run_cmd(
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None, help="where the bundles go (default: a temp dir)")
     p.add_argument("--json", default=None, help="append one JSON line per round here")
-    p.add_argument("--steps", type=int, default=1,
+    p.add_argument("--steps", type=int, default=3,
                    help="profiled steps of the self-replay bundles (b1, two); the unprofiled "
                         "prediction is the median over them")
     args = p.parse_args(argv)

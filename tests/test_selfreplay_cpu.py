@@ -63,31 +63,42 @@ def _busy() -> str | None:
     return f"load average {load:.1f} on {cores} cores" if load > 2.0 * cores else None
 
 
+#: the unprofiled prediction (median over the profiled steps) is reported against the
+#: issue's 5%, which this shared VM does not let it meet reliably (docs/accuracy.md: quiet
+#: rounds -1.9% to +10.1% for 1 rank, -4.6% to +8.4% for 2); held here to a bound that
+#: only a broken overhead removal misses (none at all: about +40%)
+UNPROFILED_BOUND = 0.20
+
+
 @pytest.mark.slow
 @pytest.mark.timing
 def test_one_rank_bundle(tmp_path: Path) -> None:
-    from tracesim.selfreplay import self_replay
+    from tracesim.selfreplay import self_replay, unprofiled_summary
 
     results = self_replay(load_source(_collect(tmp_path / "b1")))
-    assert len(results) == 1
-    r = results[0]
-    assert abs(r.rel_error) < 0.03, r
-    assert r.rel_error_unprofiled is not None
-    assert r.predicted_unprofiled_s is not None and r.predicted_unprofiled_s < r.predicted_s
-    print(f"unprofiled: predicted {r.predicted_unprofiled_s * 1e3:.1f} ms, measured median "
-          f"{r.measured_unprofiled_s * 1e3:.1f} ms ({r.rel_error_unprofiled:+.1%}); "
+    assert len(results) == 3  # collect's default: 3 profiled steps
+    for r in results:
+        assert abs(r.rel_error) < 0.03, r
+        assert r.rel_error_unprofiled is not None
+        assert r.predicted_unprofiled_s is not None and r.predicted_unprofiled_s < r.predicted_s
+    (u,) = unprofiled_summary(results)
+    print(f"unprofiled: predicted {u.predicted_s * 1e3:.1f} ms (median of {u.steps} steps), "
+          f"measured median {u.measured_s * 1e3:.1f} ms ({u.rel_error:+.1%}); "
           f"load {os.getloadavg()[0]:.2f}")
+    assert abs(u.rel_error) < UNPROFILED_BOUND, u
 
 
 @pytest.mark.slow
 @pytest.mark.timing
 def test_two_rank_bundle_replayed_jointly(tmp_path: Path) -> None:
-    from tracesim.selfreplay import self_replay
+    from tracesim.selfreplay import self_replay, unprofiled_summary
 
     results = self_replay(load_source(_collect(tmp_path / "b2", "--ranks", "2")))
-    assert sorted(r.rank for r in results) == [0, 1]
+    assert sorted(r.rank for r in results) == [0, 0, 0, 1, 1, 1]
     for r in results:
         assert abs(r.rel_error) < 0.05, r  # measured 0.0% and +3.6% (docs/accuracy.md)
         assert r.rel_error_unprofiled is not None
-        print(f"rank {r.rank} unprofiled: {r.rel_error_unprofiled:+.1%}; "
+    for u in unprofiled_summary(results):
+        print(f"rank {u.rank} unprofiled (median of {u.steps} steps): {u.rel_error:+.1%}; "
               f"load {os.getloadavg()[0]:.2f}")
+        assert abs(u.rel_error) < UNPROFILED_BOUND, u

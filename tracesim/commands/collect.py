@@ -106,8 +106,9 @@ def run_collector(argv: list[str]) -> None:
 @click.option("--tp", type=click.IntRange(min=1), default=1, help="Must be 1 (not collected).")
 @click.option("--pp", type=click.IntRange(min=1), default=1, help="Must be 1 (not collected).")
 @click.option("--dp", type=click.IntRange(min=1), default=None, help="Must equal --ranks.")
-@click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Profiled steps.")
+@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Profiled steps (self-replay predicts the unprofiled step time by the "
+                   "median over them; templates use the first).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
               help="Unprofiled warm-up steps before profiling.")
 @click.option("--measure", type=click.IntRange(min=1), default=10, show_default=True,
