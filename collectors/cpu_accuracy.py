@@ -51,10 +51,15 @@ CPU_CLUSTER: dict[str, Any] = {
     },
     "intra_node": {"kind": "pcie", "bandwidth_GBps": 2, "latency_us": 50},
 }
-#: the retarget flags of the 2-rank prediction (micro-batch 8 per rank, as collected;
-#: PyTorch DDP's default 25 MiB gradient buckets, fp32)
+#: the retarget flags of the 2-rank prediction: micro-batch 8 per rank (as collected), fp32,
+#: PyTorch DDP's gradient buckets (25 MiB, the first one 1 MiB), and no overlap of the
+#: gradient all-reduces with backward compute: on a CPU host whose ranks fill the cores,
+#: gloo's threads take their CPU from the compute (the overlapped first bucket of gpt-tiny
+#: took 6.0-6.2 ms in the real 2-rank job against 3.6-3.7 ms for the exposed one,
+#: docs/accuracy.md)
 GLOO_OPTS: dict[str, Any] = {"dp": 2, "global_batch": 16, "micro_batch": 8, "dtype": "fp32",
-                             "bucket_params": (25 << 20) // 4}
+                             "bucket_params": (25 << 20) // 4,
+                             "first_bucket_params": (1 << 20) // 4, "dp_overlap": False}
 
 
 def calibrated_cluster(contention: dict[str, Any], loopback: dict[str, Any]) -> dict[str, Any]:

@@ -236,3 +236,21 @@ def test_merged_compute_replays_the_same() -> None:
     assert replay(merged.graph).makespan_ns == replay(plain.graph).makespan_ns
     t = merged.graph.tasks
     assert t["dur_ns"].sum() == plain.graph.tasks["dur_ns"].sum()
+
+
+def test_first_bucket_is_capped_like_pytorch_ddp() -> None:
+    """``first_bucket_params``: the first gradient bucket (the last layers' gradients) closes at
+    its own, smaller cap; the others at ``bucket_params``; the bytes add up either way."""
+    m = GPT.replace(layers=8)
+
+    def dp_msgs(**kw: object) -> list[int]:
+        x = build(m, dp=2, global_batch=2, **kw).graph.tasks
+        dp = x[(x["group_kind"] == "dp") & (x["rank"] == 0)]
+        return dp["msg_bytes"].astype(int).tolist()
+
+    one = dp_msgs(bucket_params=10**9)
+    capped = dp_msgs(bucket_params=10**9, first_bucket_params=1_000)
+    assert len(one) == 1 and len(capped) == 2
+    assert sum(capped) == sum(one)
+    # the epilogue's gradients alone exceed 1,000 parameters: the first bucket is just them
+    assert capped[0] < capped[1]

@@ -12,14 +12,16 @@ trace cannot show: that slowdown is measured separately, before the collections,
 ``python -m collectors.contention`` (a fixed gemm / row-op / streaming loop, 1 process alone
 vs 2 at once; not the training job) and given to the replay as the cluster spec's
 ``host_contention``. Wall-clock measurements mean nothing on a machine overloaded by other
-work, so the test skips when the load average says so.
+work, so the tests skip when the load average says so.
+
+One collection serves two tests: the issue's 10% (``xfail``, not reliable on this VM), and a
+loose bound that only a broken prediction misses (it must hold).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -32,15 +34,16 @@ def _busy() -> bool:
     return os.getloadavg()[0] > 2.0 * cores
 
 
-@pytest.mark.slow
-@pytest.mark.timing
-@pytest.mark.xfail(
-    strict=False,
-    reason="not reliably within 10% on this shared 2-vCPU VM: with the measured loopback link "
-           "and host contention, quiet rounds -14.4% to +1.8% (15 of 19 within 10%), while the "
-           "2-rank reference itself ranged 67-79 ms (docs/accuracy.md)",
-)
-def test_two_rank_gloo_run_predicted_from_one_rank_trace(tmp_path: Path) -> None:
+#: the issue's target
+TARGET = 0.10
+#: what must hold in any case: quiet rounds gave -14.4% .. +7.5%, and +26.4% once when the
+#: contention calibration read x1.36 (docs/accuracy.md); compute mis-scaled or the gradient
+#: all-reduce lost would go far beyond
+REGRESSION_BOUND = 0.35
+
+
+@pytest.fixture(scope="module")
+def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     pytest.importorskip("torch")
     if _busy():
         pytest.skip(f"load average {os.getloadavg()[0]:.1f}: timings would measure other work")
@@ -53,6 +56,7 @@ def test_two_rank_gloo_run_predicted_from_one_rank_trace(tmp_path: Path) -> None
     )
     from tracesim.retarget import run_retarget
 
+    tmp_path = tmp_path_factory.mktemp("gloo")
     contention = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.contention", "--procs",
                                       "2", "--threads", "1"]))["host_contention"]
     loopback = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.loopback", "--procs", "2"]))
@@ -76,7 +80,28 @@ def test_two_rank_gloo_run_predicted_from_one_rank_trace(tmp_path: Path) -> None
           f"{link['latency_us']} us; predicted {res['iteration_time_s'] * 1e3:.1f} ms "
           f"(plain spec {plain['iteration_time_s'] * 1e3:.1f} ms), measured "
           f"{measured * 1e3:.1f} ms; load {os.getloadavg()[0]:.2f}")
+    return {"res": res, "plain": plain, "measured": measured, "factor": factor}
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_two_rank_gloo_prediction_is_sound(gloo_prediction: dict) -> None:
+    res, plain = gloo_prediction["res"], gloo_prediction["plain"]
     assert res["duration_methods"].get("measured", 0) > 0
     assert res["breakdown"]["compute_s"] == pytest.approx(
-        factor * plain["breakdown"]["compute_s"], rel=1e-3)
-    assert res["iteration_time_s"] == pytest.approx(measured, rel=0.10)
+        gloo_prediction["factor"] * plain["breakdown"]["compute_s"], rel=1e-3)
+    assert res["breakdown"]["exposed_comm_s"]["dp"] > 0
+    assert res["iteration_time_s"] == pytest.approx(gloo_prediction["measured"], rel=REGRESSION_BOUND)
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+@pytest.mark.xfail(
+    strict=False,
+    reason="not reliably within 10% on this shared 2-vCPU VM: quiet rounds with the shipped "
+           "options -5.6% to +7.5% (and +26.4% once, a contention calibration of x1.36), while "
+           "the 2-rank reference itself ranged 67-79 ms between rounds (docs/accuracy.md)",
+)
+def test_two_rank_gloo_run_predicted_from_one_rank_trace(gloo_prediction: dict) -> None:
+    res = gloo_prediction["res"]
+    assert res["iteration_time_s"] == pytest.approx(gloo_prediction["measured"], rel=TARGET)

@@ -358,7 +358,8 @@ def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bu
         for j, row in enumerate(order):
             acc += row[col]
             last = j == len(order) - 1
-            if acc > 0 and (acc >= bucket or last):
+            cap = par.first_bucket_params if n == 0 and g == sb.n_chunks - 1 and par.first_bucket_params else bucket
+            if acc > 0 and (acc >= cap or last):
                 t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
                                     collective=coll, gkind=gk, msg_bytes=int(acc * grad_bytes),
                                     key=f"g{g}|{gk}|{n}")

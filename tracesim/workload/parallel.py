@@ -52,6 +52,9 @@ class ParallelSpec:
             (module-name glob, ``colwise`` | ``rowwise`` | ``replicate``).
         bucket_params: DDP gradient bucket size in parameters (0: Megatron's rule,
             ``max(40e6, 1e6 * dp)``).
+        first_bucket_params: size of the first gradient bucket (the last layers' gradients)
+            in parameters; 0: the same as the others. PyTorch DDP caps its first bucket at
+            1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) so that communication starts early.
         p2p_blocking: a pipeline pass starts only when the previous pass's send has
             completed (Megatron-LM's default schedules wait on their batched isend/irecv);
             False lets sends overlap the next pass.
@@ -78,6 +81,7 @@ class ParallelSpec:
     stage_layers: tuple[int, ...] | None = None
     tp_plan: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     bucket_params: int = 0
+    first_bucket_params: int = 0
     p2p_blocking: bool = True
     dp_overlap: bool = True
 
@@ -315,5 +319,6 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         stage_layers=tuple(int(x) for x in stage_layers) if stage_layers else None,
         tp_plan=tuple(plan),
         bucket_params=int(get("bucket_params", 0)),
+        first_bucket_params=int(get("first_bucket_params", 0)),
         dp_overlap=bool(get("dp_overlap", True)),
     )
