@@ -63,16 +63,13 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
-        if use_measured and src_dev is not None and op.measured_ns > 0 and op.calls not in ("", "0"):
-            ns, method = split_calls_ns(
-                op, src_dev, _Cost(op_class, op.src_flops, op.src_bytes, src_dtype),
-                device, _Cost(op_class, flops, nbytes, dtype),
-            )
-        elif use_measured and src_dev is not None and op.measured_ns > 0:
-            ns, method = scale_duration(
-                int(op.measured_ns), src_dev, _Cost(op_class, op.src_flops, op.src_bytes, src_dtype),
-                device, _Cost(op_class, flops, nbytes, dtype),
-            )
+        if use_measured and src_dev is not None and op.measured_ns > 0:
+            src = _Cost(op_class, op.src_flops, op.src_bytes, src_dtype)
+            dst = _Cost(op_class, flops, nbytes, dtype)
+            if op.calls not in ("", "0"):
+                ns, method = split_calls_ns(op, src_dev, src, device, dst)
+            else:
+                ns, method = scale_duration(int(op.measured_ns), src_dev, src, device, dst)
         else:
             ns, method = op_time_ns(device, op_class, flops, nbytes, dtype), "model"
         cache[key] = (int(ns), method)  # type: ignore[assignment]

@@ -31,6 +31,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.workload.trace_times import overhead_in
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")
@@ -607,9 +608,6 @@ def _rank_overhead(opt: ExtractOptions, rank: int) -> tuple[float, float]:
 
 def _overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
     """Profiler overhead of the host events that start in [lo, hi) (cumulative weights)."""
-    sorted_ts, cum = overhead
-    if cum[-1] <= 0:
+    if overhead[1][-1] <= 0:
         return 0
-    a = int(np.searchsorted(sorted_ts, lo, side="left"))
-    b = int(np.searchsorted(sorted_ts, hi, side="left"))
-    return int(cum[b] - cum[a])
+    return int(overhead_in(overhead, lo, hi))

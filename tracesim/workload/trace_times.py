@@ -73,9 +73,7 @@ class OverheadTaker:
         self.debt = 0.0
 
     def _in(self, lo: int, hi: int) -> float:
-        a = int(np.searchsorted(self.ts, lo, side="left"))
-        b = int(np.searchsorted(self.ts, hi, side="left"))
-        return float(self.cum[b] - self.cum[a])
+        return overhead_in((self.ts, self.cum), lo, hi)
 
     def residual_scale(self, step_time_s: float | None) -> float:
         """Factor mapping the corrected step onto the unprofiled median ``step_time_s``."""
@@ -90,6 +88,15 @@ class OverheadTaker:
         paid = min(dur, ov)
         self.debt = ov - paid
         return dur - paid
+
+
+def overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> float:
+    """Profiler overhead (ns) of the events that start in [lo, hi): ``overhead`` is (sorted
+    event starts, cumulative per-event overhead with a leading 0)."""
+    sorted_ts, cum = overhead
+    a = int(np.searchsorted(sorted_ts, lo, side="left"))
+    b = int(np.searchsorted(sorted_ts, hi, side="left"))
+    return float(cum[b] - cum[a])
 
 
 #: a calibration claiming more of the profiled step than this is not applied
