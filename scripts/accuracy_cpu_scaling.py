@@ -83,7 +83,7 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     from tracesim.workload.durations import make_op_time
     from tracesim.workload.model import load_model
     from tracesim.workload.parallel import parallel_from_options
-    from tracesim.workload.resolve import op_numbers, resolve_template
+    from tracesim.workload.resolve import op_numbers, op_units, resolve_template
     from tracesim.workload.template import evaluate, symbol_env
     from tracesim.workload.template_trace import template_from_source
 
@@ -102,11 +102,13 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
         for op in [op for op in template.ops if op.section != "optimizer"] + list(res.optimizer):
             if op.kind != "compute":
                 continue
+            units = 1.0
             if op.section == "optimizer":
                 f, b = evaluate(op.flops, opt_env), evaluate(op.bytes, opt_env)
             else:
                 f, b = op_numbers(op, env, env, par.dtype)
-            out[(op.section, op.phase, op.name)] = (op_time(op.op_class, f, b, op), op.op_class, f, b)
+                units = op_units(op, env, env, par.dtype)
+            out[(op.section, op.phase, op.name)] = (op_time(op.op_class, f, b, op, units), op.op_class, f, b)
         return out
 
     pred, meas = times(base_bundle), times(variant_bundle)

@@ -21,7 +21,7 @@ MOE = LLAMA.replace(name="m", family="moe", experts=4, top_k=2, moe_ffn_hidden=3
 EB = 2  # bf16
 
 
-def op_time(op_class: str, flops: float, nbytes: float, op: object) -> int:
+def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
     return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
 
 

@@ -20,7 +20,7 @@ LLAMA = load_model("llama3-8b")
 STR_COLS = ("kind", "name", "op_class", "step", "phase", "collective", "group_kind", "match_key")
 
 
-def _op_time(op_class: str, flops: float, nbytes: float, op: object) -> int:
+def _op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
     return int(flops / 1e6) + int(nbytes / 1e3) + 100
 
 

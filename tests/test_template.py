@@ -18,7 +18,7 @@ from tracesim.workload.template_trace import dim_expressions, repeating_period, 
 BUNDLES = Path(__file__).resolve().parents[1] / "workloads" / "bundles"
 
 
-def op_time(op_class: str, flops: float, nbytes: float, op: object) -> int:
+def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
     return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
 
 

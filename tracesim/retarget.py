@@ -156,9 +156,9 @@ def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dic
     """Wrap ``op_time`` to remember the scaling method of each template op, by op name."""
     by_name: dict[str, str] = {}
 
-    def wrapped(op_class: str, flops: float, nbytes: float, op: Any) -> int:
+    def wrapped(op_class: str, flops: float, nbytes: float, op: Any, units: float = 1.0) -> int:
         before = dict(methods)
-        ns = op_time(op_class, flops, nbytes, op)
+        ns = op_time(op_class, flops, nbytes, op, units)
         got = [k for k, v in methods.items() if v != before.get(k, 0)]
         if got:
             name = str(getattr(op, "name", ""))

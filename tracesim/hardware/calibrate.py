@@ -167,7 +167,10 @@ def _time_call(fn: Callable[[], Any], sync: Callable[[], None], min_s: float, ma
     return float(np.min(samples))
 
 
-def _plan(quick: bool) -> dict[str, Any]:
+def _plan(quick: bool, cpu: bool = False) -> dict[str, Any]:
+    """Sizes to measure. On a CPU the attention curve is read per (batch, head) unit
+    (``compute_size: unit``), so its shapes cover head dims 32 and 64 at sequence lengths
+    32-1024 with a fixed 8 units; on a GPU, total sizes up to a full device."""
     if quick:
         return dict(min_s=0.02, passes=1, gemm=[(32, 32, 32), (128, 128, 128), (256, 512, 256), (512, 512, 512)],
                     copy=[2**12, 2**16, 2**20, 2**23], pointwise=[2**10, 2**14, 2**18, 2**21],
@@ -180,7 +183,8 @@ def _plan(quick: bool) -> dict[str, Any]:
                 copy=[2**k for k in range(10, 27, 2)],
                 pointwise=[2**k for k in range(8, 24, 2)],
                 rows=[(r, h) for r in (16, 128, 512, 2048, 8192) for h in (64, 256, 1024)],
-                attn=[(1, 2, 32, 32), (2, 4, 64, 32), (2, 4, 128, 64), (4, 8, 256, 64), (2, 8, 512, 64)],
+                attn=[(2, 4, s, d) for d in (32, 64) for s in (32, 64, 128, 256, 512, 1024)] if cpu
+                else [(1, 2, 32, 32), (2, 4, 64, 32), (2, 4, 128, 64), (4, 8, 256, 64), (2, 8, 512, 64)],
                 opt_lists=[(4, 2**8), (8, 2**12), (16, 2**14), (32, 2**16), (16, 2**19)])
 
 
@@ -242,7 +246,7 @@ def calibrate(device: str = "cpu", *, quick: bool = False, threads: int | None =
 
 def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
          say: Callable[[str], None], get_device: Callable[..., Any]) -> dict[str, Any]:
-    plan = _plan(quick)
+    plan = _plan(quick, cpu=not is_cuda)
     sync = (lambda: torch.cuda.synchronize(dev)) if is_cuda else (lambda: None)
     min_s = plan["min_s"]
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -260,10 +264,13 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
     say(f"launch overhead {launch * 1e6:.2f} us")
 
     samples: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
+    attn_units: list[float] = []  # work units of each attention sample, in order
 
     def record(cls: str, opname: str, dims: list, types: list, t: float, key: str = "default") -> None:
         c = op_cost(opname, dims, types)
         samples.setdefault(cls, {}).setdefault(key, []).append((c.flops, c.bytes, t))
+        if cls == "attention":
+            attn_units.append(c.units)
 
     # GEMMs per dtype
     gemm_dtypes = {"default": torch.float32}
@@ -349,7 +356,7 @@ def _run(torch: Any, dev: Any, is_cuda: bool, quick: bool, name: str | None,
         mem_gib = _host_mem_gib()
         host = platform.processor() or platform.machine()
     return _assemble(samples, launch, peaks, bw, mem_gib, is_cuda, name, ref_name, host, quick,
-                     str(torch.__version__), torch.get_num_threads())
+                     str(torch.__version__), torch.get_num_threads(), attn_units=attn_units)
 
 
 def _fresh(v: Any) -> Any:
@@ -381,8 +388,9 @@ def _cpu_model() -> str:
 def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], launch: float,
               peaks: dict[str, float], bw: float, mem_gib: float, is_cuda: bool, name: str | None,
               ref_name: str, host: str, quick: bool, torch_version: str,
-              threads: int) -> dict[str, Any]:
-    """Turn (flops, bytes, seconds) samples into a profile mapping (see module docstring)."""
+              threads: int, attn_units: list[float] | None = None) -> dict[str, Any]:
+    """Turn (flops, bytes, seconds) samples into a profile mapping (see module docstring).
+    ``attn_units``: work units of each attention sample (CPU: the curve is per unit)."""
 
     def busy(t: float) -> float:  # time left after the fixed overhead (never below 10% of t)
         return max(t - launch, 0.1 * t)
@@ -410,8 +418,9 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         mem_fits[cls] = {"fixed_us": round(t0 * 1e6, 3), "rate_GBps": round(rate / 1e9, 2)}
         return affine_curve(t0, rate, launch, bw * 1e9, MEMORY_CURVE_SIZES), sizes, effs
 
-    def comp_curve(rows: list[tuple[float, float, float]], key: str) -> tuple[list[list[float]], list, list]:
-        sizes = [f for f, _, _ in rows]
+    def comp_curve(rows: list[tuple[float, float, float]], key: str,
+                   units: list[float] | None = None) -> tuple[list[list[float]], list, list]:
+        sizes = [f / u for (f, _, _), u in zip(rows, units, strict=True)] if units else [f for f, _, _ in rows]
         effs = [f / (peak_of(key) * busy(t)) for f, _, t in rows]
         return fit_curve(sizes, effs, per_decade=2), sizes, effs
 
@@ -426,8 +435,13 @@ def _assemble(samples: dict[str, dict[str, list[tuple[float, float, float]]]], l
         g_spreads.append(spread_of(s, e, curve))
     eff["gemm"] = {"compute": g_curves if len(g_curves) > 1 else g_curves["default"],
                    "memory": copy_curve, "spread": max(g_spreads)}
-    att, s, e = comp_curve(flat_samples["attention"], "default")
+    # CPU: one (batch, head) problem after another on the cores, so the curve is over FLOPs
+    # per unit (sequence x sequence x head dim), not the total (docs/devices.md)
+    per_unit = not is_cuda and bool(attn_units)
+    att, s, e = comp_curve(flat_samples["attention"], "default", attn_units if per_unit else None)
     eff["attention"] = {"compute": att, "memory": copy_curve, "spread": spread_of(s, e, att)}
+    if per_unit:
+        eff["attention"]["compute_size"] = "unit"
     ew_mem, s, e = mem_curve(flat_samples["elementwise"], "elementwise")
     # transcendental pointwise ops (gelu) set one size-independent compute efficiency: the
     # size ramp is already in the memory curve, and a curve over FLOPs would wrongly slow

@@ -5,7 +5,9 @@ The model (DESIGN.md, "Kernel-time scaling") is a roofline with size-dependent e
     t = max(flops / (peak[dtype] * eff_c(class, dtype, flops)),
             bytes / (hbm_bw * eff_m(class, bytes))) + launch_overhead
 
-with the curves taken from the device profile. The band (low, mid, high) widens each
+with the curves taken from the device profile. A class whose profile says ``compute_size:
+unit`` reads its compute curve at ``flops / units`` (FLOPs of one independent work unit, e.g.
+one attention head; ``units`` is 1 unless given). The band (low, mid, high) widens each
 efficiency by the class's ``spread``: low uses ``eff * (1 + spread)`` (capped at 1), high uses
 ``eff * (1 - spread)``; the launch overhead is the same in all three.
 
@@ -43,12 +45,18 @@ class CostLike(Protocol):
     dtype: str
 
 
+def _units_of(cost: Any) -> float:
+    """Work units of a cost (``units`` attribute, 1 when absent or not positive)."""
+    u = getattr(cost, "units", 1.0)
+    return float(u) if u and u > 0 else 1.0
+
+
 def _dev(device: DeviceProfile | str | Mapping[str, Any]) -> DeviceProfile:
     return device if isinstance(device, DeviceProfile) else get_device(device)
 
 
 def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.ndarray,
-             dtype: Any, sign: float) -> np.ndarray:
+             dtype: Any, sign: float, units: np.ndarray | None = None) -> np.ndarray:
     """Seconds per op; ``sign`` = 0 (mid), +1 (low: faster), -1 (high: slower)."""
     n = flops.shape[0]
     cls = np.broadcast_to(np.asarray(op_class, dtype=object), (n,))
@@ -70,7 +78,10 @@ def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.nd
         f = flops[idx]
         b = nbytes[idx]
         scale = 1.0 + sign * ce.spread
-        eff_c = np.minimum(ce.compute_curve(dt).at(f) * scale, 1.0)
+        size = f
+        if ce.per_unit and units is not None:
+            size = f / np.maximum(np.broadcast_to(units, (n,))[idx], 1.0)
+        eff_c = np.minimum(ce.compute_curve(dt).at(size) * scale, 1.0)
         eff_m = np.minimum(ce.memory.at(b) * scale, 1.0)
         peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32")
         t_c = f / (peak * eff_c)
@@ -93,31 +104,39 @@ def _ns(t: np.ndarray) -> np.ndarray:
 
 
 def op_time_ns(device: DeviceProfile | str, op_class: str, flops: float, bytes: float,
-               dtype: str) -> int:
+               dtype: str, units: float = 1.0) -> int:
     """Model time of one op on ``device``, in integer nanoseconds.
 
     Args:
         device: a :class:`DeviceProfile` or anything :func:`get_device` accepts.
         op_class: op class (tracesim.workload.classify.OP_CLASSES).
         flops: floating-point operations; bytes: bytes moved; dtype: compute dtype.
+        units: independent work units the FLOPs split into (attention: batch x heads); used
+            by classes whose profile says ``compute_size: unit``.
     """
-    t = _times_s(_dev(device), op_class, _arr(flops), _arr(bytes), dtype, 0.0)
+    t = _times_s(_dev(device), op_class, _arr(flops), _arr(bytes), dtype, 0.0, _arr_units(units))
     return int(_ns(t)[0])
 
 
 def op_time_band_ns(device: DeviceProfile | str, op_class: str, flops: float, bytes: float,
-                    dtype: str) -> tuple[int, int, int]:
+                    dtype: str, units: float = 1.0) -> tuple[int, int, int]:
     """(low, mid, high) model time in ns from the class's efficiency spread."""
     dev = _dev(device)
-    f, b = _arr(flops), _arr(bytes)
-    lo, mid, hi = (int(_ns(_times_s(dev, op_class, f, b, dtype, s))[0]) for s in (1.0, 0.0, -1.0))
+    f, b, u = _arr(flops), _arr(bytes), _arr_units(units)
+    lo, mid, hi = (int(_ns(_times_s(dev, op_class, f, b, dtype, s, u))[0]) for s in (1.0, 0.0, -1.0))
     return lo, mid, hi
+
+
+def _arr_units(units: Any) -> np.ndarray:
+    u = np.atleast_1d(np.asarray(units, dtype=float))
+    return np.where(np.isfinite(u) & (u >= 1.0), u, 1.0)
 
 
 def _same(src_dev: DeviceProfile, src: CostLike, dst_dev: DeviceProfile, dst: CostLike) -> bool:
     return (src_dev.name == dst_dev.name and src.op_class == dst.op_class
             and float(src.flops) == float(dst.flops) and float(src.bytes) == float(dst.bytes)
-            and (src.dtype or "fp32") == (dst.dtype or "fp32"))
+            and (src.dtype or "fp32") == (dst.dtype or "fp32")
+            and _units_of(src) == _units_of(dst))
 
 
 def scale_duration(measured_ns: int | None, src_device: DeviceProfile | str, src_cost: CostLike,
@@ -143,15 +162,16 @@ def scale_duration_band(measured_ns: int | None, src_device: DeviceProfile | str
     dst_dev = _dev(dst_device)
     if measured_ns is None or not np.isfinite(measured_ns) or measured_ns < 0:
         lo, mid, hi = op_time_band_ns(dst_dev, dst_cost.op_class, dst_cost.flops, dst_cost.bytes,
-                                      dst_cost.dtype)
+                                      dst_cost.dtype, _units_of(dst_cost))
         return lo, mid, hi, "model"
     src_dev = _dev(src_device)
     m = int(measured_ns)
     if _same(src_dev, src_cost, dst_dev, dst_cost):
         return m, m, m, "measured"
-    src_t = op_time_ns(src_dev, src_cost.op_class, src_cost.flops, src_cost.bytes, src_cost.dtype)
+    src_t = op_time_ns(src_dev, src_cost.op_class, src_cost.flops, src_cost.bytes, src_cost.dtype,
+                       _units_of(src_cost))
     lo, mid, hi = op_time_band_ns(dst_dev, dst_cost.op_class, dst_cost.flops, dst_cost.bytes,
-                                  dst_cost.dtype)
+                                  dst_cost.dtype, _units_of(dst_cost))
     if src_t <= 0:
         return m, m, m, "scaled"
     return (int(round(m * lo / src_t)), int(round(m * mid / src_t)), int(round(m * hi / src_t)),
@@ -162,32 +182,33 @@ def scale_duration_band(measured_ns: int | None, src_device: DeviceProfile | str
 
 
 def op_times_ns(device: DeviceProfile | str, op_class: Any, flops: Any, bytes: Any,
-                dtype: Any) -> np.ndarray:
+                dtype: Any, units: Any = 1.0) -> np.ndarray:
     """Vectorised :func:`op_time_ns`: arrays (or scalars, broadcast) in, int64 ns array out."""
-    f, b = _arr(flops), _arr(bytes)
-    f, b = np.broadcast_arrays(f, b)
+    f, b, u = np.broadcast_arrays(_arr(flops), _arr(bytes), _arr_units(units))
     return _ns(_times_s(_dev(device), op_class, np.ascontiguousarray(f), np.ascontiguousarray(b),
-                        dtype, 0.0))
+                        dtype, 0.0, np.ascontiguousarray(u)))
 
 
 def op_time_bands_ns(device: DeviceProfile | str, op_class: Any, flops: Any, bytes: Any,
-                     dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     dtype: Any, units: Any = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised :func:`op_time_band_ns`: (low, mid, high) int64 ns arrays."""
     dev = _dev(device)
-    f, b = np.broadcast_arrays(_arr(flops), _arr(bytes))
-    f, b = np.ascontiguousarray(f), np.ascontiguousarray(b)
-    lo, mid, hi = (_ns(_times_s(dev, op_class, f, b, dtype, s)) for s in (1.0, 0.0, -1.0))
+    f, b, u = np.broadcast_arrays(_arr(flops), _arr(bytes), _arr_units(units))
+    f, b, u = np.ascontiguousarray(f), np.ascontiguousarray(b), np.ascontiguousarray(u)
+    lo, mid, hi = (_ns(_times_s(dev, op_class, f, b, dtype, s, u)) for s in (1.0, 0.0, -1.0))
     return lo, mid, hi
 
 
-def _cols(costs: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _cols(costs: Mapping[str, Any], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]:
     def col(k: str, default: Any) -> np.ndarray:
         v = costs[k] if k in costs else default
         return np.broadcast_to(np.asarray(v, dtype=object if k in ("op_class", "dtype") else float), (n,))
 
     dts = col("dtype", "fp32")
     dts = np.where(pd.isna(dts) | (dts == ""), "fp32", dts).astype(object)
-    return col("op_class", "other"), _arr(col("flops", 0.0)), _arr(col("bytes", 0.0)), dts
+    return (col("op_class", "other"), _arr(col("flops", 0.0)), _arr(col("bytes", 0.0)), dts,
+            _arr_units(col("units", 1.0)))
 
 
 def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs: Mapping[str, Any],
@@ -198,7 +219,7 @@ def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs
     Args:
         measured_ns: measured durations; NaN or a negative value means "not measured".
         src_costs, dst_costs: mappings (e.g. DataFrames) with columns ``op_class``, ``flops``,
-            ``bytes``, ``dtype`` (scalars broadcast).
+            ``bytes``, ``dtype`` and optionally ``units`` (scalars broadcast).
         band: also return the low and high arrays.
 
     Returns:
@@ -208,13 +229,13 @@ def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs
     meas = np.atleast_1d(np.asarray(measured_ns, dtype=float))
     n = meas.shape[0]
     src_dev, dst_dev = _dev(src_device), _dev(dst_device)
-    sc, sf, sb, sd = _cols(src_costs, n)
-    dc, df, db, dd = _cols(dst_costs, n)
+    sc, sf, sb, sd, su = _cols(src_costs, n)
+    dc, df, db, dd, du = _cols(dst_costs, n)
     have = np.isfinite(meas) & (meas >= 0)
     same = (have & (src_dev.name == dst_dev.name) & (sc == dc) & (sf == df) & (sb == db)
-            & (sd == dd))
-    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s) for s in (1.0, 0.0, -1.0))
-    src_t = _times_s(src_dev, sc, sf, sb, sd, 0.0)
+            & (sd == dd) & (su == du))
+    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s, du) for s in (1.0, 0.0, -1.0))
+    src_t = _times_s(src_dev, sc, sf, sb, sd, 0.0, su)
     scaled = have & ~same
     ratio_ok = scaled & (src_t > 0)
     m = np.where(have, meas, 0.0)

@@ -18,12 +18,21 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
         compute: {default: [[flops, eff], ...], tf32: [[flops, eff], ...]}   # per dtype
         memory: [[bytes, eff], ...]
         spread: 0.2                    # relative half-width of the efficiency band
+      attention:
+        compute_size: unit             # optional: total (default) | unit, see below
+        ...
 
 Curves are ``[size, efficiency]`` points (FLOPs for compute, bytes for memory), interpolated
 linearly in log10(size) and held constant beyond the ends. A dtype missing from
 ``peak_tflops`` falls back along :data:`PEAK_FALLBACK` (V100 has no bf16: bf16 runs at fp32
 peak). Normalised names: lower case, spaces and underscores as ``-``, vendor prefixes
 (``nvidia-``, ``tesla-``, ``amd-``, ``instinct-``) removed.
+
+``compute_size`` says what size the compute curve is read at: ``total`` (default) the op's
+FLOPs; ``unit`` the FLOPs of one of its independent work units (attention: one (batch, head)
+pair, :func:`tracesim.workload.costrules_ops.work_units`). On a CPU the units run one after
+another on a few cores, so an attention's efficiency follows the size of one head's problem
+(sequence length and head dim), not the batch times heads (docs/devices.md).
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ class ClassEfficiency:
     compute: Mapping[str, EfficiencyCurve]
     memory: EfficiencyCurve
     spread: float
+    per_unit: bool = False  # compute curve read at FLOPs per work unit (compute_size: unit)
 
     def compute_curve(self, dtype: str) -> EfficiencyCurve:
         return self.compute.get(dtype) or self.compute["default"]
@@ -167,7 +177,7 @@ def _curve(data: Any, file: str | Path | None, where: str) -> EfficiencyCurve:
 
 
 def _class_eff(data: Any, file: str | Path | None, where: str) -> ClassEfficiency:
-    check_keys(data, ("compute", "memory"), ("spread", "source"), file=file, where=where)
+    check_keys(data, ("compute", "memory"), ("spread", "source", "compute_size"), file=file, where=where)
     comp = data["compute"]
     if isinstance(comp, Mapping):
         if "default" not in comp:
@@ -183,8 +193,11 @@ def _class_eff(data: Any, file: str | Path | None, where: str) -> ClassEfficienc
     spread = get_number(data, "spread", file=file, where=where, allow_zero=True, default=0.25)
     if spread >= 1.0:
         raise InputError(f"must be < 1, got {spread!r}", file, f"{where}.spread")
+    size = data.get("compute_size", "total")
+    if size not in ("total", "unit"):
+        raise InputError(f"must be 'total' or 'unit', got {size!r}", file, f"{where}.compute_size")
     return ClassEfficiency(MappingProxyType(curves), _curve(data["memory"], file, f"{where}.memory"),
-                           float(spread))
+                           float(spread), size == "unit")
 
 
 def parse_profile(data: Any, file: str | Path | None = None, where: str = "device") -> DeviceProfile:

@@ -296,7 +296,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     opt_flops = sum(evaluate(op.flops, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
     opt_bytes = sum(evaluate(op.bytes, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
     opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, {**sb.res.env, "params": local}),
-                            evaluate(op.bytes, {**sb.res.env, "params": local}), op) for op in sb.res.optimizer)
+                            evaluate(op.bytes, {**sb.res.env, "params": local}), op, 1.0)
+                 for op in sb.res.optimizer)
     opt = prog.extra_task(lane="compute", kind="gpu", name="optimizer.step", op_class="optimizer", phase="opt",
                           flops=opt_flops, nbytes=opt_bytes, dur_ns=opt_ns)
     for gsync in grad_sync:

@@ -98,12 +98,15 @@ class OpCost:
         flops: floating-point operations (multiply-add = 2).
         bytes: bytes read plus bytes written, ideal (each tensor touched once).
         dtype: the compute dtype (fp32 | tf32 | bf16 | fp16 | fp8 | fp64 | int64 | ...).
+        units: independent work units the FLOPs split into (attention: batch x heads; 1
+            otherwise; :func:`tracesim.workload.costrules_ops.work_units`).
     """
 
     op_class: str
     flops: float
     bytes: float
     dtype: str
+    units: float = 1.0
 
 
 def dtype_name(type_str: Any) -> str | None:
@@ -359,7 +362,9 @@ def op_cost(
         flops, nbytes = costrules.cost_of(name, cls, args)
         if not (flops >= 0.0 and nbytes >= 0.0) or flops == float("inf") or nbytes == float("inf"):
             return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
-        return OpCost(cls, float(flops), float(nbytes), args.dtype)
+        from tracesim.workload.costrules_ops import work_units
+
+        return OpCost(cls, float(flops), float(nbytes), args.dtype, work_units(name, args))
     except Exception:  # noqa: BLE001 - contract: never raise on odd input
         return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
 

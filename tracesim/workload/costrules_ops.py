@@ -262,6 +262,37 @@ for _name in _ATTN_ARGS:
     rule("attention", _name)(partial(_attention, _name))
 
 
+def work_units(name: str, a: Args) -> float:
+    """Independent work units of an op: batch x heads for the attention ops (each (batch,
+    head) pair is one problem of sequence x sequence x head dim), 1 for everything else.
+    Device classes with ``compute_size: unit`` read their efficiency at FLOPs per unit."""
+    spec = _ATTN_ARGS.get(name.split("::")[-1].strip())
+    if spec is None:
+        return 1.0
+    return _units(spec[1], a.shape(spec[0]))
+
+
+def work_units_of_dims(name: str, dims: list) -> float:
+    """:func:`work_units` from an op's input dims alone (a Kineto ``Input Dims`` list)."""
+    spec = _ATTN_ARGS.get(name.split("::")[-1].strip())
+    if spec is None or not isinstance(dims, list) or len(dims) <= spec[0]:
+        return 1.0
+    q = dims[spec[0]]
+    if not isinstance(q, list) or not all(isinstance(x, (int, float)) for x in q):
+        return 1.0
+    return _units(spec[1], tuple(int(x) for x in q))
+
+
+def _units(layout: str, q: tuple[int, ...] | None) -> float:
+    if not q or len(q) < 3:
+        return 1.0
+    if layout == "bhle":
+        return float(max(_prod(q[:-2]), 1))
+    if len(q) == 3:  # varlen: total tokens x heads x dim (sequences unknown: heads only)
+        return float(max(q[1], 1))
+    return float(max(q[0] * q[2], 1))  # B, L, H, E
+
+
 # --------------------------------------------------------------------------- norm / softmax
 
 

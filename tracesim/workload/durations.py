@@ -35,9 +35,10 @@ class _Cost:
     flops: float
     bytes: float
     dtype: str
+    units: float = 1.0
 
 
-def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Callable[[str, float, float, TemplateOp], int], Counter]:
+def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Callable[..., int], Counter]:
     """``(op_time, methods)`` for ``template`` on ``device`` (a DeviceProfile) in ``dtype``."""
     from tracesim.hardware.costmodel import op_time_ns, scale_duration
     from tracesim.hardware.device import get_device
@@ -58,20 +59,24 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     )
     cache: dict[tuple, int] = {}
 
-    def op_time(op_class: str, flops: float, nbytes: float, op: TemplateOp) -> int:
-        key = (op_class, flops, nbytes, op.measured_ns, op.src_flops, op.src_bytes, op.calls, op.count)
+    def op_time(op_class: str, flops: float, nbytes: float, op: TemplateOp, units: float = 1.0) -> int:
+        # units (work units at the target, :func:`tracesim.workload.resolve.op_units`) only
+        # count with the recorded ones (``src_units``; 0 in templates written before)
+        units = units if op.src_units > 0 else 1.0
+        key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
+               op.src_units, op.calls, op.count)
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
         if use_measured and src_dev is not None and op.measured_ns > 0:
-            src = _Cost(op_class, op.src_flops, op.src_bytes, src_dtype)
-            dst = _Cost(op_class, flops, nbytes, dtype)
+            src = _Cost(op_class, op.src_flops, op.src_bytes, src_dtype, max(op.src_units, 1.0))
+            dst = _Cost(op_class, flops, nbytes, dtype, units)
             if op.calls not in ("", "0"):
                 ns, method = split_calls_ns(op, src_dev, src, device, dst)
             else:
                 ns, method = scale_duration(int(op.measured_ns), src_dev, src, device, dst)
         else:
-            ns, method = op_time_ns(device, op_class, flops, nbytes, dtype), "model"
+            ns, method = op_time_ns(device, op_class, flops, nbytes, dtype, units), "model"
         cache[key] = (int(ns), method)  # type: ignore[assignment]
         methods[method] += 1
         return int(ns)
@@ -101,7 +106,7 @@ def split_calls_ns(op: TemplateOp, src_dev: Any, src: _Cost, dst_dev: Any, dst: 
     measured = float(op.measured_ns)
 
     def sized(dev: Any, c: _Cost) -> float:  # the model's time less its launch overhead
-        ns = op_time_ns(dev, c.op_class, c.flops, c.bytes, c.dtype)
+        ns = op_time_ns(dev, c.op_class, c.flops, c.bytes, c.dtype, c.units)
         return max(float(ns) - float(dev.launch_overhead_us) * 1e3, 0.0)
 
     v_src, v_dst = sized(src_dev, src), sized(dst_dev, dst)

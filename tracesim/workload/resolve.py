@@ -39,7 +39,7 @@ from tracesim.workload.parallel import ParallelSpec
 from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, symbol_env
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
-OpTimeFn = Callable[[str, float, float, TemplateOp], int]
+OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ _TORCH_TYPES = {"fp32": "float", "bf16": "c10::BFloat16", "fp16": "c10::Half", "
 
 
 @lru_cache(maxsize=65536)
-def _leaf_cost(name: str, dims_json: str, dtype: str) -> tuple[float, float]:
+def _leaf_cost(name: str, dims_json: str, dtype: str) -> tuple[float, float, float]:
+    """(flops, bytes, work units) of a leaf op at concrete dims."""
     from tracesim.workload.classify import op_cost
 
     dims = json.loads(dims_json)
@@ -118,7 +119,7 @@ def _leaf_cost(name: str, dims_json: str, dtype: str) -> tuple[float, float]:
     types = ["TensorList" if (isinstance(d, list) and d and isinstance(d[0], list))
              else (tname if isinstance(d, list) and d else "") for d in dims]
     c = op_cost(name, dims, types)
-    return c.flops, c.bytes
+    return c.flops, c.bytes, c.units
 
 
 def _eval_shapes(shapes: Any, env: Mapping[str, float]) -> Any:
@@ -138,10 +139,25 @@ def op_numbers(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, 
     flops = nbytes = 0.0
     for name, shapes in json.loads(op.leaves):
         dims = _eval_shapes(shapes, env_full)
-        f, b = _leaf_cost(name, json.dumps(dims), dtype)
+        f, b, _ = _leaf_cost(name, json.dumps(dims), dtype)
         flops += f
         nbytes += b
     return flops * evaluate(op.flops, env), nbytes * evaluate(op.bytes, env)
+
+
+def op_units(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, float],
+             dtype: str) -> float:
+    """Work units of ``op`` for one rank: those of its largest re-costed leaf times the FLOPs
+    split expression (tensor parallelism splits the heads), at least 1; 1 for an op without
+    leaves or from a template without ``src_units``."""
+    if not op.leaves or op.src_units <= 0:
+        return 1.0
+    best = (-1.0, 1.0)
+    for name, shapes in json.loads(op.leaves):
+        f, _, u = _leaf_cost(name, json.dumps(_eval_shapes(shapes, env_full)), dtype)
+        if f > best[0]:
+            best = (f, u)
+    return max(best[1] * evaluate(op.flops, env), 1.0)
 
 
 def _comm(name: str, collective: str, gkind: str, msg: float, phase: str) -> ROp:
@@ -230,6 +246,7 @@ def _resolve_section(
             to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
         sharded_name[op.name] = env is env_tp
         flops, nbytes = op_numbers(op, env, env_full, par.dtype)
+        units = op_units(op, env, env_full, par.dtype)
         p = evaluate(op.params, env)
         params += p
         tensors += evaluate(op.tensors, env)
@@ -237,7 +254,7 @@ def _resolve_section(
             expert_params += p
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(ROp(op.name, "gpu", op.op_class, "fwd", flops, nbytes,
-                       op_time(op.op_class, flops, nbytes, op), recompute=op.recompute, params=p))
+                       op_time(op.op_class, flops, nbytes, op, units), recompute=op.recompute, params=p))
         out_prev = evaluate(op.out, env_tp)
     if end_full:
         to_full(len(fwd_ops), "end")
@@ -257,8 +274,9 @@ def _resolve_section(
             continue
         env = env_tp if sharded_name.get(ref, False) else env_rep
         flops, nbytes = op_numbers(op, env, env_full, par.dtype)
+        units = op_units(op, env, env_full, par.dtype)
         bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
-                       op_time(op.op_class, flops, nbytes, op), recompute=op.recompute))
+                       op_time(op.op_class, flops, nbytes, op, units), recompute=op.recompute))
     bwd.extend(c for _, c in pending)
     return Section(tuple(fwd), tuple(bwd), params, expert_params, model_flops, tensors)
 

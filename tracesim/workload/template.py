@@ -153,6 +153,9 @@ class TemplateOp:
             ``msg_bytes`` (an expression).
         measured_ns: median duration measured on the source device (0: none).
         src_flops, src_bytes: the op's FLOPs / bytes at the recorded dimensions.
+        src_units: the independent work units of its largest leaf at the recorded dimensions
+            (attention: batch x heads, :func:`tracesim.workload.costrules_ops.work_units`);
+            0 = not recorded (templates written before it existed: units are then ignored).
         count: how many recorded ops were folded into this op.
         leaves: trace-derived ops only: JSON list of ``[op name, input shapes]`` of the
             recorded leaf ops, shapes written with expressions of the *unsharded* model
@@ -188,6 +191,7 @@ class TemplateOp:
     measured_ns: float = 0.0
     src_flops: float = 0.0
     src_bytes: float = 0.0
+    src_units: float = 0.0
     count: int = 1
     leaves: str = ""
     fwd: str = ""

@@ -454,10 +454,21 @@ def _make_ops(per: dict[int, list[dict[str, Any]]], section: str, part: str, mod
             shard=rules["shard"], tp_style=rules["tp_style"], recompute=rules["recompute"],
             measured_ns=float(median(sq[i]["dur"] for sq in same)),
             src_flops=sum(x[2] for x in lv_rows), src_bytes=sum(x[3] for x in lv_rows),
+            src_units=_src_units(lv_rows),
             count=len(lv_rows), leaves=json.dumps(sym),
             fwd=names.get(k["fwd_top"], "") if k["phase"] == "bwd" else "", tensors=tensors,
         ))
     return out
+
+
+def _src_units(rows: list) -> float:
+    """Work units of the leaf with the most FLOPs (rows: name, shapes JSON, flops, bytes)."""
+    from tracesim.workload.costrules_ops import work_units_of_dims
+
+    if not rows:
+        return 1.0
+    name, sh, _, _ = max(rows, key=lambda x: x[2])
+    return work_units_of_dims(name, json.loads(sh) if sh else [])
 
 
 def _before_ln2(k: dict[str, Any], kept: list[dict[str, Any]]) -> bool:
