@@ -8,7 +8,15 @@ Each round:
    bundle alone (`run_retarget` on topologies/host-cpu.yaml: each recorded op's time scaled
    by the host-cpu cost model's ratio between the new and the recorded shapes);
 3. collect each variant for real (right after the base, so base and variants see the same
-   machine load) and compare with the median of its unprofiled steps.
+   machine load) and compare with the median of its unprofiled steps;
+4. measure base and variants once more, **paired**: one process builds all four models and
+   runs their training steps in turn (base, variant, variant, variant, base, ...), so every
+   configuration's median comes from the same seconds of machine time. This VM's speed
+   drifts by 5-15% over tens of seconds, which moves a single round's error by as much (the
+   base's level at its collection is carried into every prediction). The drift-corrected
+   prediction is the prediction times the base's paired median over the base's own
+   collected median (a measurement of the base only, nothing from the variant and no model
+   output); it is compared with the variant's paired median ("paired" columns).
 
 Rounds are repeated (``--repeats``) because other jobs share this machine: the summary gives
 the median error over the rounds whose timing is trusted (:func:`disturbed` and
@@ -62,6 +70,46 @@ def collect(spec_path: Path, out: Path, batch: int, measure: int,
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     meta = yaml.safe_load((out / "meta.yaml").read_text())
     return float(meta["measured_step_time_s"]["median"])
+
+
+def paired_medians(specs: dict[str, Path], batch: int, cycles: int = 8,
+                   threads: int | None = None) -> dict[str, float]:
+    """Median step time (s) per configuration, the configurations' training steps run in turn
+    in one fresh process (``cycles`` steps each after 2 warm-up steps each); see step 4 of
+    the module doc."""
+    import json
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--paired-worker",
+           json.dumps({"specs": {k: str(v) for k, v in specs.items()}, "batch": batch,
+                       "cycles": cycles, "threads": threads})]
+    out = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout
+    return {k: float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+
+def _paired_worker(arg: str) -> None:
+    import json
+    import os
+    import time
+
+    import torch
+
+    from collectors.train import make_training
+    from tracesim.workload.model import load_model
+
+    cfg = json.loads(arg)
+    torch.set_num_threads(int(cfg["threads"] or max(1, os.cpu_count() or 1)))  # as collect, 1 rank
+    runs = {k: make_training(load_model(v), int(cfg["batch"]), torch.device("cpu")).step
+            for k, v in cfg["specs"].items()}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(2):
+        for step in runs.values():
+            step()
+    for _ in range(int(cfg["cycles"])):
+        for k, step in runs.items():
+            t0 = time.perf_counter()
+            step()
+            times[k].append(time.perf_counter() - t0)
+    print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
 
 
 def predict(base_bundle: Path, spec_path: Path, batch: int, cluster: Path = CLUSTER) -> float:
@@ -171,17 +219,28 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
         labels = list(specs)[1:]
         labels = ["base (self)"] + labels[r % 3:] + labels[:r % 3]  # rotate: no variant always last
         base_bundle = _bundle(out, r, "base (self)", specs["base (self)"])
+        paired: dict[str, float] = {}
+        if collect_new:
+            for label in labels:
+                collect(specs[label], _bundle(out, r, label, specs[label]), batch, measure, threads)
+            paired = paired_medians({k: specs[k] for k in labels}, batch, threads=threads)
+            (out / f"r{r}" / "paired.yaml").write_text(yaml.safe_dump(paired))
+        elif (out / f"r{r}" / "paired.yaml").exists():
+            paired = yaml.safe_load((out / f"r{r}" / "paired.yaml").read_text())
+        base_meas = float(yaml.safe_load((base_bundle / "meta.yaml").read_text())["measured_step_time_s"]["median"])
         for label in labels:
             bundle = _bundle(out, r, label, specs[label])
-            if collect_new:
-                collect(specs[label], bundle, batch, measure, threads)
-            elif not bundle.is_dir():
+            if not bundle.is_dir():
                 continue
             meta = yaml.safe_load((bundle / "meta.yaml").read_text())
             why = disturbed(base_bundle, base=True) or disturbed(bundle)
-            rows.append({"round": r, "label": label, "load": load, "disturbed": why,
-                         "pred": predict(base_bundle, specs[label], batch),
-                         "meas": float(meta["measured_step_time_s"]["median"])})
+            pred = predict(base_bundle, specs[label], batch)
+            row = {"round": r, "label": label, "load": load, "disturbed": why, "pred": pred,
+                   "meas": float(meta["measured_step_time_s"]["median"])}
+            if label in paired and "base (self)" in paired:
+                row["pred_paired"] = pred * paired["base (self)"] / base_meas
+                row["meas_paired"] = paired[label]
+            rows.append(row)
     _flag_slow_rounds(rows)
     return rows
 
@@ -207,6 +266,9 @@ def _err(p: float, m: float) -> float:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--paired-worker":  # internal: paired_medians
+        _paired_worker(sys.argv[2])
+        return 0
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--base", default="gpt-tiny")
     ap.add_argument("--batch", type=int, default=8)
@@ -219,11 +281,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "cpu-scaling")
     a = ap.parse_args()
     rows = run(a.base, a.batch, a.measure, a.out, a.repeats, a.threads, collect_new=not a.reuse)
-    print("| round | load | configuration | predicted (ms) | measured median (ms) | error | timing not trusted |")
-    print("|---|---|---|---|---|---|---|")
+    print("| round | load | configuration | predicted (ms) | measured median (ms) | error | paired: "
+          "predicted, drift-corrected (ms) | paired: measured (ms) | paired error | timing not trusted |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for x in rows:
+        pp = (f"{x['pred_paired'] * 1e3:.2f} | {x['meas_paired'] * 1e3:.2f} | "
+              f"{_err(x['pred_paired'], x['meas_paired']):+.1f}%") if "pred_paired" in x else "- | - | -"
         print(f"| {x['round']} | {x['load']} | {x['label']} | {x['pred'] * 1e3:.2f} | {x['meas'] * 1e3:.2f} | "
-              f"{_err(x['pred'], x['meas']):+.1f}% | {x['disturbed']} |")
+              f"{_err(x['pred'], x['meas']):+.1f}% | {pp} | {x['disturbed']} |")
     print("\n| configuration | rounds used (of) | predicted from the base trace (ms) | measured median (ms) | "
           "error, median of rounds | error range |")
     print("|---|---|---|---|---|---|")
@@ -237,6 +302,15 @@ def main() -> int:
         print(f"| {label} | {len(ok)} ({n}) | {statistics.median(x['pred'] for x in ok) * 1e3:.2f} | "
               f"{statistics.median(x['meas'] for x in ok) * 1e3:.2f} | {statistics.median(errs):+.1f}% | "
               f"{min(errs):+.1f}% .. {max(errs):+.1f}% |")
+    paired_rows = [x for x in rows if "pred_paired" in x and not x["disturbed"]]
+    if paired_rows:
+        print("\nPaired (drift-corrected prediction against the paired measurement):\n")
+        print("| configuration | rounds | error, median of rounds | error range |")
+        print("|---|---|---|---|")
+        for label in dict.fromkeys(x["label"] for x in paired_rows):
+            errs = [_err(x["pred_paired"], x["meas_paired"]) for x in paired_rows if x["label"] == label]
+            print(f"| {label} | {len(errs)} | {statistics.median(errs):+.1f}% | "
+                  f"{min(errs):+.1f}% .. {max(errs):+.1f}% |")
     if a.per_op:
         specs = _specs(a.base, a.out)
         for label, spec_path in list(specs.items())[1:]:

@@ -77,41 +77,55 @@ def _script() -> object:
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed (collect needs it)")
 def test_larger_cpu_models_from_one_small_trace(tmp_path: Path) -> None:
     """gpt-tiny collected here predicts its hidden x2 / layers x2 / sequence x2 variants'
-    measured step times (median of 5 unprofiled steps) within BOUND. One round first; if a
-    configuration misses, two more rounds, and the median error over the three is held to
-    BOUND (the accuracy docs report medians over rounds too: one profiled base step carries
-    its own noise into every prediction). Rounds that the script's timing rules (`disturbed`,
-    `_flag_slow_rounds`) distrust are left out; skipped when none is left."""
+    step times within BOUND (the issue's 10%) against the paired measurement (all four
+    models timed in turn in one process; the prediction corrected by the base's drift between
+    its collection and the pairing), and within UNPAIRED_BOUND against the variants' own
+    collected runs (median of 5 unprofiled steps). One round first; if a configuration
+    misses, two more rounds, and the median error over the three is held to the bounds (the
+    accuracy docs report medians over rounds too). Rounds that the script's timing rules
+    (`disturbed`, `_flag_slow_rounds`) distrust are left out; skipped when none is left."""
     load = os.getloadavg()[0]
     if load > 2.0 * (os.cpu_count() or 1):
         pytest.skip(f"machine too busy for timing (load average {load:.1f})")
     mod = _script()
     rows = mod.run("gpt-tiny", 8, 5, tmp_path / "first", 1)  # type: ignore[attr-defined]
-    errors = _median_errors(rows)
-    print("round 1:", {k: f"{v:+.1%}" for k, v in errors.items()})
+    errors, raw = _median_errors(rows), _median_errors(rows, paired=False)
+    print("round 1, paired:", _fmt(errors), "unpaired:", _fmt(raw))
     labels = ("hidden x2", "layers x2", "sequence x2")
-    if not errors or any(abs(errors.get(label, 1.0)) >= BOUND for label in labels):
+    if not errors or any(abs(errors.get(label, 1.0)) >= BOUND or abs(raw.get(label, 1.0)) >= UNPAIRED_BOUND
+                         for label in labels):
         rows += mod.run("gpt-tiny", 8, 5, tmp_path / "more", 2)  # type: ignore[attr-defined]
-        errors = _median_errors(rows)
-        print("median of 3 rounds:", {k: f"{v:+.1%}" for k, v in errors.items()})
+        errors, raw = _median_errors(rows), _median_errors(rows, paired=False)
+        print("median of 3 rounds, paired:", _fmt(errors), "unpaired:", _fmt(raw))
     if not all(label in errors for label in ("base (self)", *labels)):
         pytest.skip(f"timing disturbed by other jobs: {[x['disturbed'] for x in rows if x['disturbed']]}")
     assert abs(errors["base (self)"]) < 0.03
     for label in labels:
         assert abs(errors[label]) < BOUND, (label, errors)
+        # against the separately collected runs, drift included (5-15% between rounds here)
+        assert abs(raw[label]) < UNPAIRED_BOUND, (label, raw)
 
 
-def _median_errors(rows: list[dict]) -> dict[str, float]:
-    """Per configuration, the median relative error of the trusted rounds."""
+def _fmt(errors: dict[str, float]) -> dict[str, str]:
+    return {k: f"{v:+.1%}" for k, v in errors.items()}
+
+
+def _median_errors(rows: list[dict], paired: bool = True) -> dict[str, float]:
+    """Per configuration, the median relative error of the trusted rounds: the drift-corrected
+    prediction against the paired measurement (``paired``), or the prediction against the
+    variant's own collected run."""
     by_label: dict[str, list[float]] = {}
     for x in rows:
-        if not x["disturbed"]:
-            by_label.setdefault(x["label"], []).append((x["pred"] - x["meas"]) / x["meas"])
+        if x["disturbed"]:
+            continue
+        p, m = (x["pred_paired"], x["meas_paired"]) if paired else (x["pred"], x["meas"])
+        by_label.setdefault(x["label"], []).append((p - m) / m)
     return {k: float(np.median(v)) for k, v in by_label.items()}
 
 
-#: the issue's target is 10%: every fresh quiet round met it (docs/accuracy.md), but a
-#: fresh-clone CI run gave sequence x2 +10.1% as the median of three rounds (+4.7..+10.1%:
-#: the host-cpu attention curve over-predicts attention at 2x the sequence), so the test holds
-#: 15% and prints the errors; single rounds of the older extractor reached -11.7% and +19%
-BOUND = 0.15
+#: the issue's target. Held on the paired measurement (the scaling script's step 4: base and
+#: variants timed in turn in one process, the prediction corrected by the base's own drift),
+#: whose rounds spread by a few percent in the fresh rounds of docs/accuracy.md; the unpaired
+#: comparison moved by up to +-13% per round with this VM's drift, so it gets a looser bound
+BOUND = 0.10
+UNPAIRED_BOUND = 0.20
