@@ -6,7 +6,9 @@ Each round, one after the other (so they see similar load; nothing is fitted on 
    and ``python -m collectors.loopback --procs 2`` (the gloo all-reduce rate over loopback);
 2. ``one``: ``tracesim collect --workload gpt-tiny --threads 1`` (the 1-rank template);
 3. ``two``: ``tracesim collect --workload gpt-tiny --ranks 2`` (2 gloo DDP ranks);
-4. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
+4. ``paired``: ``python -m collectors.paired_gloo`` (the 1-rank and the 2-rank job timed in
+   turn, in the same seconds);
+5. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
 
 (``two`` and ``b1`` with ``--steps N``, default 3 like ``tracesim collect``: N profiled
 steps, whose unprofiled predictions' median is compared);
@@ -16,7 +18,10 @@ unprofiled error with the step calibration of ``profiler_overhead`` and, for com
 the same bundle, with the older loop microbenchmark), and the 2-rank prediction from ``one``
 (``tracesim.retarget.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
 as specified (2 GB/s, no contention) and with the measured loopback link and
-``host_contention`` (:func:`calibrated_cluster`), against ``two``'s unprofiled median.
+``host_contention`` (:func:`calibrated_cluster`), against ``two``'s unprofiled median; and
+paired: that prediction times ``paired.one`` over ``one``'s unprofiled median (the trace's
+level moved to the paired seconds: a measurement of the 1-rank job only) against
+``paired.two`` (:func:`paired_error`).
 While each part runs a thread samples ``procs_running`` of ``/proc/stat`` (runnable
 threads, ours included) twice a second. Prints a markdown row per round (and JSON lines with
 ``--json FILE``). Needs torch (the collections) and a few minutes per round.
@@ -167,6 +172,13 @@ def gloo_errors(one: Path, two: Path, contention: dict[str, Any], loopback: dict
             "contention_err": cont["iteration_time_s"] / measured - 1.0}
 
 
+def paired_error(predicted_s: float, one: Path, paired: dict[str, Any]) -> float:
+    """Relative error of the 2-rank prediction against the paired 2-rank median, the
+    prediction moved by the 1-rank job's drift between its collection and the pairing."""
+    one_median = float(yaml.safe_load((one / "meta.yaml").read_text())["measured_step_time_s"]["median"])
+    return predicted_s * float(paired["one"]) / one_median / float(paired["two"]) - 1.0
+
+
 def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
     rec: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.gmtime()), "running": {}}
     parts = [
@@ -177,6 +189,8 @@ def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
             [sys.executable, "-m", "collectors.loopback", "--procs", "2"])))),
         ("one", lambda: collect_tiny(tmp / "one", "--threads", "1")),
         ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2", "--steps", str(steps))),
+        ("paired", lambda: rec.__setitem__("paired", yaml.safe_load(run_cmd(
+            [sys.executable, "-m", "collectors.paired_gloo"])))),
         ("b1", lambda: collect_tiny(tmp / "b1", "--steps", str(steps))),
     ]
     for name, fn in parts:
@@ -187,6 +201,7 @@ def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
     rec["b1"] = self_replay_errors(tmp / "b1")
     rec["two"] = self_replay_errors(tmp / "two")
     rec["gloo"] = gloo_errors(tmp / "one", tmp / "two", rec["contention"], rec["loopback"], tmp)
+    rec["gloo"]["paired_err"] = paired_error(rec["gloo"]["contention_ms"] / 1e3, tmp / "one", rec["paired"])
     return rec
 
 
@@ -206,13 +221,16 @@ def row(rec: dict[str, Any]) -> str:
             f"| x{float(rec['contention']['slowdown'][2]):.2f} "
             f"| {rec['loopback']['intra_node']['bandwidth_GBps']:.2f} GB/s, "
             f"{rec['loopback']['intra_node']['latency_us']:.0f} us "
-            f"| {pct(rec['gloo']['plain_err'])} | {pct(rec['gloo']['contention_err'])} |")
+            f"| {pct(rec['gloo']['plain_err'])} | {pct(rec['gloo']['contention_err'])} "
+            f"| {rec['paired']['one'] * 1e3:.1f} / {rec['paired']['two'] * 1e3:.1f} "
+            f"| {pct(rec['gloo']['paired_err'])} |")
 
 
 HEADER = ("| time (UTC) | runnable threads b1 / 2-rank | 1-rank median ms | 1-rank unprofiled "
           "error (loops) | 2-rank median ms | 2-rank unprofiled error r0 / r1 (loops) "
-          "| contention | loopback link | gloo predicted, plain spec | measured link + contention |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "| contention | loopback link | gloo predicted, plain spec | measured link + contention "
+          "| paired 1-rank / 2-rank ms | paired error |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,32 +81,12 @@ def _worker(rank: int, world: int, port: int, sizes: list[int], reps: int, gap_m
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def measure_times(procs: int, sizes: list[int], reps: int, gap_ms: float) -> dict[int, float]:
     """Median seconds per size of one ``all_reduce`` over ``procs`` local gloo ranks."""
-    import multiprocessing as mp
+    from collectors.spawn import free_port, run_spawned
 
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    workers = [ctx.Process(target=_worker, args=(r, procs, port, sizes, reps, gap_ms, 1234, queue),
-                           daemon=True) for r in range(procs)]
-    for p in workers:
-        p.start()
-    try:
-        results = [queue.get(timeout=600) for _ in workers]
-    finally:
-        for p in workers:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.terminate()
+    port = free_port()
+    results = run_spawned(_worker, [(r, procs, port, sizes, reps, gap_ms, 1234) for r in range(procs)])
     per_rank = [t for _, t in sorted(results, key=lambda x: x[0])]
     return {s: statistics.median(statistics.fmean(r[s][i] for r in per_rank) for i in range(reps))
             for s in sizes}

@@ -29,7 +29,6 @@ import argparse  # noqa: E402
 import datetime  # noqa: E402
 import platform  # noqa: E402
 import shutil  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -38,6 +37,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from collectors.spawn import free_port  # noqa: E402
 from collectors.worker import RankConfig, run_rank  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
 from tracesim.fileio import write_yaml  # noqa: E402
@@ -68,12 +68,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -250,7 +244,7 @@ def collect(args: argparse.Namespace) -> Path:
         batch=args.batch,
         threads=threads,
         bundle_dir=str(tmp),
-        master_port=_free_port() if args.ranks > 1 else 0,
+        master_port=free_port() if args.ranks > 1 else 0,
     )
     try:
         _log(f"{spec.name}: {args.ranks} rank(s) x {threads} thread(s), batch {args.batch}, "

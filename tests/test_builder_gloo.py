@@ -14,8 +14,14 @@ vs 2 at once; not the training job) and given to the replay as the cluster spec'
 ``host_contention``. Wall-clock measurements mean nothing on a machine overloaded by other
 work, so the tests skip when the load average says so.
 
-One collection serves two tests: the issue's 10% (``xfail``, not reliable on this VM), and a
-loose bound that only a broken prediction misses (it must hold).
+This VM's speed drifts by 5-15% over tens of seconds, so the 2-rank run collected a minute
+after the 1-rank trace can be measured in another stretch of machine time (its median ranged
+67-79 ms between quiet rounds). ``python -m collectors.paired_gloo`` therefore times the
+1-rank and the 2-rank job in turn, in the same seconds; the prediction, moved by the 1-rank
+job's own drift (paired 1-rank median over the bundle's unprofiled median), is held to the
+issue's 10% against the paired 2-rank median (``xfail``: not reliable yet, the host-contention
+calibration's reading moves too much on this VM). Against the separately collected 2-rank run
+it is held to a loose bound that only a broken prediction misses.
 """
 
 from __future__ import annotations
@@ -36,9 +42,9 @@ def _busy() -> bool:
 
 #: the issue's target
 TARGET = 0.10
-#: what must hold in any case: quiet rounds gave -14.4% .. +7.5%, and +26.4% / +23.1% when the
-#: contention calibration read x1.36 / x1.27 (docs/accuracy.md); compute mis-scaled or the
-#: gradient all-reduce lost would go far beyond
+#: what must hold against the separately collected run, drift included: quiet rounds gave
+#: -14.4% .. +10.6%, and +26.4% / +23.1% when the contention calibration read x1.36 / x1.27
+#: (docs/accuracy.md); compute mis-scaled or the gradient all-reduce lost would go far beyond
 REGRESSION_BOUND = 0.35
 
 
@@ -52,6 +58,7 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
         GLOO_OPTS,
         calibrated_cluster,
         collect_tiny,
+        paired_error,
         run_cmd,
     )
     from tracesim.retarget import run_retarget
@@ -62,6 +69,7 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     loopback = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.loopback", "--procs", "2"]))
     collect_tiny(tmp_path / "one", "--threads", "1")
     collect_tiny(tmp_path / "two", "--ranks", "2")
+    paired = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.paired_gloo"]))
     if _busy():
         pytest.skip(f"load average {os.getloadavg()[0]:.1f} rose during collection")
     one = yaml.safe_load((tmp_path / "one" / "meta.yaml").read_text())
@@ -76,11 +84,14 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     measured = float(two["measured_step_time_s"]["median"])
     factor = float(contention["slowdown"][2])
     link = loopback["intra_node"]
+    paired_err = paired_error(res["iteration_time_s"], tmp_path / "one", paired)
     print(f"contention x{factor:.3f}, loopback {link['bandwidth_GBps']} GB/s "
           f"{link['latency_us']} us; predicted {res['iteration_time_s'] * 1e3:.1f} ms "
           f"(plain spec {plain['iteration_time_s'] * 1e3:.1f} ms), measured "
-          f"{measured * 1e3:.1f} ms; load {os.getloadavg()[0]:.2f}")
-    return {"res": res, "plain": plain, "measured": measured, "factor": factor}
+          f"{measured * 1e3:.1f} ms; paired 1-rank {paired['one'] * 1e3:.1f} ms (collected "
+          f"{float(one['measured_step_time_s']['median']) * 1e3:.1f}), 2-rank "
+          f"{paired['two'] * 1e3:.1f} ms, paired error {paired_err:+.1%}; load {os.getloadavg()[0]:.2f}")
+    return {"res": res, "plain": plain, "measured": measured, "factor": factor, "paired_err": paired_err}
 
 
 @pytest.mark.slow
@@ -98,10 +109,11 @@ def test_two_rank_gloo_prediction_is_sound(gloo_prediction: dict) -> None:
 @pytest.mark.timing
 @pytest.mark.xfail(
     strict=False,
-    reason="not reliably within 10% on this shared 2-vCPU VM: quiet rounds with the shipped "
-           "options -12.1% to +7.5% and +26.4% / +23.1% (contention calibrations of x1.36 / "
-           "x1.27), 14 of 17 within 10%; the 2-rank reference ranged 67-79 ms (docs/accuracy.md)",
+    reason="not reliably within 10% on this shared 2-vCPU VM: paired errors -7.6% .. +9.9% in "
+           "11 quiet rounds, driven by the host-contention loop's reading (x0.96-1.17 in those "
+           "rounds, 0.88-1.31 in standalone runs) while the real job's slowdown stayed stable "
+           "(docs/accuracy.md)",
 )
 def test_two_rank_gloo_run_predicted_from_one_rank_trace(gloo_prediction: dict) -> None:
-    res = gloo_prediction["res"]
-    assert res["iteration_time_s"] == pytest.approx(gloo_prediction["measured"], rel=TARGET)
+    """The issue's 10%, against the paired 2-rank median (module doc)."""
+    assert abs(gloo_prediction["paired_err"]) < TARGET
