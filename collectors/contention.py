@@ -2,19 +2,27 @@
 
 Measures the ``host_contention.slowdown`` of a cluster spec
 (:mod:`tracesim.hardware.contention`). N worker processes are started (spawned, each with
-``--threads`` torch threads) and kept; each owns the same fixed loop of CPU work, a mix of
-compute and memory traffic that is *not* any training job: per iteration
+``--threads`` torch threads) and kept; each owns the same fixed probe, which is *not* any
+job it is later used to predict:
 
-* ``aten::mm`` of 256 x 512 by 512 x 512 (fp32; the compute side, working set ~2.5 MB),
-* a layer norm, a GELU, a softmax over 2048 x 512 (4 MiB tensors: cache / memory traffic),
-* an element-wise add and a copy of 4 MiB.
+* ``--probe train`` (default): the training step (forward, backward, AdamW) of a fixed small
+  GPT (:data:`PROBE`: 2 layers, hidden 128, 4 heads, sequence 64, vocabulary 512, fp32,
+  batch 4; ~10 ms per step on one core here);
+* ``--probe loop``: a loop of CPU work, per iteration ``aten::mm`` of 256 x 512 by 512 x 512,
+  a layer norm, a GELU, a softmax over 2048 x 512 (4 MiB tensors) and an element-wise add and
+  a copy of 4 MiB (per-part factors gemm / rows / stream in ``detail``).
 
-``--rounds`` times, interleaved: worker 0 runs ``--iters`` iterations **alone** (the others
-wait in a blocking read, using no CPU), then **all N at once**. The slowdown of a round is
-the median iteration time of all workers together over the median of worker 0 alone; the
-result is the median over rounds (alternating, so both see the same background load), with
-the per-part slowdowns alongside. Prints the ``host_contention`` YAML mapping (with the load
-average before and after) and writes it to ``-o`` if given.
+``--rounds`` times, interleaved: worker 0 runs ``--iters`` steps / iterations **alone** (the
+others wait in a blocking read, using no CPU), then **all N at once**. The slowdown of a
+round is the median time of all workers together over the median of worker 0 alone; the
+result is the median over rounds (alternating, so both see the same background load).
+Prints the ``host_contention`` YAML mapping (with the load average before and after) and
+writes it to ``-o`` if given.
+
+Why the training probe is the default: on this 2-vCPU VM the loop's "alone" phase runs in a
+fast (~7 ms per iteration) or a slow (~11 ms) state while "together" stays at 10-11 ms, so
+whole measurements minutes apart read 0.88-1.31; the training probe read 1.05-1.09 in 11
+runs and 1.05-1.09 in the 8 rounds of docs/accuracy.md ("2-rank gloo run").
 """
 
 from __future__ import annotations
@@ -79,8 +87,38 @@ def _loop(threads: int) -> Any:
     return run
 
 
-def _worker(conn: Any, threads: int) -> None:
-    run = _loop(threads)
+#: ``--probe train``: a fixed small GPT training step (not any job it is used to predict:
+#: its own sizes, batch 4)
+PROBE = {"name": "contention-probe", "family": "gpt", "layers": 2, "hidden": 128, "heads": 4,
+         "ffn_hidden": 512, "vocab": 512, "seq_len": 64, "dtype": "fp32"}
+PROBE_BATCH = 4
+
+
+def _train_loop(threads: int) -> Any:
+    """``run(iters) -> {"total": [ns per step]}`` of the probe's training step."""
+    import torch
+
+    from collectors.train import make_training
+    from tracesim.workload.model import model_from_dict
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    step = make_training(model_from_dict(PROBE), PROBE_BATCH, torch.device("cpu")).step
+
+    def run(iters: int) -> dict[str, list[int]]:
+        times: list[int] = []
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            step()
+            times.append(time.perf_counter_ns() - t0)
+        return {"total": times}
+
+    run(3)  # warm-up
+    return run
+
+
+def _worker(conn: Any, threads: int, probe: str = "loop") -> None:
+    run = _train_loop(threads) if probe == "train" else _loop(threads)
     conn.send("ready")
     while True:
         msg = conn.recv()
@@ -93,26 +131,35 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def measure(procs: int = 2, threads: int = 1, rounds: int = 5, iters: int = 30) -> dict[str, Any]:
+#: per probe: (rounds, iterations per phase); a probe step takes ~10 ms, a loop iteration ~10 ms
+DEFAULTS = {"train": (11, 5), "loop": (5, 30)}
+
+
+def measure(procs: int = 2, threads: int = 1, rounds: int | None = None, iters: int | None = None,
+            probe: str = "train") -> dict[str, Any]:
     """The ``host_contention`` mapping for ``procs`` co-located processes (see module doc)."""
     import multiprocessing as mp
 
     if procs < 2:
         raise ValueError("procs must be >= 2")
+    if probe not in DEFAULTS:
+        raise ValueError(f"probe must be one of {sorted(DEFAULTS)}")
+    rounds = DEFAULTS[probe][0] if rounds is None else rounds
+    iters = DEFAULTS[probe][1] if iters is None else iters
     ctx = mp.get_context("spawn")
     pipes, workers = [], []
     load_before = _load()
     try:
         for _ in range(procs):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child, threads), daemon=True)
+            p = ctx.Process(target=_worker, args=(child, threads, probe), daemon=True)
             p.start()
             pipes.append(parent)
             workers.append(p)
         for conn in pipes:
             if conn.recv() != "ready":
                 raise RuntimeError("a contention worker failed to start")
-        ratios: dict[str, list[float]] = {p: [] for p in ("total", *PARTS)}
+        ratios: dict[str, list[float]] = {}
         alone_ms, together_ms = [], []
         for _ in range(rounds):
             pipes[0].send(iters)
@@ -120,7 +167,8 @@ def measure(procs: int = 2, threads: int = 1, rounds: int = 5, iters: int = 30) 
             for conn in pipes:
                 conn.send(iters)
             together = [conn.recv() for conn in pipes]
-            for part in ratios:
+            for part in alone:
+                ratios.setdefault(part, [])
                 shared = [t for res in together for t in res[part]]
                 ratios[part].append(statistics.median(shared) / statistics.median(alone[part]))
             alone_ms.append(statistics.median(alone["total"]) / 1e6)
@@ -139,15 +187,17 @@ def measure(procs: int = 2, threads: int = 1, rounds: int = 5, iters: int = 30) 
     return {
         "slowdown": {procs: factor},
         "method": (
-            f"python -m collectors.contention --procs {procs} --threads {threads}: a fixed "
-            f"gemm + layer-norm/gelu/softmax + add/copy loop, worker 0 alone vs {procs} "
+            f"python -m collectors.contention --procs {procs} --threads {threads} --probe {probe}: "
+            + ("a fixed small GPT training step (collectors.contention.PROBE)" if probe == "train"
+               else "a fixed gemm + layer-norm/gelu/softmax + add/copy loop")
+            + f", worker 0 alone vs {procs} "
             f"workers at once, {rounds} interleaved rounds of {iters} iterations, median "
             f"ratio; {datetime.date.today().isoformat()}, load average {load_before} before, "
             f"{_load()} after"
         ),
         "detail": {
             "per_round": [round(r, 3) for r in ratios["total"]],
-            "parts": {p: round(statistics.median(ratios[p]), 3) for p in PARTS},
+            "parts": {p: round(statistics.median(ratios[p]), 3) for p in ratios if p != "total"},
             "alone_ms": round(statistics.median(alone_ms), 2),
             "together_ms": round(statistics.median(together_ms), 2),
             "threads": threads,
@@ -160,16 +210,20 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--procs", type=int, default=2, help="co-located processes (>= 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--iters", type=int, default=30, help="loop iterations per phase")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (train 11, loop 5)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="steps / loop iterations per phase (train 5, loop 30)")
+    p.add_argument("--probe", choices=("train", "loop"), default="train",
+                   help="train: a fixed small GPT training step (steady on this VM); loop: the "
+                        "fixed op loop (its reading moves with the VM's state)")
     p.add_argument("-o", "--out", default=None, help="write the mapping to this YAML file")
     args = p.parse_args(argv)
     for flag in ("procs", "threads", "rounds", "iters"):
         minimum = 2 if flag == "procs" else 1
-        if getattr(args, flag) < minimum:
+        if getattr(args, flag) is not None and getattr(args, flag) < minimum:
             print(f"contention: error: --{flag} must be >= {minimum}", file=sys.stderr)
             return 2
-    result = measure(args.procs, args.threads, args.rounds, args.iters)
+    result = measure(args.procs, args.threads, args.rounds, args.iters, args.probe)
     text = yaml.safe_dump({"host_contention": result}, sort_keys=False)
     if args.out:
         from tracesim.fileio import write_yaml

@@ -2,8 +2,10 @@
 
 Each round, one after the other (so they see similar load; nothing is fitted on a result):
 
-1. ``contention``: ``python -m collectors.contention --procs 2 --threads 1`` (host contention),
-   and ``python -m collectors.loopback --procs 2`` (the gloo all-reduce rate over loopback);
+1. ``contention``: ``python -m collectors.contention --procs 2 --threads 1`` (host contention,
+   the training probe, measured again after ``paired`` and averaged, :func:`mean_contention`;
+   and ``--probe loop``, the earlier op loop, for comparison), and
+   ``python -m collectors.loopback --procs 2`` (the gloo all-reduce rate over loopback);
 2. ``one``: ``tracesim collect --workload gpt-tiny --threads 1`` (the 1-rank template);
 3. ``two``: ``tracesim collect --workload gpt-tiny --ranks 2`` (2 gloo DDP ranks);
 4. ``paired``: ``python -m collectors.paired_gloo`` (the 1-rank and the 2-rank job timed in
@@ -72,6 +74,22 @@ def calibrated_cluster(contention: dict[str, Any], loopback: dict[str, Any]) -> 
     and the measured loopback link (``collectors.loopback``'s ``intra_node``)."""
     return {**CPU_CLUSTER, "intra_node": dict(loopback["intra_node"]),
             "host_contention": contention}
+
+
+def measure_contention(*extra: str) -> dict[str, Any]:
+    """``python -m collectors.contention --procs 2 --threads 1 EXTRA``: its ``host_contention``."""
+    return yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.contention", "--procs", "2",
+                                   "--threads", "1", *extra]))["host_contention"]
+
+
+def mean_contention(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One ``host_contention`` from two measurements (before and after the collections: the
+    mean of their factors, so the factor covers the stretch of machine time the jobs ran in)."""
+    f = round((float(first["slowdown"][2]) + float(second["slowdown"][2])) / 2, 3)
+    return {"slowdown": {2: f},
+            "method": f"mean of two measurements, before and after the collections "
+                      f"(x{first['slowdown'][2]}, x{second['slowdown'][2]}): {first['method']}",
+            "detail": {"before": first["detail"], "after": second["detail"]}}
 
 
 class _Sampler:
@@ -182,15 +200,16 @@ def paired_error(predicted_s: float, one: Path, paired: dict[str, Any]) -> float
 def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
     rec: dict[str, Any] = {"time": time.strftime("%H:%M:%S", time.gmtime()), "running": {}}
     parts = [
-        ("contention", lambda: rec.__setitem__("contention", yaml.safe_load(run_cmd(
-            [sys.executable, "-m", "collectors.contention", "--procs", "2", "--threads", "1"]
-        ))["host_contention"])),
+        ("contention", lambda: rec.__setitem__("contention_before", measure_contention())),
+        ("contention_loop", lambda: rec.__setitem__("contention_loop", measure_contention("--probe", "loop"))),
         ("loopback", lambda: rec.__setitem__("loopback", yaml.safe_load(run_cmd(
             [sys.executable, "-m", "collectors.loopback", "--procs", "2"])))),
         ("one", lambda: collect_tiny(tmp / "one", "--threads", "1")),
         ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2", "--steps", str(steps))),
         ("paired", lambda: rec.__setitem__("paired", yaml.safe_load(run_cmd(
             [sys.executable, "-m", "collectors.paired_gloo"])))),
+        ("contention_after", lambda: rec.__setitem__("contention", mean_contention(
+            rec["contention_before"], measure_contention()))),
         ("b1", lambda: collect_tiny(tmp / "b1", "--steps", str(steps))),
     ]
     for name, fn in parts:
@@ -202,6 +221,10 @@ def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
     rec["two"] = self_replay_errors(tmp / "two")
     rec["gloo"] = gloo_errors(tmp / "one", tmp / "two", rec["contention"], rec["loopback"], tmp)
     rec["gloo"]["paired_err"] = paired_error(rec["gloo"]["contention_ms"] / 1e3, tmp / "one", rec["paired"])
+    # the same prediction with the op loop's contention factor (the earlier default), for comparison
+    rec["gloo_loop"] = gloo_errors(tmp / "one", tmp / "two", rec["contention_loop"], rec["loopback"], tmp)
+    rec["gloo_loop"]["paired_err"] = paired_error(rec["gloo_loop"]["contention_ms"] / 1e3, tmp / "one",
+                                                  rec["paired"])
     return rec
 
 

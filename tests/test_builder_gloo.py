@@ -8,9 +8,10 @@ time. The loopback link is measured separately, before the collections, by ``pyt
 collectors.loopback`` (a gloo all-reduce of 0.25-8 MiB between two processes, fitted as a
 fixed time plus a rate and turned into the cluster spec's ``intra_node`` link). Two processes on one host slow
 each other's compute (shared caches, memory bandwidth, other jobs' load), which a 1-rank
-trace cannot show: that slowdown is measured separately, before the collections, by
-``python -m collectors.contention`` (a fixed gemm / row-op / streaming loop, 1 process alone
-vs 2 at once; not the training job) and given to the replay as the cluster spec's
+trace cannot show: that slowdown is measured separately, before and after the collections
+(the mean of the two), by
+``python -m collectors.contention`` (a fixed small GPT training step, 1 process alone vs 2
+at once; not the training job predicted) and given to the replay as the cluster spec's
 ``host_contention``. Wall-clock measurements mean nothing on a machine overloaded by other
 work, so the tests skip when the load average says so.
 
@@ -19,9 +20,10 @@ after the 1-rank trace can be measured in another stretch of machine time (its m
 67-79 ms between quiet rounds). ``python -m collectors.paired_gloo`` therefore times the
 1-rank and the 2-rank job in turn, in the same seconds; the prediction, moved by the 1-rank
 job's own drift (paired 1-rank median over the bundle's unprofiled median), is held to the
-issue's 10% against the paired 2-rank median (``xfail``: not reliable yet, the host-contention
-calibration's reading moves too much on this VM). Against the separately collected 2-rank run
-it is held to a loose bound that only a broken prediction misses.
+issue's 10% against the paired 2-rank median, and to 20% against the separately collected
+2-rank run (drift included); a looser bound that only a broken prediction misses is checked
+by its own test. The host contention comes from ``collectors.contention``'s default probe, a
+fixed small GPT training step (not gpt-tiny); the earlier op loop read 0.88-1.31 on this VM.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ def _busy() -> bool:
     return os.getloadavg()[0] > 2.0 * cores
 
 
-#: the issue's target
+#: the issue's target, on the paired 2-rank median: 8 quiet rounds with the training-probe
+#: contention gave -4.4% .. +4.2% (docs/accuracy.md)
 TARGET = 0.10
+#: against the separately collected 2-rank run (drift between the collections included): the
+#: same 8 rounds +2.2% .. +8.8%, 19 earlier rounds with the op-loop contention -9.3 .. +10.6%
+UNPAIRED_BOUND = 0.20
 #: what must hold against the separately collected run, drift included: quiet rounds gave
 #: -14.4% .. +10.6%, and +26.4% / +23.1% when the contention calibration read x1.36 / x1.27
 #: (docs/accuracy.md); compute mis-scaled or the gradient all-reduce lost would go far beyond
@@ -58,18 +64,20 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
         GLOO_OPTS,
         calibrated_cluster,
         collect_tiny,
+        mean_contention,
+        measure_contention,
         paired_error,
         run_cmd,
     )
     from tracesim.retarget import run_retarget
 
     tmp_path = tmp_path_factory.mktemp("gloo")
-    contention = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.contention", "--procs",
-                                      "2", "--threads", "1"]))["host_contention"]
+    before = measure_contention()
     loopback = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.loopback", "--procs", "2"]))
     collect_tiny(tmp_path / "one", "--threads", "1")
     collect_tiny(tmp_path / "two", "--ranks", "2")
     paired = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.paired_gloo"]))
+    contention = mean_contention(before, measure_contention())
     if _busy():
         pytest.skip(f"load average {os.getloadavg()[0]:.1f} rose during collection")
     one = yaml.safe_load((tmp_path / "one" / "meta.yaml").read_text())
@@ -107,13 +115,9 @@ def test_two_rank_gloo_prediction_is_sound(gloo_prediction: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timing
-@pytest.mark.xfail(
-    strict=False,
-    reason="not reliably within 10% on this shared 2-vCPU VM: paired errors -9.2% .. +9.9% in "
-           "19 quiet rounds (four beyond 7%), driven by the host-contention loop's reading "
-           "(x0.93-1.17 in those rounds, 0.88-1.31 in standalone runs) while the real job's "
-           "slowdown stayed stable (docs/accuracy.md)",
-)
 def test_two_rank_gloo_run_predicted_from_one_rank_trace(gloo_prediction: dict) -> None:
-    """The issue's 10%, against the paired 2-rank median (module doc)."""
+    """The issue's 10%, against the paired 2-rank median (module doc); and against the
+    separately collected 2-rank run, drift included, UNPAIRED_BOUND."""
     assert abs(gloo_prediction["paired_err"]) < TARGET
+    res = gloo_prediction["res"]
+    assert res["iteration_time_s"] == pytest.approx(gloo_prediction["measured"], rel=UNPAIRED_BOUND)

@@ -81,12 +81,16 @@ def test_retarget_scales_compute_of_colocated_ranks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
-def test_contention_measurement_runs() -> None:
+@pytest.mark.parametrize("probe", ["train", "loop"])
+def test_contention_measurement_runs(probe: str) -> None:
     """A tiny real measurement: 2 spawned workers, one round; the mapping loads back."""
     from collectors.contention import measure
 
-    got = measure(procs=2, threads=1, rounds=1, iters=2)
+    got = measure(procs=2, threads=1, rounds=1, iters=2, probe=probe)
     hc = contention_from_dict(got, "measured")
     assert 0.5 <= hc.factor(2) <= 10
-    assert set(got["detail"]["parts"]) == {"gemm", "rows", "stream"}
+    assert set(got["detail"]["parts"]) == ({"gemm", "rows", "stream"} if probe == "loop" else set())
     assert got["detail"]["alone_ms"] > 0 and got["detail"]["together_ms"] > 0
+    assert f"--probe {probe}" in got["method"]
+    with pytest.raises(ValueError, match="probe"):
+        measure(procs=2, probe="gpu")
