@@ -11,7 +11,6 @@ scaled_dot_product_attention time ratios on this CPU against the shipped host-cp
 from __future__ import annotations
 
 import importlib.util
-import statistics
 import time
 from pathlib import Path
 
@@ -117,44 +116,56 @@ def test_template_records_units_and_resolves_them_at_the_target() -> None:
     assert op_units(old, env, env, par.dtype) == 1.0
 
 
-def _median_time(fn: object, reps: int = 15) -> float:
-    for _ in range(3):
+#: the profile whose attention curve is checked (calibrated with 1 thread, like the test)
+PROFILE = "host-cpu-1t"
+
+
+def _fastest_times(fns: dict[str, object], rounds: int = 8, reps: int = 4) -> dict[str, float]:
+    """Each callable's fastest time, measured in interleaved rounds (so a stretch of other
+    load hits every case alike; the fastest time is the op's own cost)."""
+    for fn in fns.values():
         fn()  # type: ignore[operator]
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()  # type: ignore[operator]
+                best[k] = min(best[k], time.perf_counter() - t0)
+    return best
 
 
 @pytest.mark.timing
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed (the measurement needs it)")
 def test_host_cpu_attention_ratios_match_this_cpu() -> None:
-    """Measured here, with torch at the profile's 2 threads: the model's time ratio for 2x the
-    sequence (gpt-tiny's attention, 8 x 5 heads of dim 32 at 128 -> 256) and for 4x batch x
-    heads are within 15% of the measured ratios (the total-FLOPs curve gave 3.6x for a
-    measured 2.9x)."""
+    """Measured here, with 1 thread (host-cpu-1t): the model's time ratios for 2x and 4x the
+    sequence (gpt-tiny's attention, 8 x 5 heads of dim 32 from 128) and for 4x batch x heads
+    are within 15% of the measured ratios (quiet machine: 3.53 / 13.0 / 4.00x against
+    3.44-3.59 / 13.7 / 4.14-4.39x, also with another process busy on the other core).
+    The 2-thread profile is where the per-unit curve matters most (2x sequence: model 3.04x,
+    measured 2.6-3.0x, the total-FLOPs curve 3.63x; docs/devices.md), but timing single
+    2-thread ops is not reliable here: with one core busy, 4x batch x heads measured 6.2-6.9x
+    (every op waits for its descheduled thread), so that is documented, not asserted."""
     import torch
     import torch.nn.functional as F
 
     old = torch.get_num_threads()
-    torch.set_num_threads(int(get_device("host-cpu").raw.get("threads", 2)))
-    d = get_device("host-cpu")
+    d = get_device(PROFILE)
+    torch.set_num_threads(int(d.raw.get("threads", 1)))
+    cases = {"base": (40, 128), "sequence x2": (40, 256), "sequence x4": (40, 512), "batch x heads x4": (160, 128)}
     try:
-        def case(bh: int, seq: int, dim: int = 32) -> tuple[float, float]:
-            q, k, v = (torch.randn(1, bh, seq, dim) for _ in range(3))
-            with torch.no_grad():
-                t = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        fns, model = {}, {}
+        for label, (bh, seq) in cases.items():
+            q, k, v = (torch.randn(1, bh, seq, 32) for _ in range(3))
+            fns[label] = (lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
             c = op_cost("aten::_scaled_dot_product_flash_attention_for_cpu",
                         [list(q.shape)] * 3 + [[], [], []], ["float"] * 3 + ["Scalar", "Scalar", ""])
-            return t, op_time_ns(d, c.op_class, c.flops, c.bytes, c.dtype, c.units) * 1e-9
-
-        base = case(40, 128)
-        rows = {"sequence x2": case(40, 256), "batch x heads x4": case(160, 128)}
+            model[label] = op_time_ns(d, c.op_class, c.flops, c.bytes, c.dtype, c.units) * 1e-9
+        with torch.no_grad():
+            t = _fastest_times(fns)
     finally:
         torch.set_num_threads(old)
-    for label, (t, m) in rows.items():
-        measured, model = t / base[0], m / base[1]
-        print(f"{label}: measured {measured:.2f}x, model {model:.2f}x")
-        assert model == pytest.approx(measured, rel=0.15), (label, measured, model)
+    for label in ("sequence x2", "sequence x4", "batch x heads x4"):
+        measured, predicted = t[label] / t["base"], model[label] / model["base"]
+        print(f"{label}: measured {measured:.2f}x, model {predicted:.2f}x")
+        assert predicted == pytest.approx(measured, rel=0.15), (label, measured, predicted)
