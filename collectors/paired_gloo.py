@@ -56,22 +56,22 @@ def _worker(rank: int, port: int, workload: str, batch: int, cycles: int, steps:
         one: list[float] = []
         two: list[float] = []
         waited = 0.0
+
+        def timed(step: Any, out: list[float]) -> None:  # the first step follows the other job
+            for i in range(steps + 1):
+                t0 = time.perf_counter()
+                step()
+                if i:
+                    out.append(time.perf_counter() - t0)
+
         for _ in range(cycles):
             dist.barrier()
             c0 = time.process_time()
             if bare is not None:
-                for i in range(steps + 1):
-                    t0 = time.perf_counter()
-                    bare.step()
-                    if i:
-                        one.append(time.perf_counter() - t0)
+                timed(bare.step, one)
             dist.barrier()
             waited += time.process_time() - c0
-            for i in range(steps + 1):
-                t0 = time.perf_counter()
-                ddp.step()
-                if i:
-                    two.append(time.perf_counter() - t0)
+            timed(ddp.step, two)
         if rank == 0:
             queue.put({"one": one, "two": two})
         else:

@@ -131,7 +131,7 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     from tracesim.workload.durations import make_op_time
     from tracesim.workload.model import load_model
     from tracesim.workload.parallel import parallel_from_options
-    from tracesim.workload.resolve import op_numbers, op_units, resolve_template
+    from tracesim.workload.resolve import op_numbers_units, resolve_template
     from tracesim.workload.template import evaluate, symbol_env
     from tracesim.workload.template_trace import template_from_source
 
@@ -154,8 +154,7 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
             if op.section == "optimizer":
                 f, b = evaluate(op.flops, opt_env), evaluate(op.bytes, opt_env)
             else:
-                f, b = op_numbers(op, env, env, par.dtype)
-                units = op_units(op, env, env, par.dtype)
+                f, b, units = op_numbers_units(op, env, env, par.dtype)
             out[(op.section, op.phase, op.name)] = (op_time(op.op_class, f, b, op, units), op.op_class, f, b)
         return out
 

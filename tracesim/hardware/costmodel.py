@@ -79,8 +79,8 @@ def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.nd
         b = nbytes[idx]
         scale = 1.0 + sign * ce.spread
         size = f
-        if ce.per_unit and units is not None:
-            size = f / np.maximum(np.broadcast_to(units, (n,))[idx], 1.0)
+        if ce.per_unit and units is not None:  # callers clamp units to >= 1 (_arr_units)
+            size = f / np.broadcast_to(units, (n,))[idx]
         eff_c = np.minimum(ce.compute_curve(dt).at(size) * scale, 1.0)
         eff_m = np.minimum(ce.memory.at(b) * scale, 1.0)
         peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32")

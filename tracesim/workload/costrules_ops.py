@@ -274,13 +274,13 @@ def work_units(name: str, a: Args) -> float:
 
 def work_units_of_dims(name: str, dims: list) -> float:
     """:func:`work_units` from an op's input dims alone (a Kineto ``Input Dims`` list)."""
-    spec = _ATTN_ARGS.get(name.split("::")[-1].strip())
-    if spec is None or not isinstance(dims, list) or len(dims) <= spec[0]:
+    if name.split("::")[-1].strip() not in _ATTN_ARGS or not isinstance(dims, list):
         return 1.0
-    q = dims[spec[0]]
-    if not isinstance(q, list) or not all(isinstance(x, (int, float)) for x in q):
+    try:
+        types = ["float" if isinstance(d, list) and d else "" for d in dims]
+        return work_units(name, Args.build(dims, types, []))
+    except Exception:  # noqa: BLE001 - malformed recorded dims: no units
         return 1.0
-    return _units(spec[1], tuple(int(x) for x in q))
 
 
 def _units(layout: str, q: tuple[int, ...] | None) -> float:

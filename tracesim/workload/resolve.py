@@ -130,34 +130,37 @@ def _eval_shapes(shapes: Any, env: Mapping[str, float]) -> Any:
     return shapes
 
 
+def op_numbers_units(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, float],
+                     dtype: str) -> tuple[float, float, float]:
+    """(flops, bytes, work units) of ``op`` for one rank: expressions, or re-costed recorded
+    leaves (at the unsharded target dimensions ``env_full``) times the split expressions. The
+    units are those of the largest leaf times the FLOPs split (tensor parallelism splits the
+    heads), at least 1; 1 for an op without leaves or from a template without ``src_units``."""
+    if not op.leaves:
+        return evaluate(op.flops, env), evaluate(op.bytes, env), 1.0
+    leaves = [_leaf_cost(name, json.dumps(_eval_shapes(shapes, env_full)), dtype)
+              for name, shapes in json.loads(op.leaves)]
+    split = evaluate(op.flops, env)
+    flops = sum(f for f, _, _ in leaves) * split
+    nbytes = sum(b for _, b, _ in leaves) * evaluate(op.bytes, env)
+    units = 1.0
+    if op.src_units > 0:
+        largest = max(leaves, key=lambda x: x[0])[2] if leaves else 1.0
+        units = max(largest * split, 1.0)
+    return flops, nbytes, units
+
+
 def op_numbers(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, float],
                dtype: str) -> tuple[float, float]:
-    """(flops, bytes) of ``op`` for one rank: expressions, or re-costed recorded leaves
-    (at the unsharded target dimensions ``env_full``) times the split expressions."""
-    if not op.leaves:
-        return evaluate(op.flops, env), evaluate(op.bytes, env)
-    flops = nbytes = 0.0
-    for name, shapes in json.loads(op.leaves):
-        dims = _eval_shapes(shapes, env_full)
-        f, b, _ = _leaf_cost(name, json.dumps(dims), dtype)
-        flops += f
-        nbytes += b
-    return flops * evaluate(op.flops, env), nbytes * evaluate(op.bytes, env)
+    """(flops, bytes) of :func:`op_numbers_units`."""
+    flops, nbytes, _ = op_numbers_units(op, env, env_full, dtype)
+    return flops, nbytes
 
 
 def op_units(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, float],
              dtype: str) -> float:
-    """Work units of ``op`` for one rank: those of its largest re-costed leaf times the FLOPs
-    split expression (tensor parallelism splits the heads), at least 1; 1 for an op without
-    leaves or from a template without ``src_units``."""
-    if not op.leaves or op.src_units <= 0:
-        return 1.0
-    best = (-1.0, 1.0)
-    for name, shapes in json.loads(op.leaves):
-        f, _, u = _leaf_cost(name, json.dumps(_eval_shapes(shapes, env_full)), dtype)
-        if f > best[0]:
-            best = (f, u)
-    return max(best[1] * evaluate(op.flops, env), 1.0)
+    """Work units of :func:`op_numbers_units`."""
+    return op_numbers_units(op, env, env_full, dtype)[2]
 
 
 def _comm(name: str, collective: str, gkind: str, msg: float, phase: str) -> ROp:
@@ -245,8 +248,7 @@ def _resolve_section(
         else:
             to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
         sharded_name[op.name] = env is env_tp
-        flops, nbytes = op_numbers(op, env, env_full, par.dtype)
-        units = op_units(op, env, env_full, par.dtype)
+        flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
         p = evaluate(op.params, env)
         params += p
         tensors += evaluate(op.tensors, env)
@@ -273,8 +275,7 @@ def _resolve_section(
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
             continue
         env = env_tp if sharded_name.get(ref, False) else env_rep
-        flops, nbytes = op_numbers(op, env, env_full, par.dtype)
-        units = op_units(op, env, env_full, par.dtype)
+        flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
         bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
                        op_time(op.op_class, flops, nbytes, op, units), recompute=op.recompute))
     bwd.extend(c for _, c in pending)
