@@ -1,11 +1,13 @@
 """``python -m collectors.run``: record training steps of a model spec into a bundle.
 
 Per rank: build the model (:mod:`collectors.models`) with module-scope annotations
-(:mod:`collectors.scopes`), measure the profiler's per-event overhead
-(:mod:`collectors.overhead`), run ``--warmup`` steps, profile ``--steps`` steps with
-``torch.profiler`` plus the execution-trace observer, then time ``--measure`` further
-unprofiled steps. ``--ranks N > 1`` runs a real data-parallel job (DDP; gloo on the CPU,
-NCCL on CUDA) of N local processes.
+(:mod:`collectors.scopes`), run ``--warmup`` steps, then one ``torch.profiler`` session
+(plus the execution-trace observer) of interleaved cycles (:mod:`collectors.cycles`):
+``--calibration-cycles`` cycles measure the profiler's per-event overhead
+(:mod:`collectors.overhead`), ``--steps`` recorded cycles spread among them each give one
+profiled step and a share of the ``--measure`` timed unprofiled reference steps.
+``--ranks N > 1`` runs a real data-parallel job (DDP; gloo on the CPU, NCCL on CUDA) of N
+local processes.
 
 The bundle (see docs/collect.md)::
 
@@ -37,6 +39,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from collectors.cycles import CALIBRATION_CYCLES  # noqa: E402
 from collectors.spawn import free_port  # noqa: E402
 from collectors.worker import RankConfig, run_rank  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
@@ -79,7 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ranks", type=int, default=1, help="data-parallel processes")
     p.add_argument("--steps", type=int, default=1, help="profiled steps")
     p.add_argument("--warmup", type=int, default=3, help="unprofiled warm-up steps")
-    p.add_argument("--measure", type=int, default=10, help="timed unprofiled steps")
+    p.add_argument("--measure", type=int, default=10,
+                   help="timed unprofiled reference steps (spread over the recorded cycles)")
+    p.add_argument("--calibration-cycles", type=int, default=CALIBRATION_CYCLES,
+                   help="profiler cycles that measure the profiler's overhead")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="micro-batch per rank")
     p.add_argument("--seq-len", type=int, default=None, help="default: the model's seq_len")
     p.add_argument("--threads", type=int, default=None, help="torch threads per rank")
@@ -89,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _check(args: argparse.Namespace) -> None:
     for flag, minimum in (("ranks", 1), ("steps", 1), ("warmup", 0), ("measure", 1),
-                          ("batch", 1)):
+                          ("batch", 1), ("calibration_cycles", 0)):
         value = getattr(args, flag)
         if value < minimum:
             raise InputError(f"must be >= {minimum}, got {value}", "--" + flag.replace("_", "-"))
@@ -203,6 +209,7 @@ def _meta(spec: ModelSpec, cfg: RankConfig,
         "backend": cfg.backend,
         "warmup_steps": cfg.warmup,
         "profiled_steps": cfg.steps,
+        "calibration_cycles": cfg.calibration_cycles,
         "measured_step_time_s": _summary(r0["step_times_s"]),
         "profiler_overhead": dict(r0["profiler_overhead"]),
         "per_rank": [
@@ -213,6 +220,7 @@ def _meta(spec: ModelSpec, cfg: RankConfig,
                 "minor_faults": [int(f) for f in r["minor_faults"]],
                 "profiled_step_events": r["profiled_step_events"],
                 "profiler_overhead": dict(r["profiler_overhead"]),
+                "cycles": list(r["cycles"]),
                 "loss": r["loss"],
             }
             for r in results
@@ -245,11 +253,13 @@ def collect(args: argparse.Namespace) -> Path:
         threads=threads,
         bundle_dir=str(tmp),
         master_port=free_port() if args.ranks > 1 else 0,
+        calibration_cycles=args.calibration_cycles,
     )
     try:
         _log(f"{spec.name}: {args.ranks} rank(s) x {threads} thread(s), batch {args.batch}, "
-             f"seq {spec.seq_len}, {args.warmup} warm-up + {args.steps} profiled + "
-             f"{args.measure} measured steps on {args.device}")
+             f"seq {spec.seq_len}, {args.warmup} warm-up steps, then {args.steps} recorded "
+             f"cycle(s) ({args.steps} profiled + {max(args.measure, args.steps)} measured "
+             f"steps) among {args.calibration_cycles} calibration cycles on {args.device}")
         results = _run_ranks(cfg)
         write_yaml(tmp / "meta.yaml", _meta(spec, cfg, results))
         _replace_dir(tmp, out)

@@ -77,18 +77,22 @@ def activities(device: torch.device) -> list[ProfilerActivity]:
 
 
 def make_profiler(device: torch.device, steps: int | None, et_file: Path,
-                  on_trace_ready: Callable[[Any], None] | None = None) -> profile:
+                  on_trace_ready: Callable[[Any], None] | None = None,
+                  step_schedule: Callable[[int], Any] | None = None) -> profile:
     """The collector's profiler: 1 warm-up step, then ``steps`` active steps, recording
     shapes and FLOPs, with an execution-trace observer writing ``et_file`` over the same steps.
     Call ``step()`` of the returned profiler after every training step (``1 + steps`` times).
-    With ``steps=None`` there is no schedule: it records from entry to exit.
+    With ``steps=None`` there is no schedule: it records from entry to exit, unless
+    ``step_schedule`` (a ``torch.profiler`` schedule: step number -> action) is given.
     """
     et = ExecutionTraceObserver().register_callback(str(et_file))
+    if steps is not None:
+        step_schedule = schedule(wait=0, warmup=1, active=steps, repeat=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return profile(
             activities=activities(device),
-            schedule=None if steps is None else schedule(wait=0, warmup=1, active=steps, repeat=1),
+            schedule=step_schedule,
             on_trace_ready=on_trace_ready,
             record_shapes=True,
             with_flops=True,

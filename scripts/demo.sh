@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job end to end on the embedded default: set up .venv (reused when present),
-# collect one training step of the tiny GPT on this CPU, check the replay against the
+# collect profiled training steps of the tiny GPT on this CPU, check the replay against the
 # measured step time, then retarget the recording to a GPT-3 1.7B model on one DGX
 # H100 node and print the report (result and plots in runs/demo-h100/).
 set -euo pipefail
@@ -9,7 +9,7 @@ bash scripts/setup.sh
 TS=.venv/bin/tracesim
 mkdir -p runs
 echo "== 1/3 collect gpt-tiny on the CPU (torch.profiler + execution trace) -> runs/demo-bundle" >&2
-$TS collect --workload gpt-tiny --steps 2 -o runs/demo-bundle
+$TS collect --workload gpt-tiny -o runs/demo-bundle
 echo "== 2/3 self-replay: predicted vs measured step time" >&2
 $TS validate self-replay runs/demo-bundle
 echo "== 3/3 replay on a stored cluster: gpt3-1.7b, 8 x H100 (topologies/h100x8.yaml), DP 8" >&2

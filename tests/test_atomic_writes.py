@@ -33,6 +33,8 @@ _RECEIVER_WRITERS = {"write_text", "write_bytes"}
 _ALLOWED = {
     ("collectors/worker.py", "_gzip"): "writes inside the bundle's temporary directory, "
                                        "renamed onto -o at the end (collectors/run.py)",
+    ("collectors/worker.py", "_write_rank"): "writes inside the bundle's temporary directory, "
+                                             "renamed onto -o at the end (collectors/run.py)",
     ("collectors/cpu_accuracy.py", "main"): "appends one JSON line per round to a log named by "
                                             "--json (an append, not a rewrite)",
 }

@@ -16,7 +16,7 @@ from tracesim.trace.bundle import load_bundle
 
 pytest.importorskip("torch")
 
-FAST = ["--batch", "2", "--warmup", "1", "--steps", "1", "--measure", "3"]
+FAST = ["--batch", "2", "--warmup", "1", "--steps", "1", "--measure", "3", "--calibration-cycles", "2"]
 
 
 def _collect(*args: str):
@@ -53,7 +53,7 @@ def _check_common(path: Path, ranks: int) -> dict:
     assert meta["model"]["name"] == "gpt-tiny" and meta["model"]["hidden"] == 160
     assert (meta["batch"], meta["seq_len"]) == (2, 128)
     assert meta["parallel"] == {"tp": 1, "pp": 1, "dp": ranks, "cp": 1, "ep": 1}
-    assert (meta["warmup_steps"], meta["profiled_steps"]) == (1, 1)
+    assert (meta["warmup_steps"], meta["profiled_steps"], meta["calibration_cycles"]) == (1, 1, 2)
     assert meta["threads"] * ranks <= meta["cores"]
     st = meta["measured_step_time_s"]
     assert st["n"] == 3 and 0 < st["min"] <= st["median"] <= st["max"] < 10
@@ -65,18 +65,27 @@ def _check_common(path: Path, ranks: int) -> dict:
         assert entry is not None and len(entry["step_times_s"]) == 3
         assert len(entry["minor_faults"]) == 3 and min(entry["minor_faults"]) >= 0
         (events,) = entry["profiled_step_events"]
-        assert events["step"] == "ProfilerStep#1" and events["cpu_ops"] > 500
+        # one recorded cycle between two calibration cycles: its profiled step is the
+        # session's step 10 (cycles of settle, 2 or 3 plain, warm-up, profiled: 5 + 6 - 1)
+        cycles = entry["cycles"]
+        assert [c["recorded"] for c in cycles] == [False, True, False]
+        assert [len(c["plain_ms"]) for c in cycles] == [2, 3, 2]
+        assert events["cycle"] == 1 and events["step"] == "ProfilerStep#10"
+        assert events["cpu_ops"] > 500
         assert events["module_scopes"] == 28  # 2 x 11 block scopes + embed x3, norm_f, head, loss
         assert events["events"] == events["cpu_ops"] + events["module_scopes"] + events["annotations"]
         assert events["minor_faults"] >= 0
         trace = _trace(b.trace_path(r))
         xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-        assert [e["name"] for e in xs if e["name"].startswith("ProfilerStep#")] == ["ProfilerStep#1"]
+        assert [e["name"] for e in xs if e["name"].startswith("ProfilerStep#")] == ["ProfilerStep#10"]
         assert sum(e.get("cat") == "cpu_op" for e in xs) == events["cpu_ops"]
         assert any(e["name"] == "nn.Module: blocks.1.mlp.fc2" for e in xs)
         with gzip.open(b.et_path(r), "rt") as fh:
             et = json.load(fh)
         assert len(et["nodes"]) > 500
+        # the calibration cycles' steps are not in the bundle's execution trace
+        assert [n["name"] for n in et["nodes"] if n["name"].startswith("ProfilerStep#")] == \
+            ["ProfilerStep#10"]
         # the execution trace joins the Kineto trace through the record-function id
         rf_ids = {a["value"] for n in et["nodes"] for a in n.get("attrs", []) if a["name"] == "rf_id"}
         kineto_ids = {e["args"]["Record function id"] for e in xs

@@ -63,78 +63,87 @@ def _busy() -> str | None:
     return f"load average {load:.1f} on {cores} cores" if load > 2.0 * cores else None
 
 
-#: a bundle whose profiled steps differ by more than this (slowest / fastest, same rank) was
-#: disturbed while it was recorded (a descheduled thread): collected again once, then skipped
-#: (measurements only, never the errors, decide; docs/accuracy.md saw +76% and +89% steps)
+#: a bundle whose profiled steps spread more than this (upper over lower quartile, same rank)
+#: was disturbed while it was recorded (a descheduled thread): collected again once, then
+#: skipped (measurements only, never the errors, decide)
 DISTURBED_SPREAD = 1.3
-#: the same for the unprofiled reference steps (the rule of scripts/accuracy_cpu_scaling.py)
-REFERENCE_SPREAD = 1.5
+#: the same for the unprofiled reference steps
+REFERENCE_SPREAD = 1.3
 
 
-def _steady_bundle(out: Path, *args: str) -> list:
-    """Self-replay results of a bundle collected at ``out`` (again once if disturbed)."""
+def _quartile_ratio(values: list[float]) -> float:
+    import numpy as np
+
+    q1, q3 = np.percentile(values, [25, 75])
+    return float(q3 / q1)
+
+
+def _steady_bundle(out: Path, *args: str) -> tuple[list, dict]:
+    """Self-replay results and meta of a bundle collected at ``out`` (again once if
+    disturbed)."""
     from tracesim.selfreplay import self_replay
 
     why = ""
     for attempt in range(2):
         src = load_source(_collect(out.with_name(f"{out.name}-{attempt}"), *args))
         results = self_replay(src)
-        steps = max(max(r.measured_s for r in results if r.rank == rk)
-                    / min(r.measured_s for r in results if r.rank == rk)
+        steps = max(_quartile_ratio([r.measured_s for r in results if r.rank == rk])
                     for rk in {r.rank for r in results})
-        ref = src.meta["measured_step_time_s"]
-        reference = float(ref["max"]) / float(ref["min"])
+        reference = _quartile_ratio(src.meta["per_rank"][0]["step_times_s"])
         if steps <= DISTURBED_SPREAD and reference <= REFERENCE_SPREAD:
-            return results
-        why = (f"profiled steps spread x{steps:.2f}, reference steps x{reference:.2f}; "
-               f"load {os.getloadavg()[0]:.2f}")
+            return results, src.meta
+        why = (f"profiled steps spread x{steps:.2f}, reference steps x{reference:.2f} "
+               f"(quartiles); load {os.getloadavg()[0]:.2f}")
         print(f"disturbed: {why}")
     pytest.skip(f"disturbed twice: {why}")
 
 
-#: the unprofiled prediction (median over the profiled steps) is reported against the
-#: issue's 5%, which this shared VM does not let it meet reliably (docs/accuracy.md: quiet
-#: rounds -1.9% to +10.1% for 1 rank (one +82.8%: two of its profiled steps slowed, which the
-#: spread rule above catches), -4.6% to +9.4% for 2); held here to a bound that only a broken
-#: overhead removal misses (none at all: about +40%)
+#: the issue's target for the unprofiled step (the median of the steady steps' predictions
+#: against the median of the reference steps): asserted where the measurement can tell, i.e.
+#: the error must be within it or, given the 95% interval that the measurement noise alone
+#: gives it (tracesim.selfreplay_interval), not distinguishable from an error within it
+UNPROFILED_TARGET = 0.05
+#: and, whatever the noise, a bound that only a broken overhead removal misses (none at
+#: all: about +50% on this VM)
 UNPROFILED_BOUND = 0.30
+
+
+def _check_unprofiled(results: list, meta: dict, name: str) -> None:
+    from tracesim.selfreplay import unprofiled_summary
+
+    for u in unprofiled_summary(results, {r.source: meta for r in results}):
+        assert u.rel_error_ci95 is not None, u
+        lo, hi = u.rel_error_ci95
+        print(f"{name} rank {u.rank} unprofiled: predicted {u.predicted_s * 1e3:.1f} ms (median of "
+              f"{u.steps} steps), measured median {u.measured_s * 1e3:.1f} ms: {u.rel_error:+.1%} "
+              f"(95% interval from the noise {lo:+.1%} .. {hi:+.1%}); load {os.getloadavg()[0]:.2f}")
+        assert abs(u.rel_error) < UNPROFILED_BOUND, u
+        assert u.consistent_with(UNPROFILED_TARGET), u
 
 
 @pytest.mark.slow
 @pytest.mark.timing
 def test_one_rank_bundle(tmp_path: Path) -> None:
-    from tracesim.selfreplay import unprofiled_summary
-
-    results = _steady_bundle(tmp_path / "b1")
-    assert len(results) == 3  # collect's default: 3 profiled steps
+    results, meta = _steady_bundle(tmp_path / "b1")
+    assert len(results) == 8  # collect's default: 8 profiled steps
     for r in results:
         assert abs(r.rel_error) < 0.03, r
         assert r.rel_error_unprofiled is not None
         assert r.predicted_unprofiled_s is not None and r.predicted_unprofiled_s < r.predicted_s
-    (u,) = unprofiled_summary(results)
-    print(f"unprofiled: predicted {u.predicted_s * 1e3:.1f} ms (median of {u.steps} steps), "
-          f"measured median {u.measured_s * 1e3:.1f} ms ({u.rel_error:+.1%}); "
-          f"load {os.getloadavg()[0]:.2f}")
-    assert abs(u.rel_error) < UNPROFILED_BOUND, u
+    _check_unprofiled(results, meta, "1 rank")
 
 
 @pytest.mark.slow
 @pytest.mark.timing
 def test_two_rank_bundle_replayed_jointly(tmp_path: Path) -> None:
-    from tracesim.selfreplay import unprofiled_summary
-
-    results = _steady_bundle(tmp_path / "b2", "--ranks", "2")
-    assert sorted(r.rank for r in results) == [0, 0, 0, 1, 1, 1]
+    results, meta = _steady_bundle(tmp_path / "b2", "--ranks", "2")
+    assert sorted(r.rank for r in results) == [0] * 8 + [1] * 8
     for r in results:
         # a single step of the joint replay can drift (one rank's step boundary moves with the
-        # other rank's waits: -4.3% .. +3.8% per step, once +5.1%), their median per rank
-        # cannot: within the issue's 3% (docs/accuracy.md)
+        # other rank's waits), their median per rank cannot: within the issue's 3%
         assert abs(r.rel_error) < 0.08, r
         assert r.rel_error_unprofiled is not None
     for rank in (0, 1):
         errs = sorted(r.rel_error for r in results if r.rank == rank)
         assert abs(errs[len(errs) // 2]) < 0.03, errs
-    for u in unprofiled_summary(results):
-        print(f"rank {u.rank} unprofiled (median of {u.steps} steps): {u.rel_error:+.1%}; "
-              f"load {os.getloadavg()[0]:.2f}")
-        assert abs(u.rel_error) < UNPROFILED_BOUND, u
+    _check_unprofiled(results, meta, "2 ranks")

@@ -106,13 +106,17 @@ def run_collector(argv: list[str]) -> None:
 @click.option("--tp", type=click.IntRange(min=1), default=1, help="Must be 1 (not collected).")
 @click.option("--pp", type=click.IntRange(min=1), default=1, help="Must be 1 (not collected).")
 @click.option("--dp", type=click.IntRange(min=1), default=None, help="Must equal --ranks.")
-@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--steps", type=click.IntRange(min=1), default=8, show_default=True,
               help="Profiled steps (self-replay predicts the unprofiled step time by the "
                    "median over them; templates use the first).")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
               help="Unprofiled warm-up steps before profiling.")
-@click.option("--measure", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Timed unprofiled steps after profiling (median/min/max in meta.yaml).")
+@click.option("--measure", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Timed unprofiled reference steps, spread over the profiled steps' cycles "
+                   "(median/min/max in meta.yaml).")
+@click.option("--calibration-cycles", type=click.IntRange(min=0), default=16, show_default=True,
+              help="Profiler cycles, interleaved with the recorded ones, that measure the "
+                   "profiler's per-event overhead (0: the loop microbenchmark's lower bound).")
 @click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True,
               help="Micro-batch per rank (sequences).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None,
@@ -122,12 +126,15 @@ def run_collector(argv: list[str]) -> None:
 @click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path),
               help="Bundle directory to write (an existing bundle there is replaced).")
 def command(workload: str, device: str, ranks: int | None, tp: int, pp: int, dp: int | None,
-            steps: int, warmup: int, measure: int, batch: int, seq_len: int | None,
-            threads: int | None, out: Path) -> None:
+            steps: int, warmup: int, measure: int, calibration_cycles: int, batch: int,
+            seq_len: int | None, threads: int | None, out: Path) -> None:
     """Record training steps of a model under torch.profiler into a bundle.
 
-    Runs WARMUP steps, profiles STEPS steps (Kineto trace and execution trace per rank), then
-    times MEASURE unprofiled steps. Writes OUT/meta.yaml and OUT/rank{r}/{trace,et}.json.gz.
+    Runs WARMUP steps, then one profiler session of cycles (settle step, timed unprofiled
+    steps, profiler warm-up, one profiled step): STEPS recorded cycles (Kineto trace and
+    execution trace per rank, and MEASURE reference steps) spread among CALIBRATION_CYCLES
+    cycles that measure the profiler's overhead. Writes OUT/meta.yaml and
+    OUT/rank{r}/{trace,et}.json.gz.
     """
     spec, spec_path = resolve_workload(workload)
     n_ranks = check_layout(ranks, tp, pp, dp)
@@ -136,7 +143,7 @@ def command(workload: str, device: str, ranks: int | None, tp: int, pp: int, dp:
         raise InputError(TORCH_MISSING)
     argv = ["--model", str(spec_path), "--device", device, "--ranks", str(n_ranks),
             "--steps", str(steps), "--warmup", str(warmup), "--measure", str(measure),
-            "--batch", str(batch), "-o", str(out)]
+            "--calibration-cycles", str(calibration_cycles), "--batch", str(batch), "-o", str(out)]
     if seq_len is not None:
         argv += ["--seq-len", str(seq_len)]
     if threads is not None:

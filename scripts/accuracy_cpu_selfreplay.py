@@ -1,0 +1,98 @@
+"""CPU self-replay accuracy in rounds: the numbers of docs/accuracy.md, "CPU bundles".
+
+Each round collects, one after the other, a 1-rank bundle (``tracesim collect --workload
+gpt-tiny``, collect's defaults: 2 threads on this VM) and a 2-rank gloo DDP bundle
+(``--ranks 2``), then self-replays each (``tracesim.selfreplay``) and prints a markdown row:
+per bundle and rank, the worst profiled step's error and the median over the steps, the
+unprofiled error (median of the steady steps' predictions against the median of the
+reference steps) with its 95% interval from the measurement noise
+(:mod:`tracesim.selfreplay_interval`), and the spread of the reference steps (coefficient of
+variation: how noisy the machine was). Nothing is fitted; run it on an otherwise idle
+machine (each round takes 2-3 minutes here)::
+
+    .venv/bin/python scripts/accuracy_cpu_selfreplay.py --rounds 5 [--json FILE] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tracesim.selfreplay import self_replay, unprofiled_summary  # noqa: E402
+from tracesim.sources import load_source  # noqa: E402
+
+
+def collect(out: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "tracesim.cli", "collect", "--workload", "gpt-tiny",
+                    "-o", str(out), *args], check=True, capture_output=True, cwd=ROOT, timeout=900)
+
+
+def bundle_errors(path: Path) -> dict[str, Any]:
+    src = load_source(path)
+    results = self_replay(src)
+    ref = [float(x) for x in src.meta["per_rank"][0]["step_times_s"]]
+    ranks = []
+    for u in unprofiled_summary(results, {r.source: src.meta for r in results}):
+        mine = sorted(r.rel_error for r in results if r.rank == u.rank)
+        ranks.append({"rank": u.rank, "steps": u.steps, "profiled_worst": max(mine, key=abs),
+                      "profiled_median": mine[len(mine) // 2], "unprofiled": u.rel_error,
+                      "ci95": u.rel_error_ci95, "predicted_ms": u.predicted_s * 1e3})
+    return {"reference_ms": statistics.median(ref) * 1e3,
+            "reference_cv": statistics.pstdev(ref) / statistics.fmean(ref), "ranks": ranks}
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def cells(rec: dict[str, Any]) -> str:
+    parts = []
+    for r in rec["ranks"]:
+        lo, hi = r["ci95"] or (float("nan"), float("nan"))
+        parts.append(f"r{r['rank']} {pct(r['unprofiled'])} [{pct(lo)}, {pct(hi)}]")
+    prof = max((r["profiled_worst"] for r in rec["ranks"]), key=abs)
+    return (f"{rec['reference_ms']:.1f} | {rec['reference_cv'] * 100:.0f}% | {pct(prof)} "
+            f"| {'; '.join(parts)}")
+
+
+HEADER = ("| time (UTC) | 1-rank reference ms | CV | worst profiled step | unprofiled error "
+          "[95% interval] | 2-rank reference ms | CV | worst profiled step | unprofiled error "
+          "[95% interval] |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", default=None, help="keep the bundles here (default: a temp dir)")
+    p.add_argument("--json", default=None, help="append one JSON line per round here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tracesim-cpu-self-") as default_tmp:
+        tmp = Path(args.dir or default_tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        print(HEADER, flush=True)
+        for _ in range(args.rounds):
+            stamp = time.strftime("%H:%M:%S", time.gmtime())
+            tag = stamp.replace(":", "")
+            collect(tmp / f"b1-{tag}")
+            collect(tmp / f"b2-{tag}", "--ranks", "2")
+            rec = {"time": stamp, "b1": bundle_errors(tmp / f"b1-{tag}"),
+                   "b2": bundle_errors(tmp / f"b2-{tag}")}
+            print(f"| {stamp} | {cells(rec['b1'])} | {cells(rec['b2'])} |", flush=True)
+            if args.json:
+                with open(args.json, "a") as fh:
+                    fh.write(json.dumps(rec) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
