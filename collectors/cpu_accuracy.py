@@ -126,6 +126,13 @@ def run_cmd(cmd: list[str]) -> str:
                           timeout=900).stdout
 
 
+#: ``tracesim collect`` flags of a bundle used only as a template (its first profiled step)
+#: and for its reference steps: one recorded cycle and no calibration cycles (templates take
+#: the profiler's cost from the loop microbenchmark and the reference steps), a third of the
+#: default collection's time
+TEMPLATE_ARGS = ("--steps", "1", "--calibration-cycles", "0")
+
+
 def collect_tiny(out: Path, *args: str) -> None:
     """``tracesim collect --workload gpt-tiny --batch 8 -o out ARGS``."""
     run_cmd([sys.executable, "-m", "tracesim.cli", "collect", "--workload", "gpt-tiny",
@@ -204,7 +211,7 @@ def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:
         ("contention_loop", lambda: rec.__setitem__("contention_loop", measure_contention("--probe", "loop"))),
         ("loopback", lambda: rec.__setitem__("loopback", yaml.safe_load(run_cmd(
             [sys.executable, "-m", "collectors.loopback", "--procs", "2"])))),
-        ("one", lambda: collect_tiny(tmp / "one", "--threads", "1")),
+        ("one", lambda: collect_tiny(tmp / "one", "--threads", "1", *TEMPLATE_ARGS)),
         ("two", lambda: collect_tiny(tmp / "two", "--ranks", "2", "--steps", str(steps))),
         ("paired", lambda: rec.__setitem__("paired", yaml.safe_load(run_cmd(
             [sys.executable, "-m", "collectors.paired_gloo"])))),

@@ -63,8 +63,11 @@ def collect(spec_path: Path, out: Path, batch: int, measure: int,
     """Collect ``spec_path`` into bundle ``out``; the median unprofiled step time (s)."""
     if out.exists():
         shutil.rmtree(out)
+    # a template and its reference steps: one recorded cycle, no calibration cycles
+    # (collectors.cpu_accuracy.TEMPLATE_ARGS)
     cmd = [sys.executable, "-m", "tracesim.cli", "collect", "--workload", str(spec_path),
-           "--batch", str(batch), "--measure", str(measure), "-o", str(out)]
+           "--batch", str(batch), "--measure", str(measure), "--steps", "1",
+           "--calibration-cycles", "0", "-o", str(out)]
     if threads:
         cmd += ["--threads", str(threads)]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)

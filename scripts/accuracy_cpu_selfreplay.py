@@ -11,6 +11,11 @@ variation: how noisy the machine was). Nothing is fitted; run it on an otherwise
 machine (each round takes 2-3 minutes here)::
 
     .venv/bin/python scripts/accuracy_cpu_selfreplay.py --rounds 5 [--json FILE] [--dir DIR]
+
+``--reuse DIR`` collects nothing: it replays the bundles ``DIR/b1-*`` / ``DIR/b2-*`` of
+earlier rounds with the profiler overhead recomputed from their recorded calibration cycles
+by the current collector code (:func:`collectors.cycles.cycle_overhead`), for comparing two
+estimators on the same bundles.
 """
 
 from __future__ import annotations
@@ -37,8 +42,32 @@ def collect(out: Path, *args: str) -> None:
                     "-o", str(out), *args], check=True, capture_output=True, cwd=ROOT, timeout=900)
 
 
-def bundle_errors(path: Path) -> dict[str, Any]:
+def recalibrated(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with every rank's ``profiler_overhead`` recomputed from its calibration
+    cycles by the current collector code."""
+    from collectors.cycles import Cycle, CycleTimes, cycle_overhead
+    from collectors.overhead import overhead_mapping
+
+    out = dict(meta, per_rank=[])
+    for entry in meta["per_rank"]:
+        cal = [c for c in entry["cycles"] if not c["recorded"]]
+        times = [CycleTimes(Cycle(c["index"], False, len(c["plain_ms"])),
+                            tuple(round(x * 1e6) for x in c["plain_ms"]), round(c["profiled_ms"] * 1e6))
+                 for c in cal]
+        old = entry["profiler_overhead"]
+        calib = cycle_overhead(times, [c["events"] for c in cal])
+        po = overhead_mapping(calib, old["calibration"]["events_per_step"], old["loops"])
+        out["per_rank"].append(dict(entry, profiler_overhead=po))
+    out["profiler_overhead"] = out["per_rank"][0]["profiler_overhead"]
+    return out
+
+
+def bundle_errors(path: Path, reuse: bool = False) -> dict[str, Any]:
+    import dataclasses
+
     src = load_source(path)
+    if reuse:
+        src = dataclasses.replace(src, meta=recalibrated(src.meta))
     results = self_replay(src)
     ref = [float(x) for x in src.meta["per_rank"][0]["step_times_s"]]
     ranks = []
@@ -75,7 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None, help="keep the bundles here (default: a temp dir)")
     p.add_argument("--json", default=None, help="append one JSON line per round here")
+    p.add_argument("--reuse", default=None, help="replay the stored bundles of DIR instead")
     args = p.parse_args(argv)
+    if args.reuse:
+        print(HEADER, flush=True)
+        for b1 in sorted(Path(args.reuse).glob("b1-*[0-9]")):
+            b2 = b1.with_name("b2-" + b1.name[3:])
+            if b2.is_dir():
+                rec = {"b1": bundle_errors(b1, True), "b2": bundle_errors(b2, True)}
+                print(f"| {b1.name[3:]} | {cells(rec['b1'])} | {cells(rec['b2'])} |", flush=True)
+        return 0
     with tempfile.TemporaryDirectory(prefix="tracesim-cpu-self-") as default_tmp:
         tmp = Path(args.dir or default_tmp)
         tmp.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,7 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from collectors.cpu_accuracy import (
         CPU_CLUSTER,
         GLOO_OPTS,
+        TEMPLATE_ARGS,
         calibrated_cluster,
         collect_tiny,
         mean_contention,
@@ -74,8 +75,8 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp_path = tmp_path_factory.mktemp("gloo")
     before = measure_contention()
     loopback = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.loopback", "--procs", "2"]))
-    collect_tiny(tmp_path / "one", "--threads", "1")
-    collect_tiny(tmp_path / "two", "--ranks", "2")
+    collect_tiny(tmp_path / "one", "--threads", "1", *TEMPLATE_ARGS)
+    collect_tiny(tmp_path / "two", "--ranks", "2", *TEMPLATE_ARGS)
     paired = yaml.safe_load(run_cmd([sys.executable, "-m", "collectors.paired_gloo"]))
     contention = mean_contention(before, measure_contention())
     if _busy():

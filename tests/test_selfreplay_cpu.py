@@ -104,7 +104,7 @@ def _steady_bundle(out: Path, *args: str) -> tuple[list, dict]:
 #: gives it (tracesim.selfreplay_interval), not distinguishable from an error within it
 UNPROFILED_TARGET = 0.05
 #: and, whatever the noise, a bound that only a broken overhead removal misses (none at
-#: all: about +50% on this VM)
+#: all: +40 .. +70% on this VM)
 UNPROFILED_BOUND = 0.30
 
 
