@@ -12,7 +12,7 @@ Each round, one after the other (so they see similar load; nothing is fitted on 
    turn, in the same seconds);
 5. ``b1``: ``tracesim collect --workload gpt-tiny`` (1 rank, default threads);
 
-(``two`` and ``b1`` with ``--steps N``, default 3 like ``tracesim collect``: N profiled
+(``two`` and ``b1`` with ``--steps N``, default 3 (``tracesim collect``: 8): N profiled
 steps, whose unprofiled predictions' median is compared);
 
 then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and

@@ -10,7 +10,8 @@ reference steps) with its 95% interval from the measurement noise
 variation: how noisy the machine was). Nothing is fitted; run it on an otherwise idle
 machine (each round takes 2-3 minutes here)::
 
-    .venv/bin/python scripts/accuracy_cpu_selfreplay.py --rounds 5 [--json FILE] [--dir DIR]
+    .venv/bin/python scripts/accuracy_cpu_selfreplay.py --rounds 5 [--json FILE] [--dir DIR] \
+        [--collect-args "--steps 24 --measure 48 --calibration-cycles 48"]
 
 ``--reuse DIR`` collects nothing: it replays the bundles ``DIR/b1-*`` / ``DIR/b2-*`` of
 earlier rounds with the profiler overhead recomputed from their recorded calibration cycles
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="keep the bundles here (default: a temp dir)")
     p.add_argument("--json", default=None, help="append one JSON line per round here")
     p.add_argument("--reuse", default=None, help="replay the stored bundles of DIR instead")
+    p.add_argument("--collect-args", default="",
+                   help="extra `tracesim collect` flags for both bundles, e.g. "
+                        "'--steps 24 --measure 48 --calibration-cycles 48'")
     args = p.parse_args(argv)
     if args.reuse:
         print(HEADER, flush=True)
@@ -121,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             stamp = time.strftime("%H:%M:%S", time.gmtime())
             tag = stamp.replace(":", "")
-            collect(tmp / f"b1-{tag}")
-            collect(tmp / f"b2-{tag}", "--ranks", "2")
+            extra = args.collect_args.split()
+            collect(tmp / f"b1-{tag}", *extra)
+            collect(tmp / f"b2-{tag}", "--ranks", "2", *extra)
             rec = {"time": stamp, "b1": bundle_errors(tmp / f"b1-{tag}"),
                    "b2": bundle_errors(tmp / f"b2-{tag}")}
             print(f"| {stamp} | {cells(rec['b1'])} | {cells(rec['b2'])} |", flush=True)
