@@ -24,11 +24,9 @@ Pure Python on the JSON files: no torch import, so the tests can run it without 
 from __future__ import annotations
 
 import bisect
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 #: calibration cycles of a collection (each costs plain + 3 steps)
@@ -72,10 +70,9 @@ def plan_cycles(recorded: int, measure: int, calibration: int = CALIBRATION_CYCL
     if recorded < 1 or measure < 1 or calibration < 0 or calibration_plain < 1:
         raise ValueError("need recorded >= 1, measure >= 1, calibration >= 0, plain >= 1")
     total = recorded + calibration
-    # recorded cycle j sits at the middle of the j-th of `recorded` equal stretches
+    # recorded cycle j sits at the middle of the j-th of `recorded` equal stretches (at least
+    # one cycle long, so no two coincide)
     at = {int((j + 0.5) * total / recorded) for j in range(recorded)}
-    if len(at) != recorded:  # cannot happen with total >= recorded; kept as a guard
-        raise AssertionError("recorded cycles collide")
     ref = iter(_spread(max(measure, recorded), recorded))
     return [Cycle(i, i in at, next(ref) if i in at else calibration_plain) for i in range(total)]
 
@@ -100,7 +97,6 @@ def cycle_schedule(cycles: Sequence[Cycle]) -> Callable[[int], Any]:
 class CycleTimes:
     """Measured times of one cycle (ns): its unprofiled steps and its profiled step."""
 
-    cycle: Cycle
     plain_ns: tuple[int, ...]
     profiled_ns: int
 
@@ -137,22 +133,20 @@ def cycle_overhead(times: Sequence[CycleTimes], events: Sequence[float]) -> dict
     }
 
 
-def merge_chrome_traces(files: Sequence[Path]) -> dict[str, Any]:
-    """One Chrome trace from the traces of several profiler cycles of one process.
+def merge_chrome_traces(traces: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One Chrome trace from the (loaded) traces of several profiler cycles of one process.
 
     The cycles share the process's clock (absolute timestamps), record-function ids and
     correlation ids, so their events are concatenated as they are; only the flow-event ids
     (``ph`` s / f / t, which each cycle numbers from 1) are renumbered so that they stay
     unique. Top-level fields come from the first trace.
     """
-    if not files:
+    if not traces:
         raise ValueError("no traces to merge")
     merged: dict[str, Any] | None = None
     events: list[Any] = []
     flow_base = 0
-    for f in files:
-        with open(f) as fh:
-            trace = json.load(fh)
+    for trace in traces:
         top = 0
         for ev in trace.get("traceEvents", []):
             if isinstance(ev, dict) and ev.get("ph") in ("s", "f", "t") and isinstance(ev.get("id"), int):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 from torch.profiler import record_function
 
-from collectors.train import make_profiler
+from collectors.train import make_profiler, timed
 from tracesim.workload.model import ModelSpec
 
 #: twin sizes: tiny tensors, same layers / heads / experts as the real model
@@ -56,12 +55,6 @@ def twin_spec(spec: ModelSpec) -> ModelSpec:
     )
 
 
-def _timed_ns(fn: Callable[[], Any]) -> int:
-    t0 = time.perf_counter_ns()
-    fn()
-    return time.perf_counter_ns() - t0
-
-
 def _loop_ops(n: int, a: torch.Tensor, b: torch.Tensor) -> None:
     for _ in range(n):
         torch.add(a, b)
@@ -78,10 +71,10 @@ def _loop_cost(body: Callable[[], None], name: str, n: int, repeats: int,
     """(per-event overhead, part of it inside the recorded duration), medians, in ns."""
     per, inside = [], []
     for _ in range(repeats):
-        plain = _timed_ns(body)
+        plain, _ = timed(body)
         prof = make_profiler(device, None, tmp / "et.json")  # records from the start
         with prof:
-            profiled = _timed_ns(body)
+            profiled, _ = timed(body)
         durs = [e.time_range.elapsed_us() * 1000.0 for e in prof.events() if e.name == name]
         if len(durs) != n:
             raise RuntimeError(f"calibration recorded {len(durs)} {name} events, expected {n}")

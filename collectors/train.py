@@ -7,6 +7,7 @@ profiler settings.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,13 @@ from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, sc
 from collectors.models import build_model
 from collectors.scopes import MODULE_PREFIX, ModuleScopes, phase
 from tracesim.workload.model import ModelSpec
+
+
+def timed(fn: Callable[[], Any]) -> tuple[int, Any]:
+    """(wall-clock ns the call took, what it returned)."""
+    t0 = time.perf_counter_ns()
+    out = fn()
+    return time.perf_counter_ns() - t0, out
 
 
 def sync(device: torch.device) -> None:

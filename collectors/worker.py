@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
@@ -38,7 +37,7 @@ from collectors.cycles import (
     plan_cycles,
 )
 from collectors.overhead import op_overhead, overhead_mapping
-from collectors.train import Training, count_step_events, make_profiler, make_training
+from collectors.train import Training, count_step_events, make_profiler, make_training, timed
 from tracesim.workload.model import ModelSpec
 
 
@@ -111,13 +110,6 @@ def run_rank(rank: int, cfg: RankConfig) -> dict[str, Any]:
             dist.destroy_process_group()
 
 
-def _timed(fn: Any) -> tuple[int, Any]:
-    """(ns the call took, what it returned)."""
-    t0 = time.perf_counter_ns()
-    out = fn()
-    return time.perf_counter_ns() - t0, out
-
-
 def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> dict[str, Any]:
     wrap = None
     if cfg.ranks > 1:
@@ -173,17 +165,17 @@ def _profile_cycles(training: Training, device: torch.device, cycles: list[Cycle
             plain, plain_faults = [], []
             for _ in range(c.plain):
                 f0 = _minor_faults()
-                dt, loss = _timed(step)
+                dt, loss = timed(step)
                 plain.append(dt)
                 plain_faults.append(_minor_faults() - f0)
                 prof.step()
             step()  # the profiler's warm-up step
             prof.step()
             f0 = _minor_faults()
-            profiled, loss = _timed(step)
+            profiled, loss = timed(step)
             faults.append((plain_faults, _minor_faults() - f0))
             prof.step()  # ends the cycle: its trace is exported
-            times.append(CycleTimes(c, tuple(plain), profiled))
+            times.append(CycleTimes(tuple(plain), profiled))
     if len(files) != len(cycles):
         raise RuntimeError(f"profiler exported {len(files)} traces for {len(cycles)} cycles")
     return times, faults, files, loss
@@ -193,10 +185,11 @@ def _write_rank(rank: int, rank_dir: Path, cycles: list[Cycle],
                 times: list[CycleTimes], faults: list[tuple[list[int], int]],
                 files: list[Path], loops: dict[str, Any], et_file: Path) -> dict[str, Any]:
     """Write the recorded cycles' traces into the bundle; the rank's measurements."""
-    counted = []
+    traces, counted = [], []
     for c, f in zip(cycles, files, strict=True):
         with open(f) as fh:
-            steps = count_step_events(json.load(fh))
+            traces.append(json.load(fh))
+        steps = count_step_events(traces[-1])
         if len(steps) != 1:
             raise RuntimeError(f"rank {rank}: cycle {c.index} trace has {len(steps)} "
                                "ProfilerStep events, expected 1")
@@ -214,7 +207,7 @@ def _write_rank(rank: int, rank_dir: Path, cycles: list[Cycle],
 
     plain_trace = rank_dir / "trace.json"
     with open(plain_trace, "w") as fh:
-        json.dump(merge_chrome_traces([files[k] for k in rec]), fh)
+        json.dump(merge_chrome_traces([traces[k] for k in rec]), fh)
     with open(et_file) as fh:
         et = json.load(fh)
     plain_et = rank_dir / "et.json"

@@ -46,14 +46,13 @@ def collect(out: Path, *args: str) -> None:
 def recalibrated(meta: dict[str, Any]) -> dict[str, Any]:
     """``meta`` with every rank's ``profiler_overhead`` recomputed from its calibration
     cycles by the current collector code."""
-    from collectors.cycles import Cycle, CycleTimes, cycle_overhead
+    from collectors.cycles import CycleTimes, cycle_overhead
     from collectors.overhead import overhead_mapping
 
     out = dict(meta, per_rank=[])
     for entry in meta["per_rank"]:
         cal = [c for c in entry["cycles"] if not c["recorded"]]
-        times = [CycleTimes(Cycle(c["index"], False, len(c["plain_ms"])),
-                            tuple(round(x * 1e6) for x in c["plain_ms"]), round(c["profiled_ms"] * 1e6))
+        times = [CycleTimes(tuple(round(x * 1e6) for x in c["plain_ms"]), round(c["profiled_ms"] * 1e6))
                  for c in cal]
         old = entry["profiler_overhead"]
         calib = cycle_overhead(times, [c["events"] for c in cal])

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from collectors.cycles import (
-    Cycle,
     CycleTimes,
     cycle_overhead,
     filter_et_nodes,
@@ -40,17 +39,16 @@ def test_recorded_cycles_are_spread_among_calibration_ones() -> None:
 
 
 def test_overhead_is_the_difference_of_the_calibration_medians() -> None:
-    cyc = Cycle(0, False, 2)
-    times = [CycleTimes(cyc, (100_000_000, 100_000_000), 150_000_000),
-             CycleTimes(cyc, (150_000_000, 150_000_000), 225_000_000),
-             CycleTimes(cyc, (200_000_000, 200_000_000), 300_000_000)]
+    times = [CycleTimes((100_000_000, 100_000_000), 150_000_000),
+             CycleTimes((150_000_000, 150_000_000), 225_000_000),
+             CycleTimes((200_000_000, 200_000_000), 300_000_000)]
     got = cycle_overhead(times, [1000, 1000, 1000])
     assert got["per_event_ns"] == 75_000 and got["cycles"] == 3
     assert got["per_event_ns_cycles"] == [50_000, 75_000, 100_000]
     assert got["plain_step_ns"] == 150_000_000 and got["profiled_step_ns"] == 225_000_000
     # medians, not means: a slow outlier on either side hardly moves them (a mean of a
     # cycle's unprofiled steps would carry the 400 ms step into that cycle's pairing)
-    times.append(CycleTimes(cyc, (400_000_000, 100_000_000), 900_000_000))
+    times.append(CycleTimes((400_000_000, 100_000_000), 900_000_000))
     got = cycle_overhead(times, [1000] * 4)
     assert got["per_event_ns"] == round((262_500_000 - 150_000_000) / 1000)
     assert got["per_event_ns_cycles"][-1] == 650_000
@@ -75,7 +73,7 @@ def _trace(path: Path, step: int, t0: float) -> Path:
 
 def test_merged_trace_keeps_every_event_and_unique_flow_ids(tmp_path: Path) -> None:
     files = [_trace(tmp_path / "a.json", 4, 1000.0), _trace(tmp_path / "b.json", 9, 5000.0)]
-    merged = merge_chrome_traces(files)
+    merged = merge_chrome_traces([json.loads(f.read_text()) for f in files])
     assert merged["schemaVersion"] == 1 and merged["traceName"] == str(files[0])
     ev = merged["traceEvents"]
     assert len(ev) == 12
@@ -195,7 +193,8 @@ def test_cycle_schedule_records_one_step_per_cycle(tmp_path: Path) -> None:
     kept = filter_et_nodes(et, keep)
     steps_in = {n["name"] for n in kept["nodes"] if n["name"].startswith("ProfilerStep#")}
     assert steps_in == keep and len(kept["nodes"]) < len(et["nodes"])
-    merged = merge_chrome_traces([files[k] for k, c in enumerate(plan) if c.recorded])
+    merged = merge_chrome_traces([json.loads(files[k].read_text()) for k, c in enumerate(plan)
+                                  if c.recorded])
     rf = {e["args"]["Record function id"] for e in merged["traceEvents"]
           if e.get("cat") == "cpu_op"}
     et_rf = {a["value"] for n in kept["nodes"] for a in n["attrs"] if a["name"] == "rf_id"}
