@@ -65,10 +65,11 @@ def _busy() -> str | None:
 
 #: a bundle whose profiled steps spread more than this (upper over lower quartile, same rank)
 #: was disturbed while it was recorded (a descheduled thread): collected again once, then
-#: skipped (measurements only, never the errors, decide)
-DISTURBED_SPREAD = 1.3
+#: skipped (measurements only, never the errors, decide); ordinary noise (quartile ratios
+#: 1.1-1.3 on the 2026-12-01 VM) is left to the error's interval, not skipped
+DISTURBED_SPREAD = 1.5
 #: the same for the unprofiled reference steps
-REFERENCE_SPREAD = 1.3
+REFERENCE_SPREAD = 1.5
 
 
 def _quartile_ratio(values: list[float]) -> float:
