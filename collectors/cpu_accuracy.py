@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +90,8 @@ def mean_contention(first: dict[str, Any], second: dict[str, Any]) -> dict[str, 
     return {"slowdown": {2: f},
             "method": f"mean of two measurements, before and after the collections "
                       f"(x{first['slowdown'][2]}, x{second['slowdown'][2]}): {first['method']}",
-            "detail": {"before": first["detail"], "after": second["detail"]}}
+            "detail": {"before": first["detail"], "after": second["detail"],
+                       "readings": [float(first["slowdown"][2]), float(second["slowdown"][2])]}}
 
 
 class _Sampler:
@@ -202,6 +204,40 @@ def paired_error(predicted_s: float, one: Path, paired: dict[str, Any]) -> float
     prediction moved by the 1-rank job's drift between its collection and the pairing."""
     one_median = float(yaml.safe_load((one / "meta.yaml").read_text())["measured_step_time_s"]["median"])
     return predicted_s * float(paired["one"]) / one_median / float(paired["two"]) - 1.0
+
+
+def paired_error_interval(predicted_s: float, one: Path, paired: dict[str, Any],
+                          contention: dict[str, Any] | None = None,
+                          compute_s: float = 0.0) -> tuple[float, float] | None:
+    """95% noise interval of :func:`paired_error`: the 1-rank bundle's reference steps and
+    the paired run's 1-rank and 2-rank steps resampled on their own
+    (:func:`collectors.noise.bootstrap_interval`). With ``contention`` (from
+    :func:`mean_contention`) and ``compute_s`` (the prediction's compute time before the
+    host-contention factor), also the two contention readings (before and after the
+    collections), the prediction moved by the resampled factor's change times ``compute_s``
+    (a first-order estimate: compute on the critical path). It leaves out the loopback
+    calibration's noise. None when the paired run did not list its steps."""
+    from collectors.noise import bootstrap_interval
+
+    meta = yaml.safe_load((one / "meta.yaml").read_text())
+    ref = next((e.get("step_times_s") for e in meta.get("per_rank") or []
+                if isinstance(e, dict) and e.get("rank", 0) == 0), None)
+    if not ref or not paired.get("one_s") or not paired.get("two_s"):
+        return None
+    groups: list[list[float]] = [list(ref), list(paired["one_s"]), list(paired["two_s"])]
+    factor = 0.0
+    readings = ((contention or {}).get("detail") or {}).get("readings")
+    if contention is not None and compute_s > 0 and readings:
+        factor = float(contention["slowdown"][2])
+        groups.append([float(r) for r in readings])
+
+    def stat(g: Any) -> float:
+        pred = predicted_s
+        if len(g) > 3:
+            pred += (float(np.mean(g[3])) - factor) * compute_s
+        return pred * float(np.median(g[1])) / float(np.median(g[0])) / float(np.median(g[2])) - 1.0
+
+    return bootstrap_interval(stat, groups)
 
 
 def one_round(tmp: Path, steps: int = 3) -> dict[str, Any]:

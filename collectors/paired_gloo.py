@@ -10,7 +10,8 @@ bare (the 1-rank job, as ``tracesim collect --threads 1``) and both wrapped in D
 ``--steps`` bare steps while rank 1 waits in a barrier (blocked, no CPU), then both run
 ``--steps`` DDP steps. Step times are rank 0's, as ``collect`` records them; the result is
 the median of each job's steps (the first of each phase left out: it follows the other
-job). Prints ``{"one": s, "two": s, ...}`` as YAML (seconds).
+job). Prints ``{"one": s, "two": s, ...}`` as YAML (seconds), with every timed step of
+each job (``one_s``, ``two_s``) for the comparison's noise interval.
 
 The check uses only ``one``: the prediction from the trace, times ``one`` over the 1-rank
 bundle's own unprofiled median (the trace's level moved to these seconds), is compared with
@@ -92,7 +93,8 @@ def measure(workload: str = "gpt-tiny", batch: int = 8, cycles: int = 6, steps: 
     return {"one": round(statistics.median(r0["one"]), 6), "two": round(statistics.median(r0["two"]), 6),
             "one_steps": len(r0["one"]), "two_steps": len(r0["two"]),
             "waiting_cpu_s": round(r1["waiting_cpu_s"], 3),
-            "one_total_s": round(sum(r0["one"]), 3)}
+            "one_total_s": round(sum(r0["one"]), 3),
+            "one_s": [round(t, 6) for t in r0["one"]], "two_s": [round(t, 6) for t in r0["two"]]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,18 +76,18 @@ def collect(spec_path: Path, out: Path, batch: int, measure: int,
     return float(meta["measured_step_time_s"]["median"])
 
 
-def paired_medians(specs: dict[str, Path], batch: int, cycles: int = 8,
-                   threads: int | None = None) -> dict[str, float]:
-    """Median step time (s) per configuration, the configurations' training steps run in turn
-    in one fresh process (``cycles`` steps each after 2 warm-up steps each); see step 4 of
-    the module doc."""
+def paired_steps(specs: dict[str, Path], batch: int, cycles: int = 8,
+                 threads: int | None = None) -> dict[str, list[float]]:
+    """Step times (s) per configuration, the configurations' training steps run in turn in
+    one fresh process (``cycles`` steps each after 2 warm-up steps each); see step 4 of the
+    module doc."""
     import json
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--paired-worker",
            json.dumps({"specs": {k: str(v) for k, v in specs.items()}, "batch": batch,
                        "cycles": cycles, "threads": threads})]
     out = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True).stdout
-    return {k: float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    return {k: [float(t) for t in v] for k, v in json.loads(out.strip().splitlines()[-1]).items()}
 
 
 def _paired_worker(arg: str) -> None:
@@ -112,7 +113,13 @@ def _paired_worker(arg: str) -> None:
             t0 = time.perf_counter()
             step()
             times[k].append(time.perf_counter() - t0)
-    print(json.dumps({k: statistics.median(v) for k, v in times.items()}))
+    print(json.dumps(times))
+
+
+def _as_steps(v: Any) -> list[float]:
+    """A paired.yaml entry: a list of step times (s), or one median (rounds stored before
+    the step times were kept)."""
+    return [float(t) for t in v] if isinstance(v, list) else [float(v)]
 
 
 def predict(base_bundle: Path, spec_path: Path, batch: int, cluster: Path = CLUSTER) -> float:
@@ -173,14 +180,26 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
 
 def disturbed(bundle: Path, *, base: bool = False) -> str:
     """Why a bundle's timing is not trusted ("" if it is): its unprofiled steps spread by more
-    than 1.5x (max / min), or, for the base, its profiled step took more than 2x its unprofiled
-    median (the profiler itself costs about 1.4x here; more means the recorded step, whose
-    op times every prediction scales, was slowed down by other jobs)."""
+    than 1.5x (max / min), or, for the base, its profiled step took more than 1.5x what the
+    profiler's own cost explains (the unprofiled median plus the step's events times the
+    bundle's per-event cost; more means the recorded step, whose op times every prediction
+    scales, was slowed down by other jobs). Bundles without the per-event figures: more than
+    2x the unprofiled median (the profiler cost about 1.4x on a quiet VM)."""
     meta = yaml.safe_load((bundle / "meta.yaml").read_text())
     st = meta["measured_step_time_s"]
     if st["max"] > 1.5 * st["min"]:
         return f"unprofiled steps {st['min'] * 1e3:.0f}-{st['max'] * 1e3:.0f} ms"
     if base:
+        steps = next((e.get("profiled_step_events") for e in meta.get("per_rank") or []
+                      if isinstance(e, dict) and e.get("rank", 0) == 0), None) or []
+        per_event = (meta.get("profiler_overhead") or {}).get("per_event_ns")
+        if steps and isinstance(per_event, (int, float)) and steps[0].get("events"):
+            first = steps[0]
+            expected_s = float(st["median"]) + float(first["events"]) * float(per_event) * 1e-9
+            got_s = float(first["dur_us"]) * 1e-6
+            if got_s > 1.5 * expected_s:
+                return f"profiled step {got_s * 1e3:.0f} ms, {got_s / expected_s:.1f}x the expected {expected_s * 1e3:.0f} ms"
+            return ""
         from tracesim.workload.model import model_from_dict
         from tracesim.workload.template_trace import template_from_source
 
@@ -221,15 +240,18 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
         labels = list(specs)[1:]
         labels = ["base (self)"] + labels[r % 3:] + labels[:r % 3]  # rotate: no variant always last
         base_bundle = _bundle(out, r, "base (self)", specs["base (self)"])
-        paired: dict[str, float] = {}
+        paired: dict[str, list[float]] = {}
         if collect_new:
             for label in labels:
                 collect(specs[label], _bundle(out, r, label, specs[label]), batch, measure, threads)
-            paired = paired_medians({k: specs[k] for k in labels}, batch, threads=threads)
+            paired = paired_steps({k: specs[k] for k in labels}, batch, threads=threads)
             (out / f"r{r}" / "paired.yaml").write_text(yaml.safe_dump(paired))
         elif (out / f"r{r}" / "paired.yaml").exists():
-            paired = yaml.safe_load((out / f"r{r}" / "paired.yaml").read_text())
-        base_meas = float(yaml.safe_load((base_bundle / "meta.yaml").read_text())["measured_step_time_s"]["median"])
+            paired = {k: _as_steps(v) for k, v in
+                      yaml.safe_load((out / f"r{r}" / "paired.yaml").read_text()).items()}
+        base_info = yaml.safe_load((base_bundle / "meta.yaml").read_text())
+        base_meas = float(base_info["measured_step_time_s"]["median"])
+        base_steps = _reference_steps(base_info)
         for label in labels:
             bundle = _bundle(out, r, label, specs[label])
             if not bundle.is_dir():
@@ -240,11 +262,46 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
             row = {"round": r, "label": label, "load": load, "disturbed": why, "pred": pred,
                    "meas": float(meta["measured_step_time_s"]["median"])}
             if label in paired and "base (self)" in paired:
-                row["pred_paired"] = pred * paired["base (self)"] / base_meas
-                row["meas_paired"] = paired[label]
+                row["pred_paired"] = pred * statistics.median(paired["base (self)"]) / base_meas
+                row["meas_paired"] = statistics.median(paired[label])
+                # the samples behind the paired error (for its noise interval)
+                row["samples"] = {"base_paired": paired["base (self)"], "paired": paired[label],
+                                  "base_reference": base_steps}
             rows.append(row)
     _flag_slow_rounds(rows)
     return rows
+
+
+def _reference_steps(meta: dict[str, Any]) -> list[float]:
+    """Rank 0's unprofiled reference step times (s) of a bundle (its median where a bundle
+    does not list them)."""
+    for e in meta.get("per_rank") or []:
+        if isinstance(e, dict) and e.get("rank", 0) == 0 and e.get("step_times_s"):
+            return [float(t) for t in e["step_times_s"]]
+    return [float(meta["measured_step_time_s"]["median"])]
+
+
+def paired_error_interval(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """95% noise interval of the median over ``rows`` (one configuration's trusted rounds) of
+    the paired error ``pred * median(base paired) / median(base reference) /
+    median(variant paired) - 1``: every round's three groups of timed steps resampled on
+    their own (:func:`collectors.noise.bootstrap_interval`). None without samples."""
+    from collectors.noise import bootstrap_interval
+
+    used = [x for x in rows if "samples" in x]
+    if not used:
+        return None
+    groups: list[list[float]] = []
+    for x in used:
+        s = x["samples"]
+        groups += [s["base_paired"], s["base_reference"], s["paired"]]
+
+    def stat(g: Any) -> float:
+        errs = [x["pred"] * float(np.median(g[3 * i])) / float(np.median(g[3 * i + 1]))
+                / float(np.median(g[3 * i + 2])) - 1.0 for i, x in enumerate(used)]
+        return float(np.median(errs))
+
+    return bootstrap_interval(stat, groups)
 
 
 def _flag_slow_rounds(rows: list[dict[str, Any]], limit: float = 1.5) -> None:
@@ -268,7 +325,7 @@ def _err(p: float, m: float) -> float:
 
 
 def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "--paired-worker":  # internal: paired_medians
+    if len(sys.argv) == 3 and sys.argv[1] == "--paired-worker":  # internal: paired_steps
         _paired_worker(sys.argv[2])
         return 0
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -307,11 +364,14 @@ def main() -> int:
     paired_rows = [x for x in rows if "pred_paired" in x and not x["disturbed"]]
     if paired_rows:
         print("\nPaired (drift-corrected prediction against the paired measurement):\n")
-        print("| configuration | rounds | error, median of rounds | error range |")
-        print("|---|---|---|---|")
+        print("| configuration | rounds | error, median of rounds | its 95% noise interval | error range |")
+        print("|---|---|---|---|---|")
         for label in dict.fromkeys(x["label"] for x in paired_rows):
-            errs = [_err(x["pred_paired"], x["meas_paired"]) for x in paired_rows if x["label"] == label]
-            print(f"| {label} | {len(errs)} | {statistics.median(errs):+.1f}% | "
+            mine = [x for x in paired_rows if x["label"] == label]
+            errs = [_err(x["pred_paired"], x["meas_paired"]) for x in mine]
+            ci = paired_error_interval(mine)
+            band = f"{ci[0]:+.1%} .. {ci[1]:+.1%}" if ci else "-"
+            print(f"| {label} | {len(errs)} | {statistics.median(errs):+.1f}% | {band} | "
                   f"{min(errs):+.1f}% .. {max(errs):+.1f}% |")
     if a.per_op:
         specs = _specs(a.base, a.out)

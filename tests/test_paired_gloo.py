@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ def test_paired_run_times_both_jobs_and_the_waiting_rank_is_idle() -> None:
 
     got = measure("gpt-tiny", batch=2, cycles=2, steps=2)
     assert got["one_steps"] == 4 and got["two_steps"] == 4
+    assert len(got["one_s"]) == 4 and len(got["two_s"]) == 4
+    assert got["one"] == pytest.approx(statistics.median(got["one_s"]), abs=2e-6)
     assert 0 < got["one"] < 5 and 0 < got["two"] < 5
     # rank 1 waits in a barrier while rank 0 runs the 1-rank job: it must not take a core
     assert got["waiting_cpu_s"] < 0.25 * got["one_total_s"]
