@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tracesim.hardware.calibrate import affine_curve, fit_affine
 from tracesim.hardware.costmodel import op_time_ns, op_times_ns
@@ -70,6 +71,28 @@ def _script() -> object:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_base_disturbed_rule_allows_for_the_profilers_own_cost(tmp_path: Path) -> None:
+    """A profiled step is distrusted only beyond 1.5x what the profiler's own cost explains
+    (the CI run's base: 170 ms against 64 ms unprofiled + 1821 events x 27.7 us)."""
+    mod = _script()
+
+    def bundle(dur_ms: float, lo: float = 0.062, hi: float = 0.076) -> Path:
+        b = tmp_path / f"b{dur_ms}-{hi}"
+        b.mkdir()
+        meta = {"measured_step_time_s": {"median": 0.064, "min": lo, "max": hi, "n": 5},
+                "profiler_overhead": {"per_event_ns": 27657},
+                "per_rank": [{"rank": 0, "profiled_step_events": [
+                    {"step": "ProfilerStep#7", "dur_us": dur_ms * 1e3, "events": 1821}]}]}
+        (b / "meta.yaml").write_text(yaml.safe_dump(meta))
+        return b
+
+    assert mod.disturbed(bundle(170.0), base=True) == ""  # type: ignore[attr-defined]
+    assert "expected 114 ms" in mod.disturbed(bundle(180.0), base=True)  # type: ignore[attr-defined]
+    # not the base: its profiled step is not used
+    assert mod.disturbed(bundle(180.0, hi=0.070)) == ""  # type: ignore[attr-defined]
+    assert "unprofiled steps" in mod.disturbed(bundle(170.0, hi=0.1), base=True)  # type: ignore[attr-defined]
 
 
 def test_scaling_paired_error_interval_is_about_the_median_of_rounds() -> None:
