@@ -211,17 +211,16 @@ def paired_error_interval(predicted_s: float, one: Path, paired: dict[str, Any],
                           compute_s: float = 0.0) -> tuple[float, float] | None:
     """95% noise interval of :func:`paired_error`: the 1-rank bundle's reference steps and
     the paired run's 1-rank and 2-rank steps resampled on their own
-    (:func:`collectors.noise.bootstrap_interval`). With ``contention`` (from
+    (:func:`tracesim.noise.bootstrap_interval`). With ``contention`` (from
     :func:`mean_contention`) and ``compute_s`` (the prediction's compute time before the
     host-contention factor), also the two contention readings (before and after the
     collections), the prediction moved by the resampled factor's change times ``compute_s``
     (a first-order estimate: compute on the critical path). It leaves out the loopback
     calibration's noise. None when the paired run did not list its steps."""
-    from collectors.noise import bootstrap_interval
+    from tracesim.noise import bootstrap_interval
+    from tracesim.trace.bundle import rank_entry
 
-    meta = yaml.safe_load((one / "meta.yaml").read_text())
-    ref = next((e.get("step_times_s") for e in meta.get("per_rank") or []
-                if isinstance(e, dict) and e.get("rank", 0) == 0), None)
+    ref = (rank_entry(yaml.safe_load((one / "meta.yaml").read_text()), 0) or {}).get("step_times_s")
     if not ref or not paired.get("one_s") or not paired.get("two_s"):
         return None
     groups: list[list[float]] = [list(ref), list(paired["one_s"]), list(paired["two_s"])]

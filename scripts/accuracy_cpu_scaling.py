@@ -190,8 +190,9 @@ def disturbed(bundle: Path, *, base: bool = False) -> str:
     if st["max"] > 1.5 * st["min"]:
         return f"unprofiled steps {st['min'] * 1e3:.0f}-{st['max'] * 1e3:.0f} ms"
     if base:
-        steps = next((e.get("profiled_step_events") for e in meta.get("per_rank") or []
-                      if isinstance(e, dict) and e.get("rank", 0) == 0), None) or []
+        from tracesim.trace.bundle import rank_entry
+
+        steps = (rank_entry(meta, 0) or {}).get("profiled_step_events") or []
         per_event = (meta.get("profiler_overhead") or {}).get("per_event_ns")
         if steps and isinstance(per_event, (int, float)) and steps[0].get("events"):
             first = steps[0]
@@ -275,18 +276,18 @@ def run(base_name: str, batch: int, measure: int, out: Path, repeats: int,
 def _reference_steps(meta: dict[str, Any]) -> list[float]:
     """Rank 0's unprofiled reference step times (s) of a bundle (its median where a bundle
     does not list them)."""
-    for e in meta.get("per_rank") or []:
-        if isinstance(e, dict) and e.get("rank", 0) == 0 and e.get("step_times_s"):
-            return [float(t) for t in e["step_times_s"]]
-    return [float(meta["measured_step_time_s"]["median"])]
+    from tracesim.trace.bundle import rank_entry
+
+    steps = (rank_entry(meta, 0) or {}).get("step_times_s")
+    return [float(t) for t in steps] if steps else [float(meta["measured_step_time_s"]["median"])]
 
 
 def paired_error_interval(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
     """95% noise interval of the median over ``rows`` (one configuration's trusted rounds) of
     the paired error ``pred * median(base paired) / median(base reference) /
     median(variant paired) - 1``: every round's three groups of timed steps resampled on
-    their own (:func:`collectors.noise.bootstrap_interval`). None without samples."""
-    from collectors.noise import bootstrap_interval
+    their own (:func:`tracesim.noise.bootstrap_interval`). None without samples."""
+    from tracesim.noise import bootstrap_interval
 
     used = [x for x in rows if "samples" in x]
     if not used:

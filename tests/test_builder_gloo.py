@@ -135,7 +135,7 @@ def test_two_rank_gloo_run_predicted_from_one_rank_trace(gloo_prediction: dict) 
     """Against the paired 2-rank median (module doc): within HARD_BOUND always, and within
     the issue's 10% as far as the measurement can tell (the error or its 95% noise interval
     reaching into +-10%)."""
-    from collectors.noise import consistent_with
+    from tracesim.noise import consistent_with
 
     err, interval = gloo_prediction["paired_err"], gloo_prediction["interval"]
     facts = {k: gloo_prediction[k] for k in ("paired_err", "interval", "contention", "paired", "one_collected")}

@@ -143,7 +143,7 @@ def test_larger_cpu_models_from_one_small_trace(tmp_path: Path) -> None:
         print("median of 3 rounds, paired:", _fmt(errors), "unpaired:", _fmt(raw))
     if not all(label in errors for label in ("base (self)", *labels)):
         pytest.skip(f"timing disturbed by other jobs: {[x['disturbed'] for x in rows if x['disturbed']]}")
-    from collectors.noise import consistent_with
+    from tracesim.noise import consistent_with
 
     intervals = {label: mod.paired_error_interval(  # type: ignore[attr-defined]
         [x for x in rows if x["label"] == label and not x["disturbed"]]) for label in labels}

@@ -1,5 +1,5 @@
 """The noise intervals of the CPU accuracy checks' paired comparisons
-(``collectors.noise``, ``collectors.cpu_accuracy.paired_error_interval``; the scaling
+(``tracesim.noise``, ``collectors.cpu_accuracy.paired_error_interval``; the scaling
 script's is tested in test_cpu_scaling.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from collectors.noise import bootstrap_interval, consistent_with
+from tracesim.noise import bootstrap_interval, consistent_with
 
 
 def _ratio(g: list[np.ndarray]) -> float:

@@ -72,8 +72,9 @@ class UnprofiledSummary:
     def consistent_with(self, bound: float) -> bool:
         """Whether the error is within ``bound`` or, given its interval, cannot be told
         apart from an error within it (no interval: the error itself)."""
-        lo, hi = self.rel_error_ci95 or (self.rel_error, self.rel_error)
-        return lo < bound and hi > -bound
+        from tracesim.noise import consistent_with
+
+        return consistent_with(self.rel_error, self.rel_error_ci95, bound)
 
 
 def unprofiled_summary(results: list[StepResult],

@@ -24,16 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.noise import bootstrap_interval
+from tracesim.trace.bundle import rank_entry
+
 #: bootstrap resamples (deterministic: a fixed seed)
 RESAMPLES = 2000
 SEED = 20261201
-
-
-def _entry(meta: Mapping[str, Any], rank: int) -> Mapping[str, Any] | None:
-    for e in meta.get("per_rank") or []:
-        if isinstance(e, dict) and e.get("rank") == rank:
-            return e
-    return None
 
 
 def error_interval(meta: Mapping[str, Any] | None, rank: int,
@@ -46,7 +42,7 @@ def error_interval(meta: Mapping[str, Any] | None, rank: int,
     """
     if not meta or not predictions_s:
         return None
-    mine, ref_entry = _entry(meta, rank), _entry(meta, 0)
+    mine, ref_entry = rank_entry(meta, rank), rank_entry(meta, 0)
     if mine is None or ref_entry is None:
         return None
     ref_cycles = {c.get("index"): c for c in ref_entry.get("cycles") or [] if isinstance(c, dict)}
@@ -79,20 +75,21 @@ def _overhead_ns(cal: Sequence[tuple[list[float], float, float]], pick: np.ndarr
 def _bootstrap(rows: Sequence[tuple[float, float, list[float]]],
                cal: Sequence[tuple[list[float], float, float]],
                used_ns: float, floor_ns: float) -> tuple[float, float]:
-    rng = np.random.default_rng(SEED)
+    """Recorded cycles (``rows``) and calibration cycles (``cal``) resampled as two index
+    groups (:func:`tracesim.noise.bootstrap_interval`)."""
     pred = np.array([r[0] for r in rows])
     events = np.array([r[1] for r in rows])
     refs = [np.array(r[2]) for r in rows]
-    k = len(rows)
-    errs = np.empty(RESAMPLES)
-    for i in range(RESAMPLES):
-        pick = rng.integers(0, k, size=k)
-        shift = np.zeros(k)
+    groups = [np.arange(len(rows))] + ([np.arange(len(cal))] if cal else [])
+
+    def stat(g: Sequence[np.ndarray]) -> float:
+        pick = g[0].astype(int)
+        shift = np.zeros(len(rows))
         if cal:
-            o = max(_overhead_ns(cal, rng.integers(0, len(cal), size=len(cal))), floor_ns, 0.0)
+            o = max(_overhead_ns(cal, g[1].astype(int)), floor_ns, 0.0)
             shift = (used_ns - o) * events / 1e9
         p = pred[pick] + shift[pick]
         u = np.concatenate([refs[j] for j in pick])
-        errs[i] = float(np.median(p)) / float(np.median(u)) - 1.0
-    lo, hi = np.percentile(errs, [2.5, 97.5])
-    return float(lo), float(hi)
+        return float(np.median(p)) / float(np.median(u)) - 1.0
+
+    return bootstrap_interval(stat, groups, resamples=RESAMPLES, seed=SEED)

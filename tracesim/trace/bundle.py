@@ -103,10 +103,16 @@ class Bundle:
 
     def rank_meta(self, rank: int) -> dict[str, Any] | None:
         """The ``per_rank`` entry of ``rank`` (its own step times and event counts), if any."""
-        for entry in self.meta.get("per_rank") or ():
-            if isinstance(entry, Mapping) and entry.get("rank") == rank:
-                return dict(entry)
-        return None
+        entry = rank_entry(self.meta, rank)
+        return dict(entry) if entry is not None else None
+
+
+def rank_entry(meta: Mapping[str, Any] | None, rank: int) -> Mapping[str, Any] | None:
+    """The ``per_rank`` entry of ``rank`` in a bundle's ``meta.yaml`` mapping, if any."""
+    for entry in (meta or {}).get("per_rank") or ():
+        if isinstance(entry, Mapping) and entry.get("rank") == rank:
+            return entry
+    return None
 
 
 def _first_existing(folder: Path, names: tuple[str, ...]) -> Path | None:

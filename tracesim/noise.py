@@ -1,6 +1,7 @@
 """How far a comparison of medians of timed steps can move by measurement noise alone.
 
-The CPU accuracy checks (the gloo data-parallel check, the larger-models check) compare a
+Used by the unprofiled self-replay interval (:mod:`tracesim.selfreplay_interval`) and the
+CPU accuracy checks (the gloo data-parallel check, the larger-models check). These compare a
 prediction, moved by a ratio of medians of timed steps (a job's drift between its collection
 and a paired measurement), with another median of timed steps. On a quiet machine those
 medians move by about 1%; on a busy or throttled VM (single steps 10-30% apart, a fixed step
@@ -26,7 +27,7 @@ SEED = 20261202
 
 
 def bootstrap_interval(statistic: Callable[[Sequence[np.ndarray]], float],
-                       groups: Sequence[Sequence[float]], *, resamples: int = RESAMPLES,
+                       groups: Sequence[Sequence[float] | np.ndarray], *, resamples: int = RESAMPLES,
                        seed: int = SEED) -> tuple[float, float]:
     """95% percentile interval (low, high) of ``statistic(groups)``, each group of samples
     resampled with replacement on its own. Raises ValueError on an empty group."""
