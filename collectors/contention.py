@@ -99,7 +99,7 @@ def _train_loop(threads: int) -> Any:
     import torch
 
     from collectors.train import make_training
-    from tracesim.workload.model import model_from_dict
+    from tracesim.specs.model import model_from_dict
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ steps, whose unprofiled predictions' median is compared);
 then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and
 unprofiled error with the step calibration of ``profiler_overhead`` and, for comparison on
 the same bundle, with the older loop microbenchmark), and the 2-rank prediction from ``one``
-(``tracesim.retarget.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
+(``tracesim.pipeline.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
 as specified (2 GB/s, no contention) and with the measured loopback link and
 ``host_contention`` (:func:`calibrated_cluster`), against ``two``'s unprofiled median; and
 paired: that prediction times ``paired.one`` over ``one``'s unprofiled median (the trace's
@@ -143,14 +143,14 @@ def collect_tiny(out: Path, *args: str) -> None:
 
 def self_replay_errors(bundle: Path) -> dict[str, Any]:
     """Per rank: profiled-step error (the worst step), unprofiled error (step calibration:
-    median of the steps' predictions, :func:`tracesim.selfreplay.unprofiled_summary`; and
+    median of the steps' predictions, :func:`tracesim.report.steps.unprofiled_summary`; and
     the same with the loop calibration)."""
     import statistics
 
     from tracesim.engine.replay import replay
-    from tracesim.selfreplay import self_replay, step_times, unprofiled_summary
-    from tracesim.sources import load_source
-    from tracesim.workload.extract import ExtractOptions, extract
+    from tracesim.report.steps import self_replay, step_times, unprofiled_summary
+    from tracesim.trace.extract import ExtractOptions, extract
+    from tracesim.trace.sources import load_source
 
     src = load_source(bundle)
     meta = src.meta
@@ -183,7 +183,7 @@ def gloo_errors(one: Path, two: Path, contention: dict[str, Any], loopback: dict
     """The 2-rank prediction from the 1-rank bundle: on the plain spec, and with the measured
     loopback link and host contention."""
     from tracesim.fileio import write_yaml
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-calibrated.yaml"
     write_yaml(plain_spec, CPU_CLUSTER)

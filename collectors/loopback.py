@@ -105,8 +105,8 @@ def fit(times_s: dict[int, float]) -> tuple[float, float]:
 def link_for(procs: int, fixed_s: float, rate_Bps: float) -> dict[str, Any]:
     """The ``intra_node`` link with which tracesim's network model reproduces the fit."""
     from collectors.cpu_accuracy import CPU_CLUSTER
-    from tracesim.hardware.cluster import cluster_from_dict
     from tracesim.network.model import collective_time_ns
+    from tracesim.specs.cluster import cluster_from_dict
 
     ranks = tuple(range(procs))
     probe = 64 << 20

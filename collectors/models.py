@@ -1,4 +1,4 @@
-"""Decoder-only transformers built from a :class:`tracesim.workload.model.ModelSpec`.
+"""Decoder-only transformers built from a :class:`tracesim.specs.model.ModelSpec`.
 
 Three families, small and readable rather than fast:
 
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tracesim.workload.model import ModelSpec
+from tracesim.specs.model import ModelSpec
 
 #: torch dtype per spec dtype; fp8 training is not something a CPU collector can run
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

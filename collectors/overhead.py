@@ -34,7 +34,7 @@ import torch
 from torch.profiler import record_function
 
 from collectors.train import make_profiler, timed
-from tracesim.workload.model import ModelSpec
+from tracesim.specs.model import ModelSpec
 
 #: twin sizes: tiny tensors, same layers / heads / experts as the real model
 TWIN_HEAD_DIM = 8

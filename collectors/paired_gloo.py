@@ -38,7 +38,7 @@ def _worker(rank: int, port: int, workload: str, batch: int, cycles: int, steps:
     from torch.nn.parallel import DistributedDataParallel
 
     from collectors.train import make_training
-    from tracesim.workload.model import load_model
+    from tracesim.specs.model import load_model
 
     torch.set_num_threads(1)
     torch.manual_seed(1234)

@@ -44,7 +44,7 @@ from collectors.spawn import free_port  # noqa: E402
 from collectors.worker import RankConfig, run_rank  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
 from tracesim.fileio import write_yaml  # noqa: E402
-from tracesim.workload.model import ModelSpec, load_model  # noqa: E402
+from tracesim.specs.model import ModelSpec, load_model  # noqa: E402
 
 BUNDLE_FORMAT = "tracesim-bundle"
 BUNDLE_VERSION = 1

@@ -19,7 +19,7 @@ from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, sc
 
 from collectors.models import build_model
 from collectors.scopes import MODULE_PREFIX, ModuleScopes, phase
-from tracesim.workload.model import ModelSpec
+from tracesim.specs.model import ModelSpec
 
 
 def timed(fn: Callable[[], Any]) -> tuple[int, Any]:

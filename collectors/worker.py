@@ -38,7 +38,7 @@ from collectors.cycles import (
 )
 from collectors.overhead import op_overhead, overhead_mapping
 from collectors.train import Training, count_step_events, make_profiler, make_training, timed
-from tracesim.workload.model import ModelSpec
+from tracesim.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def _paired_worker(arg: str) -> None:
     import torch
 
     from collectors.train import make_training
-    from tracesim.workload.model import load_model
+    from tracesim.specs.model import load_model
 
     cfg = json.loads(arg)
     torch.set_num_threads(int(cfg["threads"] or max(1, os.cpu_count() or 1)))  # as collect, 1 rank
@@ -124,7 +124,7 @@ def _as_steps(v: Any) -> list[float]:
 
 def predict(base_bundle: Path, spec_path: Path, batch: int, cluster: Path = CLUSTER) -> float:
     """Predicted step time (s) of the model ``spec_path`` from ``base_bundle`` alone."""
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     opts = {"cluster": str(cluster), "micro_batch": batch, "global_batch": batch,
             "model": str(spec_path)}
@@ -136,14 +136,14 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     """Per template op of ``spec_path``: time predicted from ``base_bundle`` and time measured
     in ``variant_bundle`` (its own template on its own device: the measurement), in ns, with
     how often the op runs per step (``count``: layers for block ops)."""
-    from tracesim.hardware.cluster import load_cluster
     from tracesim.hardware.device import get_device
-    from tracesim.workload.durations import make_op_time
-    from tracesim.workload.model import load_model
-    from tracesim.workload.parallel import parallel_from_options
-    from tracesim.workload.resolve import op_numbers_units, resolve_template
-    from tracesim.workload.template import evaluate, symbol_env
-    from tracesim.workload.template_trace import template_from_source
+    from tracesim.specs.cluster import load_cluster
+    from tracesim.specs.model import load_model
+    from tracesim.specs.parallel import parallel_from_options
+    from tracesim.template.durations import make_op_time
+    from tracesim.template.from_trace import template_from_source
+    from tracesim.template.layer import evaluate, symbol_env
+    from tracesim.template.resolve import op_numbers_units, resolve_template
 
     model = load_model(spec_path)
     par = parallel_from_options({"micro_batch": batch, "global_batch": batch}, model, 1)
@@ -201,8 +201,8 @@ def disturbed(bundle: Path, *, base: bool = False) -> str:
             if got_s > 1.5 * expected_s:
                 return f"profiled step {got_s * 1e3:.0f} ms, {got_s / expected_s:.1f}x the expected {expected_s * 1e3:.0f} ms"
             return ""
-        from tracesim.workload.model import model_from_dict
-        from tracesim.workload.template_trace import template_from_source
+        from tracesim.specs.model import model_from_dict
+        from tracesim.template.from_trace import template_from_source
 
         scale = template_from_source(str(bundle), model_from_dict(meta["model"])).meta.get("time_scale")
         if isinstance(scale, (int, float)) and scale < 0.5:

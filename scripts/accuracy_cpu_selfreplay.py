@@ -2,7 +2,7 @@
 
 Each round collects, one after the other, a 1-rank bundle (``tracesim collect --workload
 gpt-tiny``, collect's defaults: 2 threads on this VM) and a 2-rank gloo DDP bundle
-(``--ranks 2``), then self-replays each (``tracesim.selfreplay``) and prints a markdown row:
+(``--ranks 2``), then self-replays each (``tracesim.report.steps``) and prints a markdown row:
 per bundle and rank, the worst profiled step's error and the median over the steps, the
 unprofiled error (median of the steady steps' predictions against the median of the
 reference steps) with its 95% interval from the measurement noise
@@ -34,8 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tracesim.selfreplay import self_replay, unprofiled_summary  # noqa: E402
-from tracesim.sources import load_source  # noqa: E402
+from tracesim.report.steps import self_replay, unprofiled_summary  # noqa: E402
+from tracesim.trace.sources import load_source  # noqa: E402
 
 
 def collect(out: Path, *args: str) -> None:

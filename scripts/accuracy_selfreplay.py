@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from tracesim.errors import InputError
-from tracesim.selfreplay import self_replay
-from tracesim.sources import load_source
+from tracesim.report.steps import self_replay
+from tracesim.trace.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT.parent / "shared" / "traces" / "public"

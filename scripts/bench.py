@@ -9,7 +9,7 @@ Usage::
     .venv/bin/python scripts/bench.py --from-json docs/performance.json   # docs from stored results
     .venv/bin/python scripts/bench.py --cases A,B,C [--repo DIR]   # the speed-up log's cases
 
-Every run is one fresh subprocess that calls :func:`tracesim.retarget.run_retarget` with the
+Every run is one fresh subprocess that calls :func:`tracesim.pipeline.run_retarget` with the
 scenario's options, exactly as ``tracesim replay --model ... --cluster ...`` does; the time
 reported is that whole call (template, build, replay, breakdown, memory estimate), the peak
 RSS is the subprocess's own maximum resident set (interpreter and imports included), and the
@@ -130,14 +130,14 @@ def resolve(opts: dict[str, Any], directory: Path) -> dict[str, Any]:
 def child(opts: dict[str, Any]) -> dict[str, Any]:
     """Run one replay in this (fresh) process; returns the measurements."""
     t0 = time.perf_counter()
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     t_import = time.perf_counter() - t0
     opts = dict(opts)
     per_op = bool(opts.pop("per_op", False))
     t0 = time.perf_counter()
     if per_op:  # one task per template op, as for a result directory (replay --full -o OUT)
-        from tracesim.retarget import simulate_retarget
+        from tracesim.pipeline import simulate_retarget
 
         res = simulate_retarget(None, opts, per_op=True).result
     else:
@@ -217,10 +217,10 @@ def case_child(name: str) -> dict[str, Any]:
     """Run speed-up case ``name`` in this process: CPU seconds (``time.process_time``) of
     the graph build, the replay and the whole ``run_retarget`` call, the peak RSS, and the
     resident set (now, peak) after the imports, the build, the replay and the breakdown."""
+    import tracesim.build.builder as builder
     import tracesim.engine.replay as engine
-    import tracesim.workload.breakdown as breakdown
-    import tracesim.workload.builder as builder
-    from tracesim.retarget import run_retarget
+    import tracesim.report.waits as breakdown
+    from tracesim.pipeline import run_retarget
 
     cpu: dict[str, float] = {}
     rss: dict[str, Any] = {"imports": _rss_gib()}

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import test_megatron_sc21 as meg  # noqa: E402
 
 from tracesim.hardware import datasheet  # noqa: E402
-from tracesim.retarget import run_retarget  # noqa: E402
+from tracesim.pipeline import run_retarget  # noqa: E402
 
 
 def row_error(e_max: float, row: dict, tmp: Path) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracesim.workload.graph import TASK_DEFAULTS, TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.graph.taskgraph import TASK_DEFAULTS, TaskGraph, make_edges, make_lanes, make_tasks
 
 
 def graph(tasks: list[dict], edges: list[tuple[int, int]] = (), lanes: list[tuple[int, str, str]] | None = None,

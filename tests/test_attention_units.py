@@ -19,8 +19,8 @@ import pytest
 from tracesim.errors import InputError
 from tracesim.hardware.costmodel import op_time_ns, op_times_ns, scale_duration, scale_durations
 from tracesim.hardware.device import get_device, parse_profile
-from tracesim.workload.classify import OpCost, op_cost
-from tracesim.workload.costrules_ops import work_units_of_dims
+from tracesim.ops.classify import OpCost, op_cost
+from tracesim.ops.rules import work_units_of_dims
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -92,11 +92,11 @@ def test_shipped_cpu_profiles_read_attention_per_unit() -> None:
 def test_template_records_units_and_resolves_them_at_the_target() -> None:
     import yaml
 
-    from tracesim.workload.model import model_from_dict
-    from tracesim.workload.parallel import ParallelSpec
-    from tracesim.workload.resolve import op_units
-    from tracesim.workload.template import symbol_env
-    from tracesim.workload.template_trace import template_from_source
+    from tracesim.specs.model import model_from_dict
+    from tracesim.specs.parallel import ParallelSpec
+    from tracesim.template.from_trace import template_from_source
+    from tracesim.template.layer import symbol_env
+    from tracesim.template.resolve import op_units
 
     bundle = ROOT / "workloads" / "bundles" / "gpt-tiny"
     meta = yaml.safe_load((bundle / "meta.yaml").read_text())

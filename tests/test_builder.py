@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from tracesim.build.builder import build_graph
 from tracesim.engine.replay import replay
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.builder import build_graph
-from tracesim.workload.model import ModelSpec
-from tracesim.workload.parallel import ParallelSpec
+from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.analytic import first_principles_template
 
 GPT = ModelSpec(name="t", family="gpt", layers=4, hidden=256, heads=8, vocab=1024, seq_len=128,
                 kv_heads=8, ffn_hidden=1024, dtype="bf16")

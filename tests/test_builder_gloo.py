@@ -73,7 +73,7 @@ def gloo_prediction(tmp_path_factory: pytest.TempPathFactory) -> dict:
         paired_error_interval,
         run_cmd,
     )
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     tmp_path = tmp_path_factory.mktemp("gloo")
     before = measure_contention()

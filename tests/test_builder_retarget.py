@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tracesim.errors import InputError
-from tracesim.retarget import run_retarget
+from tracesim.pipeline import run_retarget
 
 KEYS = ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "gpus", "model", "parallel",
         "cluster", "breakdown", "memory_gib_per_gpu")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracesim.workload.classify import (
+from tracesim.ops.classify import (
     OP_CLASSES,
     OpCost,
     classify,

@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import (
+from tracesim.network.collectives import ALGORITHMS
+from tracesim.specs.cluster import (
     TOPOLOGIES_DIR,
     ClusterSpec,
     cluster_from_dict,
     known_clusters,
     load_cluster,
 )
-from tracesim.network.collectives import ALGORITHMS
 
 SHIPPED = ("h100x8", "h100x128", "h100x1024", "a100-selene", "h200x8")
 

@@ -10,9 +10,9 @@ import yaml
 
 from collectors.cpu_accuracy import CPU_CLUSTER
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import cluster_from_dict, load_cluster
 from tracesim.hardware.contention import HostContention, contention_from_dict, scaled_op_time
-from tracesim.retarget import run_retarget
+from tracesim.pipeline import run_retarget
+from tracesim.specs.cluster import cluster_from_dict, load_cluster
 
 
 def test_factor_interpolates_between_measured_counts() -> None:

@@ -16,7 +16,7 @@ from tracesim.hardware.costmodel import (
     scale_durations,
 )
 from tracesim.hardware.device import get_device
-from tracesim.workload.classify import OpCost, op_cost
+from tracesim.ops.classify import OpCost, op_cost
 
 FLAT = {"name": "flat", "peak_tflops": {"fp32": 10.0, "bf16": 100.0}, "hbm_GBps": 1000.0,
         "launch_overhead_us": 3.0,

@@ -16,7 +16,7 @@ from collectors.cycles import (
     merge_chrome_traces,
     plan_cycles,
 )
-from tracesim.selfreplay import StepResult, unprofiled_summary
+from tracesim.report.steps import StepResult, unprofiled_summary
 from tracesim.selfreplay_interval import error_interval
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tracesim.errors import InputError
-from tracesim.sources import load_source
 from tracesim.trace.et import data_dependencies, join_rate, read_et
+from tracesim.trace.extract import extract
 from tracesim.trace.kineto import read_kineto
-from tracesim.workload.extract import extract
+from tracesim.trace.sources import load_source
 
 
 def test_public_et_joins_its_kineto_trace(public_traces):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tracesim.engine.replay import replay
+from tracesim.graph.io import load_graph
+from tracesim.trace.extract import extract
 from tracesim.trace.kineto import read_kineto
-from tracesim.workload.extract import extract
-from tracesim.workload.graph_io import load_graph
 
 GPU_TRACES = [
     "a100_2rank_nccl.json.gz", "v100_1rank.json.gz", "sampled_128rank_r0.json.gz",

@@ -54,14 +54,14 @@ ASTRA_NETWORK = {"topology": ["Switch", "Switch", "Switch"], "npus_count": [8, 4
 
 
 def _load_model(p: Path) -> None:
-    from tracesim.workload.model import load_model
+    from tracesim.specs.model import load_model
 
     m = load_model(p)
     m.params()
 
 
 def _load_cluster(p: Path) -> None:
-    from tracesim.hardware.cluster import load_cluster
+    from tracesim.specs.cluster import load_cluster
 
     c = load_cluster(p)
     c.key()
@@ -96,8 +96,8 @@ def _load_astra_network(p: Path) -> None:
 
 
 def _load_astra_system(p: Path) -> None:
-    from tracesim.hardware.cluster import load_cluster
     from tracesim.interop.astrasim_system import apply_system, load_astrasim_system
+    from tracesim.specs.cluster import load_cluster
 
     apply_system(load_cluster("h100x8"), load_astrasim_system(p))
 
@@ -114,8 +114,8 @@ def _load_aicb(p: Path) -> None:
 
 def _load_template(p: Path) -> None:
     """A workload directory's template.yaml, then a retarget that uses it."""
-    from tracesim.retarget import run_retarget
-    from tracesim.workload.template import load_template
+    from tracesim.pipeline import run_retarget
+    from tracesim.template.layer import load_template
 
     load_template(p)
     run_retarget(str(p.parent), {"model": "gpt-tiny", "cluster": "h100x8", "dp": 2})
@@ -124,8 +124,8 @@ def _load_template(p: Path) -> None:
 @cache
 def _text(kind: str, name: str) -> bytes:
     if kind == "layer template":
-        from tracesim.workload.blocks import first_principles_template
-        from tracesim.workload.model import load_model
+        from tracesim.specs.model import load_model
+        from tracesim.template.analytic import first_principles_template
 
         with tempfile.TemporaryDirectory() as d:
             first_principles_template(load_model(name), "flash").save(Path(d) / "t.yaml")
@@ -301,13 +301,13 @@ def test_chakra_et(which, case):
 # ----------------------------------------------------------------------------- hostile YAML
 
 _BOMB_LOADERS = {  # loader -> a file whose one value is the hostile YAML text {X}
-    "tracesim.workload.model:load_model":
+    "tracesim.specs.model:load_model":
         "name: {X}\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 2\nvocab: 10\nseq_len: 8\n",
-    "tracesim.hardware.cluster:load_cluster":
+    "tracesim.specs.cluster:load_cluster":
         "name: x\nnodes: 1\ngpus_per_node: 8\ndevice: {X}\n"
         "intra_node: {{kind: nvswitch, bandwidth_GBps: 450, latency_us: 1}}\n",
     "tracesim.sweep.space:load_space": "base: {{model: gpt-tiny, cluster: h100x8}}\nname: {X}\n",
-    "tracesim.workload.template:load_template":
+    "tracesim.template.layer:load_template":
         "format: tracesim-template\nversion: 1\nmeta: {X}\nops: {X}\n",
     "tracesim.interop.astrasim_network:cluster_from_astrasim":
         "topology: {X}\nnpus_count: [8]\nbandwidth: [1.0]\nlatency: [1.0]\n",
@@ -365,7 +365,7 @@ SMALL_VALUES = st.one_of(
 
 
 def _template_ops() -> tuple[str, ...]:
-    from tracesim.workload.template import TemplateOp
+    from tracesim.template.layer import TemplateOp
 
     return tuple(f.name for f in __import__("dataclasses").fields(TemplateOp))
 
@@ -388,7 +388,7 @@ def test_layer_template_fields(name, edits):
               st.text(max_size=6)), min_size=1, max_size=3))
 def test_retarget_with_damaged_specs(which, edits):
     """A damaged model or cluster spec (small values only), through a full retarget."""
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     model = _parse("model", _text("model", "gpt-tiny"))
     cluster = _parse("cluster", _text("cluster", "h100x8"))
@@ -435,7 +435,7 @@ def test_sweep_constraint_expressions(text):
 @given(EXPRESSIONS)
 def test_layer_template_expressions(text):
     """The same for template.yaml expressions (evaluated by the builder)."""
-    from tracesim.workload.template import compile_expr, evaluate
+    from tracesim.template.layer import compile_expr, evaluate
 
     def run():
         try:
@@ -450,7 +450,7 @@ def test_layer_template_expressions(text):
 _POW_SCRIPT = """
 from tracesim.errors import InputError
 from tracesim.sweep.expr import parse_expr
-from tracesim.workload.template import compile_expr, evaluate
+from tracesim.template.layer import compile_expr, evaluate
 text = "(((((((2**64)**64)**64)**64)**64)**64)**64)"
 try:
     parse_expr(text + " > 0", "s.yaml", "constraints[0]").test({})

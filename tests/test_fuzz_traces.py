@@ -207,7 +207,7 @@ def _et_ops():
 
 
 def _et_pipeline(p: Path) -> None:
-    from tracesim.workload.extract import extract
+    from tracesim.trace.extract import extract
 
     et = read_et(p)
     data_dependencies(et)

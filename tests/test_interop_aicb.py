@@ -9,7 +9,6 @@ import pytest
 
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import load_cluster
 from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb
 from tracesim.interop.aicb_export import graph_to_aicb
 from tracesim.interop.aicb_graph import aicb_to_graph
@@ -17,6 +16,7 @@ from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra
 from tracesim.interop.workload import build_workload, replay_workload
 from tracesim.network.model import NetworkModel, collective_time_ns
+from tracesim.specs.cluster import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 

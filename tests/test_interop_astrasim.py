@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import load_cluster
 from tracesim.hardware.device import get_device
 from tracesim.interop.aicb import read_aicb
 from tracesim.interop.aicb_graph import aicb_to_graph
@@ -19,6 +18,7 @@ from tracesim.interop.astrasim_system import (
 )
 from tracesim.interop.workload import replay_workload
 from tracesim.network.model import NetworkModel
+from tracesim.specs.cluster import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 

@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracesim.build.builder import build_graph
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import load_cluster
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra, read_et
 from tracesim.network.model import NetworkModel
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.builder import build_graph
-from tracesim.workload.durations import make_op_time
-from tracesim.workload.model import model_from_dict
-from tracesim.workload.parallel import parallel_from_options
+from tracesim.specs.cluster import load_cluster
+from tracesim.specs.model import model_from_dict
+from tracesim.specs.parallel import parallel_from_options
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.durations import make_op_time
 
 # ---------------------------------------------------------------- independent wire format
 

@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tracesim.build.builder import build_graph
 from tracesim.engine.replay import replay
-from tracesim.retarget import simulate_retarget
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.breakdown import rank_breakdowns
-from tracesim.workload.builder import build_graph
-from tracesim.workload.graph import TaskGraph, column_codes
-from tracesim.workload.model import load_model
-from tracesim.workload.parallel import ParallelSpec
+from tracesim.graph.taskgraph import TaskGraph, column_codes
+from tracesim.pipeline import simulate_retarget
+from tracesim.report.waits import rank_breakdowns
+from tracesim.specs.model import load_model
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.analytic import first_principles_template
 
 LLAMA = load_model("llama3-8b")
 STR_COLS = ("kind", "name", "op_class", "step", "phase", "collective", "group_kind", "match_key")
@@ -79,7 +79,7 @@ def test_categorical_and_string_columns_replay_alike(cp_graph: TaskGraph) -> Non
 
 
 def test_breakdown_in_edge_chunks_is_the_same(cp_graph: TaskGraph, monkeypatch) -> None:
-    import tracesim.workload.breakdown as bd
+    import tracesim.report.waits as bd
 
     r = replay(cp_graph)
     whole = rank_breakdowns(cp_graph, r.start_ns, r.end_ns, r.makespan_ns)
@@ -111,7 +111,7 @@ def test_full_replay_merges_only_without_per_op_output() -> None:
 
 
 def test_order_check_of_compute_tasks() -> None:
-    from tracesim.workload.breakdown import _ordered
+    from tracesim.report.waits import _ordered
 
     rank = np.array([0, 0, 0, 1, 1, 2])
     start = np.array([5, 7, 7, 1, 3, 0])

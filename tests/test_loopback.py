@@ -7,8 +7,8 @@ import pytest
 
 from collectors.cpu_accuracy import CPU_CLUSTER
 from collectors.loopback import fit, link_for
-from tracesim.hardware.cluster import cluster_from_dict
 from tracesim.network.model import collective_time_ns
+from tracesim.specs.cluster import cluster_from_dict
 
 
 def test_fit_recovers_fixed_time_and_rate() -> None:

@@ -55,7 +55,7 @@ def row_options(row: dict, cluster: str = str(CLUSTER)) -> dict:
 
 
 def predict_rows() -> list[dict]:
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     out = []
     for k, row in enumerate(csv.DictReader(TABLE.open())):

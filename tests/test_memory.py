@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tracesim.workload.memory import GiB, estimate_memory, in_flight, layer_activation_bytes
-from tracesim.workload.model import ModelSpec
-from tracesim.workload.parallel import ParallelSpec
+from tracesim.report.memory import GiB, estimate_memory, in_flight, layer_activation_bytes
+from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import ParallelSpec
 
 # GPT-3 175B dimensions (Korthikanti et al. use it for their Table 2 examples)
 G = ModelSpec(name="g", family="gpt", layers=96, hidden=12288, heads=96, vocab=51200, seq_len=2048,

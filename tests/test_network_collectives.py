@@ -10,10 +10,10 @@ import pytest
 import simpy
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import cluster_from_dict, load_cluster
 from tracesim.network.calibration import CASES, busbw_GBps, compare
 from tracesim.network.collectives.tree import btree_parents, double_tree, tree_height
 from tracesim.network.model import NetworkModel, collective_time_ns
+from tracesim.specs.cluster import cluster_from_dict, load_cluster
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE = SHARED / "reference" / "nccl_busbw.csv"

@@ -4,8 +4,8 @@
 A single-tensor AdamW step is 9 host calls per parameter tensor; most of its time is per call
 (dispatch, interpreter, scalar arguments) and does not grow with the tensor. The template keeps
 those calls apart (``TemplateOp.calls``): they follow the tensor count, the bytes the parameter
-count (:func:`tracesim.workload.durations.split_calls_ns`). The profiler's cost is taken out
-per event before that (:mod:`tracesim.workload.trace_times`).
+count (:func:`tracesim.template.durations.split_calls_ns`). The profiler's cost is taken out
+per event before that (:mod:`tracesim.trace.overhead`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ import yaml
 
 from tracesim.hardware.costmodel import op_time_ns
 from tracesim.hardware.device import get_device
-from tracesim.workload.durations import _Cost, make_op_time, split_calls_ns
-from tracesim.workload.model import ModelSpec, model_from_dict
-from tracesim.workload.parallel import ParallelSpec
-from tracesim.workload.resolve import _leaf_cost, resolve_template
-from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, symbol_env
-from tracesim.workload.template_trace import (
+from tracesim.specs.model import ModelSpec, model_from_dict
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.durations import _Cost, make_op_time, split_calls_ns
+from tracesim.template.from_trace import (
     _symbolic,
     dim_expressions,
     extract_template,
     recorded_tensors,
     template_from_source,
 )
-from tracesim.workload.trace_times import MAX_OVERHEAD_SHARE, OverheadTaker, bundle_overhead_ns
+from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
+from tracesim.template.resolve import _leaf_cost, resolve_template
+from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, OverheadTaker, bundle_overhead_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = ROOT / "workloads" / "bundles"
@@ -88,7 +88,7 @@ def test_per_tensor_sizes_add_up_to_the_parameter_scaled_bytes() -> None:
     bytes per parameter times the hidden x2 parameter count (within 0.5%): with a cost that
     is a fixed time per call plus bytes over a rate, keeping the calls apart and scaling the
     bytes by the parameter count is the per-tensor prediction."""
-    from tracesim.sources import load_source
+    from tracesim.trace.sources import load_source
 
     path, meta, rec = _recorded("gpt-tiny")
     src = load_source(path)
@@ -202,7 +202,7 @@ def test_extraction_takes_the_profiler_out_of_the_optimizer() -> None:
     are leaves the optimizer step (868 events in ~250 tiny calls) less than 60% of what one
     uniform factor gave it, the GEMMs more; with either, a step of the template's times
     (prologue, every layer's block, epilogue, optimizer) is the unprofiled median within 1%."""
-    from tracesim.sources import load_source
+    from tracesim.trace.sources import load_source
 
     path, meta, rec = _recorded("gpt-tiny")
     per = bundle_overhead_ns(meta)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tracesim.errors import InputError
-from tracesim.workload.model import ModelSpec
-from tracesim.workload.parallel import (
+from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import (
     ParallelSpec,
     default_vpp,
     parallel_from_options,
     validate_layout,
 )
-from tracesim.workload.placement import Placement
+from tracesim.specs.placement import Placement
 
 GPT = ModelSpec(name="t", family="gpt", layers=8, hidden=256, heads=8, vocab=1000, seq_len=128,
                 kv_heads=8, ffn_hidden=1024)

@@ -26,9 +26,9 @@ SOURCES = sorted([*ROOT.glob("tracesim/**/*.py"), *ROOT.glob("collectors/**/*.py
 
 #: (file, function) -> why an eval there is safe; each is tested below
 EVAL_ALLOWED = {
-    ("tracesim/workload/template.py", "evaluate"):
+    ("tracesim/template/layer.py", "evaluate"):
         "code from compile_expr: arithmetic AST whitelist, no builtins",
-    ("tracesim/workload/template_trace.py", "dim_expressions"):
+    ("tracesim/template/from_trace.py", "dim_expressions"):
         "a fixed list of candidate expressions in the source, no input",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve", "marshal",
@@ -122,7 +122,7 @@ _ATTACKS = ["__import__('os').system('true')", "().__class__.__bases__[0].__subc
 
 @pytest.mark.parametrize("text", _ATTACKS)
 def test_template_expressions_refuse_code(text):
-    from tracesim.workload.template import compile_expr
+    from tracesim.template.layer import compile_expr
 
     with pytest.raises(ValueError):
         compile_expr(text)

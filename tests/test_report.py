@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from tracesim.cli import cli
+from tracesim.pipeline import run_retarget, simulate_retarget
 from tracesim.report.breakdown import breakdown
 from tracesim.report.critical import critical_path, top_contributors
 from tracesim.report.links import _cumulative
 from tracesim.report.resultdir import Replayed, write_result_dir
 from tracesim.report.timeline import chrome_events
-from tracesim.retarget import run_retarget, simulate_retarget
 
 SMALL = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "dp": 2,
          "micro_batch": 1, "global_batch": 8}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.hardware.cluster import load_cluster
-from tracesim.workload.model import load_model
+from tracesim.specs.cluster import load_cluster
+from tracesim.specs.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tracesim.build.builder import build_graph
+from tracesim.build.schedules import SCHEDULES, get_schedule
 from tracesim.engine.replay import replay
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.builder import build_graph
-from tracesim.workload.model import ModelSpec
-from tracesim.workload.parallel import ParallelSpec
-from tracesim.workload.schedules import SCHEDULES, get_schedule
+from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.analytic import first_principles_template
 
 MODEL = ModelSpec(name="t", family="gpt", layers=16, hidden=256, heads=8, vocab=1000, seq_len=128,
                   kv_heads=8, ffn_hidden=1024)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tracesim.errors import InputError
-from tracesim.selfreplay import self_replay
-from tracesim.sources import load_source
+from tracesim.report.steps import self_replay
+from tracesim.trace.sources import load_source
 
 STEP_TRACES = {
     # file: (expected steps, bound on the mean |GPU op start error| in us, None = not asserted)
@@ -46,8 +46,8 @@ def test_longer_kernels_slow_a_gpu_bound_step(public_traces):
     import numpy as np
 
     from tracesim.engine.replay import replay
-    from tracesim.selfreplay import step_times
-    from tracesim.workload.extract import extract
+    from tracesim.report.steps import step_times
+    from tracesim.trace.extract import extract
 
     src = load_source(public_traces / "v100_1rank.json.gz")
     g = extract(src.op_table)
@@ -59,7 +59,7 @@ def test_longer_kernels_slow_a_gpu_bound_step(public_traces):
 
 
 def test_unprofiled_summary_takes_the_median_of_steady_steps() -> None:
-    from tracesim.selfreplay import StepResult, unprofiled_summary
+    from tracesim.report.steps import StepResult, unprofiled_summary
 
     def step(rank: int, name: str, pred: float, steady: bool = True) -> StepResult:
         return StepResult("b", rank, name, 0.05, 0.05, 0.0, steady,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.selfreplay import profiler_overhead, rank_overheads
-from tracesim.sources import load_source
+from tracesim.report.steps import profiler_overhead, rank_overheads
+from tracesim.trace.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -82,7 +82,7 @@ def _quartile_ratio(values: list[float]) -> float:
 def _steady_bundle(out: Path, *args: str) -> tuple[list, dict]:
     """Self-replay results and meta of a bundle collected at ``out`` (again once if
     disturbed)."""
-    from tracesim.selfreplay import self_replay
+    from tracesim.report.steps import self_replay
 
     why = ""
     for attempt in range(2):
@@ -110,7 +110,7 @@ UNPROFILED_BOUND = 0.30
 
 
 def _check_unprofiled(results: list, meta: dict, name: str) -> None:
-    from tracesim.selfreplay import unprofiled_summary
+    from tracesim.report.steps import unprofiled_summary
 
     for u in unprofiled_summary(results, {r.source: meta for r in results}):
         assert u.rel_error_ci95 is not None, u

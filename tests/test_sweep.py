@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tracesim.errors import InputError
-from tracesim.retarget import run_retarget
+from tracesim.pipeline import run_retarget
 from tracesim.sweep import expand_space, load_space, pareto_front, plot_pareto, ranked, run_point
 from tracesim.sweep.expr import parse_expr
 from tracesim.sweep.space import space_from_dict, write_spec_files

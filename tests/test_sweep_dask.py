@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from tracesim.cli import cli
 from tracesim.errors import InputError
-from tracesim.retarget import run_retarget
+from tracesim.pipeline import run_retarget
 from tracesim.sweep import load_space, run_sweep
 from tracesim.sweep.task import META_COLUMNS, flatten
 

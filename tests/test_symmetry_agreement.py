@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracesim.retarget import run_retarget
-from tracesim.workload.model import WORKLOADS_DIR
+from tracesim.pipeline import run_retarget
+from tracesim.specs.model import WORKLOADS_DIR
 
 TOL = 0.005
 

@@ -9,15 +9,15 @@ import pytest
 import simpy
 import yaml
 
+from tracesim.build.builder import build_graph
 from tracesim.engine.replay import replay
-from tracesim.hardware.cluster import load_cluster
+from tracesim.engine.symmetry import SymmetricComm
 from tracesim.network.model import NetworkModel
-from tracesim.retarget import choose_template
-from tracesim.workload.builder import build_graph
-from tracesim.workload.durations import make_op_time
-from tracesim.workload.model import WORKLOADS_DIR, load_model, model_from_dict
-from tracesim.workload.parallel import ParallelSpec
-from tracesim.workload.symmetry import SymmetricComm
+from tracesim.pipeline import choose_template
+from tracesim.specs.cluster import load_cluster
+from tracesim.specs.model import WORKLOADS_DIR, load_model, model_from_dict
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.durations import make_op_time
 
 
 def _built(model, par: ParallelSpec, cluster):

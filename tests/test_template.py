@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.model import ModelSpec, model_from_dict
-from tracesim.workload.parallel import ParallelSpec
-from tracesim.workload.resolve import model_flops_per_iteration, op_numbers, resolve_template
-from tracesim.workload.template import compile_expr, evaluate, load_template, symbol_env
-from tracesim.workload.template_trace import dim_expressions, repeating_period, template_from_source
+from tracesim.specs.model import ModelSpec, model_from_dict
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.from_trace import dim_expressions, repeating_period, template_from_source
+from tracesim.template.layer import compile_expr, evaluate, load_template, symbol_env
+from tracesim.template.resolve import model_flops_per_iteration, op_numbers, resolve_template
 
 BUNDLES = Path(__file__).resolve().parents[1] / "workloads" / "bundles"
 

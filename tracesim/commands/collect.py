@@ -18,8 +18,8 @@ from pathlib import Path
 import click
 
 from tracesim.errors import InputError
+from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, load_model
 from tracesim.trace.bundle import is_bundle, load_bundle
-from tracesim.workload.model import WORKLOADS_DIR, ModelSpec, load_model
 
 #: root of the checkout (holds ``collectors/`` beside ``tracesim/``)
 CHECKOUT = Path(__file__).resolve().parents[2]

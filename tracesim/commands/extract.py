@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from tracesim.errors import InputError
-from tracesim.selfreplay import extract_options
-from tracesim.sources import load_source
+from tracesim.report.steps import extract_options
+from tracesim.trace.extract import extract
 from tracesim.trace.schema import write_op_table
-from tracesim.workload.extract import extract
+from tracesim.trace.sources import load_source
 
 
 @click.command("extract")

@@ -3,7 +3,7 @@
 With no --model / --cluster / layout flag, the recorded device and layout are replayed
 (self-replay) and the report gives the predicted step time. With any of them, the source (or
 the stored default template for the model family) is retargeted to that model, cluster and
-parallel layout (tracesim.retarget).
+parallel layout (tracesim.pipeline).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.report.resultdir import Replayed, enrich, write_result_dir
+from tracesim.report.steps import extract_options, profiler_overhead
 from tracesim.report.terminal import Progress, print_report, report_text
 from tracesim.report.terminal import fmt_seconds as fmt_seconds
-from tracesim.selfreplay import extract_options, profiler_overhead
-from tracesim.sources import load_source, source_kind
-from tracesim.workload.extract import extract
+from tracesim.trace.extract import extract
+from tracesim.trace.sources import load_source, source_kind
 
 _RETARGET_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp",
                   "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype")
@@ -94,12 +94,12 @@ def run_replay(source: Path | None, flags: dict[str, Any], *, strict: bool = Fal
     if (source is not None and only_cluster and source_kind(source) == "workload"
             and not (source / "template.yaml").exists()):
         # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
+        from tracesim.graph.io import load_graph
         from tracesim.interop.workload import replay_workload
-        from tracesim.workload.graph_io import load_graph
 
         return Replayed(replay_workload(load_graph(source), str(flags["cluster"])))
     if retarget:
-        from tracesim.retarget import simulate_retarget
+        from tracesim.pipeline import simulate_retarget
 
         opts = {k: v for k, v in flags.items() if v is not None}
         if opts.get("template") not in (None, "analytic") and source is None:

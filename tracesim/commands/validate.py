@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from tracesim.selfreplay import self_replay, unprofiled_summary
-from tracesim.sources import load_source
+from tracesim.report.steps import self_replay, unprofiled_summary
+from tracesim.trace.sources import load_source
 
 
 @click.group("validate")

@@ -44,7 +44,7 @@ import simpy
 
 from tracesim.engine.comm import CommModel
 from tracesim.errors import ReplayError
-from tracesim.workload.graph import TaskGraph, column_codes
+from tracesim.graph.taskgraph import TaskGraph, column_codes
 
 _KIND_CODES = {"cpu": 0, "gpu": 1, "coll": 2, "send": 3, "recv": 4}
 

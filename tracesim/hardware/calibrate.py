@@ -4,7 +4,7 @@
 over a grid of sizes (compute efficiency vs FLOPs), copies over a range of sizes (memory
 bandwidth), pointwise / norm / softmax / reduction / embedding / optimizer / attention ops
 (their efficiency vs size) and a one-element op (the launch / dispatch overhead). Each op's
-FLOPs and bytes come from :func:`tracesim.workload.classify.op_cost`, the same function that
+FLOPs and bytes come from :func:`tracesim.ops.classify.op_cost`, the same function that
 reads traces, so the profile and the op table agree on what an op costs.
 
 Compute efficiencies are derived by inverting the cost model
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.workload.classify import op_cost
+from tracesim.ops.classify import op_cost
 
 # --------------------------------------------------------------------------- curve helpers
 

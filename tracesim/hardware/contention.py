@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tracesim.errors import InputError
-from tracesim.spec import check_keys
+from tracesim.strict import check_keys
 
 _F = TypeVar("_F", bound=Callable[..., int])
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracesim.workload.classify import op_cost
+from tracesim.ops.classify import op_cost
 
 # --------------------------------------------------------------------------- ResNet-50 shapes
 

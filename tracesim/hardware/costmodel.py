@@ -37,7 +37,7 @@ MATRIX_CLASSES = ("gemm", "attention")
 
 
 class CostLike(Protocol):
-    """Anything with the four cost features (e.g. tracesim.workload.classify.OpCost)."""
+    """Anything with the four cost features (e.g. tracesim.ops.classify.OpCost)."""
 
     op_class: str
     flops: float
@@ -109,7 +109,7 @@ def op_time_ns(device: DeviceProfile | str, op_class: str, flops: float, bytes: 
 
     Args:
         device: a :class:`DeviceProfile` or anything :func:`get_device` accepts.
-        op_class: op class (tracesim.workload.classify.OP_CLASSES).
+        op_class: op class (tracesim.ops.classify.OP_CLASSES).
         flops: floating-point operations; bytes: bytes moved; dtype: compute dtype.
         units: independent work units the FLOPs split into (attention: batch x heads); used
             by classes whose profile says ``compute_size: unit``.

@@ -30,7 +30,7 @@ peak). Normalised names: lower case, spaces and underscores as ``-``, vendor pre
 
 ``compute_size`` says what size the compute curve is read at: ``total`` (default) the op's
 FLOPs; ``unit`` the FLOPs of one of its independent work units (attention: one (batch, head)
-pair, :func:`tracesim.workload.costrules_ops.work_units`). On a CPU the units run one after
+pair, :func:`tracesim.ops.rules.work_units`). On a CPU the units run one after
 another on a few cores, so an attention's efficiency follows the size of one head's problem
 (sequence length and head dim), not the batch times heads (docs/devices.md).
 """
@@ -49,7 +49,7 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.spec import check_keys, get_number, get_str
+from tracesim.strict import check_keys, get_number, get_str
 
 DEVICES_DIR = Path(__file__).resolve().parent / "devices"
 
@@ -225,7 +225,7 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
     eff_raw = data["efficiency"]
     if not isinstance(eff_raw, Mapping) or "default" not in eff_raw:
         raise InputError("missing required key", file, f"{where}.efficiency.default")
-    from tracesim.workload.classify import OP_CLASSES
+    from tracesim.ops.classify import OP_CLASSES
 
     eff = {}
     for cls, v in eff_raw.items():

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracesim.workload.costrules import _prod
+from tracesim.ops.costrules import _prod
 
 _TILE_RES = (
     re.compile(r"tilesize(\d+)x(\d+)x\d+"),                     # sm80_xmma_..._tilesize128x128x16

@@ -3,7 +3,7 @@
 For every host op that launched GPU kernels, the measured time is the sum of its kernels'
 durations; the prediction is :func:`tracesim.hardware.costmodel.op_times_ns` from the op's
 class, FLOPs, bytes and dtype alone (as if the op had never been measured). The math dtype
-comes from :func:`tracesim.workload.classify.math_dtype`: kernel names tell TF32 from FP32
+comes from :func:`tracesim.ops.classify.math_dtype`: kernel names tell TF32 from FP32
 SIMT (the precision the job configured; durations are never looked at).
 
 Traces recorded without ``record_shapes`` (the public V100 and A100 ResNet-50 traces, the
@@ -44,7 +44,7 @@ from tracesim.hardware.conv_tf32 import conv_tf32_profile
 from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.hardware.gemm_shape import layout_transform_bytes, op_quantization
-from tracesim.workload.classify import classify, math_dtype
+from tracesim.ops.classify import classify, math_dtype
 
 # --------------------------------------------------------------------------- grouping
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
+from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop.aicb import (
     POLICIES,
     AicbComm,
@@ -17,7 +18,6 @@ from tracesim.interop.aicb import (
     make_token,
     split_token,
 )
-from tracesim.workload.graph import TaskGraph
 
 _NAME = re.compile(r"^(?P<row>.+)\.(?P<slot>fwd|ig|wg)(?:_comm:(?P<tok>[A-Z_]+)|(?P<done>_done))?$")
 

@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
+from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
 from tracesim.interop.aicb import (
     POLICIES,
     AicbComm,
     AicbRow,
     AicbWorkload,
 )
-from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
 
 _SLOTS = ("fwd", "ig", "wg")
 _REPORT = {"tp": "tp", "ep": "ep", "dp": "dp", "dp_ep": "dp"}
@@ -166,7 +166,7 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None, *, one_rank: bool = False) 
 
     ``one_rank``: build rank 0 only, for a symmetric replay (every rank runs the same rows):
     its collectives have no present partner (``group`` -1) and keep their full group in the
-    ``sym_group`` column, which :class:`tracesim.workload.symmetry.SymmetricComm` hands to
+    ``sym_group`` column, which :class:`tracesim.engine.symmetry.SymmetricComm` hands to
     the network model (traffic of the other ranks' groups is not simulated).
     """
     prog = _program(w, file)

@@ -34,8 +34,8 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.hardware.cluster import ClusterSpec, cluster_from_dict
-from tracesim.spec import check_keys
+from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
+from tracesim.strict import check_keys
 
 TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
 _INTRA = {"Switch": "nvswitch", "FullyConnected": "nvlink_mesh", "Ring": "nvlink_ring"}

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import ClusterSpec, cluster_from_dict
+from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
 from tracesim.trace.kineto import load_json_file
 
 _IMPL = {"all-reduce-implementation": "all_reduce", "all-gather-implementation": "all_gather",

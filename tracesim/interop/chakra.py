@@ -5,7 +5,7 @@ Export (:func:`export_chakra`) writes one ``<prefix>.<rank>.et`` file per rank (
 communicator-group JSON ASTRA-sim takes with ``--comm-group-configuration``
 (``<prefix>.json``: ``{"<group id>": [ranks...]}``, ids from 1; ASTRA-sim reserves ``0`` /
 empty for "all ranks"). Import (:func:`import_chakra`) reads such files back into a
-:class:`~tracesim.workload.graph.TaskGraph` the engine replays.
+:class:`~tracesim.graph.taskgraph.TaskGraph` the engine replays.
 
 Mapping (task -> node):
 
@@ -41,8 +41,8 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import atomic_path, write_json
+from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop import chakra_schema as pb
-from tracesim.workload.graph import TaskGraph
 
 ET_VERSION = "0.0.4"
 #: tracesim collective name -> Chakra CollectiveCommType

@@ -4,7 +4,7 @@ supported format, build a model's per-rank workload, and replay a graph on a clu
 Formats (a registry, :data:`FORMATS`, filled by :func:`register_format`):
 
 * ``tracesim``: a workload directory (``graph.yaml`` + Parquet tables,
-  :mod:`tracesim.workload.graph_io`); also readable: a bundle or Kineto trace, extracted.
+  :mod:`tracesim.graph.io`); also readable: a bundle or Kineto trace, extracted.
 * ``chakra``: ``<prefix>.<rank>.et`` + ``<prefix>.json`` (:mod:`tracesim.interop.chakra`).
 * ``aicb``: a SimAI / AICB workload ``.txt`` (:mod:`tracesim.interop.aicb`).
 """
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import ClusterSpec, load_cluster
-from tracesim.workload.graph import TaskGraph
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.specs.cluster import ClusterSpec, load_cluster
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _is_chakra(p: Path) -> bool:
 class _Tracesim:
     @staticmethod
     def read(path: Path, opts: Mapping[str, Any]) -> TaskGraph:
-        from tracesim.workload.graph_io import load_graph
+        from tracesim.graph.io import load_graph
 
         return load_graph(path)
 
@@ -83,9 +83,9 @@ class _Tracesim:
 class _Recorded:
     @staticmethod
     def read(path: Path, opts: Mapping[str, Any]) -> TaskGraph:
-        from tracesim.selfreplay import extract_options
-        from tracesim.sources import load_source
-        from tracesim.workload.extract import extract
+        from tracesim.report.steps import extract_options
+        from tracesim.trace.extract import extract
+        from tracesim.trace.sources import load_source
 
         src = load_source(path)
         graph = extract(src.op_table, extract_options(src), getattr(src, "et_tables", None))
@@ -170,15 +170,15 @@ def build_workload(opts: Mapping[str, Any]) -> TaskGraph:
     """The built per-rank task graph (every rank) of ``--model`` on ``--cluster`` and a layout.
 
     ``opts`` are ``tracesim replay``'s retargeting flags (model, cluster, tp, pp, dp, ...).
-    Mirrors :func:`tracesim.retarget.run_retarget` up to the graph, without the symmetry
+    Mirrors :func:`tracesim.pipeline.run_retarget` up to the graph, without the symmetry
     reduction (an exported workload needs every rank).
     """
+    from tracesim.build.builder import build_graph
     from tracesim.hardware.device import get_device
-    from tracesim.retarget import choose_template
-    from tracesim.workload.builder import build_graph
-    from tracesim.workload.durations import make_op_time
-    from tracesim.workload.model import WORKLOADS_DIR, load_model
-    from tracesim.workload.parallel import parallel_from_options
+    from tracesim.pipeline import choose_template
+    from tracesim.specs.model import WORKLOADS_DIR, load_model
+    from tracesim.specs.parallel import parallel_from_options
+    from tracesim.template.durations import make_op_time
 
     if not opts.get("model") or not opts.get("cluster"):
         raise InputError("building a workload needs --model and --cluster (or give a SOURCE)",
@@ -213,7 +213,7 @@ def replay_workload(graph: TaskGraph, cluster: str | Path | ClusterSpec,
     from tracesim.engine.replay import replay
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
-    from tracesim.workload.breakdown import mean_breakdown, rank_breakdowns
+    from tracesim.report.waits import mean_breakdown, rank_breakdowns
 
     spec = load_cluster(cluster) if not isinstance(cluster, ClusterSpec) else cluster
     warnings: list[str] = []
@@ -230,7 +230,7 @@ def replay_workload(graph: TaskGraph, cluster: str | Path | ClusterSpec,
                          f"{spec.gpus} GPUs", "--cluster")
     comm: Any = NetworkModel(spec)
     if graph.meta.get("representatives"):
-        from tracesim.workload.symmetry import SymmetricComm
+        from tracesim.engine.symmetry import SymmetricComm
 
         comm = SymmetricComm(comm, graph)
         warnings.append("symmetric replay: one rank per class simulated; its collectives run "

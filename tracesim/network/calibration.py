@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracesim.hardware.cluster import ClusterSpec, load_cluster
 from tracesim.network.model import collective_time_ns
+from tracesim.specs.cluster import ClusterSpec, load_cluster
 
 #: message size used for "large" (8 GiB, nccl-tests' usual largest -e 8G)
 LARGE_BYTES = 8 << 30

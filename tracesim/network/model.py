@@ -26,13 +26,13 @@ import numpy as np
 import simpy
 
 from tracesim.errors import InputError
-from tracesim.hardware.cluster import AlgorithmParams, ClusterSpec
 from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
 from tracesim.network.flows import FlowNetwork
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
 from tracesim.network.running import CommRecord, Runner
 from tracesim.network.topology import Topology
+from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
 COLLECTIVES = (

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.hardware.cluster import ClusterSpec
+from tracesim.specs.cluster import ClusterSpec
 
 #: link kinds
 KIND_INTRA = 0  # NVLink / NVSwitch port / PCIe switch port inside a node

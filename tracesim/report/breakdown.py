@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.engine.replay import ReplayResult
-from tracesim.workload.graph import COMM_KINDS, TaskGraph
+from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 COMM_ORDER = ("tp", "cp", "ep", "pp", "dp", "other")
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import COMM_KINDS, TaskGraph
+from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 
 def critical_path(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray) -> list[tuple[int, int, int]]:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.fileio import atomic_path
-from tracesim.workload.graph import COMM_KINDS, TaskGraph
+from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 #: breakdown parts in plotting order and their colours
 PARTS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "idle")

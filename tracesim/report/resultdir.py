@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import COMM_KINDS, TaskGraph
+from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 FILES = {
     "result.json": "the replay --json object (docs/formats.md)",

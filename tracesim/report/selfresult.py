@@ -8,10 +8,10 @@ import numpy as np
 
 from tracesim.engine.replay import ReplayResult
 from tracesim.errors import InputError
+from tracesim.graph.taskgraph import TaskGraph
 from tracesim.report.breakdown import breakdown
-from tracesim.selfreplay import step_times
-from tracesim.sources import Source
-from tracesim.workload.graph import TaskGraph
+from tracesim.report.steps import step_times
+from tracesim.trace.sources import Source
 
 
 def model_flops_per_step(source: Source, rank: int, step: str) -> float:

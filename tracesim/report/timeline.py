@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.workload.graph import COMM_KINDS, TaskGraph
+from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 #: defaults that keep a timeline openable in a browser
 MAX_RANKS = 64

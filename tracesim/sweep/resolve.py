@@ -86,12 +86,12 @@ class SpecResolver:
             return self.content_digest(source)
         if settings.get("template") == "analytic" or model is None:
             return None
-        from tracesim.workload.template_trace import default_bundle
+        from tracesim.template.from_trace import default_bundle
 
         return self.content_digest(default_bundle(model.family))
 
     def model(self, value: str):
-        from tracesim.workload.model import WORKLOADS_DIR, load_model
+        from tracesim.specs.model import WORKLOADS_DIR, load_model
 
         if value not in self._models:
             shipped = WORKLOADS_DIR / f"{value}.yaml"
@@ -103,8 +103,8 @@ class SpecResolver:
         return self._models[value]
 
     def cluster(self, value: str, gpu: str | None, nodes: int | None, nic: float | None):
-        from tracesim.hardware.cluster import load_cluster
         from tracesim.hardware.device import get_device
+        from tracesim.specs.cluster import load_cluster
 
         k = (value, gpu, nodes, nic)
         if k in self._clusters:

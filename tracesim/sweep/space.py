@@ -54,7 +54,7 @@ from typing import Any
 from tracesim import __version__
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.spec import check_keys
+from tracesim.strict import check_keys
 from tracesim.sweep.expr import Expr, parse_expr
 from tracesim.sweep.resolve import SpecResolver, digest, slug
 

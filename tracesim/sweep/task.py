@@ -94,14 +94,14 @@ def base_row(point: SweepPoint) -> dict[str, Any]:
 
 
 def run_point(point: SweepPoint) -> dict[str, Any]:
-    """Replay one point (``tracesim.retarget.run_retarget``) and return its row.
+    """Replay one point (``tracesim.pipeline.run_retarget``) and return its row.
 
     Columns: :data:`META_COLUMNS`, the point's settings, every metric of the replay result
     flattened (:func:`flatten`), and ``tokens_per_s_per_gpu``. A point whose replay raises
     is ``failed`` with ``error`` = ``"<ExceptionType>: <message>"``; with the space's memory
     filters a replayed point over budget is ``skipped`` (its metrics kept).
     """
-    from tracesim.retarget import run_retarget
+    from tracesim.pipeline import run_retarget
 
     t0 = time.perf_counter()
     row = base_row(point)

@@ -20,8 +20,8 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.spec import check_keys, get_number, get_str
-from tracesim.workload.model import ModelSpec, model_from_dict
+from tracesim.specs.model import ModelSpec, model_from_dict
+from tracesim.strict import check_keys, get_number, get_str
 
 BUNDLE_FORMAT = "tracesim-bundle"
 #: bundle versions this reader understands

@@ -246,7 +246,7 @@ def op_table_from_events(
 
 def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     """Fill parent_id, step, scope, phase, layer, op features and comm fields."""
-    from tracesim.workload.classify import classify, op_cost
+    from tracesim.ops.classify import classify, op_cost
 
     n = len(df)
     parent = np.full(n, -1, dtype=np.int64)

@@ -4,7 +4,7 @@ An algorithm is a class registered with :func:`register` beside its implementati
 module per algorithm in this package (every module here is imported on first use, so adding
 an algorithm is one new file). Each algorithm says which collectives it implements, whether
 it applies to a group (:meth:`Algorithm.check`), its default calibration
-(:class:`~tracesim.hardware.cluster.AlgorithmParams`, overridable per cluster spec), and
+(:class:`~tracesim.specs.cluster.AlgorithmParams`, overridable per cluster spec), and
 builds a list of :class:`Phase` for a group (:meth:`Algorithm.phases`).
 
 A phase is a set of flows that run concurrently; phases run one after another. A phase that
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracesim.hardware.cluster import AlgorithmParams
 from tracesim.network.routing import Router
 from tracesim.network.topology import Topology
+from tracesim.specs.cluster import AlgorithmParams
 
 #: registered algorithms by name, in registration order
 ALGORITHMS: dict[str, Algorithm] = {}

@@ -41,7 +41,7 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.hardware.contention import HostContention, contention_from_dict
-from tracesim.spec import check_keys, get_number, get_str
+from tracesim.strict import check_keys, get_number, get_str
 
 #: directory of the cluster specs shipped with tracesim (``topologies/`` of the checkout)
 TOPOLOGIES_DIR = Path(__file__).resolve().parents[2] / "topologies"
@@ -63,6 +63,10 @@ DEFAULT_LEVELS = 2
 DEFAULT_OVERSUBSCRIPTION = 1.0
 DEFAULT_NICS_PER_LEAF = 32
 DEFAULT_SWITCH_LATENCY_US = 0.25
+#: the largest NVLink domain and the largest cluster a spec may describe (beyond any machine
+#: built; larger values are typos, not clusters)
+MAX_GPUS_PER_NODE = 1024
+MAX_GPUS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -398,6 +402,10 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
             )
         nodes = gpus // gpn
     assert nodes is not None
+    if gpn > MAX_GPUS_PER_NODE:
+        raise InputError(f"{gpn} GPUs per node is more than {MAX_GPUS_PER_NODE}", file, "gpus_per_node")
+    if nodes * gpn > MAX_GPUS:
+        raise InputError(f"{nodes} nodes x {gpn} GPUs is more than {MAX_GPUS:,} GPUs", file, "nodes")
     _check_device(data["device"], file)
     intra = _intra_from_dict(data["intra_node"], file)
     inter = None

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate
+from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate
 
 
 @dataclass
@@ -60,7 +60,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     cache: dict[tuple, int] = {}
 
     def op_time(op_class: str, flops: float, nbytes: float, op: TemplateOp, units: float = 1.0) -> int:
-        # units (work units at the target, :func:`tracesim.workload.resolve.op_units`) only
+        # units (work units at the target, :func:`tracesim.template.resolve.op_units`) only
         # count with the recorded ones (``src_units``; 0 in templates written before)
         units = units if op.src_units > 0 else 1.0
         key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
@@ -89,7 +89,7 @@ def split_calls_ns(op: TemplateOp, src_dev: Any, src: _Cost, dst_dev: Any, dst: 
     ``dst_dev``, with its per-call part apart (module doc).
 
     ``op.calls`` must be resolved to ``<calls per parameter>*params``
-    (:func:`tracesim.workload.resolve.optimizer_ops`); the local parameters are the target
+    (:func:`tracesim.template.resolve.optimizer_ops`); the local parameters are the target
     bytes over the op's bytes per parameter. The per-call part is the measurement less the
     source model's size-dependent time (never below zero); it is scaled by the calls, target
     over ``op.count``, and by the devices' launch overheads when they differ.
@@ -102,7 +102,7 @@ def split_calls_ns(op: TemplateOp, src_dev: Any, src: _Cost, dst_dev: Any, dst: 
         calls = evaluate(op.calls, {"params": local})
     except NameError:
         raise ValueError(f"op {op.name}: calls {op.calls!r} are not resolved to calls per "
-                         "parameter (tracesim.workload.resolve.optimizer_ops)") from None
+                         "parameter (tracesim.template.resolve.optimizer_ops)") from None
     measured = float(op.measured_ns)
 
     def sized(dev: Any, c: _Cost) -> float:  # the model's time less its launch overhead

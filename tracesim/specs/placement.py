@@ -25,7 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
-from tracesim.workload.parallel import ParallelSpec
+from tracesim.specs.parallel import ParallelSpec
 
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "ep", "dpcp", "edp", "emb")
 

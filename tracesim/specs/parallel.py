@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.workload.model import DTYPES, ModelSpec
+from tracesim.specs.model import DTYPES, ModelSpec
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")

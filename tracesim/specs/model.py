@@ -30,7 +30,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.spec import check_keys, get_number, get_str
+from tracesim.strict import check_keys, get_number, get_str
 
 FAMILIES = ("gpt", "llama", "moe")
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
@@ -140,6 +140,13 @@ class ModelSpec:
         return total
 
 
+#: upper bounds of the integer fields: far above any model trained, low enough that the
+#: sizes derived from them (bytes of a logits tensor, FLOPs of a step) stay finite integers
+_LIMITS = {"layers": 1 << 14, "hidden": 1 << 20, "heads": 1 << 14, "kv_heads": 1 << 14,
+           "ffn_hidden": 1 << 22, "vocab": 1 << 24, "seq_len": 1 << 24, "experts": 1 << 14,
+           "top_k": 1 << 14, "moe_ffn_hidden": 1 << 22, "moe_every": 1 << 14}
+
+
 def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     """Validate a model-spec mapping strictly and return a :class:`ModelSpec`."""
     check_keys(data, _REQUIRED, _OPTIONAL, file=file)
@@ -168,6 +175,10 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     for key in ("description", "source"):
         if key in data:
             kw[key] = get_str(data, key, file=file)
+    for key, limit in _LIMITS.items():
+        if kw.get(key, 0) > limit:
+            raise InputError(f"{kw[key]} is more than {limit:,} (the largest value a spec may give)",
+                             file, key)
     if kw["hidden"] % kw["heads"]:
         raise InputError(
             f"hidden {kw['hidden']} is not divisible by heads {kw['heads']}", file, "heads"

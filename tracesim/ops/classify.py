@@ -10,7 +10,7 @@ Two entry points, both pure and never raising on odd input:
 Costs are those of the op itself *including* the ops it calls (``aten::linear`` counts the
 GEMM that its child ``aten::addmm`` also counts): to total a trace, sum leaf ops only.
 Wrappers (autograd nodes, ``Optimizer.step#...``, ``nn.Module: ...`` annotations, view ops)
-cost zero. The per-op formulas live in :mod:`tracesim.workload.costrules`, registered by
+cost zero. The per-op formulas live in :mod:`tracesim.ops.costrules`, registered by
 decorator.
 
 Byte counts are the ideal traffic: every input read once and every output written once.
@@ -99,7 +99,7 @@ class OpCost:
         bytes: bytes read plus bytes written, ideal (each tensor touched once).
         dtype: the compute dtype (fp32 | tf32 | bf16 | fp16 | fp8 | fp64 | int64 | ...).
         units: independent work units the FLOPs split into (attention: batch x heads; 1
-            otherwise; :func:`tracesim.workload.costrules_ops.work_units`).
+            otherwise; :func:`tracesim.ops.rules.work_units`).
     """
 
     op_class: str
@@ -170,7 +170,7 @@ def classify(name: str, cat: str = "cpu_op") -> str:
 
 
 def _classify_op(name: str) -> str:
-    from tracesim.workload import costrules
+    from tracesim.ops import costrules
 
     n = name.strip()
     low = n.lower()
@@ -344,7 +344,7 @@ def op_cost(
         An :class:`OpCost`. Never raises: malformed inputs give class ``other`` and zeros;
         missing shapes (a trace without ``record_shapes``) give the op's class and zeros.
     """
-    from tracesim.workload import costrules
+    from tracesim.ops import costrules
 
     try:
         cls = classify(name)
@@ -362,7 +362,7 @@ def op_cost(
         flops, nbytes = costrules.cost_of(name, cls, args)
         if not (flops >= 0.0 and nbytes >= 0.0) or flops == float("inf") or nbytes == float("inf"):
             return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
-        from tracesim.workload.costrules_ops import work_units
+        from tracesim.ops.rules import work_units
 
         return OpCost(cls, float(flops), float(nbytes), args.dtype, work_units(name, args))
     except Exception:  # noqa: BLE001 - contract: never raise on odd input

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from tracesim.errors import InputError
 from tracesim.fileio import atomic_path, read_yaml, write_yaml
-from tracesim.workload.graph import (
+from tracesim.graph.taskgraph import (
     EDGE_COLUMNS,
     GRAPH_FORMAT_VERSION,
     LANE_COLUMNS,

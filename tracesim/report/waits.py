@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import TaskGraph, column_codes
+from tracesim.graph.taskgraph import TaskGraph, column_codes
 
 KINDS = ("tp", "dp", "pp", "cp", "ep")
 

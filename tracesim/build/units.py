@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracesim.workload.resolve import ROp
+from tracesim.template.resolve import ROp
 
 COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_ns", "layer",
            "collective", "gkind", "msg_bytes", "peer_sel", "key")

@@ -1,8 +1,8 @@
 """The builder: a model spec, a parallel layout and a layer template -> per-rank task graphs.
 
-:func:`build_graph` resolves the template (:mod:`tracesim.workload.resolve`), builds one
-:class:`~tracesim.workload.units.Unit` per (pipeline stage, model chunk, pass), lays the
-units out in the order of the pipeline schedule (:mod:`tracesim.workload.schedules`) with
+:func:`build_graph` resolves the template (:mod:`tracesim.template.resolve`), builds one
+:class:`~tracesim.build.units.Unit` per (pipeline stage, model chunk, pass), lays the
+units out in the order of the pipeline schedule (:mod:`tracesim.build.schedules`) with
 the point-to-point transfers between stages, the data-parallel gradient synchronisation and
 the optimizer step, and instantiates the program of each stage for its ranks with numpy
 column operations.
@@ -18,7 +18,7 @@ the role of NCCL's separate streams, so gradient reduction overlaps the backward
 ``representatives=True`` builds one rank per pipeline stage (TP, CP and DP index 0): all
 other ranks of a stage run the same program, so their collectives are stood in for by the
 representative alone (a collective with one present member; the comm model is given the
-full group by :class:`tracesim.workload.symmetry.SymmetricComm`) and ring-attention
+full group by :class:`tracesim.engine.symmetry.SymmetricComm`) and ring-attention
 transfers are matched with the rank's own send/receive pair.
 """
 
@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.workload.graph import TaskGraph
-from tracesim.workload.instantiate import REPORT_KIND, instantiate
-from tracesim.workload.model import DTYPE_BYTES, ModelSpec
-from tracesim.workload.parallel import ParallelSpec, stage_split, validate_layout
-from tracesim.workload.placement import Placement
-from tracesim.workload.resolve import OpTimeFn, Resolved, resolve_template
-from tracesim.workload.schedules import get_schedule
-from tracesim.workload.template import LayerTemplate, evaluate
-from tracesim.workload.units import Unit
+from tracesim.build.instantiate import REPORT_KIND, instantiate
+from tracesim.build.schedules import get_schedule
+from tracesim.build.units import Unit
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.specs.model import DTYPE_BYTES, ModelSpec
+from tracesim.specs.parallel import ParallelSpec, stage_split, validate_layout
+from tracesim.specs.placement import Placement
+from tracesim.template.layer import LayerTemplate, evaluate
+from tracesim.template.resolve import OpTimeFn, Resolved, resolve_template
 
 #: duration of a collective when no network model is used: (collective, gkind, ranks, bytes) -> ns
 CommTimeFn = Callable[[str, str, int, int], int]
@@ -409,7 +409,7 @@ def build_graph(
     ranks = placement.representatives() if representatives else list(range(par.world))
     graph = instantiate(stage_progs, ranks, placement, ctime, representatives)
     meta = {
-        "builder": "tracesim.workload.builder",
+        "builder": "tracesim.build.builder",
         "model": model.to_dict(),
         "parallel": par.to_dict(),
         "template": dict(template.meta),

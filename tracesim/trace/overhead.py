@@ -2,7 +2,7 @@
 
 A step recorded under ``torch.profiler`` (with shapes, FLOPs and the execution-trace
 observer) runs slower than an unprofiled one, mostly by a fixed cost per recorded event.
-The template extractor (:mod:`tracesim.workload.template_trace`) removes that cost from each
+The template extractor (:mod:`tracesim.template.from_trace`) removes that cost from each
 op where its events are (:class:`OverheadTaker`), using the per-event cost the collector
 measured in the same job (:func:`bundle_overhead_ns`), and maps what is left onto the
 unprofiled step time with one residual factor. An optimizer step of 250 tiny host ops
@@ -25,14 +25,14 @@ def bundle_overhead_ns(meta: Mapping[str, Any] | None, rank: int = 0) -> tuple[f
     collector's loop microbenchmark in the recorded job (``meta.yaml: profiler_overhead.loops``
     ``op_ns`` / ``annotation_ns``: tiny ops and empty annotations with and without the
     profiler; rank ``rank``'s own where it has one). Bundles without it: the per-event figure
-    of the calibration steps (:func:`tracesim.selfreplay.profiler_overhead`); None without
+    of the calibration steps (:func:`tracesim.report.steps.profiler_overhead`); None without
     any calibration.
 
     The loop figure is the part of the profiler's cost known to be paid per event; what the
     calibration steps measure beyond it (per event, 8.6 us against 6.0 us in a gpt-tiny
     bundle) is left to the extractor's residual factor, i.e. spread in proportion to time.
     """
-    from tracesim.selfreplay import profiler_overhead
+    from tracesim.report.steps import profiler_overhead
 
     m = dict(meta or {})
     entries = [e.get("profiler_overhead") for e in (m.get("per_rank") or [])
@@ -52,7 +52,7 @@ class OverheadTaker:
     starts (measured by the collector apart from the recorded step, :func:`bundle_overhead_ns`). An op's
     window (from the end of the op kept before it) loses the overhead of the events that
     start in it; what a window cannot pay (it is shorter than its events' overhead) passes to
-    the next one, as the self-replay does (:mod:`tracesim.workload.extract`). Falls back to
+    the next one, as the self-replay does (:mod:`tracesim.trace.extract`). Falls back to
     no correction (``active`` False) without a calibration, or when the calibration claims
     more than :data:`MAX_OVERHEAD_SHARE` of the profiled step (then it does not describe
     this step).

@@ -1,5 +1,5 @@
 """The per-op cost rules: GEMMs, convolutions, attention, norms, softmax, embedding,
-optimizer, copies and the op-name tables of every class (see tracesim.workload.costrules).
+optimizer, copies and the op-name tables of every class (see tracesim.ops.costrules).
 
 Argument positions follow the aten schemas (``native_functions.yaml``) of PyTorch 2.x.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from tracesim.workload.costrules import _SCALAR_TYPE_CODES, DTYPE_BYTES, Args, _prod, classes, rule
+from tracesim.ops.costrules import _SCALAR_TYPE_CODES, DTYPE_BYTES, Args, _prod, classes, rule
 
 # --------------------------------------------------------------------------- GEMM
 

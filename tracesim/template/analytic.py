@@ -2,7 +2,7 @@
 
 The op list follows Megatron-LM's transformer layer (pre-norm; fused QKV; column-parallel
 QKV / fc1, row-parallel proj / fc2) with FLOPs and bytes written as expressions of the model
-dimensions (see :mod:`tracesim.workload.template`). ``T = b*s/cp`` are a rank's tokens per
+dimensions (see :mod:`tracesim.template.layer`). ``T = b*s/cp`` are a rank's tokens per
 micro-batch. Counting conventions:
 
 * GEMM ``[M, K] x [K, N]``: ``2 M K N`` FLOPs; bytes = inputs + weight + output.
@@ -19,8 +19,8 @@ micro-batch. Counting conventions:
 
 from __future__ import annotations
 
-from tracesim.workload.model import ModelSpec
-from tracesim.workload.template import LayerTemplate, TemplateOp
+from tracesim.specs.model import ModelSpec
+from tracesim.template.layer import LayerTemplate, TemplateOp
 
 T = "(b*s/cp)"
 ATTENTION_IMPLS = ("flash", "unfused")

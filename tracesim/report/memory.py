@@ -37,9 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracesim.workload.model import DTYPE_BYTES, ModelSpec
-from tracesim.workload.parallel import ParallelSpec, stage_split
-from tracesim.workload.schedules import get_schedule
+from tracesim.build.schedules import get_schedule
+from tracesim.specs.model import DTYPE_BYTES, ModelSpec
+from tracesim.specs.parallel import ParallelSpec, stage_split
 
 GiB = float(1 << 30)
 
@@ -135,7 +135,7 @@ def estimate_memory(
 
     Args:
         stage_params, stage_expert_params: local parameters of one rank per stage (from
-            :class:`tracesim.workload.builder.BuildResult`).
+            :class:`tracesim.build.builder.BuildResult`).
         flash: attention without a stored score matrix.
         capacity_gib: device memory (0: unknown).
     """

@@ -1,7 +1,7 @@
 """Trace-derived layer templates: extract the repeated block from a recorded op table.
 
 :func:`extract_template` reads the canonical op table of one recorded step (rank 0) and
-returns a :class:`~tracesim.workload.template.LayerTemplate`:
+returns a :class:`~tracesim.template.layer.LayerTemplate`:
 
 1. *ops*: the outermost CPU ops (whose parent is not a CPU op: ``aten::linear``,
    ``aten::layer_norm``, ``autograd::engine::evaluate_function: AddmmBackward0``, optimizer
@@ -51,9 +51,9 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.workload.model import WORKLOADS_DIR, ModelSpec, model_from_dict
-from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, load_template
-from tracesim.workload.trace_times import OverheadTaker, bundle_overhead_ns
+from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, model_from_dict
+from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, load_template
+from tracesim.trace.overhead import OverheadTaker, bundle_overhead_ns
 
 _EVAL = "autograd::engine::evaluate_function: "
 COLWISE = ("qkv", "q", "k", "v", "fc1", "gate", "up", "head", "gate_up")
@@ -82,7 +82,7 @@ def template_from_source(source: str | Path, model: ModelSpec | None = None) -> 
     p = Path(source)
     if p.is_dir() and (p / "template.yaml").exists():
         return load_template(p / "template.yaml")
-    from tracesim.sources import load_source, source_kind
+    from tracesim.trace.sources import load_source, source_kind
 
     kind = source_kind(p)
     if kind != "bundle":
@@ -270,7 +270,7 @@ def extract_template(
 
     ``step_time_s`` is the unprofiled step time (s) the op times are mapped to;
     ``overhead_ns`` the profiler's cost per traced op and per annotation (ns), measured
-    apart from this step (:func:`~tracesim.workload.trace_times.bundle_overhead_ns`), taken out of each op where it was
+    apart from this step (:func:`~tracesim.trace.overhead.bundle_overhead_ns`), taken out of each op where it was
     paid; without it every op is scaled alike.
     """
     t = ops[ops["rank"] == ops["rank"].min()] if len(ops) else ops
@@ -389,7 +389,7 @@ def _assemble(kept: list[dict[str, Any]], model: ModelSpec, table: Mapping[int, 
     block += ops.get(("block", "fwd", "attn"), []) + ops.get(("block", "fwd", "mlp"), [])
     moe_fwd: list[TemplateOp] = []
     if model.is_moe:
-        from tracesim.workload.blocks import _moe_ops, backward_of
+        from tracesim.template.analytic import _moe_ops, backward_of
 
         moe_fwd = [op.replace(tensors=_moe_tensors(op, model))
                    for op in _moe_ops(model, model.norm == "layernorm")]
@@ -463,7 +463,7 @@ def _make_ops(per: dict[int, list[dict[str, Any]]], section: str, part: str, mod
 
 def _src_units(rows: list) -> float:
     """Work units of the leaf with the most FLOPs (rows: name, shapes JSON, flops, bytes)."""
-    from tracesim.workload.costrules_ops import work_units_of_dims
+    from tracesim.ops.rules import work_units_of_dims
 
     if not rows:
         return 1.0
@@ -496,7 +496,7 @@ def _collapse_optimizer(ops: list[TemplateOp], model: ModelSpec) -> list[Templat
     Its host calls (``calls``: the recorded calls per parameter tensor times ``tensors``)
     are kept apart: a single-tensor optimizer (``torch.optim.AdamW`` without ``foreach``)
     makes the same calls for every tensor whatever its size, so their fixed time follows
-    the tensor count, not the parameter count (:func:`tracesim.workload.durations.make_op_time`).
+    the tensor count, not the parameter count (:func:`tracesim.template.durations.make_op_time`).
     The recorded tensors are those of the template's forward ops at the recorded model.
     """
     opt = [op for op in ops if op.section == "optimizer"]

@@ -154,20 +154,20 @@ class TemplateOp:
         measured_ns: median duration measured on the source device (0: none).
         src_flops, src_bytes: the op's FLOPs / bytes at the recorded dimensions.
         src_units: the independent work units of its largest leaf at the recorded dimensions
-            (attention: batch x heads, :func:`tracesim.workload.costrules_ops.work_units`);
+            (attention: batch x heads, :func:`tracesim.ops.rules.work_units`);
             0 = not recorded (templates written before it existed: units are then ignored).
         count: how many recorded ops were folded into this op.
         leaves: trace-derived ops only: JSON list of ``[op name, input shapes]`` of the
             recorded leaf ops, shapes written with expressions of the *unsharded* model
             dimensions; the builder re-costs them at the target dimensions
-            (:func:`tracesim.workload.classify.op_cost`) and then multiplies by the
+            (:func:`tracesim.ops.classify.op_cost`) and then multiplies by the
             ``flops`` / ``bytes`` expressions, which hold the parallel split (``1/(cp*tp)``).
         fwd: for a backward op, the name of the forward op it differentiates ("" = ``name``).
         tensors: expression, parameter tensors owned by the op (forward ops with ``params``).
         calls: expression, the host calls (dispatches) the op stands for, whose per-call
             time does not grow with the op's size; "0" = none apart. The trace-derived
             optimizer step writes ``<calls per tensor>*tensors``; the resolver turns it into
-            calls per local parameter and :func:`tracesim.workload.durations.make_op_time`
+            calls per local parameter and :func:`tracesim.template.durations.make_op_time`
             scales the per-call part of ``measured_ns`` by ``calls`` over ``count`` and only
             the rest by the cost model's ratio.
     """
@@ -355,7 +355,7 @@ def load_template(path: str | Path) -> LayerTemplate:
 
 def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool = True) -> dict[str, float]:
     """Bind :data:`SYMBOLS` for ``model`` (a ModelSpec) and ``par`` (a ParallelSpec)."""
-    from tracesim.workload.model import DTYPE_BYTES
+    from tracesim.specs.model import DTYPE_BYTES
 
     tp = float(par.tp)
     return {

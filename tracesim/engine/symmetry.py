@@ -29,8 +29,8 @@ import numpy as np
 import simpy
 
 from tracesim.engine.comm import CommModel
-from tracesim.workload.graph import TaskGraph
-from tracesim.workload.placement import GROUP_KINDS, Placement
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.specs.placement import GROUP_KINDS, Placement
 
 
 class SymmetricComm:
@@ -227,7 +227,7 @@ class EstimateComm:
 
 def _placement(graph: TaskGraph) -> Placement | None:
     """The layout's placement from the builder's ``parallel`` metadata (None without it)."""
-    from tracesim.workload.parallel import ParallelSpec
+    from tracesim.specs.parallel import ParallelSpec
 
     par = graph.meta.get("parallel") if graph.meta else None
     if not isinstance(par, dict) or not graph.meta.get("representatives"):

@@ -236,7 +236,7 @@ class TaskGraph:
 
     def save(self, directory: str | Path) -> None:
         """Write tasks/edges/lanes as Parquet and groups/meta as YAML into ``directory``."""
-        from tracesim.workload.graph_io import save_graph
+        from tracesim.graph.io import save_graph
 
         save_graph(self, directory)
 

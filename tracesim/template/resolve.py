@@ -1,8 +1,8 @@
 """Resolve a layer template for one model and layout: numbers, durations and TP communication.
 
 :func:`resolve_template` evaluates every template op's expressions for a
-:class:`~tracesim.workload.model.ModelSpec` and a
-:class:`~tracesim.workload.parallel.ParallelSpec`, asks a duration function for each
+:class:`~tracesim.specs.model.ModelSpec` and a
+:class:`~tracesim.specs.parallel.ParallelSpec`, asks a duration function for each
 compute op, and inserts the tensor-parallel communication that Megatron's f / g operators
 imply:
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from tracesim.workload.model import DTYPE_BYTES, ModelSpec
-from tracesim.workload.parallel import ParallelSpec
-from tracesim.workload.template import LayerTemplate, TemplateOp, evaluate, symbol_env
+from tracesim.specs.model import DTYPE_BYTES, ModelSpec
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
@@ -112,7 +112,7 @@ _TORCH_TYPES = {"fp32": "float", "bf16": "c10::BFloat16", "fp16": "c10::Half", "
 @lru_cache(maxsize=65536)
 def _leaf_cost(name: str, dims_json: str, dtype: str) -> tuple[float, float, float]:
     """(flops, bytes, work units) of a leaf op at concrete dims."""
-    from tracesim.workload.classify import op_cost
+    from tracesim.ops.classify import op_cost
 
     dims = json.loads(dims_json)
     tname = _TORCH_TYPES.get(dtype, "float")

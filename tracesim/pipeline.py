@@ -3,7 +3,7 @@
 :func:`run_retarget` is what ``tracesim replay --model/--cluster/--tp ...`` calls. It
 
 1. loads the model spec (``--model``, else the source bundle's), the cluster spec and the
-   layout (:func:`tracesim.workload.parallel.parallel_from_options`);
+   layout (:func:`tracesim.specs.parallel.parallel_from_options`);
 2. picks the layer template: the source's (a bundle or trace: extracted from its op table;
    a workload directory: its ``template.yaml``), else the stored default bundle of the
    model's family, else the first-principles template of the family;
@@ -13,7 +13,7 @@
 4. builds the task graph and replays it: with all ranks on the flow-level network model of
    the cluster; from 64 GPUs up (unless ``full``) with one representative rank per pipeline
    stage and each collective charged its uncongested time on its full group
-   (:class:`tracesim.workload.symmetry.EstimateComm`), ``network: flow|estimate`` overrides;
+   (:class:`tracesim.engine.symmetry.EstimateComm`), ``network: flow|estimate`` overrides;
 5. reports iteration time, throughput, TFLOP/s and MFU (model FLOPs only, no
    recomputation), the breakdown, and the memory estimate (a warning, or with ``strict``
    an error, when the worst stage does not fit the device).
@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.workload.blocks import first_principles_template
-from tracesim.workload.model import WORKLOADS_DIR, ModelSpec, load_model, model_from_dict
-from tracesim.workload.parallel import ParallelSpec, parallel_from_options
-from tracesim.workload.template import LayerTemplate
+from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, load_model, model_from_dict
+from tracesim.specs.parallel import ParallelSpec, parallel_from_options
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.layer import LayerTemplate
 
 #: above this many GPUs the replay simulates one representative rank per pipeline stage
 SYMMETRY_MIN_GPUS = 64
@@ -49,7 +49,7 @@ def _load_model(source: str | None, opts: Mapping[str, Any]) -> ModelSpec:
             return load_model(shipped)  # names with dots (gpt3-1.7b) are not paths
         return load_model(name)
     if source:
-        from tracesim.workload.template_trace import bundle_meta
+        from tracesim.template.from_trace import bundle_meta
 
         meta = bundle_meta(source)
         if meta and isinstance(meta.get("model"), Mapping):
@@ -70,7 +70,7 @@ def _stored_template(bundle: str, stamp: tuple[tuple[str, int, int], ...]) -> La
     notebook replays many points from the same bundle; extracting takes ~0.3 s). The
     template is a frozen dataclass; ``stamp`` (:func:`_files_stamp`) keys the cache on the
     bundle's files."""
-    from tracesim.workload.template_trace import template_from_source
+    from tracesim.template.from_trace import template_from_source
 
     return template_from_source(bundle)
 
@@ -78,7 +78,7 @@ def _stored_template(bundle: str, stamp: tuple[tuple[str, int, int], ...]) -> La
 def choose_template(source: str | None, model: ModelSpec, opts: Mapping[str, Any]) -> tuple[LayerTemplate, list[str]]:
     """The layer template for ``model``: from ``source``, the family's stored bundle, or
     first principles (``opts['template'] == 'analytic'`` forces the last)."""
-    from tracesim.workload.template_trace import default_bundle, template_from_source
+    from tracesim.template.from_trace import default_bundle, template_from_source
 
     warnings: list[str] = []
     attention = str(opts.get("attention") or "flash")
@@ -200,20 +200,20 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
             result directory's ``ops.parquet``, timeline and critical path by op name and
             class); default: when ``record_links`` (a result directory is being written).
             Otherwise a full replay merges runs of compute tasks that nothing can interleave
-            with (:meth:`~tracesim.workload.units.Unit.compacted`), which changes no simulated
+            with (:meth:`~tracesim.build.units.Unit.compacted`), which changes no simulated
             time: a merged task starts when the run's first part would and lasts the sum of
             the parts. Symmetry-reduced replays always merge.
     """
+    from tracesim.build.builder import build_graph
     from tracesim.engine.replay import replay
-    from tracesim.hardware.cluster import ClusterSpec, load_cluster
+    from tracesim.engine.symmetry import EstimateComm, SymmetricComm
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
-    from tracesim.workload.breakdown import mean_breakdown, rank_breakdowns
-    from tracesim.workload.builder import build_graph
-    from tracesim.workload.durations import make_op_time
-    from tracesim.workload.memory import estimate_memory
-    from tracesim.workload.resolve import model_flops_per_iteration
-    from tracesim.workload.symmetry import EstimateComm, SymmetricComm
+    from tracesim.report.memory import estimate_memory
+    from tracesim.report.waits import mean_breakdown, rank_breakdowns
+    from tracesim.specs.cluster import ClusterSpec, load_cluster
+    from tracesim.template.durations import make_op_time
+    from tracesim.template.resolve import model_flops_per_iteration
 
     t_wall = time.perf_counter()
     warnings: list[str] = []

@@ -21,9 +21,9 @@ import numpy as np
 
 from tracesim.engine.replay import ReplayResult, replay
 from tracesim.errors import InputError
-from tracesim.sources import Source
-from tracesim.workload.extract import ExtractOptions, extract
-from tracesim.workload.graph import TaskGraph
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.trace.extract import ExtractOptions, extract
+from tracesim.trace.sources import Source
 
 
 @dataclass(frozen=True)

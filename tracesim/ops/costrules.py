@@ -1,4 +1,4 @@
-"""Per-op FLOP and byte formulas, registered by decorator (used by tracesim.workload.classify).
+"""Per-op FLOP and byte formulas, registered by decorator (used by tracesim.ops.classify).
 
 Each rule is ``fn(args: Args) -> (flops, bytes)`` registered with :func:`rule` for one op
 class and a set of operator names (without the ``aten::`` namespace). Ops without a rule
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracesim.workload.classify import _FLOAT_DTYPES, DEFAULT_DTYPE, DTYPE_BYTES, dtype_name
+from tracesim.ops.classify import _FLOAT_DTYPES, DEFAULT_DTYPE, DTYPE_BYTES, dtype_name
 
 Rule = Callable[["Args"], tuple[float, float]]
 
@@ -215,6 +215,6 @@ _VIEW_OPS = {
 classes("other", *_VIEW_OPS)
 
 # import the rule modules for their registrations (kept apart to keep files short)
-from tracesim.workload import costrules_ops as _ops  # noqa: E402,F401
+from tracesim.ops import rules as _ops  # noqa: E402,F401
 
 __all__ = ["Args", "cost_of", "op_class_of", "rule", "classes"]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracesim.workload.graph import (
+from tracesim.graph.taskgraph import (
     EDGE_COLUMNS,
     TASK_COLUMNS,
     TaskGraph,
@@ -24,7 +24,7 @@ from tracesim.workload.graph import (
     code_dtype,
     make_lanes,
 )
-from tracesim.workload.placement import Placement
+from tracesim.specs.placement import Placement
 
 REPORT_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
 
@@ -218,7 +218,7 @@ def instantiate(
     if representatives:
         # a representative's collective has one present member: the engine must not wait
         # for the absent (symmetric) ones; the full group stays in ``sym_group`` for
-        # tracesim.workload.symmetry.SymmetricComm
+        # tracesim.engine.symmetry.SymmetricComm
         data["sym_group"] = data["group"].copy()
         coll = (data["kind"] == "coll").to_numpy()
         data["group"] = np.where(coll, -1, data["group"]).astype(data["sym_group"].dtype)

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from tracesim.errors import InputError
-from tracesim.workload.graph import TaskGraph, make_edges, make_lanes, make_tasks
-from tracesim.workload.trace_times import overhead_in
+from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.trace.overhead import overhead_in
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")

@@ -1,0 +1,1 @@
+"""Stage programs, pipeline schedules and per-rank instantiation into a task graph."""

@@ -1,0 +1,1 @@
+"""Op and kernel classes, FLOP and byte rules from shapes, dtypes."""

@@ -1,0 +1,1 @@
+"""What runs, where and how: model, parallel layout, placement and cluster specs."""

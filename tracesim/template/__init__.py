@@ -1,0 +1,1 @@
+"""Layer templates: analytic or taken from a trace; resolved for a model and layout; durations."""
