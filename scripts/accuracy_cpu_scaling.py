@@ -136,8 +136,8 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     """Per template op of ``spec_path``: time predicted from ``base_bundle`` and time measured
     in ``variant_bundle`` (its own template on its own device: the measurement), in ns, with
     how often the op runs per step (``count``: layers for block ops)."""
+    from tracesim.catalog import load_cluster
     from tracesim.hardware.device import get_device
-    from tracesim.specs.cluster import load_cluster
     from tracesim.specs.model import load_model
     from tracesim.specs.parallel import parallel_from_options
     from tracesim.template.durations import make_op_time

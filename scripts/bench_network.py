@@ -18,12 +18,12 @@ import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tracesim.catalog import load_cluster  # noqa: E402
 from tracesim.network.flows import FlowNetwork  # noqa: E402
 from tracesim.network.maxmin import max_min_sorted  # noqa: E402
 from tracesim.network.model import NetworkModel  # noqa: E402
 from tracesim.network.routing import Router  # noqa: E402
 from tracesim.network.topology import Topology  # noqa: E402
-from tracesim.specs.cluster import load_cluster  # noqa: E402
 
 
 def timed(label, fn, *args):

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tracesim.catalog import TOPOLOGIES_DIR, cluster_mapping, known_clusters, load_cluster
 from tracesim.errors import InputError
 from tracesim.network.collectives import ALGORITHMS
-from tracesim.specs.cluster import (
-    TOPOLOGIES_DIR,
-    ClusterSpec,
-    cluster_from_dict,
-    known_clusters,
-    load_cluster,
-)
+from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
 
 SHIPPED = ("h100x8", "h100x128", "h100x1024", "a100-selene", "h200x8")
 
@@ -113,7 +107,7 @@ def _bad(mutate, where, file="bad.yaml"):
     d = copy.deepcopy(BASE)
     mutate(d)
     with pytest.raises(InputError) as err:
-        cluster_from_dict(d, file)
+        cluster_mapping(d, file)
     assert err.value.file == file
     assert err.value.where == where, err.value.line()
     return err.value
@@ -186,10 +180,6 @@ def test_bad_yaml_file(tmp_path):
     assert err.value.file == str(p)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("tracesim.hardware.device") is None,
-    reason="tracesim.hardware.device (device profiles) is not in this checkout",
-)
 def test_unknown_device_is_rejected_via_device_profiles():
     d = copy.deepcopy(BASE)
     d["device"] = "tpu-v9"

@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from collectors.cpu_accuracy import CPU_CLUSTER
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict, scaled_op_time
 from tracesim.pipeline import run_retarget
-from tracesim.specs.cluster import cluster_from_dict, load_cluster
+from tracesim.specs.cluster import cluster_from_dict
 
 
 def test_factor_interpolates_between_measured_counts() -> None:

@@ -20,6 +20,7 @@ import pytest
 from tests.helpers import graph
 from tracesim.engine.replay import replay
 from tracesim.errors import ReplayError
+from tracesim.graph.io import save_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +115,7 @@ def test_deadlocked_workload_at_the_command_line(tmp_path):
                T(1, 1, 5, "send", "sendB", match_key="B", peer=0, msg_bytes=4096),
                T(1, 1, 5, "recv", "recvA", match_key="A", peer=0, msg_bytes=4096)],
               lanes=[(0, "compute", "gpu"), (1, "compute", "gpu")])
-    g.save(tmp_path / "wl")
+    save_graph(g, tmp_path / "wl")
     p = subprocess.run([sys.executable, "-m", "tracesim.cli", "replay", str(tmp_path / "wl"),
                         "--cluster", "h100x8", "-o", str(tmp_path / "out")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)

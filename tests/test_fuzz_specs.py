@@ -61,7 +61,7 @@ def _load_model(p: Path) -> None:
 
 
 def _load_cluster(p: Path) -> None:
-    from tracesim.specs.cluster import load_cluster
+    from tracesim.catalog import load_cluster
 
     c = load_cluster(p)
     c.key()
@@ -96,8 +96,8 @@ def _load_astra_network(p: Path) -> None:
 
 
 def _load_astra_system(p: Path) -> None:
+    from tracesim.catalog import load_cluster
     from tracesim.interop.astrasim_system import apply_system, load_astrasim_system
-    from tracesim.specs.cluster import load_cluster
 
     apply_system(load_cluster("h100x8"), load_astrasim_system(p))
 
@@ -303,7 +303,7 @@ def test_chakra_et(which, case):
 _BOMB_LOADERS = {  # loader -> a file whose one value is the hostile YAML text {X}
     "tracesim.specs.model:load_model":
         "name: {X}\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 2\nvocab: 10\nseq_len: 8\n",
-    "tracesim.specs.cluster:load_cluster":
+    "tracesim.catalog:load_cluster":
         "name: x\nnodes: 1\ngpus_per_node: 8\ndevice: {X}\n"
         "intra_node: {{kind: nvswitch, bandwidth_GBps: 450, latency_us: 1}}\n",
     "tracesim.sweep.space:load_space": "base: {{model: gpt-tiny, cluster: h100x8}}\nname: {X}\n",

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracesim.catalog import load_cluster
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb
@@ -16,7 +17,6 @@ from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra
 from tracesim.interop.workload import build_workload, replay_workload
 from tracesim.network.model import NetworkModel, collective_time_ns
-from tracesim.specs.cluster import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.hardware.device import get_device
 from tracesim.interop.aicb import read_aicb
@@ -18,7 +19,6 @@ from tracesim.interop.astrasim_system import (
 )
 from tracesim.interop.workload import replay_workload
 from tracesim.network.model import NetworkModel
-from tracesim.specs.cluster import load_cluster
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from tracesim.build.builder import build_graph
+from tracesim.catalog import load_cluster
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra, read_et
 from tracesim.network.model import NetworkModel
-from tracesim.specs.cluster import load_cluster
 from tracesim.specs.model import model_from_dict
 from tracesim.specs.parallel import parallel_from_options
 from tracesim.template.analytic import first_principles_template

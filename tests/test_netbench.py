@@ -7,12 +7,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tracesim.catalog import load_cluster
 from tracesim.cli import cli
 from tracesim.commands.netbench import bench_ranks, bus_factor, parse_sizes
 from tracesim.errors import InputError
 from tracesim.interop.astrasim_network import cluster_from_astrasim
 from tracesim.network.model import collective_time_ns
-from tracesim.specs.cluster import load_cluster
 
 ASTRA_3D = """\
 # 3D topology with 64 NPUs (2 x 8 x 4)

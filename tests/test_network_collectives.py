@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import simpy
 
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.network.calibration import CASES, busbw_GBps, compare
 from tracesim.network.collectives.tree import btree_parents, double_tree, tree_height
 from tracesim.network.model import NetworkModel, collective_time_ns
-from tracesim.specs.cluster import cluster_from_dict, load_cluster
+from tracesim.specs.cluster import cluster_from_dict
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE = SHARED / "reference" / "nccl_busbw.csv"

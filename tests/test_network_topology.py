@@ -9,9 +9,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from tracesim.catalog import load_cluster
 from tracesim.network.routing import Router, ecmp_hash
 from tracesim.network.topology import KIND_FABRIC, KIND_NIC, Topology
-from tracesim.specs.cluster import cluster_from_dict, load_cluster
+from tracesim.specs.cluster import cluster_from_dict
 
 BASE = {
     "name": "t",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.specs.cluster import load_cluster
+from tracesim.catalog import load_cluster
 from tracesim.specs.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.report.steps import profiler_overhead, rank_overheads
+from tracesim.trace.overhead import profiler_overhead, rank_overheads
 from tracesim.trace.sources import load_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,11 +10,11 @@ import simpy
 import yaml
 
 from tracesim.build.builder import build_graph
+from tracesim.catalog import load_cluster
 from tracesim.engine.replay import replay
 from tracesim.engine.symmetry import SymmetricComm
 from tracesim.network.model import NetworkModel
 from tracesim.pipeline import choose_template
-from tracesim.specs.cluster import load_cluster
 from tracesim.specs.model import WORKLOADS_DIR, load_model, model_from_dict
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.durations import make_op_time

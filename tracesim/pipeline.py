@@ -205,13 +205,14 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
             the parts. Symmetry-reduced replays always merge.
     """
     from tracesim.build.builder import build_graph
+    from tracesim.catalog import load_cluster
     from tracesim.engine.replay import replay
     from tracesim.engine.symmetry import EstimateComm, SymmetricComm
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
     from tracesim.report.memory import estimate_memory
     from tracesim.report.waits import mean_breakdown, rank_breakdowns
-    from tracesim.specs.cluster import ClusterSpec, load_cluster
+    from tracesim.specs.cluster import ClusterSpec
     from tracesim.template.durations import make_op_time
     from tracesim.template.resolve import model_flops_per_iteration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from tracesim.errors import InputError
-from tracesim.report.steps import extract_options
-from tracesim.trace.extract import extract
+from tracesim.graph.io import save_graph
+from tracesim.trace.extract import extract_source
 from tracesim.trace.schema import write_op_table
 from tracesim.trace.sources import load_source
 
@@ -29,7 +29,7 @@ def command(source: Path, out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(p.name not in _OUTPUTS for p in out.iterdir())):
         raise InputError("exists and is not a workload directory; refusing to overwrite it", out)
     src = load_source(source)
-    graph = extract(src.op_table, extract_options(src), src.et_tables)
+    graph = extract_source(src)
     graph.validate()
     graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
                                 "bundle_meta": src.meta or {}})
@@ -37,7 +37,7 @@ def command(source: Path, out: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         write_op_table(src.op_table, tmp / "ops.parquet", {"source": str(source)})
-        graph.save(tmp)
+        save_graph(graph, tmp)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -14,9 +14,10 @@ from typing import Any
 
 import click
 
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.network.model import NetworkModel, collective_time_ns
-from tracesim.specs.cluster import ClusterSpec, load_cluster
+from tracesim.specs.cluster import ClusterSpec
 
 NETBENCH_COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv",

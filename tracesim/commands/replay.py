@@ -18,10 +18,10 @@ import numpy as np
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.report.resultdir import Replayed, enrich, write_result_dir
-from tracesim.report.steps import extract_options, profiler_overhead
 from tracesim.report.terminal import Progress, print_report, report_text
 from tracesim.report.terminal import fmt_seconds as fmt_seconds
-from tracesim.trace.extract import extract
+from tracesim.trace.extract import extract_source
+from tracesim.trace.overhead import profiler_overhead
 from tracesim.trace.sources import load_source, source_kind
 
 _RETARGET_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp",
@@ -132,7 +132,7 @@ def _self_replay(source: Path) -> Replayed:
                          "holds no measured steps)", source)
     src = load_source(source)
     overhead = profiler_overhead(src.meta) or (0.0, 0.0)
-    graph = extract(src.op_table, extract_options(src, overhead), src.et_tables)
+    graph = extract_source(src, overhead)
     result = replay(graph)
     res = self_result(src, graph, result)
     res["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}

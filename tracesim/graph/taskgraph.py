@@ -63,7 +63,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -233,12 +232,6 @@ class TaskGraph:
         order = topological_order(self)
         if order is None:
             raise ValueError("the graph has a cycle")
-
-    def save(self, directory: str | Path) -> None:
-        """Write tasks/edges/lanes as Parquet and groups/meta as YAML into ``directory``."""
-        from tracesim.graph.io import save_graph
-
-        save_graph(self, directory)
 
 
 def lane_order_edges(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,7 @@ Export (:func:`export_chakra`) writes one ``<prefix>.<rank>.et`` file per rank (
 ``GlobalMetadata`` message, then one ``Node`` per task of that rank, in task order) and the
 communicator-group JSON ASTRA-sim takes with ``--comm-group-configuration``
 (``<prefix>.json``: ``{"<group id>": [ranks...]}``, ids from 1; ASTRA-sim reserves ``0`` /
-empty for "all ranks"). Import (:func:`import_chakra`) reads such files back into a
+empty for "all ranks"). Import (:func:`tracesim.interop.chakra_import.import_chakra`) reads such files back into a
 :class:`~tracesim.graph.taskgraph.TaskGraph` the engine replays.
 
 Mapping (task -> node):
@@ -43,22 +43,9 @@ from tracesim.errors import InputError
 from tracesim.fileio import atomic_path, write_json
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop import chakra_schema as pb
+from tracesim.interop.chakra_schema import COMM_TYPES
 
 ET_VERSION = "0.0.4"
-#: tracesim collective name -> Chakra CollectiveCommType
-COMM_TYPES = {
-    "all_reduce": pb.COLLECTIVE_TYPES["ALL_REDUCE"],
-    "reduce": pb.COLLECTIVE_TYPES["REDUCE"],
-    "all_gather": pb.COLLECTIVE_TYPES["ALL_GATHER"],
-    "gather": pb.COLLECTIVE_TYPES["GATHER"],
-    "scatter": pb.COLLECTIVE_TYPES["SCATTER"],
-    "broadcast": pb.COLLECTIVE_TYPES["BROADCAST"],
-    "all_to_all": pb.COLLECTIVE_TYPES["ALL_TO_ALL"],
-    "reduce_scatter": pb.COLLECTIVE_TYPES["REDUCE_SCATTER"],
-    "barrier": pb.COLLECTIVE_TYPES["BARRIER"],
-}
-COMM_NAMES = {v: k for k, v in COMM_TYPES.items()}
-COMM_NAMES[pb.COLLECTIVE_TYPES["REDUCE_SCATTER_BLOCK"]] = "reduce_scatter"
 _KIND_TYPES = {"cpu": pb.COMP_NODE, "gpu": pb.COMP_NODE, "coll": pb.COMM_COLL_NODE,
                "send": pb.COMM_SEND_NODE, "recv": pb.COMM_RECV_NODE}
 _P = "tracesim."  # prefix of the attributes only tracesim reads
@@ -231,10 +218,3 @@ def _node(g: int, me: int, local: dict[int, int], kind: str, cols: Mapping[str, 
     if match:
         _attr(node, _P + "match_key", "string_val", match)
     return node
-
-
-def import_chakra(prefix: str | Path, comm_groups: Any = None, *, plain: bool = False) -> TaskGraph:
-    """Read ET files as a task graph (:func:`tracesim.interop.chakra_import.import_chakra`)."""
-    from tracesim.interop.chakra_import import import_chakra as _imp
-
-    return _imp(prefix, comm_groups, plain=plain)

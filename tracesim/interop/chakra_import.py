@@ -24,7 +24,7 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
 from tracesim.interop import chakra_schema as pb
-from tracesim.interop.chakra import COMM_NAMES
+from tracesim.interop.chakra_schema import COMM_NAMES
 from tracesim.trace.kineto import load_json_file
 
 _ET_NAME = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et$")

@@ -198,3 +198,19 @@ def attr_value(attr: Any) -> Any:
     if which.endswith("_list"):
         return list(value.values)
     return value
+
+
+#: tracesim collective name -> Chakra CollectiveCommType
+COMM_TYPES = {
+    "all_reduce": COLLECTIVE_TYPES["ALL_REDUCE"],
+    "reduce": COLLECTIVE_TYPES["REDUCE"],
+    "all_gather": COLLECTIVE_TYPES["ALL_GATHER"],
+    "gather": COLLECTIVE_TYPES["GATHER"],
+    "scatter": COLLECTIVE_TYPES["SCATTER"],
+    "broadcast": COLLECTIVE_TYPES["BROADCAST"],
+    "all_to_all": COLLECTIVE_TYPES["ALL_TO_ALL"],
+    "reduce_scatter": COLLECTIVE_TYPES["REDUCE_SCATTER"],
+    "barrier": COLLECTIVE_TYPES["BARRIER"],
+}
+COMM_NAMES = {v: k for k, v in COMM_TYPES.items()}
+COMM_NAMES[COLLECTIVE_TYPES["REDUCE_SCATTER_BLOCK"]] = "reduce_scatter"

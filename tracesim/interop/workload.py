@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
-from tracesim.specs.cluster import ClusterSpec, load_cluster
+from tracesim.specs.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,10 @@ class _Tracesim:
 
     @staticmethod
     def write(graph: TaskGraph, path: Path, opts: Mapping[str, Any]) -> tuple[list[Path], list[str]]:
+        from tracesim.graph.io import save_graph
+
         _check_out_dir(path)
-        graph.save(path)
+        save_graph(graph, path)
         return [path], []
 
 
@@ -83,12 +86,11 @@ class _Tracesim:
 class _Recorded:
     @staticmethod
     def read(path: Path, opts: Mapping[str, Any]) -> TaskGraph:
-        from tracesim.report.steps import extract_options
-        from tracesim.trace.extract import extract
+        from tracesim.trace.extract import extract_source
         from tracesim.trace.sources import load_source
 
         src = load_source(path)
-        graph = extract(src.op_table, extract_options(src), getattr(src, "et_tables", None))
+        graph = extract_source(src)
         return graph.replace(meta={**graph.meta, "source": str(path), "device": src.device})
 
 

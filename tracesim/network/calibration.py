@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracesim.catalog import load_cluster
 from tracesim.network.model import collective_time_ns
-from tracesim.specs.cluster import ClusterSpec, load_cluster
+from tracesim.specs.cluster import ClusterSpec
 
 #: message size used for "large" (8 GiB, nccl-tests' usual largest -e 8G)
 LARGE_BYTES = 8 << 30

@@ -20,7 +20,6 @@ applicable algorithm with the smallest predicted uncongested time for that group
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -30,7 +29,7 @@ from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
 from tracesim.network.flows import FlowNetwork
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
-from tracesim.network.running import CommRecord, Runner
+from tracesim.network.running import CommRecord, CompiledCollective, CompiledPhase, Runner
 from tracesim.network.topology import Topology
 from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
 
@@ -39,30 +38,6 @@ COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "send_recv", "barrier",
 )
-
-
-@dataclass(frozen=True)
-class CompiledPhase:
-    """A phase ready to run: CSR routes, wire bytes per message byte, latency in ns."""
-
-    e_ptr: np.ndarray
-    e_link: np.ndarray
-    wire_per_byte: np.ndarray
-    steps: int
-    latency_ns: float
-
-
-@dataclass(frozen=True)
-class CompiledCollective:
-    """A collective on one group with one algorithm; isolated time = fixed_ns + ns_per_byte x S."""
-
-    algorithm: str
-    phases: tuple[CompiledPhase, ...]
-    fixed_ns: float
-    ns_per_byte: float
-
-    def estimate_ns(self, msg_bytes: float) -> float:
-        return self.fixed_ns + self.ns_per_byte * msg_bytes
 
 
 class _Shared:

@@ -9,10 +9,45 @@ unless a link of the phase carries other traffic. Callbacks drive it, not a SimP
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from tracesim.network.model import CompiledCollective, NetworkModel
+import numpy as np
+import simpy
+
+
+class FlowModel(Protocol):
+    """What a :class:`Runner` needs of the network model (:class:`tracesim.network.model.NetworkModel`)."""
+
+    keep_records: bool
+    records: list[CommRecord]
+    phases: str
+    flows: Any
+
+    def _env(self) -> simpy.Environment: ...
+
+
+@dataclass(frozen=True)
+class CompiledPhase:
+    """A phase ready to run: CSR routes, wire bytes per message byte, latency in ns."""
+
+    e_ptr: np.ndarray
+    e_link: np.ndarray
+    wire_per_byte: np.ndarray
+    steps: int
+    latency_ns: float
+
+
+@dataclass(frozen=True)
+class CompiledCollective:
+    """A collective on one group with one algorithm; isolated time = fixed_ns + ns_per_byte x S."""
+
+    algorithm: str
+    phases: tuple[CompiledPhase, ...]
+    fixed_ns: float
+    ns_per_byte: float
+
+    def estimate_ns(self, msg_bytes: float) -> float:
+        return self.fixed_ns + self.ns_per_byte * msg_bytes
 
 
 @dataclass(frozen=True)
@@ -36,7 +71,7 @@ class Runner:
 
     __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
 
-    def __init__(self, model: NetworkModel, cc: CompiledCollective, collective: str, kind: str,
+    def __init__(self, model: FlowModel, cc: CompiledCollective, collective: str, kind: str,
                  n: int, msg_bytes: int):
         env = model._env()
         self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n

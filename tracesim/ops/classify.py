@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from tracesim.ops import costrules
+from tracesim.ops.dtypes import DEFAULT_DTYPE
+from tracesim.ops.rules import work_units  # also registers every rule with costrules
+
 #: the op classes, in the order the reports list them
 OP_CLASSES = (
     "gemm",
@@ -39,55 +43,6 @@ OP_CLASSES = (
     "comm",
     "other",
 )
-
-#: Kineto "Input type" strings (and ExecutionTrace ``Tensor(<t>)``) -> tracesim dtype names
-TYPE_NAMES = {
-    "float": "fp32",
-    "double": "fp64",
-    "c10::half": "fp16",
-    "half": "fp16",
-    "c10::bfloat16": "bf16",
-    "bfloat16": "bf16",
-    "c10::float8_e4m3fn": "fp8",
-    "c10::float8_e5m2": "fp8",
-    "c10::float8_e4m3fnuz": "fp8",
-    "c10::float8_e5m2fnuz": "fp8",
-    "long": "int64",
-    "int64_t": "int64",
-    "long int": "int64",
-    "int": "int32",
-    "short": "int16",
-    "signed char": "int8",
-    "unsigned char": "uint8",
-    "uint8_t": "uint8",
-    "bool": "bool",
-    "c10::complex<float>": "complex64",
-    "c10::complex<double>": "complex128",
-}
-
-#: bytes per element of each dtype name
-DTYPE_BYTES = {
-    "fp64": 8,
-    "fp32": 4,
-    "tf32": 4,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "complex64": 8,
-    "complex128": 16,
-}
-
-#: the dtype reported when no tensor input names one
-DEFAULT_DTYPE = "fp32"
-
-_FLOAT_DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp64", "tf32")
-
 
 @dataclass(frozen=True)
 class OpCost:
@@ -107,16 +62,6 @@ class OpCost:
     bytes: float
     dtype: str
     units: float = 1.0
-
-
-def dtype_name(type_str: Any) -> str | None:
-    """Map a Kineto ``Input type`` entry to a dtype name; None for non-tensors."""
-    if not isinstance(type_str, str):
-        return None
-    t = type_str.strip().lower()
-    if t.startswith("tensor(") and t.endswith(")"):
-        t = t[7:-1]
-    return TYPE_NAMES.get(t)
 
 
 # --------------------------------------------------------------------------- classification
@@ -170,8 +115,6 @@ def classify(name: str, cat: str = "cpu_op") -> str:
 
 
 def _classify_op(name: str) -> str:
-    from tracesim.ops import costrules
-
     n = name.strip()
     low = n.lower()
     if low.startswith(_EVAL_PREFIX):
@@ -344,8 +287,6 @@ def op_cost(
         An :class:`OpCost`. Never raises: malformed inputs give class ``other`` and zeros;
         missing shapes (a trace without ``record_shapes``) give the op's class and zeros.
     """
-    from tracesim.ops import costrules
-
     try:
         cls = classify(name)
         dims = _as_list(input_dims)
@@ -362,8 +303,6 @@ def op_cost(
         flops, nbytes = costrules.cost_of(name, cls, args)
         if not (flops >= 0.0 and nbytes >= 0.0) or flops == float("inf") or nbytes == float("inf"):
             return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
-        from tracesim.ops.rules import work_units
-
         return OpCost(cls, float(flops), float(nbytes), args.dtype, work_units(name, args))
     except Exception:  # noqa: BLE001 - contract: never raise on odd input
         return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)

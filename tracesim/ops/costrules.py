@@ -1,4 +1,5 @@
-"""Per-op FLOP and byte formulas, registered by decorator (used by tracesim.ops.classify).
+"""Per-op FLOP and byte formulas, registered by decorator (used by tracesim.ops.classify, which loads
+:mod:`tracesim.ops.rules`, where the rules are registered).
 
 Each rule is ``fn(args: Args) -> (flops, bytes)`` registered with :func:`rule` for one op
 class and a set of operator names (without the ``aten::`` namespace). Ops without a rule
@@ -12,17 +13,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracesim.ops.classify import _FLOAT_DTYPES, DEFAULT_DTYPE, DTYPE_BYTES, dtype_name
+from tracesim.ops.dtypes import (
+    DEFAULT_DTYPE,
+    DTYPE_BYTES,
+    FLOAT_DTYPES,
+    dtype_name,
+)
 
 Rule = Callable[["Args"], tuple[float, float]]
 
 _RULES: dict[str, tuple[str, Rule | None]] = {}
-
-#: ScalarType enum codes (c10) seen in Concrete Inputs of aten::to / _to_copy
-_SCALAR_TYPE_CODES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "fp16",
-                      6: "fp32", 7: "fp64", 11: "bool", 15: "bf16", 23: "fp8", 24: "fp8",
-                      25: "fp8", 26: "fp8"}
-
 
 def rule(op_class: str, *names: str) -> Callable[[Rule], Rule]:
     """Register ``fn`` as the cost rule of ``names`` (operator names without namespace)."""
@@ -78,7 +78,7 @@ class Args:
                 shapes.append(None)
                 lists.append(None)
                 dts.append(None)
-        floats = [d for d in dts if d in _FLOAT_DTYPES]
+        floats = [d for d in dts if d in FLOAT_DTYPES]
         anyd = [d for d in dts if d is not None]
         dtype = floats[0] if floats else (anyd[0] if anyd else DEFAULT_DTYPE)
         return Args(tuple(shapes), tuple(lists), tuple(dts), tuple(concrete), dtype)
@@ -213,8 +213,5 @@ _VIEW_OPS = {
     "empty_like", "empty_strided", "new_empty", "new_empty_strided", "contiguous_",
 }
 classes("other", *_VIEW_OPS)
-
-# import the rule modules for their registrations (kept apart to keep files short)
-from tracesim.ops import rules as _ops  # noqa: E402,F401
 
 __all__ = ["Args", "cost_of", "op_class_of", "rule", "classes"]

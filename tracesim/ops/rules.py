@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from tracesim.ops.costrules import _SCALAR_TYPE_CODES, DTYPE_BYTES, Args, _prod, classes, rule
+from tracesim.ops.costrules import Args, _prod, classes, rule
+from tracesim.ops.dtypes import DTYPE_BYTES, SCALAR_TYPE_CODES
 
 # --------------------------------------------------------------------------- GEMM
 
@@ -434,7 +435,7 @@ def _r_copy(a: Args) -> tuple[float, float]:
 def _r_to(a: Args) -> tuple[float, float]:
     n = a.numel(0)
     code = a.value(1)
-    dst = _SCALAR_TYPE_CODES.get(code) if isinstance(code, int) else None
+    dst = SCALAR_TYPE_CODES.get(code) if isinstance(code, int) else None
     out = DTYPE_BYTES.get(dst, a.elt(0)) if dst else a.elt(0)
     return 0.0, float(n * a.elt(0) + n * out)
 

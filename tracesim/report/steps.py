@@ -22,7 +22,8 @@ import numpy as np
 from tracesim.engine.replay import ReplayResult, replay
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
-from tracesim.trace.extract import ExtractOptions, extract
+from tracesim.trace.extract import extract_source
+from tracesim.trace.overhead import profiler_overhead
 from tracesim.trace.sources import Source
 
 
@@ -148,66 +149,9 @@ def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, ra
     return float(np.mean(np.abs(sim_rel - rec_rel)) / 1000.0)
 
 
-def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0) -> ExtractOptions:
-    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly.
-
-    ``overhead`` is the profiler cost per traced op and per annotation, in ns (a single
-    number applies to both); see :func:`profiler_overhead`. When it is not zero and the
-    bundle has a calibration per rank (``per_rank[].profiler_overhead``), each rank gets its
-    own (the ranks of a job measured theirs at the same time).
-    """
-    joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
-    op_ns, an_ns = overhead if isinstance(overhead, tuple) else (overhead, overhead)
-    per_rank = rank_overheads(source.meta) if (op_ns or an_ns) else ()
-    return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns,
-                          rank_overhead_ns=per_rank, joint_ranks=joint)
-
-
-def _overhead_pair(po: object) -> tuple[float, float] | None:
-    """(per op, per annotation) ns from one ``profiler_overhead`` mapping, or None."""
-    if not isinstance(po, dict):
-        return None
-    if isinstance(po.get("per_op_ns"), (int, float)):
-        op_ns = float(po["per_op_ns"])
-        an = po.get("per_annotation_ns")
-        return op_ns, float(an) if isinstance(an, (int, float)) else op_ns
-    loops = po.get("loops")
-    if isinstance(loops, dict) and isinstance(loops.get("op_ns"), (int, float)):
-        op_ns = float(loops["op_ns"])
-        an = loops.get("annotation_ns")
-        return op_ns, float(an) if isinstance(an, (int, float)) else op_ns
-    if isinstance(po.get("per_event_ns"), (int, float)):
-        return float(po["per_event_ns"]), float(po["per_event_ns"])
-    return None
-
-
-def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
-    """Profiler cost per traced op and per annotation (ns) measured by the collector, or None.
-
-    Current bundles: ``profiler_overhead.per_op_ns`` / ``per_annotation_ns``, measured on
-    separate calibration steps of the same job (after warm-up, before the recorded profile;
-    ``collectors/overhead.py``), never on the steps the self-replay compares with. Older
-    bundles: the loop microbenchmark (``loops.op_ns`` / ``annotation_ns``: 1,000 tiny ops
-    and empty ``record_function`` blocks, which undercounts real ops), else
-    ``per_event_ns`` for both.
-    """
-    return _overhead_pair((meta or {}).get("profiler_overhead"))
-
-
-def rank_overheads(meta: dict | None) -> tuple[tuple[int, float, float], ...]:
-    """(rank, per op ns, per annotation ns) for every rank of a bundle with its own
-    calibration (``per_rank[].profiler_overhead``); empty when there is none."""
-    out = []
-    for entry in (meta or {}).get("per_rank") or []:
-        pair = _overhead_pair(entry.get("profiler_overhead")) if isinstance(entry, dict) else None
-        if pair is not None and isinstance(entry.get("rank"), int):
-            out.append((int(entry["rank"]), *pair))
-    return tuple(out)
-
-
 def self_replay(source: Source) -> list[StepResult]:
     """Replay ``source`` with its recorded durations; one result per (rank, step)."""
-    graph = extract(source.op_table, extract_options(source), source.et_tables)
+    graph = extract_source(source)
     result = replay(graph)
     steps = step_times(graph, result)
     if not steps:
@@ -217,7 +161,7 @@ def self_replay(source: Source) -> list[StepResult]:
     measured_unprof = None
     overhead = _overhead_ns(source)
     if overhead is not None:
-        g2 = extract(source.op_table, extract_options(source, overhead), source.et_tables)
+        g2 = extract_source(source, overhead)
         r2 = replay(g2)
         unprof = {(rk, ev): pred for rk, _, ev, _, pred, _, _ in step_times(g2, r2)}
         measured_unprof = float(source.meta["measured_step_time_s"]["median"])

@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.fileio import read_yaml
 from tracesim.hardware.contention import HostContention, contention_from_dict
+from tracesim.hardware.device import get_device
 from tracesim.strict import check_keys, get_number, get_str
 
 #: directory of the cluster specs shipped with tracesim (``topologies/`` of the checkout)
-TOPOLOGIES_DIR = Path(__file__).resolve().parents[2] / "topologies"
 
 INTRA_KINDS = ("nvswitch", "nvlink_mesh", "nvlink_ring", "pcie")
 FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
@@ -312,17 +311,12 @@ def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> In
     )
 
 
-def _algorithm_names() -> dict[str, Any]:
-    # imported here: tracesim.network imports this module at load time
-    from tracesim.network.collectives import ALGORITHMS
-
-    return ALGORITHMS
-
-
 def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
+    """The ``collectives`` block, checked for its structure; whether the algorithms it names
+    exist and implement the collectives they are chosen for is the network layer's check
+    (:func:`tracesim.network.collectives.check_collectives`)."""
     w = "collectives"
     check_keys(data, (), ("select", "algorithms"), file=file, where=w)
-    algos = _algorithm_names()
     select: list[tuple[str, tuple[str, ...]]] = []
     sel = data.get("select", {}) or {}
     check_keys(sel, (), COLLECTIVES, file=file, where=f"{w}.select")
@@ -331,19 +325,11 @@ def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
         names = [value] if isinstance(value, str) else value
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise InputError(f"expected an algorithm name or a list of them, got {value!r}", file, place)
-        for n in names:
-            if n == "auto":
-                continue
-            if n not in algos:
-                raise InputError(
-                    f"unknown algorithm {n!r} (known: auto, {', '.join(sorted(algos))})", file, place
-                )
-            if coll not in algos[n].collectives:
-                raise InputError(f"algorithm {n!r} does not implement {coll}", file, place)
         select.append((coll, tuple(names)))
     params: list[tuple[str, AlgorithmParams]] = []
     alg = data.get("algorithms", {}) or {}
-    check_keys(alg, (), sorted(algos), file=file, where=f"{w}.algorithms")
+    if not isinstance(alg, Mapping):
+        raise InputError(f"expected a mapping, got {type(alg).__name__}", file, f"{w}.algorithms")
     for name, entry in alg.items():
         place = f"{w}.algorithms.{name}"
         check_keys(entry, (), ("efficiency", "step_latency_us"), file=file, where=place)
@@ -361,7 +347,7 @@ def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
         lat = None
         if "step_latency_us" in entry:
             lat = get_number(entry, "step_latency_us", file=file, where=place, allow_zero=True)
-        params.append((name, AlgorithmParams(e_intra, e_inter, lat)))
+        params.append((str(name), AlgorithmParams(e_intra, e_inter, lat)))
     return CollectivesSpec(select=tuple(select), algorithms=tuple(params))
 
 
@@ -375,10 +361,6 @@ def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> flo
 def _check_device(device: Any, file: Any) -> None:
     if not isinstance(device, (str, Mapping)):
         raise InputError(f"expected a device name or mapping, got {device!r}", file, "device")
-    try:
-        from tracesim.hardware.device import get_device  # type: ignore[attr-defined]
-    except ImportError:  # the device module is optional for the network layer
-        return
     get_device(device, file=file, where="device")
 
 
@@ -437,34 +419,3 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         host_contention=(contention_from_dict(data["host_contention"], file)
                          if data.get("host_contention") is not None else None),
     )
-
-
-def known_clusters() -> list[str]:
-    """Names of the cluster specs shipped in ``topologies/``."""
-    return sorted(p.stem for p in TOPOLOGIES_DIR.glob("*.yaml"))
-
-
-def load_cluster(path_or_name: str | Path | ClusterSpec) -> ClusterSpec:
-    """Load a cluster spec from a YAML path, or by name from ``topologies/<name>.yaml``.
-
-    A file in ASTRA-sim's analytical network format (``topology``, ``npus_count``,
-    ``bandwidth``, ``latency`` lists) is converted by
-    :func:`tracesim.interop.astrasim_network.cluster_from_astrasim`.
-    """
-    if isinstance(path_or_name, ClusterSpec):
-        return path_or_name
-    path = Path(path_or_name)
-    if not path.suffix and not path.exists():
-        candidate = TOPOLOGIES_DIR / f"{path_or_name}.yaml"
-        if not candidate.exists():
-            raise InputError(
-                f"unknown cluster {str(path_or_name)!r} (known: {', '.join(known_clusters())})",
-                "--cluster",
-            )
-        path = candidate
-    data = read_yaml(path)
-    if isinstance(data, Mapping) and "npus_count" in data:
-        from tracesim.interop.astrasim_network import cluster_from_astrasim_dict
-
-        return cluster_from_astrasim_dict(data, file=path, name=path.stem)
-    return cluster_from_dict(data, path)

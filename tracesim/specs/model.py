@@ -30,11 +30,11 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.ops.dtypes import DTYPE_BYTES
 from tracesim.strict import check_keys, get_number, get_str
 
 FAMILIES = ("gpt", "llama", "moe")
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _REQUIRED = ("name", "family", "layers", "hidden", "heads", "vocab", "seq_len")
 _OPTIONAL = (

@@ -103,8 +103,8 @@ class SpecResolver:
         return self._models[value]
 
     def cluster(self, value: str, gpu: str | None, nodes: int | None, nic: float | None):
+        from tracesim.catalog import load_cluster
         from tracesim.hardware.device import get_device
-        from tracesim.specs.cluster import load_cluster
 
         k = (value, gpu, nodes, nic)
         if k in self._clusters:

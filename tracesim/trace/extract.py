@@ -22,69 +22,16 @@ so that waiting comes out of the simulation instead of being replayed from the r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
-from tracesim.trace.overhead import overhead_in
-
-_STEP_RE = re.compile(r"^ProfilerStep#\d+$")
-_HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")
-_GPU_CATS = ("kernel", "memcpy", "memset")
-_SYNC_CALLS = {"DeviceSynchronize", "StreamSynchronize", "EventSynchronize", "CtxSynchronize"}
-#: a GPU op counts as having waited when it started this much after it was free to start
-_WAIT_SLACK_NS = 2_000
-#: ...and an op on another stream ended at most this long before it started
-_EVENT_MATCH_NS = 10_000
-#: longest device-side gap between a GPU op and the moment it was free to start that is
-#: kept as GPU scheduling overhead when an event edge explains the rest of the wait
-_GPU_GAP_MAX_NS = 20_000
-#: a launch call longer than this that returned right after some GPU op ended was waiting
-#: for a free slot in the device's launch queue (the queue holds ~1024 pending launches)
-_QUEUE_WAIT_MIN_NS = 50_000
-_QUEUE_MATCH_NS = 20_000
-#: a host thread idle for at least this long, that resumed at most _THREAD_WAKE_NS after an
-#: op on another thread of its rank ended, was waiting for that op
-_THREAD_IDLE_NS = 200_000
-_THREAD_WAKE_NS = 100_000
-#: a copy call counts as blocking when it returned no earlier than this before the copy ended
-_BLOCKING_SLACK_NS = 1_000
-
-
-@dataclass(frozen=True)
-class ExtractOptions:
-    """Extraction choices.
-
-    Attributes:
-        profiler_overhead_ns: per traced host op, removed from the host lanes to predict
-            the unprofiled run (0 keeps the profiled timing). Measured separately by the
-            collector (meta.yaml ``profiler_overhead``), never fitted here.
-        infer_stream_waits: add inferred ``event`` edges for old traces without cuda_sync.
-    """
-
-    profiler_overhead_ns: float = 0.0
-    #: per traced annotation (record_function blocks such as module scopes); None: the same
-    #: as ``profiler_overhead_ns``
-    annotation_overhead_ns: float | None = None
-    #: per rank (op, annotation) overhead in ns, overriding the two above for that rank
-    rank_overhead_ns: tuple[tuple[int, float, float], ...] = ()
-    infer_stream_waits: bool = True
-    #: replay all ranks together: a common time origin (ranks recorded on one host share a
-    #: clock) and collectives matched across ranks (each takes the shortest member's
-    #: recorded time; the rest of every member's wait comes out of the simulation)
-    joint_ranks: bool = False
-
-
-def _runtime_base(name: str) -> str:
-    for prefix in ("cuda", "hip"):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name
+from tracesim.trace.overhead import rank_overheads
+from tracesim.trace.rankgraph import _HOST_CATS, ExtractOptions, Part, RankExtractor
+from tracesim.trace.sources import Source
 
 
 def extract(
@@ -106,7 +53,7 @@ def extract(
         host = op_table["cat"].isin(_HOST_CATS + ("annotation",))
         t0 = int(op_table.loc[host, "ts_ns"].min())
     for rank in sorted(op_table["rank"].unique()):
-        ex = _RankExtractor(op_table[op_table["rank"] == rank], int(rank), options, t0)
+        ex = RankExtractor(op_table[op_table["rank"] == rank], int(rank), options, t0)
         parts.append(ex.build((et_tables or {}).get(int(rank))))
     graph = _concat(parts)
     if options.joint_ranks and len(parts) > 1:
@@ -152,14 +99,7 @@ def _match_collectives(graph: TaskGraph) -> TaskGraph:
     return graph.replace(tasks=t, groups=(ranks,))
 
 
-@dataclass
-class _Part:
-    tasks: pd.DataFrame
-    edges: tuple[np.ndarray, np.ndarray, list[str]]
-    lanes: pd.DataFrame
-
-
-def _concat(parts: Sequence[_Part]) -> TaskGraph:
+def _concat(parts: Sequence[Part]) -> TaskGraph:
     tasks, esrc, edst, ekind, lanes = [], [], [], [], []
     t_off = 0
     l_off = 0
@@ -179,435 +119,21 @@ def _concat(parts: Sequence[_Part]) -> TaskGraph:
     return TaskGraph(tt, et, lt, (), {"source": "extract"})
 
 
-#: timestamps of old traces are float microseconds near 1e15, good to ~0.25 us; events that
-#: overlap by less than this are siblings, not parent and child
-_NEST_TOL_NS = 500
+def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0) -> ExtractOptions:
+    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly.
+
+    ``overhead`` is the profiler cost per traced op and per annotation, in ns (a single
+    number applies to both); see :func:`tracesim.trace.overhead.profiler_overhead`. When it
+    is not zero and the bundle has a calibration per rank (``per_rank[].profiler_overhead``),
+    each rank gets its own (the ranks of a job measured theirs at the same time).
+    """
+    joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
+    op_ns, an_ns = overhead if isinstance(overhead, tuple) else (overhead, overhead)
+    per_rank = rank_overheads(source.meta) if (op_ns or an_ns) else ()
+    return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns,
+                          rank_overhead_ns=per_rank, joint_ranks=joint)
 
 
-def _leaves(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Boolean mask (over time-sorted events) of events that contain no later event."""
-    if len(ts) == 0:
-        return np.zeros(0, dtype=bool)
-    big = np.iinfo(np.int64).max // 2
-    nxt = np.append(ts[1:], big)
-    nxt_end = np.append(end[1:], big)
-    contains_next = (nxt < end) & (nxt_end <= end + _NEST_TOL_NS)
-    return ~contains_next
-
-
-class _RankExtractor:
-    """Builds one rank's tasks, lanes and edges (see the module docstring)."""
-
-    def __init__(self, ops: pd.DataFrame, rank: int, opt: ExtractOptions, t0: int | None = None):
-        self.t0 = t0
-        self.ops = ops.reset_index(drop=True)
-        self.rank = rank
-        self.opt = opt
-        o = self.ops
-        self.cat = o["cat"].to_numpy()
-        self.name = o["name"].to_numpy()
-        self.ts = o["ts_ns"].to_numpy().astype(np.int64)
-        self.end = self.ts + o["dur_ns"].to_numpy().astype(np.int64)
-        self.lane_col = o["lane"].to_numpy()
-        self.corr = o["correlation"].to_numpy()
-        self.stream = o["stream"].to_numpy()
-        self.event_id = o["event_id"].to_numpy()
-        self.is_step = np.array([bool(_STEP_RE.match(x)) for x in self.name], dtype=bool) & np.isin(
-            self.cat, ("annotation", "cpu_op")
-        )
-        self.host = np.isin(self.cat, _HOST_CATS) & ~self.is_step
-        self.gpu_idx = np.flatnonzero(np.isin(self.cat, _GPU_CATS))
-        self.gpu_by_corr: dict[int, list[int]] = {}
-        for i in self.gpu_idx.tolist():
-            if self.corr[i] >= 0:
-                self.gpu_by_corr.setdefault(int(self.corr[i]), []).append(i)
-        self.sync_by_corr = {
-            int(self.corr[i]): i for i in np.flatnonzero(self.cat == "sync").tolist() if self.corr[i] >= 0
-        }
-        order = self.gpu_idx[np.argsort(self.end[self.gpu_idx], kind="stable")]
-        self.gpu_by_end = order
-        self.gpu_end_sorted = self.end[order]
-        self.rows: list[dict] = []
-        self.lanes: list[dict] = []
-        self.task_of: dict[int, int] = {}        # op row -> task (launch part of split calls)
-        self.launch_of: dict[int, int] = {}      # GPU op row -> launching runtime op row
-        self.launch_end: dict[int, int] = {}     # runtime op row -> recorded launch-part end
-        self.pending_sync: list[tuple[int, int, int | None]] = []  # (runtime row, wait task, stream|None)
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.kinds: list[str] = []
-
-    # -- small helpers
-    def edge(self, a: int, b: int, kind: str) -> None:
-        if a != b:
-            self.src.append(a)
-            self.dst.append(b)
-            self.kinds.append(kind)
-            if kind == "event":
-                self.explain_wait(b)
-
-    def explain_wait(self, task: int) -> None:
-        """An event edge explains a GPU op's wait: keep only a short scheduling gap."""
-        row = self.rows[task]
-        if row["gap_ns"] > _GPU_GAP_MAX_NS:
-            row["gap_ns"] = 0
-
-    def add_task(self, lane_id: int, i: int | None, kind: str, nm: str, dur: int, gap: int) -> int:
-        tid = len(self.rows)
-        row: dict = {"rank": self.rank, "lane": lane_id, "kind": kind, "name": nm,
-                     "dur_ns": int(dur), "gap_ns": int(max(gap, 0)), "src_event": -1}
-        if i is not None:
-            r = self.ops.iloc[i]
-            row.update(
-                op_class=r["op_class"], flops=float(r["flops"]), bytes=float(r["bytes"]),
-                step=r["step"], phase=r["phase"], layer=int(r["layer"]),
-                collective=r["collective"], msg_bytes=int(r["msg_bytes"]),
-                src_event=int(r["event_id"]), scope=r["scope"], cat=r["cat"],
-            )
-        self.rows.append(row)
-        return tid
-
-    # -- host lanes
-    def host_lanes(self) -> None:
-        host = self.host
-        if not host.any():
-            raise InputError(f"rank {self.rank}: the trace has no host (CPU) events", "trace")
-        t0 = int(self.ts[host | self.is_step].min()) if self.t0 is None else self.t0
-        ts, end, name = self.ts, self.end, self.name
-        step_rows = np.flatnonzero(self.is_step)
-        op_ov, an_ov = _rank_overhead(self.opt, self.rank)
-        for ln in sorted(pd.unique(self.lane_col[host]), key=str):
-            idx = np.flatnonzero(host & (self.lane_col == ln))
-            order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
-            all_ts = ts[order]
-            weights = np.where(self.cat[order] == "annotation", an_ov, op_ov)
-            overhead = (all_ts, np.concatenate([[0.0], np.cumsum(weights)]))
-            leaf = order[_leaves(ts[order], end[order])]
-            items = [(int(ts[i]), 1, int(i)) for i in leaf]
-            items += [(int(ts[s]), 0, int(s)) for s in step_rows if self.lane_col[s] == ln]
-            items += [(int(end[s]), 2, int(s)) for s in step_rows if self.lane_col[s] == ln]
-            items.sort()
-            lane_id = len(self.lanes)
-            self.lanes.append({"rank": self.rank, "name": f"cpu:{str(ln).split(':', 1)[-1]}", "kind": "cpu"})
-            prev_end = t0
-            # profiler overhead not yet taken out (a task shorter than the overhead of the
-            # events around it passes the rest on to the next task of the lane)
-            debt = 0
-            for t_start, what, i in items:
-                if what != 1:
-                    tag = "begin" if what == 0 else "end"
-                    gap = max(0, t_start - prev_end)
-                    ov = _overhead_in(overhead, prev_end, t_start) + debt
-                    take = min(gap, ov)
-                    gap -= take
-                    debt = ov - take
-                    tid = self.add_task(lane_id, None, "cpu", f"{name[i]}:{tag}", 0, gap)
-                    self.rows[tid]["step"] = name[i]
-                    self.rows[tid]["marker"] = tag
-                    self.rows[tid]["src_event"] = int(self.event_id[i])
-                    self.rows[tid]["measured_ns"] = int(end[i] - ts[i])
-                    prev_end = max(prev_end, t_start)
-                    continue
-                s = max(int(ts[i]), prev_end)
-                e = max(int(end[i]), s)
-                ov = _overhead_in(overhead, prev_end, e) + debt
-                gap = s - prev_end
-                dur = e - s
-                take = min(gap, ov)
-                gap -= take
-                take_dur = min(dur, ov - take)
-                dur -= take_dur
-                debt = ov - take - take_dur
-                prev_end = e
-                first_new = len(self.rows)
-                if self.cat[i] == "runtime":
-                    self.runtime_call(i, lane_id, gap, dur, s, e)
-                else:
-                    self.task_of[i] = self.add_task(lane_id, i, "cpu", name[i], dur, gap)
-                for row in self.rows[first_new:]:
-                    row["rec_start"], row["rec_end"] = s, e
-
-    def runtime_call(self, i: int, lane_id: int, gap: int, dur: int, s: int, e: int) -> None:
-        """A runtime call: plain, launching, or blocking (split into launch + wait parts)."""
-        base = _runtime_base(self.name[i])
-        launched = self.gpu_by_corr.get(int(self.corr[i]), [])
-        for g in launched:
-            self.launch_of[g] = i
-        if base in _SYNC_CALLS:
-            sync = self.sync_by_corr.get(int(self.corr[i]))
-            target_stream = None
-            if sync is not None and base == "StreamSynchronize" and self.stream[sync] >= 0:
-                target_stream = int(self.stream[sync])
-            if sync is not None and base == "EventSynchronize":
-                ws = int(self.ops["wait_stream"].iat[sync])
-                target_stream = ws if ws >= 0 else None
-            tid = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
-            self.task_of[i] = tid
-            self.launch_end[i] = e
-            self.pending_sync.append((i, tid, target_stream))
-            return
-        if launched and dur > _QUEUE_WAIT_MIN_NS:
-            freed = self.queue_slot_freed_by(i, s, e, launched)
-            if freed is not None:
-                # the launch queue was full: the call waited for an earlier GPU op to end
-                wait_dur = max(0, e - int(self.end[freed]))
-                launch_dur = min(dur - min(dur, wait_dur), _QUEUE_WAIT_MIN_NS)
-                wp = self.add_task(lane_id, i, "cpu", f"{self.name[i]} (queue full)", 0, gap)
-                lp = self.add_task(lane_id, i, "cpu", self.name[i], max(wait_dur, launch_dur), 0)
-                self.task_of[i] = lp
-                self.launch_end[i] = e
-                self.pending_sync.append((i, wp, -2 - freed))
-                return
-        blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS]
-        if launched and blocking:
-            first_start = min(int(self.ts[g]) for g in launched)
-            last_end = max(int(self.end[g]) for g in blocking)
-            wait_dur = max(0, min(dur, e - last_end))
-            launch_dur = int(np.clip(first_start - s, 0, max(0, dur - wait_dur)))
-            lp = self.add_task(lane_id, i, "cpu", self.name[i], launch_dur, gap)
-            wp = self.add_task(lane_id, i, "cpu", f"{self.name[i]} (wait)", wait_dur, 0)
-            self.task_of[i] = lp
-            self.launch_end[i] = s + launch_dur
-            for g in blocking:
-                self.pending_sync.append((i, wp, -2 - g))  # encoded: wait on op g itself
-            return
-        self.task_of[i] = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
-        self.launch_end[i] = e
-
-    def queue_slot_freed_by(self, i: int, s: int, e: int, launched: list[int]) -> int | None:
-        """The GPU op whose end let a long launch call return (launch queue back-pressure)."""
-        k = int(np.searchsorted(self.gpu_end_sorted, e, side="right")) - 1
-        while k >= 0 and self.gpu_by_end[k] in launched:
-            k -= 1
-        if k < 0:
-            return None
-        g = int(self.gpu_by_end[k])
-        if int(self.gpu_end_sorted[k]) < s or e - int(self.gpu_end_sorted[k]) > _QUEUE_MATCH_NS:
-            return None
-        return g
-
-    # -- GPU lanes
-    def gpu_lanes(self) -> None:
-        ts, end = self.ts, self.end
-        if not len(self.gpu_idx):
-            return
-        for ln in sorted(pd.unique(self.lane_col[self.gpu_idx]), key=lambda x: (len(str(x)), str(x))):
-            lane_id = len(self.lanes)
-            self.lanes.append({"rank": self.rank, "name": str(ln), "kind": "gpu"})
-            idx = self.gpu_idx[self.lane_col[self.gpu_idx] == ln]
-            order = idx[np.argsort(ts[idx], kind="stable")]
-            prev_end = None
-            for i in order.tolist():
-                s = int(ts[i]) if prev_end is None else max(int(ts[i]), prev_end)
-                e = max(int(end[i]), s)
-                # device-side gap: time the op started after it was free to start (previous
-                # op on the stream done, launch call returned); short gaps are GPU
-                # scheduling overhead and kept, long ones are waits the edges explain.
-                r = self.launch_of.get(i)
-                cands = [x for x in (prev_end, self.launch_end.get(r) if r is not None else None) if x is not None]
-                free = max(cands) if cands else s
-                gap = s - free
-                # a longer wait is kept too unless an event edge explains it (see
-                # explain_wait): communication kernels of a one-rank trace waited for their
-                # peers, and a sampled trace may lack the op that was waited for
-                gap = max(0, gap)
-                prev_end = e
-                self.task_of[i] = self.add_task(lane_id, i, "gpu", self.name[i], e - s, gap)
-
-    # -- edges
-    def launch_and_sync_edges(self) -> None:
-        for g, r in self.launch_of.items():
-            if r in self.task_of and g in self.task_of:
-                self.edge(self.task_of[r], self.task_of[g], "launch")
-        # last GPU op per stream launched before each sync call
-        launched = sorted(
-            (int(self.ts[r]), int(self.stream[g]), g) for g, r in self.launch_of.items() if g in self.task_of
-        )
-        launch_ts = np.array([x[0] for x in launched], dtype=np.int64)
-        for r, wait_task, target in self.pending_sync:
-            if target is not None and target <= -2:
-                g = -2 - target
-                self.edge(self.task_of[g], wait_task, "sync")
-                continue
-            k = int(np.searchsorted(launch_ts, int(self.ts[r]), side="left"))
-            last: dict[int, int] = {}
-            for _, st, g in launched[:k]:
-                if target is None or st == target:
-                    last[st] = g
-            for g in last.values():
-                self.edge(self.task_of[g], wait_task, "sync")
-            if last:
-                done = max(int(self.end[g]) for g in last.values())
-                row = self.rows[wait_task]
-                row["dur_ns"] = int(max(0, min(row["dur_ns"], int(self.end[r]) - done)))
-
-    def stream_wait_edges(self) -> int:
-        """Edges from cuda_sync 'Stream Wait Event' records; returns how many were found."""
-        found = 0
-        waits = np.flatnonzero((self.cat == "sync") & (self.ops["sync_kind"].to_numpy() == "Stream Wait Event"))
-        if not len(waits):
-            return 0
-        # GPU ops per stream, in launch (correlation) order
-        per_stream: dict[int, list[tuple[int, int]]] = {}
-        for g in self.gpu_idx.tolist():
-            if g in self.task_of and self.corr[g] >= 0:
-                per_stream.setdefault(int(self.stream[g]), []).append((int(self.corr[g]), g))
-        for v in per_stream.values():
-            v.sort()
-        rec = self.ops["wait_record_corr"].to_numpy()
-        wst = self.ops["wait_stream"].to_numpy()
-        for w in waits.tolist():
-            src_list = per_stream.get(int(wst[w]), [])
-            dst_list = per_stream.get(int(self.stream[w]), [])
-            k = int(np.searchsorted([c for c, _ in src_list], int(rec[w])))
-            j = int(np.searchsorted([c for c, _ in dst_list], int(self.corr[w])))
-            if k > 0 and j < len(dst_list):
-                self.edge(self.task_of[src_list[k - 1][1]], self.task_of[dst_list[j][1]], "event")
-                found += 1
-        return found
-
-    def inferred_stream_waits(self) -> None:
-        """Old traces: an op that started late, right after another stream's op ended."""
-        by_dev: dict[str, list[int]] = {}
-        dev = self.ops["device"].to_numpy()
-        for g in self.gpu_idx.tolist():
-            by_dev.setdefault(str(dev[g]), []).append(g)
-        for ops in by_dev.values():
-            if len({int(self.stream[g]) for g in ops}) < 2:
-                continue
-            ops.sort(key=lambda g: (int(self.ts[g]), g))
-            ends = sorted((int(self.end[g]), g) for g in ops)
-            end_ts = np.array([x[0] for x in ends], dtype=np.int64)
-            prev_on_stream: dict[int, int] = {}
-            for g in ops:
-                st = int(self.stream[g])
-                release = self.launch_end.get(self.launch_of.get(g, -1), int(self.ts[g]))
-                p = prev_on_stream.get(st)
-                if p is not None:
-                    release = max(release, int(self.end[p]))
-                prev_on_stream[st] = g
-                if int(self.ts[g]) - release <= _WAIT_SLACK_NS:
-                    continue
-                k = int(np.searchsorted(end_ts, int(self.ts[g]) + 500, side="right")) - 1
-                while k >= 0 and int(self.stream[ends[k][1]]) == st:
-                    k -= 1
-                if k < 0:
-                    continue
-                e_other, other = ends[k]
-                if int(self.ts[g]) - e_other <= _EVENT_MATCH_NS and e_other > release:
-                    self.edge(self.task_of[other], self.task_of[g], "event")
-
-    def thread_edges(self) -> None:
-        """Cross-thread dependencies of the host lanes.
-
-        * a ``c10d::<op>`` call enqueues work that a backend thread runs as ``gloo:<op>``:
-          the k-th of each are linked, and the backend op starts when it is enqueued;
-        * a thread that sat idle for a while and resumed right after an op on another thread
-          of the rank ended was woken by it (the autograd engine handing back to the main
-          thread, a wait on an asynchronous collective): that op -> the resumed task.
-        """
-        rows = self.rows
-        host = [k for k, r in enumerate(rows) if "rec_start" in r and self.lanes[r["lane"]]["kind"] == "cpu"]
-        if not host:
-            return
-        enq: dict[str, list[int]] = {}
-        run: dict[str, list[int]] = {}
-        for k in host:
-            nm = rows[k]["name"]
-            if nm.startswith("c10d::"):
-                enq.setdefault(nm[6:].strip("_"), []).append(k)
-            elif nm.startswith("gloo:"):
-                run.setdefault(nm[5:].strip("_").replace("_", ""), []).append(k)
-        for op, ks in enq.items():
-            rs = run.get(op.replace("_", ""), [])
-            for a, b in zip(sorted(ks, key=lambda k: rows[k]["rec_start"]),
-                            sorted(rs, key=lambda k: rows[k]["rec_start"]), strict=False):
-                if rows[b]["rec_start"] >= rows[a]["rec_start"]:
-                    self.edge(a, b, "thread")
-                    rows[b]["gap_ns"] = 0
-        # a waker is an executing collective or the last op of a burst of backward work on
-        # another thread (its own thread then goes idle); polling threads never wake anyone
-        next_start: dict[int, int] = {}
-        by_lane: dict[int, list[int]] = {}
-        for k in host:
-            by_lane.setdefault(rows[k]["lane"], []).append(k)
-        for ks in by_lane.values():
-            ks.sort(key=lambda k: rows[k]["rec_start"])
-            for a, b in zip(ks, ks[1:], strict=False):
-                next_start[a] = rows[b]["rec_start"]
-
-        def waker(k: int) -> bool:
-            r = rows[k]
-            if r["name"].startswith(("gloo:", "nccl:")):
-                return True
-            idle_after = next_start.get(k, 1 << 62) - r["rec_end"] >= _THREAD_IDLE_NS
-            return r.get("phase") == "bwd" and idle_after
-
-        ends = sorted((rows[k]["rec_end"], k) for k in host if waker(k))
-        end_ts = np.array([e for e, _ in ends], dtype=np.int64)
-        prev_end_on_lane: dict[int, int] = {}
-        for k in sorted(host, key=lambda k: (rows[k]["lane"], k)):
-            r = rows[k]
-            lane = r["lane"]
-            prev = prev_end_on_lane.get(lane)
-            prev_end_on_lane[lane] = r["rec_end"]
-            if prev is None or r["gap_ns"] < _THREAD_IDLE_NS:
-                continue
-            j = int(np.searchsorted(end_ts, r["rec_start"], side="right")) - 1
-            while j >= 0 and rows[ends[j][1]]["lane"] == lane:
-                j -= 1
-            if j < 0:
-                continue
-            e_other, other = ends[j]
-            if r["rec_start"] - e_other <= _THREAD_WAKE_NS and e_other > prev:
-                self.edge(other, k, "thread")
-                r["gap_ns"] = 0
-
-    def data_edges(self, et: pd.DataFrame) -> None:
-        """Execution-trace data dependencies between host ops on different threads."""
-        from tracesim.trace.et import data_dependencies, event_key
-
-        key = event_key(self.ops)
-        row_of = {int(k): i for i, k in enumerate(key.tolist()) if k >= 0}
-        for p, c in data_dependencies(et):
-            a, b = self.task_of.get(row_of.get(p, -1)), self.task_of.get(row_of.get(c, -1))
-            if a is None or b is None:
-                continue
-            ra, rb = self.rows[a], self.rows[b]
-            if ra["lane"] != rb["lane"] and ra.get("rec_end", 0) <= rb.get("rec_start", 0) + _NEST_TOL_NS:
-                self.edge(a, b, "data")
-
-    def build(self, et: pd.DataFrame | None = None) -> _Part:
-        self.host_lanes()
-        if et is not None:
-            self.data_edges(et)
-        self.thread_edges()
-        self.gpu_lanes()
-        self.launch_and_sync_edges()
-        if self.stream_wait_edges() == 0 and self.opt.infer_stream_waits:
-            self.inferred_stream_waits()
-        tasks = pd.DataFrame(self.rows)
-        if "marker" not in tasks:
-            tasks["marker"] = ""
-        tasks["marker"] = tasks["marker"].fillna("")
-        return _Part(
-            tasks,
-            (np.array(self.src, dtype=np.int64), np.array(self.dst, dtype=np.int64), self.kinds),
-            pd.DataFrame(self.lanes),
-        )
-
-
-def _rank_overhead(opt: ExtractOptions, rank: int) -> tuple[float, float]:
-    """(per op, per annotation) profiler overhead in ns for ``rank``."""
-    for rk, op_ns, an_ns in opt.rank_overhead_ns:
-        if rk == rank:
-            return float(op_ns), float(an_ns)
-    op_ov = float(opt.profiler_overhead_ns)
-    return op_ov, op_ov if opt.annotation_overhead_ns is None else float(opt.annotation_overhead_ns)
-
-
-def _overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
-    """Profiler overhead of the host events that start in [lo, hi) (cumulative weights)."""
-    if overhead[1][-1] <= 0:
-        return 0
-    return int(overhead_in(overhead, lo, hi))
+def extract_source(source: Source, overhead: tuple[float, float] | float = 0.0) -> TaskGraph:
+    """The task graph of a loaded source (:func:`extract` with :func:`extract_options`)."""
+    return extract(source.op_table, extract_options(source, overhead), source.et_tables)

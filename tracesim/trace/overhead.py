@@ -25,15 +25,13 @@ def bundle_overhead_ns(meta: Mapping[str, Any] | None, rank: int = 0) -> tuple[f
     collector's loop microbenchmark in the recorded job (``meta.yaml: profiler_overhead.loops``
     ``op_ns`` / ``annotation_ns``: tiny ops and empty annotations with and without the
     profiler; rank ``rank``'s own where it has one). Bundles without it: the per-event figure
-    of the calibration steps (:func:`tracesim.report.steps.profiler_overhead`); None without
+    of the calibration steps (:func:`profiler_overhead`); None without
     any calibration.
 
     The loop figure is the part of the profiler's cost known to be paid per event; what the
     calibration steps measure beyond it (per event, 8.6 us against 6.0 us in a gpt-tiny
     bundle) is left to the extractor's residual factor, i.e. spread in proportion to time.
     """
-    from tracesim.report.steps import profiler_overhead
-
     m = dict(meta or {})
     entries = [e.get("profiler_overhead") for e in (m.get("per_rank") or [])
                if isinstance(e, dict) and e.get("rank") == rank]
@@ -101,3 +99,45 @@ def overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> fl
 
 #: a calibration claiming more of the profiled step than this is not applied
 MAX_OVERHEAD_SHARE = 0.8
+
+
+def _overhead_pair(po: object) -> tuple[float, float] | None:
+    """(per op, per annotation) ns from one ``profiler_overhead`` mapping, or None."""
+    if not isinstance(po, dict):
+        return None
+    if isinstance(po.get("per_op_ns"), (int, float)):
+        op_ns = float(po["per_op_ns"])
+        an = po.get("per_annotation_ns")
+        return op_ns, float(an) if isinstance(an, (int, float)) else op_ns
+    loops = po.get("loops")
+    if isinstance(loops, dict) and isinstance(loops.get("op_ns"), (int, float)):
+        op_ns = float(loops["op_ns"])
+        an = loops.get("annotation_ns")
+        return op_ns, float(an) if isinstance(an, (int, float)) else op_ns
+    if isinstance(po.get("per_event_ns"), (int, float)):
+        return float(po["per_event_ns"]), float(po["per_event_ns"])
+    return None
+
+
+def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
+    """Profiler cost per traced op and per annotation (ns) measured by the collector, or None.
+
+    Current bundles: ``profiler_overhead.per_op_ns`` / ``per_annotation_ns``, measured on
+    separate calibration steps of the same job (after warm-up, before the recorded profile;
+    ``collectors/overhead.py``), never on the steps the self-replay compares with. Older
+    bundles: the loop microbenchmark (``loops.op_ns`` / ``annotation_ns``: 1,000 tiny ops
+    and empty ``record_function`` blocks, which undercounts real ops), else
+    ``per_event_ns`` for both.
+    """
+    return _overhead_pair((meta or {}).get("profiler_overhead"))
+
+
+def rank_overheads(meta: dict | None) -> tuple[tuple[int, float, float], ...]:
+    """(rank, per op ns, per annotation ns) for every rank of a bundle with its own
+    calibration (``per_rank[].profiler_overhead``); empty when there is none."""
+    out = []
+    for entry in (meta or {}).get("per_rank") or []:
+        pair = _overhead_pair(entry.get("profiler_overhead")) if isinstance(entry, dict) else None
+        if pair is not None and isinstance(entry.get("rank"), int):
+            out.append((int(entry["rank"]), *pair))
+    return tuple(out)

@@ -21,12 +21,14 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from tracesim.errors import InputError
 from tracesim.network.routing import Router
 from tracesim.network.topology import Topology
-from tracesim.specs.cluster import AlgorithmParams
+from tracesim.specs.cluster import AlgorithmParams, CollectivesSpec
 
 #: registered algorithms by name, in registration order
 ALGORITHMS: dict[str, Algorithm] = {}
@@ -191,6 +193,27 @@ def load_algorithms() -> dict[str, Algorithm]:
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             importlib.import_module(f"{__name__}.{info.name}")
     return ALGORITHMS
+
+
+def check_collectives(spec: CollectivesSpec, file: str | Path | None = None) -> None:
+    """InputError (naming ``file`` and the key) unless every algorithm that a cluster spec's
+    ``collectives`` block names is registered and implements the collectives it is chosen
+    for."""
+    algos = load_algorithms()
+    known = ", ".join(sorted(algos))
+    for coll, names in spec.select:
+        place = f"collectives.select.{coll}"
+        for n in names:
+            if n == "auto":
+                continue
+            if n not in algos:
+                raise InputError(f"unknown algorithm {n!r} (known: auto, {known})", file, place)
+            if coll not in algos[n].collectives:
+                raise InputError(f"algorithm {n!r} does not implement {coll}", file, place)
+    for name, _ in spec.algorithms:
+        if name not in algos:
+            raise InputError(f"unknown key {name!r} (allowed: {known})", file,
+                             f"collectives.algorithms.{name}")
 
 
 load_algorithms()
