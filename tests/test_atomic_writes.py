@@ -35,8 +35,6 @@ _ALLOWED = {
                                        "renamed onto -o at the end (collectors/run.py)",
     ("collectors/worker.py", "_write_rank"): "writes inside the bundle's temporary directory, "
                                              "renamed onto -o at the end (collectors/run.py)",
-    ("collectors/cpu_accuracy.py", "main"): "appends one JSON line per round to a log named by "
-                                            "--json (an append, not a rewrite)",
 }
 
 

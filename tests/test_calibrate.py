@@ -40,7 +40,7 @@ def test_fit_curve_is_monotone_medians() -> None:
 
 
 def test_core_imports_without_torch() -> None:
-    code = ("import sys, tracesim.cli, tracesim.hardware.calibrate, tracesim.hardware.kernel_eval, "
+    code = ("import sys, tracesim.cli, tracesim.hardware.calibrate, "
             "tracesim.hardware.costmodel; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

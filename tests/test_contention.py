@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
 
-from collectors.cpu_accuracy import CPU_CLUSTER
 from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict, scaled_op_time
 from tracesim.pipeline import run_retarget
 from tracesim.specs.cluster import cluster_from_dict
+
+#: a two-process CPU host (gloo over loopback)
+CPU_CLUSTER = {
+    "name": "cpu-loopback", "nodes": 1, "gpus_per_node": 2,
+    "device": {
+        "name": "cpu", "kind": "cpu", "peak_tflops": {"fp32": 0.1}, "hbm_GBps": 20,
+        "launch_overhead_us": 5,
+        "efficiency": {"default": {"compute": [[1e6, 0.3], [1e9, 0.6]],
+                                   "memory": [[1e4, 0.3], [1e8, 0.8]], "spread": 0.3}},
+    },
+    "intra_node": {"kind": "pcie", "bandwidth_GBps": 2, "latency_us": 50},
+}
 
 
 def test_factor_interpolates_between_measured_counts() -> None:
@@ -78,20 +88,3 @@ def test_retarget_scales_compute_of_colocated_ranks(tmp_path: Path) -> None:
     c = run_retarget(None, {**one, "cluster": str(plain)})
     d = run_retarget(None, {**one, "cluster": str(slowed)})
     assert d["iteration_time_s"] == pytest.approx(c["iteration_time_s"], rel=1e-9)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
-@pytest.mark.parametrize("probe", ["train", "loop"])
-def test_contention_measurement_runs(probe: str) -> None:
-    """A tiny real measurement: 2 spawned workers, one round; the mapping loads back."""
-    from collectors.contention import measure
-
-    got = measure(procs=2, threads=1, rounds=1, iters=2, probe=probe)
-    hc = contention_from_dict(got, "measured")
-    assert 0.5 <= hc.factor(2) <= 10
-    assert set(got["detail"]["parts"]) == ({"gemm", "rows", "stream"} if probe == "loop" else set())
-    assert got["detail"]["alone_ms"] > 0 and got["detail"]["together_ms"] > 0
-    assert f"--probe {probe}" in got["method"]
-    with pytest.raises(ValueError, match="probe"):
-        measure(procs=2, probe="gpu")

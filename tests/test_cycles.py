@@ -1,5 +1,5 @@
 """The interleaved profiling run (collectors/cycles.py) and the error interval of the
-unprofiled comparison (tracesim/selfreplay_interval.py)."""
+unprofiled comparison (benchmarks/cpu/selfreplay_interval.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from collectors.cycles import (
     merge_chrome_traces,
     plan_cycles,
 )
-from tracesim.report.steps import StepResult, unprofiled_summary
-from tracesim.selfreplay_interval import error_interval
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -116,38 +114,6 @@ def _meta(cycles: list[dict], steps: list[dict], per_cycle: list[int], used: int
     entry = {"rank": 0, "cycles": cycles + cal, "profiled_step_events": steps,
              "profiler_overhead": {"per_event_ns": used, "floor_ns": 0}}
     return {"per_rank": [entry]}
-
-
-def test_error_interval_is_narrow_for_quiet_and_wide_for_noisy_measurements() -> None:
-    steps = [{"step": f"ProfilerStep#{k}", "cycle": k, "events": 1000} for k in range(8)]
-    quiet = [{"index": k, "recorded": True, "plain_ms": [100.0, 100.5]} for k in range(8)]
-    preds = {f"ProfilerStep#{k}": 0.101 + 0.0002 * k for k in range(8)}
-    lo, hi = error_interval(_meta(quiet, steps, [50_000] * 16, 50_000), 0, preds)  # type: ignore[misc]
-    assert -0.01 < lo <= hi < 0.03
-    noisy = [{"index": k, "recorded": True, "plain_ms": [80.0 + 7 * k, 140.0 - 6 * k]} for k in range(8)]
-    npreds = {f"ProfilerStep#{k}": (90.0 + 5 * (k % 4) * (-1) ** k) / 1e3 for k in range(8)}
-    calib = [20_000 + 9_000 * (k % 5) for k in range(16)]
-    nlo, nhi = error_interval(_meta(noisy, steps, calib, 38_000), 0, npreds)  # type: ignore[misc]
-    assert nhi - nlo > 4 * (hi - lo)
-    # deterministic
-    assert error_interval(_meta(noisy, steps, calib, 38_000), 0, npreds) == (nlo, nhi)
-    # no cycle records (older bundles, plain traces): no interval
-    assert error_interval({"per_rank": [{"rank": 0}]}, 0, preds) is None
-    assert error_interval(None, 0, preds) is None
-
-
-def test_summary_says_whether_the_error_is_consistent_with_a_bound() -> None:
-    steps = [{"step": f"#{k}", "cycle": k, "events": 1000} for k in range(4)]
-    cycles = [{"index": k, "recorded": True, "plain_ms": [100.0, 101.0]} for k in range(4)]
-    meta = _meta(cycles, steps, [10_000] * 4, 10_000)
-    rows = [StepResult("b", 0, f"#{k}", 0.2, 0.2, 0.0, True, None, 0.1005, 0.108 + 0.001 * k,
-                       0.08) for k in range(4)]
-    (u,) = unprofiled_summary(rows, {"b": meta})
-    assert u.rel_error_ci95 is not None and u.rel_error == pytest.approx(0.0896, abs=1e-3)
-    assert not u.consistent_with(0.05) and u.consistent_with(0.10)
-    assert u.to_dict()["rel_error_ci95"] == list(u.rel_error_ci95)
-    (plain,) = unprofiled_summary(rows)
-    assert plain.rel_error_ci95 is None and not plain.consistent_with(0.05)
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")

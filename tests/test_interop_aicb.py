@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tracesim.catalog import load_cluster
+from tracesim.convert import build_workload, replay_workload
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb
@@ -15,7 +16,6 @@ from tracesim.interop.aicb_export import graph_to_aicb
 from tracesim.interop.aicb_graph import aicb_to_graph
 from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra
-from tracesim.interop.workload import build_workload, replay_workload
 from tracesim.network.model import NetworkModel, collective_time_ns
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracesim.catalog import load_cluster
+from tracesim.convert import replay_workload
 from tracesim.errors import InputError
 from tracesim.hardware.device import get_device
 from tracesim.interop.aicb import read_aicb
@@ -17,7 +18,6 @@ from tracesim.interop.astrasim_system import (
     load_astrasim_system,
     system_from_astrasim_dict,
 )
-from tracesim.interop.workload import replay_workload
 from tracesim.network.model import NetworkModel
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"

@@ -12,8 +12,8 @@ blocking, with the scatter/gather optimisation; gradients reduced after the back
 (Megatron-LM 2021 had no --overlap-grad-reduce).
 
 Calibration and test are separate: the one fitted parameter, the tensor-core GEMM plateau
-(tracesim.hardware.datasheet.GEMM_E_MAX_FROM_MEGATRON), was calibrated on row 1 only (GPT
-1.7B, pure data parallelism) by scripts/calibrate_a100_gemm.py; rows 2-10 are the held-out
+(benchmarks.kernels.datasheet.GEMM_E_MAX_FROM_MEGATRON), was calibrated on row 1 only (GPT
+1.7B, pure data parallelism) by benchmarks/kernels/calibrate_a100_gemm.py; rows 2-10 are the held-out
 test the bounds are asserted on. Row 1 is reported but not counted.
 
 Run ``python tests/test_megatron_sc21.py`` to print the table (markdown) for the docs.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import simpy
 
+from benchmarks.network.calibration import CASES, busbw_GBps, compare
 from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
-from tracesim.network.calibration import CASES, busbw_GBps, compare
 from tracesim.network.collectives.tree import btree_parents, double_tree, tree_height
 from tracesim.network.model import NetworkModel, collective_time_ns
 from tracesim.specs.cluster import cluster_from_dict

@@ -23,15 +23,10 @@ from tracesim.hardware.device import get_device
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.durations import _Cost, make_op_time, split_calls_ns
-from tracesim.template.from_trace import (
-    _symbolic,
-    dim_expressions,
-    extract_template,
-    recorded_tensors,
-    template_from_source,
-)
+from tracesim.template.from_trace import extract_template, recorded_tensors, template_from_source
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
 from tracesim.template.resolve import _leaf_cost, resolve_template
+from tracesim.template.scopes import dim_expressions, symbolic
 from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, OverheadTaker, bundle_overhead_ns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +97,7 @@ def test_per_tensor_sizes_add_up_to_the_parameter_scaled_bytes() -> None:
     growth = []
     total_rec = total_h2 = 0.0
     for name, shapes in zip(tops["name"], tops["shapes"], strict=True):
-        sym = _symbolic(json.loads(shapes) if shapes else [], table, [], False)
+        sym = symbolic(json.loads(shapes) if shapes else [], table, [], False)
         dims = [[max(int(round(evaluate(d, env))), 1) if isinstance(d, str) else d for d in x]
                 if isinstance(x, list) else x for x in sym]
         b_rec = _leaf_cost(name, json.dumps(json.loads(shapes) if shapes else []), "fp32")[1]

@@ -28,7 +28,7 @@ SOURCES = sorted([*ROOT.glob("tracesim/**/*.py"), *ROOT.glob("collectors/**/*.py
 EVAL_ALLOWED = {
     ("tracesim/template/layer.py", "evaluate"):
         "code from compile_expr: arithmetic AST whitelist, no builtins",
-    ("tracesim/template/from_trace.py", "dim_expressions"):
+    ("tracesim/template/scopes.py", "dim_expressions"):
         "a fixed list of candidate expressions in the source, no input",
 }
 _PICKLE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve", "marshal",

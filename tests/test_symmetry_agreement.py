@@ -3,7 +3,7 @@
 The reduced replay simulates one representative rank per pipeline stage; with the flow
 network its collectives and transfers run together with their copies on the other ranks of
 the class (all of them loading the shared links). The full replay (``full``) simulates every
-rank. The benchmark (scripts/bench.py) compares the two at the scenarios' full sizes.
+rank. The benchmark (benchmarks/speed/bench.py) compares the two at the scenarios' full sizes.
 
 Scenarios, scaled down in layers and micro-batches (the layout and the cluster are the real
 ones): S1 (Llama 3 8B, FSDP over 128 H100), S2 at 128 GPUs (Llama 3 70B, TP8 PP8 DP2,

@@ -11,9 +11,10 @@ import pytest
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
-from tracesim.template.from_trace import dim_expressions, repeating_period, template_from_source
+from tracesim.template.from_trace import template_from_source
 from tracesim.template.layer import compile_expr, evaluate, load_template, symbol_env
 from tracesim.template.resolve import model_flops_per_iteration, op_numbers, resolve_template
+from tracesim.template.scopes import dim_expressions, repeating_period
 
 BUNDLES = Path(__file__).resolve().parents[1] / "workloads" / "bundles"
 

@@ -66,7 +66,7 @@ def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path
 
     Exit code 2 on bad input, with one line naming the file and the line or key.
     """
-    from tracesim.interop.workload import (
+    from tracesim.convert import (
         build_workload,
         load_workload,
         replay_workload,

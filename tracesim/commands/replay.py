@@ -94,8 +94,8 @@ def run_replay(source: Path | None, flags: dict[str, Any], *, strict: bool = Fal
     if (source is not None and only_cluster and source_kind(source) == "workload"
             and not (source / "template.yaml").exists()):
         # a task graph (extracted, or converted from Chakra / AICB): replay it as it is
+        from tracesim.convert import replay_workload
         from tracesim.graph.io import load_graph
-        from tracesim.interop.workload import replay_workload
 
         return Replayed(replay_workload(load_graph(source), str(flags["cluster"])))
     if retarget:

@@ -26,18 +26,12 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
     predicted one and the relative error; for bundles also the prediction of the unprofiled
     step time (profiler overhead removed) against the measured unprofiled median, and per
     rank the median of the steady steps' unprofiled predictions (bundles recorded with
-    ``collect --steps N``: one number per rank, less noisy than any single step) with the
-    95% interval that the measurement noise alone gives that error (resampled cycles).
+    ``collect --steps N``: one number per rank, less noisy than any single step).
     """
     results = []
-    metas: dict[str, dict] = {}
     for s in sources:
-        src = load_source(s)
-        got = self_replay(src)
-        results.extend(got)
-        if isinstance(src.meta, dict):
-            metas.update({r.source: src.meta for r in got})
-    summary = unprofiled_summary(results, metas)
+        results.extend(self_replay(load_source(s)))
+    summary = unprofiled_summary(results)
     if as_json:
         click.echo(json.dumps({"results": [r.to_dict() for r in results],
                                "unprofiled": [u.to_dict() for u in summary]}, indent=2))
@@ -56,15 +50,12 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
                        f"{r.rel_error_unprofiled * 100:>+7.2f}%")
     if summary:
         click.echo("")
-        click.echo("unprofiled step time per rank (median over its steady profiled steps; "
-                   "95% interval of the error from the measurement noise):")
+        click.echo("unprofiled step time per rank (median over its steady profiled steps):")
         hdr2 = (f"{'source':<34} {'rank':>4} {'steps':>5} {'measured ms':>12} {'predicted ms':>13} "
-                f"{'error':>8}  {'95% interval':>17}")
+                f"{'error':>8}")
         click.echo(hdr2)
         click.echo("-" * len(hdr2))
         for u in summary:
-            ci = ("" if u.rel_error_ci95 is None else
-                  f"{u.rel_error_ci95[0] * 100:+.1f}% .. {u.rel_error_ci95[1] * 100:+.1f}%")
             click.echo(f"{Path(u.source).name[:34]:<34} {u.rank:>4} {u.steps:>5} "
                        f"{u.measured_s * 1e3:>12.3f} {u.predicted_s * 1e3:>13.3f} "
-                       f"{u.rel_error * 100:>+7.2f}%  {ci:>17}")
+                       f"{u.rel_error * 100:>+7.2f}%")

@@ -3,7 +3,7 @@
 Several training processes on one CPU host share its last-level cache, memory bandwidth and
 (on a VM) whatever the hypervisor gives them, so each runs its compute slower than it did
 alone. A 1-rank trace cannot show that. It is measured separately, on this host, by
-``python -m collectors.contention`` (a fixed compute + memory loop run by 1 process alone and
+``python -m benchmarks.cpu.contention`` (a fixed compute + memory loop run by 1 process alone and
 by N processes at once, interleaved; never the training job it is later used to predict)
 and stored in the cluster spec::
 

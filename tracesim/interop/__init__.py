@@ -6,7 +6,7 @@
   :mod:`~tracesim.interop.aicb_export`: SimAI / AICB workload files;
 * :mod:`~tracesim.interop.astrasim_network`, :mod:`~tracesim.interop.astrasim_system`:
   ASTRA-sim network and system configurations;
-* :mod:`~tracesim.interop.workload`: the format registry and helpers behind
+* :mod:`~tracesim.convert`: the format registry and helpers behind
   ``tracesim convert``.
 
 See docs/interop.md. Nothing is imported here, so loading one submodule stays cheap.

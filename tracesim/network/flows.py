@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -35,25 +34,12 @@ from tracesim.network.flowstate import (
     SHARED,
     Batch,
     Buf,
+    FlowRecord,
     Late,
     Route,
     ranges,
 )
 from tracesim.network.maxmin import max_min_sorted
-
-
-@dataclass(frozen=True)
-class FlowRecord:
-    """A finished flow (kept only when ``record=True``): bytes asked, bytes delivered by its
-    integrated rate (short of ``nbytes`` by at most half a nanosecond's worth: completion
-    times are rounded to whole ns), start and end times in ns."""
-
-    flow_id: int
-    nbytes: float
-    delivered: float
-    start_ns: int
-    end_ns: int
-
 
 
 class FlowNetwork:

@@ -5,6 +5,8 @@ Used by :mod:`tracesim.network.flows`; see its docstring for how they fit togeth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import simpy
 from simpy.events import EventPriority
@@ -104,3 +106,16 @@ def ranges(los: list[int], his: list[int]) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     starts = np.cumsum(ln) - ln
     return np.repeat(lo - starts, ln) + np.arange(total, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """A finished flow (kept only when ``record=True``): bytes asked, bytes delivered by its
+    integrated rate (short of ``nbytes`` by at most half a nanosecond's worth: completion
+    times are rounded to whole ns), start and end times in ns."""
+
+    flow_id: int
+    nbytes: float
+    delivered: float
+    start_ns: int
+    end_ns: int

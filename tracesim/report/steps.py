@@ -50,12 +50,7 @@ class StepResult:
 @dataclass(frozen=True)
 class UnprofiledSummary:
     """Per source and rank: the median of the steady steps' unprofiled predictions against
-    the measured unprofiled median (seconds; rel_error = predicted / measured - 1).
-
-    ``rel_error_ci95``: the 95% interval of ``rel_error`` from the measurement noise alone
-    (:func:`tracesim.selfreplay_interval.error_interval`), where the bundle records its
-    cycles; None otherwise.
-    """
+    the measured unprofiled median (seconds; rel_error = predicted / measured - 1)."""
 
     source: str
     rank: int
@@ -63,28 +58,14 @@ class UnprofiledSummary:
     measured_s: float
     predicted_s: float
     rel_error: float
-    rel_error_ci95: tuple[float, float] | None = None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["rel_error_ci95"] = None if self.rel_error_ci95 is None else list(self.rel_error_ci95)
-        return d
-
-    def consistent_with(self, bound: float) -> bool:
-        """Whether the error is within ``bound`` or, given its interval, cannot be told
-        apart from an error within it (no interval: the error itself)."""
-        from tracesim.noise import consistent_with
-
-        return consistent_with(self.rel_error, self.rel_error_ci95, bound)
+        return asdict(self)
 
 
-def unprofiled_summary(results: list[StepResult],
-                       metas: dict[str, dict] | None = None) -> list[UnprofiledSummary]:
+def unprofiled_summary(results: list[StepResult]) -> list[UnprofiledSummary]:
     """:class:`UnprofiledSummary` per (source, rank) of ``results`` that have an unprofiled
-    prediction; steady steps only (all steps where none is steady). ``metas``: a bundle's
-    ``meta.yaml`` by source (the ``source`` of its results), for the error's interval."""
-    from tracesim.selfreplay_interval import error_interval
-
+    prediction; steady steps only (all steps where none is steady)."""
     groups: dict[tuple[str, int], list[StepResult]] = {}
     for r in results:
         if r.predicted_unprofiled_s is not None and r.measured_unprofiled_s:
@@ -94,9 +75,7 @@ def unprofiled_summary(results: list[StepResult],
         use = [r for r in rs if r.steady] or rs
         pred = float(np.median([r.predicted_unprofiled_s for r in use]))
         meas = float(use[0].measured_unprofiled_s)  # type: ignore[arg-type]
-        ci = error_interval((metas or {}).get(src), rank,
-                            {r.step: float(r.predicted_unprofiled_s) for r in use})  # type: ignore[arg-type]
-        out.append(UnprofiledSummary(src, rank, len(use), meas, pred, pred / meas - 1.0, ci))
+        out.append(UnprofiledSummary(src, rank, len(use), meas, pred, pred / meas - 1.0))
     return out
 
 

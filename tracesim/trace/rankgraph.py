@@ -14,6 +14,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.trace.overhead import overhead_in
+from tracesim.trace.threads import data_edges, thread_edges
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")
@@ -30,10 +31,6 @@ _GPU_GAP_MAX_NS = 20_000
 #: for a free slot in the device's launch queue (the queue holds ~1024 pending launches)
 _QUEUE_WAIT_MIN_NS = 50_000
 _QUEUE_MATCH_NS = 20_000
-#: a host thread idle for at least this long, that resumed at most _THREAD_WAKE_NS after an
-#: op on another thread of its rank ended, was waiting for that op
-_THREAD_IDLE_NS = 200_000
-_THREAD_WAKE_NS = 100_000
 #: a copy call counts as blocking when it returned no earlier than this before the copy ended
 _BLOCKING_SLACK_NS = 1_000
 
@@ -387,91 +384,11 @@ class RankExtractor:
                 if int(self.ts[g]) - e_other <= _EVENT_MATCH_NS and e_other > release:
                     self.edge(self.task_of[other], self.task_of[g], "event")
 
-    def thread_edges(self) -> None:
-        """Cross-thread dependencies of the host lanes.
-
-        * a ``c10d::<op>`` call enqueues work that a backend thread runs as ``gloo:<op>``:
-          the k-th of each are linked, and the backend op starts when it is enqueued;
-        * a thread that sat idle for a while and resumed right after an op on another thread
-          of the rank ended was woken by it (the autograd engine handing back to the main
-          thread, a wait on an asynchronous collective): that op -> the resumed task.
-        """
-        rows = self.rows
-        host = [k for k, r in enumerate(rows) if "rec_start" in r and self.lanes[r["lane"]]["kind"] == "cpu"]
-        if not host:
-            return
-        enq: dict[str, list[int]] = {}
-        run: dict[str, list[int]] = {}
-        for k in host:
-            nm = rows[k]["name"]
-            if nm.startswith("c10d::"):
-                enq.setdefault(nm[6:].strip("_"), []).append(k)
-            elif nm.startswith("gloo:"):
-                run.setdefault(nm[5:].strip("_").replace("_", ""), []).append(k)
-        for op, ks in enq.items():
-            rs = run.get(op.replace("_", ""), [])
-            for a, b in zip(sorted(ks, key=lambda k: rows[k]["rec_start"]),
-                            sorted(rs, key=lambda k: rows[k]["rec_start"]), strict=False):
-                if rows[b]["rec_start"] >= rows[a]["rec_start"]:
-                    self.edge(a, b, "thread")
-                    rows[b]["gap_ns"] = 0
-        # a waker is an executing collective or the last op of a burst of backward work on
-        # another thread (its own thread then goes idle); polling threads never wake anyone
-        next_start: dict[int, int] = {}
-        by_lane: dict[int, list[int]] = {}
-        for k in host:
-            by_lane.setdefault(rows[k]["lane"], []).append(k)
-        for ks in by_lane.values():
-            ks.sort(key=lambda k: rows[k]["rec_start"])
-            for a, b in zip(ks, ks[1:], strict=False):
-                next_start[a] = rows[b]["rec_start"]
-
-        def waker(k: int) -> bool:
-            r = rows[k]
-            if r["name"].startswith(("gloo:", "nccl:")):
-                return True
-            idle_after = next_start.get(k, 1 << 62) - r["rec_end"] >= _THREAD_IDLE_NS
-            return r.get("phase") == "bwd" and idle_after
-
-        ends = sorted((rows[k]["rec_end"], k) for k in host if waker(k))
-        end_ts = np.array([e for e, _ in ends], dtype=np.int64)
-        prev_end_on_lane: dict[int, int] = {}
-        for k in sorted(host, key=lambda k: (rows[k]["lane"], k)):
-            r = rows[k]
-            lane = r["lane"]
-            prev = prev_end_on_lane.get(lane)
-            prev_end_on_lane[lane] = r["rec_end"]
-            if prev is None or r["gap_ns"] < _THREAD_IDLE_NS:
-                continue
-            j = int(np.searchsorted(end_ts, r["rec_start"], side="right")) - 1
-            while j >= 0 and rows[ends[j][1]]["lane"] == lane:
-                j -= 1
-            if j < 0:
-                continue
-            e_other, other = ends[j]
-            if r["rec_start"] - e_other <= _THREAD_WAKE_NS and e_other > prev:
-                self.edge(other, k, "thread")
-                r["gap_ns"] = 0
-
-    def data_edges(self, et: pd.DataFrame) -> None:
-        """Execution-trace data dependencies between host ops on different threads."""
-        from tracesim.trace.et import data_dependencies, event_key
-
-        key = event_key(self.ops)
-        row_of = {int(k): i for i, k in enumerate(key.tolist()) if k >= 0}
-        for p, c in data_dependencies(et):
-            a, b = self.task_of.get(row_of.get(p, -1)), self.task_of.get(row_of.get(c, -1))
-            if a is None or b is None:
-                continue
-            ra, rb = self.rows[a], self.rows[b]
-            if ra["lane"] != rb["lane"] and ra.get("rec_end", 0) <= rb.get("rec_start", 0) + _NEST_TOL_NS:
-                self.edge(a, b, "data")
-
     def build(self, et: pd.DataFrame | None = None) -> Part:
         self.host_lanes()
         if et is not None:
-            self.data_edges(et)
-        self.thread_edges()
+            data_edges(self, et)
+        thread_edges(self)
         self.gpu_lanes()
         self.launch_and_sync_edges()
         if self.stream_wait_edges() == 0 and self.opt.infer_stream_waits:
