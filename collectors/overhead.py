@@ -8,9 +8,9 @@ self-replay check must not fit it on the steps it is tested on. So each rank mea
 **calibration cycles** of the real training job (same model, batch, DDP wrapper, threads,
 hence the same ops, shapes and, with several ranks, the same contention between the
 processes), under the same profiler session as the recorded steps and interleaved with
-them (:mod:`collectors.cycles`): ``per_event_ns`` is (the median of the calibration cycles'
+them (:mod:`tracesim.collectors.cycles`): ``per_event_ns`` is (the median of the calibration cycles'
 profiled steps - the median of their unprofiled steps) / the events of a profiled step
-(:func:`collectors.cycles.cycle_overhead`). The recorded profiled steps and the
+(:func:`tracesim.collectors.cycles.cycle_overhead`). The recorded profiled steps and the
 reference steps of the bundle belong to other cycles and are not used.
 
 Where other work made the cycles useless (a median below the loop microbenchmark's cost, a
@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 from torch.profiler import record_function
+from tracesim.collectors.train import make_profiler, timed
 
-from collectors.train import make_profiler, timed
 from tracesim.specs.model import ModelSpec
 
 #: twin sizes: tiny tensors, same layers / heads / experts as the real model
@@ -124,7 +124,7 @@ def split_per_event(per_event_ns: float, counts: dict[str, int],
 def overhead_mapping(calib: dict[str, Any], counts: dict[str, int],
                      loops: dict[str, Any]) -> dict[str, Any]:
     """The ``profiler_overhead`` mapping of ``meta.yaml`` (integer ns; see module doc) from
-    the calibration cycles (:func:`collectors.cycles.cycle_overhead`), the event counts of a
+    the calibration cycles (:func:`tracesim.collectors.cycles.cycle_overhead`), the event counts of a
     typical profiled step and the loop microbenchmark (:func:`op_overhead`)."""
     floor = loop_floor(counts, loops)
     per_event = max(int(calib["per_event_ns"]), floor)

@@ -1,10 +1,10 @@
-"""``python -m collectors.run``: record training steps of a model spec into a bundle.
+"""``python -m tracesim.collectors.run``: record training steps of a model spec into a bundle.
 
-Per rank: build the model (:mod:`collectors.models`) with module-scope annotations
-(:mod:`collectors.scopes`), run ``--warmup`` steps, then one ``torch.profiler`` session
-(plus the execution-trace observer) of interleaved cycles (:mod:`collectors.cycles`):
+Per rank: build the model (:mod:`tracesim.collectors.models`) with module-scope annotations
+(:mod:`tracesim.collectors.scopes`), run ``--warmup`` steps, then one ``torch.profiler`` session
+(plus the execution-trace observer) of interleaved cycles (:mod:`tracesim.collectors.cycles`):
 ``--calibration-cycles`` cycles measure the profiler's per-event overhead
-(:mod:`collectors.overhead`), ``--steps`` recorded cycles spread among them each give one
+(:mod:`tracesim.collectors.overhead`), ``--steps`` recorded cycles spread among them each give one
 profiled step and a share of the ``--measure`` timed unprofiled reference steps.
 ``--ranks N > 1`` runs a real data-parallel job (DDP; gloo on the CPU, NCCL on CUDA) of N
 local processes.
@@ -38,13 +38,14 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from tracesim.collectors.cycles import CALIBRATION_CYCLES  # noqa: E402
+from tracesim.collectors.spawn import free_port  # noqa: E402
+from tracesim.collectors.worker import RankConfig, run_rank  # noqa: E402
 
-from collectors.cycles import CALIBRATION_CYCLES  # noqa: E402
-from collectors.spawn import free_port  # noqa: E402
-from collectors.worker import RankConfig, run_rank  # noqa: E402
+from tracesim.catalog import load_model  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
 from tracesim.fileio import write_yaml  # noqa: E402
-from tracesim.specs.model import ModelSpec, load_model  # noqa: E402
+from tracesim.specs.model import ModelSpec  # noqa: E402
 
 BUNDLE_FORMAT = "tracesim-bundle"
 BUNDLE_VERSION = 1
@@ -75,7 +76,7 @@ def _cpu_model() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m collectors.run", description=__doc__.split("\n\n")[0]
+        prog="python -m tracesim.collectors.run", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--model", required=True, help="model spec: a YAML path or a workloads/ name")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

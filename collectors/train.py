@@ -1,7 +1,7 @@
 """The training step the collector records, and the profiler configuration it uses.
 
-Shared by the real run (:mod:`collectors.worker`) and the overhead calibration
-(:mod:`collectors.overhead`) so that both run exactly the same code under exactly the same
+Shared by the real run (:mod:`tracesim.collectors.worker`) and the overhead calibration
+(:mod:`tracesim.collectors.overhead`) so that both run exactly the same code under exactly the same
 profiler settings.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+from tracesim.collectors.models import build_model
+from tracesim.collectors.scopes import MODULE_PREFIX, ModuleScopes, phase
 
-from collectors.models import build_model
-from collectors.scopes import MODULE_PREFIX, ModuleScopes, phase
 from tracesim.specs.model import ModelSpec
 
 

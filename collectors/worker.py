@@ -1,9 +1,9 @@
 """One rank of a collection: build, warm up, then calibrate, profile and measure interleaved.
 
 :func:`run_rank` is run in-process for one rank and in spawned processes for several
-(:mod:`collectors.run`). After the warm-up and the loop microbenchmark
-(:func:`collectors.overhead.op_overhead`) it runs one profiler session of cycles
-(:mod:`collectors.cycles`): calibration cycles measure the profiler's cost, recorded cycles
+(:mod:`tracesim.collectors.run`). After the warm-up and the loop microbenchmark
+(:func:`tracesim.collectors.overhead.op_overhead`) it runs one profiler session of cycles
+(:mod:`tracesim.collectors.cycles`): calibration cycles measure the profiler's cost, recorded cycles
 give the profiled steps and the timed unprofiled reference steps. It writes
 ``rank{r}/trace.json.gz`` and ``rank{r}/et.json.gz`` (the recorded steps only) into the
 bundle directory and returns its measurements as plain Python data.
@@ -25,8 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from collectors.cycles import (
+from tracesim.collectors.cycles import (
     CALIBRATION_CYCLES,
     Cycle,
     CycleTimes,
@@ -36,8 +35,15 @@ from collectors.cycles import (
     merge_chrome_traces,
     plan_cycles,
 )
-from collectors.overhead import op_overhead, overhead_mapping
-from collectors.train import Training, count_step_events, make_profiler, make_training, timed
+from tracesim.collectors.overhead import op_overhead, overhead_mapping
+from tracesim.collectors.train import (
+    Training,
+    count_step_events,
+    make_profiler,
+    make_training,
+    timed,
+)
+
 from tracesim.specs.model import ModelSpec
 
 

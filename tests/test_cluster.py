@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tracesim.catalog import TOPOLOGIES_DIR, cluster_mapping, known_clusters, load_cluster
+from tracesim.catalog import cluster_mapping, clusters_dir, known_clusters, load_cluster
 from tracesim.errors import InputError
 from tracesim.network.collectives import ALGORITHMS
 from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
@@ -68,7 +67,7 @@ def test_shipped_calibration_is_set_once():
 
 
 def test_load_by_path_and_roundtrip(tmp_path):
-    c = load_cluster(TOPOLOGIES_DIR / "h100x128.yaml")
+    c = load_cluster(clusters_dir() / "h100x128.yaml")
     assert c == load_cluster("h100x128")
     p = tmp_path / "copy.yaml"
     p.write_text(yaml.safe_dump(c.to_dict(), sort_keys=False))
@@ -193,4 +192,4 @@ def test_spec_is_a_frozen_dataclass():
 
     assert dataclasses.is_dataclass(ClusterSpec)
     assert ClusterSpec.__dataclass_params__.frozen  # type: ignore[attr-defined]
-    assert Path(TOPOLOGIES_DIR).name == "topologies"
+    assert clusters_dir().name == "topologies"

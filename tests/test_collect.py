@@ -137,11 +137,11 @@ def _one_line_error(result) -> str:
 
 
 @pytest.mark.parametrize(("args", "text"), [
-    (["--workload", "no-such-model"], "--workload: unknown workload 'no-such-model'"),
+    (["--workload", "no-such-model"], "--workload: unknown model 'no-such-model'"),
     (["--workload", "gpt-tiny", "--tp", "2"], "--tp: only data parallelism is collected"),
     (["--workload", "gpt-tiny", "--pp", "4"], "--pp: only data parallelism is collected"),
     (["--workload", "gpt-tiny", "--ranks", "2", "--dp", "3"], "--dp: must equal --ranks (2)"),
-    (["--workload", "missing.yaml"], "missing.yaml: model spec not found"),
+    (["--workload", "missing.yaml"], "missing.yaml: file not found"),
 ])
 def test_bad_flags_exit_2(tmp_path, args, text):
     out = tmp_path / "out"
@@ -180,7 +180,7 @@ def test_collector_side_input_error_exits_2(tmp_path):
 
 def test_failed_collection_leaves_no_bundle(tmp_path, monkeypatch):
     """A collection that fails after it started writing leaves neither bundle nor temp dir."""
-    import collectors.run as run
+    import tracesim.collectors.run as run
 
     def failing(cfg):
         (Path(cfg.bundle_dir) / "rank0").mkdir()

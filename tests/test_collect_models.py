@@ -8,11 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from collectors.models import build_model  # noqa: E402
-from collectors.overhead import twin_spec  # noqa: E402
-from collectors.scopes import MODULE_PREFIX, PHASE_PREFIX  # noqa: E402
-from collectors.train import count_step_events, make_training  # noqa: E402
-from tracesim.specs.model import load_model  # noqa: E402
+from tracesim.collectors.models import build_model  # noqa: E402
+from tracesim.collectors.overhead import twin_spec  # noqa: E402
+from tracesim.collectors.scopes import MODULE_PREFIX, PHASE_PREFIX  # noqa: E402
+from tracesim.collectors.train import count_step_events, make_training  # noqa: E402
+
+from tracesim.catalog import load_model  # noqa: E402
 
 
 def _n_params(model: torch.nn.Module) -> int:

@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from collectors.cycles import (
+from tracesim.collectors.cycles import (
     CycleTimes,
     cycle_overhead,
     filter_et_nodes,
@@ -123,9 +122,8 @@ def test_cycle_schedule_records_one_step_per_cycle(tmp_path: Path) -> None:
     ProfilerStep each, named by the session's step number; the execution trace holds every
     recorded step, and the filter keeps the chosen ones joined to their Kineto ops."""
     import torch
-
-    from collectors.cycles import cycle_schedule
-    from collectors.train import count_step_events, make_profiler
+    from tracesim.collectors.cycles import cycle_schedule
+    from tracesim.collectors.train import count_step_events, make_profiler
 
     plan = plan_cycles(recorded=2, measure=2, calibration=1)
     files: list[Path] = []

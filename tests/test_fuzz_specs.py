@@ -54,7 +54,7 @@ ASTRA_NETWORK = {"topology": ["Switch", "Switch", "Switch"], "npus_count": [8, 4
 
 
 def _load_model(p: Path) -> None:
-    from tracesim.specs.model import load_model
+    from tracesim.catalog import load_model
 
     m = load_model(p)
     m.params()
@@ -124,7 +124,7 @@ def _load_template(p: Path) -> None:
 @cache
 def _text(kind: str, name: str) -> bytes:
     if kind == "layer template":
-        from tracesim.specs.model import load_model
+        from tracesim.catalog import load_model
         from tracesim.template.analytic import first_principles_template
 
         with tempfile.TemporaryDirectory() as d:
@@ -301,7 +301,7 @@ def test_chakra_et(which, case):
 # ----------------------------------------------------------------------------- hostile YAML
 
 _BOMB_LOADERS = {  # loader -> a file whose one value is the hostile YAML text {X}
-    "tracesim.specs.model:load_model":
+    "tracesim.catalog:load_model":
         "name: {X}\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 2\nvocab: 10\nseq_len: 8\n",
     "tracesim.catalog:load_cluster":
         "name: x\nnodes: 1\ngpus_per_node: 8\ndevice: {X}\n"

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from tracesim.build.builder import build_graph
+from tracesim.catalog import load_model
 from tracesim.engine.replay import replay
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.pipeline import simulate_retarget
 from tracesim.report.waits import rank_breakdowns
-from tracesim.specs.model import load_model
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 

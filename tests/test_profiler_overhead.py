@@ -34,7 +34,7 @@ def test_overhead_prefers_the_step_calibration() -> None:
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
 def test_split_keeps_the_total_per_step() -> None:
-    from collectors.overhead import loop_floor, split_per_event
+    from tracesim.collectors.overhead import loop_floor, split_per_event
 
     counts = {"cpu_ops": 1800, "module_scopes": 28, "annotations": 5, "events": 1833}
     loops = {"op_ns": 6000, "annotation_ns": 2000}

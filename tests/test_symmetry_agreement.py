@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tracesim.catalog import models_dir
 from tracesim.pipeline import run_retarget
-from tracesim.specs.model import WORKLOADS_DIR
 
 TOL = 0.005
 
 
 def _model(tmp: Path, name: str, layers: int) -> str:
-    spec = yaml.safe_load((WORKLOADS_DIR / f"{name}.yaml").read_text())
+    spec = yaml.safe_load((models_dir() / f"{name}.yaml").read_text())
     spec.update(name=f"{name}-{layers}l", layers=layers)
     path = tmp / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))

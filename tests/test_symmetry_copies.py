@@ -10,12 +10,12 @@ import simpy
 import yaml
 
 from tracesim.build.builder import build_graph
-from tracesim.catalog import load_cluster
+from tracesim.catalog import load_cluster, load_model, models_dir
 from tracesim.engine.replay import replay
 from tracesim.engine.symmetry import SymmetricComm
 from tracesim.network.model import NetworkModel
 from tracesim.pipeline import choose_template
-from tracesim.specs.model import WORKLOADS_DIR, load_model, model_from_dict
+from tracesim.specs.model import model_from_dict
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.durations import make_op_time
 
@@ -31,7 +31,7 @@ def _built(model, par: ParallelSpec, cluster):
 def test_copies_of_groups_and_transfers() -> None:
     cluster = load_cluster("h100x8")
     par = ParallelSpec(tp=2, pp=2, dp=2, global_batch=4, seq_len=512)
-    g = _built(load_model(WORKLOADS_DIR / "gpt3-1.7b.yaml"), par, cluster)
+    g = _built(load_model("gpt3-1.7b"), par, cluster)
     sc = SymmetricComm(NetworkModel(cluster), g)
     assert sc.placement is not None
     # rank = t + 2 d + 4 p; representatives 0 (stage 0) and 4 (stage 1)
@@ -45,7 +45,7 @@ def test_copies_of_groups_and_transfers() -> None:
 
 
 def _s4_small(tmp: Path):
-    spec = yaml.safe_load((WORKLOADS_DIR / "gpt3-175b.yaml").read_text())
+    spec = yaml.safe_load((models_dir() / "gpt3-175b.yaml").read_text())
     spec.update(name="gpt3-175b-16l", layers=16)
     model = model_from_dict(spec, tmp / "m.yaml")
     cluster = load_cluster("a100-selene")

@@ -1,48 +1,94 @@
 """What ships with tracesim, and how a name or a path becomes a spec.
 
-A cluster is named by a YAML path or by the name of a shipped spec (``topologies/``); a
-file in ASTRA-sim's analytical network format is converted
-(:mod:`tracesim.interop.astrasim_network`). Loading checks the spec strictly
-(:func:`tracesim.specs.cluster.cluster_from_dict`) and the collective algorithms it names
-against the network layer's registry (:func:`tracesim.network.collectives.check_collectives`).
+The shipped model specs and stored template bundles (``workloads/``, installed as
+``tracesim.workloads``), cluster specs (``topologies/``, installed as ``tracesim.topologies``)
+and device profiles (``tracesim/hardware/devices``) are package data, read through
+:mod:`importlib.resources`: they resolve by name from any directory after ``pip install``.
+A user's own file is accepted wherever a name is: a path to a YAML file (or, for a cluster,
+a file in ASTRA-sim's analytical network format, converted by
+:mod:`tracesim.interop.astrasim_network`). Loading checks a spec strictly and a cluster's
+collective algorithms against the network layer's registry
+(:func:`tracesim.network.collectives.check_collectives`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.hardware.device import get_device, known_devices
 from tracesim.network.collectives import check_collectives
 from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
+from tracesim.specs.model import ModelSpec, model_from_dict
 
-TOPOLOGIES_DIR = Path(__file__).resolve().parents[1] / "topologies"
+KINDS = ("models", "clusters", "devices")
+
+
+def _data_dir(package: str) -> Path:
+    return Path(str(resources.files(package)))
+
+
+def models_dir() -> Path:
+    """Folder of the shipped model specs (``<name>.yaml``) and stored bundles (``bundles/``)."""
+    return _data_dir("tracesim.workloads")
+
+
+def clusters_dir() -> Path:
+    """Folder of the shipped cluster specs (``<name>.yaml``)."""
+    return _data_dir("tracesim.topologies")
+
+
+def known_models() -> list[str]:
+    """Names of the shipped model specs."""
+    return sorted(p.stem for p in models_dir().glob("*.yaml"))
 
 
 def known_clusters() -> list[str]:
-    """Names of the cluster specs shipped in ``topologies/``."""
-    return sorted(p.stem for p in TOPOLOGIES_DIR.glob("*.yaml"))
+    """Names of the shipped cluster specs."""
+    return sorted(p.stem for p in clusters_dir().glob("*.yaml"))
 
 
-def load_cluster(path_or_name: str | Path | ClusterSpec) -> ClusterSpec:
-    """Load a cluster spec from a YAML path, or by name from ``topologies/<name>.yaml``.
+def _named(name_or_path: str | Path, folder: Path, known: list[str], what: str,
+           flag: str) -> Path:
+    """The file a name or path stands for: an existing path, a ``.yaml`` path, or a shipped
+    name (names may contain dots, ``gpt3-1.7b``, so a name is tried before a missing path)."""
+    text = str(name_or_path)
+    path = Path(text)
+    if path.exists():
+        return path
+    shipped = folder / f"{text}.yaml"
+    if "/" not in text and shipped.is_file():
+        return shipped
+    if path.suffix in (".yaml", ".yml") or "/" in text:
+        raise InputError("file not found", path)
+    raise InputError(f"unknown {what} {text!r} (known: {', '.join(known)}; or give a YAML path)",
+                     flag)
 
-    A file in ASTRA-sim's analytical network format (``topology``, ``npus_count``,
-    ``bandwidth``, ``latency`` lists) is converted by
-    :func:`tracesim.interop.astrasim_network.cluster_from_astrasim_dict`.
-    """
-    if isinstance(path_or_name, ClusterSpec):
-        return path_or_name
-    path = Path(path_or_name)
-    if not path.suffix and not path.exists():
-        candidate = TOPOLOGIES_DIR / f"{path_or_name}.yaml"
-        if not candidate.exists():
-            raise InputError(
-                f"unknown cluster {str(path_or_name)!r} (known: {', '.join(known_clusters())})",
-                "--cluster",
-            )
-        path = candidate
+
+def model_path(name_or_path: str | Path, flag: str = "--model") -> Path:
+    """The YAML file of a model name (shipped) or path."""
+    return _named(name_or_path, models_dir(), known_models(), "model", flag)
+
+
+def load_model(name_or_path: str | Path | ModelSpec, flag: str = "--model") -> ModelSpec:
+    """A model spec from a shipped name or a YAML path (checked strictly)."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    path = model_path(name_or_path, flag)
+    return model_from_dict(read_yaml(path), path)
+
+
+def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
+    """A cluster spec from a shipped name or a YAML path; an ASTRA-sim analytical network
+    config (``topology``, ``npus_count``, ``bandwidth``, ``latency`` lists) is converted by
+    :func:`tracesim.interop.astrasim_network.cluster_from_astrasim_dict`."""
+    if isinstance(name_or_path, ClusterSpec):
+        return name_or_path
+    path = _named(name_or_path, clusters_dir(), known_clusters(), "cluster", "--cluster")
     data = read_yaml(path)
     if isinstance(data, Mapping) and "npus_count" in data:
         from tracesim.interop.astrasim_network import cluster_from_astrasim_dict
@@ -56,3 +102,49 @@ def cluster_mapping(data: object, file: str | Path | None = None) -> ClusterSpec
     spec = cluster_from_dict(data, file)
     check_collectives(spec.collectives, file)
     return spec
+
+
+def default_bundle(family: str) -> Path | None:
+    """The stored CPU bundle whose template is the default of model ``family``, if shipped."""
+    p = models_dir() / "bundles" / f"{family}-tiny"
+    return p if (p / "meta.yaml").is_file() else None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One shipped item for ``tracesim list``: its name and a one-line description."""
+
+    name: str
+    summary: str
+
+
+def shipped(kind: str) -> list[Entry]:
+    """What ships, by kind (``models``, ``clusters`` or ``devices``)."""
+    if kind == "models":
+        out = []
+        for name in known_models():
+            m = load_model(name)
+            moe = f", {m.experts} experts top-{m.top_k}" if m.experts else ""
+            out.append(Entry(name, f"{m.family}: {m.layers} layers, hidden {m.hidden}, "
+                                   f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}{moe}, "
+                                   f"{m.params() / 1e9:.3g} B parameters"))
+        return out
+    if kind == "clusters":
+        out = []
+        for name in known_clusters():
+            c = load_cluster(name)
+            net = (f"{c.inter_node.nics_per_node} x {c.inter_node.nic_Gbps:g} Gb/s NICs per node, "
+                   f"{c.inter_node.topology}" if c.inter_node else "one node")
+            out.append(Entry(name, f"{c.gpus} x {get_device(c.device).name} ({c.nodes} nodes of "
+                                   f"{c.gpus_per_node}; {c.intra_node.kind} "
+                                   f"{c.intra_node.bandwidth_GBps:g} GB/s per GPU); {net}"))
+        return out
+    if kind == "devices":
+        out = []
+        for name in known_devices():
+            d = get_device(name)
+            peaks = ", ".join(f"{k} {v:g}" for k, v in d.peak_tflops.items() if v)
+            out.append(Entry(name, f"{d.kind}: peak TFLOP/s {peaks}; memory {d.hbm_GBps:g} GB/s"
+                                   + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")))
+        return out
+    raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")

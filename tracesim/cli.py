@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "sweep",
     "convert",
     "compare",
+    "list",
 )
 
 

@@ -176,18 +176,16 @@ def build_workload(opts: Mapping[str, Any]) -> TaskGraph:
     reduction (an exported workload needs every rank).
     """
     from tracesim.build.builder import build_graph
+    from tracesim.catalog import load_model
     from tracesim.hardware.device import get_device
     from tracesim.pipeline import choose_template
-    from tracesim.specs.model import WORKLOADS_DIR, load_model
     from tracesim.specs.parallel import parallel_from_options
     from tracesim.template.durations import make_op_time
 
     if not opts.get("model") or not opts.get("cluster"):
         raise InputError("building a workload needs --model and --cluster (or give a SOURCE)",
                          "--model")
-    name = str(opts["model"])
-    shipped = WORKLOADS_DIR / f"{name}.yaml"
-    model = load_model(shipped if not Path(name).exists() and shipped.exists() else name)
+    model = load_model(str(opts["model"]))
     cluster = load_cluster(str(opts["cluster"]))
     device = get_device(cluster.device)
     par = parallel_from_options(opts, model, cluster.gpus)

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.catalog import load_model
 from tracesim.errors import InputError
-from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, load_model, model_from_dict
+from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.layer import LayerTemplate
@@ -43,11 +44,7 @@ SYMMETRY_MIN_GPUS = 64
 
 def _load_model(source: str | None, opts: Mapping[str, Any]) -> ModelSpec:
     if opts.get("model"):
-        name = str(opts["model"])
-        shipped = WORKLOADS_DIR / f"{name}.yaml"
-        if not name.endswith((".yaml", ".yml")) and not Path(name).exists() and shipped.exists():
-            return load_model(shipped)  # names with dots (gpt3-1.7b) are not paths
-        return load_model(name)
+        return load_model(str(opts["model"]))
     if source:
         from tracesim.template.from_trace import bundle_meta
 
@@ -78,7 +75,8 @@ def _stored_template(bundle: str, stamp: tuple[tuple[str, int, int], ...]) -> La
 def choose_template(source: str | None, model: ModelSpec, opts: Mapping[str, Any]) -> tuple[LayerTemplate, list[str]]:
     """The layer template for ``model``: from ``source``, the family's stored bundle, or
     first principles (``opts['template'] == 'analytic'`` forces the last)."""
-    from tracesim.template.from_trace import default_bundle, template_from_source
+    from tracesim.catalog import default_bundle
+    from tracesim.template.from_trace import template_from_source
 
     warnings: list[str] = []
     attention = str(opts.get("attention") or "flash")

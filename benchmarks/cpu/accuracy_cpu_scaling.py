@@ -96,9 +96,9 @@ def _paired_worker(arg: str) -> None:
     import time
 
     import torch
+    from tracesim.collectors.train import make_training
 
-    from collectors.train import make_training
-    from tracesim.specs.model import load_model
+    from tracesim.catalog import load_model
 
     cfg = json.loads(arg)
     torch.set_num_threads(int(cfg["threads"] or max(1, os.cpu_count() or 1)))  # as collect, 1 rank
@@ -136,9 +136,8 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     """Per template op of ``spec_path``: time predicted from ``base_bundle`` and time measured
     in ``variant_bundle`` (its own template on its own device: the measurement), in ns, with
     how often the op runs per step (``count``: layers for block ops)."""
-    from tracesim.catalog import load_cluster
+    from tracesim.catalog import load_cluster, load_model
     from tracesim.hardware.device import get_device
-    from tracesim.specs.model import load_model
     from tracesim.specs.parallel import parallel_from_options
     from tracesim.template.durations import make_op_time
     from tracesim.template.from_trace import template_from_source

@@ -15,7 +15,7 @@ machine (each round takes 2-3 minutes here)::
 
 ``--reuse DIR`` collects nothing: it replays the bundles ``DIR/b1-*`` / ``DIR/b2-*`` of
 earlier rounds with the profiler overhead recomputed from their recorded calibration cycles
-by the current collector code (:func:`collectors.cycles.cycle_overhead`), for comparing two
+by the current collector code (:func:`tracesim.collectors.cycles.cycle_overhead`), for comparing two
 estimators on the same bundles.
 """
 
@@ -47,8 +47,8 @@ def collect(out: Path, *args: str) -> None:
 def recalibrated(meta: dict[str, Any]) -> dict[str, Any]:
     """``meta`` with every rank's ``profiler_overhead`` recomputed from its calibration
     cycles by the current collector code."""
-    from collectors.cycles import CycleTimes, cycle_overhead
-    from collectors.overhead import overhead_mapping
+    from tracesim.collectors.cycles import CycleTimes, cycle_overhead
+    from tracesim.collectors.overhead import overhead_mapping
 
     out = dict(meta, per_rank=[])
     for entry in meta["per_rank"]:

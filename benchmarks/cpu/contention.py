@@ -97,8 +97,8 @@ PROBE_BATCH = 4
 def _train_loop(threads: int) -> Any:
     """``run(iters) -> {"total": [ns per step]}`` of the probe's training step."""
     import torch
+    from tracesim.collectors.train import make_training
 
-    from collectors.train import make_training
     from tracesim.specs.model import model_from_dict
 
     torch.set_num_threads(threads)

@@ -83,7 +83,7 @@ def _worker(rank: int, world: int, port: int, sizes: list[int], reps: int, gap_m
 
 def measure_times(procs: int, sizes: list[int], reps: int, gap_ms: float) -> dict[int, float]:
     """Median seconds per size of one ``all_reduce`` over ``procs`` local gloo ranks."""
-    from collectors.spawn import free_port, run_spawned
+    from tracesim.collectors.spawn import free_port, run_spawned
 
     port = free_port()
     results = run_spawned(_worker, [(r, procs, port, sizes, reps, gap_ms, 1234) for r in range(procs)])

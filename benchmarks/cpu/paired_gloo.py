@@ -36,9 +36,9 @@ def _worker(rank: int, port: int, workload: str, batch: int, cycles: int, steps:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+    from tracesim.collectors.train import make_training
 
-    from collectors.train import make_training
-    from tracesim.specs.model import load_model
+    from tracesim.catalog import load_model
 
     torch.set_num_threads(1)
     torch.manual_seed(1234)
@@ -84,7 +84,7 @@ def _worker(rank: int, port: int, workload: str, batch: int, cycles: int, steps:
 def measure(workload: str = "gpt-tiny", batch: int = 8, cycles: int = 6, steps: int = 5) -> dict[str, Any]:
     """The paired medians (module doc); ``waiting_cpu_s``: CPU time rank 1 used while it
     waited (should be ~0: it must not slow the 1-rank job down)."""
-    from collectors.spawn import free_port, run_spawned
+    from tracesim.collectors.spawn import free_port, run_spawned
 
     port = free_port()
     got = run_spawned(_worker, [(r, port, workload, batch, cycles, steps) for r in range(2)])

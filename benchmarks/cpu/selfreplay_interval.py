@@ -7,11 +7,11 @@ they move by about 1%; on a busy or throttled VM (single steps 10-17% apart) by 
 percent, and a single number cannot tell a wrong model from a noisy measurement.
 
 :func:`error_interval` gives a 95% interval of the relative error by resampling what was
-measured, cycle by cycle (:mod:`collectors.cycles`): the recorded cycles with replacement
+measured, cycle by cycle (:mod:`tracesim.collectors.cycles`): the recorded cycles with replacement
 (a recorded step's prediction together with the reference steps of the same cycle, which
 saw the same machine speed), and independently the calibration cycles (the per-event cost
 recomputed from the resampled cycles' steps as the collector computes it,
-:func:`collectors.cycles.cycle_overhead`, moving every prediction by the change times the
+:func:`tracesim.collectors.cycles.cycle_overhead`, moving every prediction by the change times the
 step's events).
 Measurements only: nothing here looks at the error itself. Bundles without cycle records
 (collected before the cycles) get no interval.

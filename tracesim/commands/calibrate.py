@@ -38,7 +38,7 @@ def command(device: str, out: Path, quick: bool, threads: int | None, name: str 
         raise InputError(TORCH_MISSING, "--device")
     if threads is not None and threads < 1:
         raise InputError(f"must be >= 1, got {threads}", "--threads")
-    from collectors.calibrate import calibrate
+    from tracesim.collectors.calibrate import calibrate
     from tracesim.hardware.device import parse_profile
 
     log = None if as_json else (lambda m: click.echo(f"calibrate: {m}", err=True))

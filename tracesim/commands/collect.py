@@ -1,8 +1,7 @@
 """``tracesim collect``: record training steps of a model under torch.profiler into a bundle.
 
 The tracesim process never imports torch: it validates the flags, then runs
-``python -m collectors.run`` (the same interpreter) as a subprocess with the checkout on
-``PYTHONPATH``. The collector's progress lines go to stderr as they come; its other output is
+``python -m tracesim.collectors.run`` (the same interpreter) as a subprocess. The collector's progress lines go to stderr as they come; its other output is
 shown only if it fails. Only data parallelism is collected (``--ranks N`` local processes).
 """
 
@@ -17,30 +16,20 @@ from pathlib import Path
 
 import click
 
+from tracesim.catalog import load_model, model_path
 from tracesim.errors import InputError
-from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, load_model
+from tracesim.specs.model import ModelSpec
 from tracesim.trace.bundle import is_bundle, load_bundle
 
-#: root of the checkout (holds ``collectors/`` beside ``tracesim/``)
-CHECKOUT = Path(__file__).resolve().parents[2]
 TORCH_MISSING = "torch is not installed: pip install 'tracesim[collect]' (torch==2.13.0)"
 
 
 def resolve_workload(name_or_path: str) -> tuple[ModelSpec, Path]:
     """The model spec for ``--workload`` (a YAML path or a ``workloads/`` name) and its file."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise InputError("model spec not found", path)
-        return load_model(path), path
-    candidate = WORKLOADS_DIR / f"{name_or_path}.yaml"
-    if not candidate.is_file():
-        known = sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml"))
-        raise InputError(
-            f"unknown workload {name_or_path!r} (known: {', '.join(known)}; or give a YAML path)",
-            "--workload",
-        )
-    return load_model(candidate), candidate
+    path = model_path(name_or_path, "--workload")
+    if not path.is_file():
+        raise InputError("model spec not found", path)
+    return load_model(path), path
 
 
 def check_layout(ranks: int | None, tp: int, pp: int, dp: int | None) -> int:
@@ -66,12 +55,9 @@ def _check_output(out: Path) -> None:
 
 
 def run_collector(argv: list[str]) -> None:
-    """Run ``python -m collectors.run ARGV``; stream its progress, raise on failure."""
+    """Run ``python -m tracesim.collectors.run ARGV``; stream its progress, raise on failure."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p
-    )
-    cmd = [sys.executable, "-m", "collectors.run", *argv]
+    cmd = [sys.executable, "-m", "tracesim.collectors.run", *argv]
     tail: deque[str] = deque(maxlen=25)
     error_line = None
     with subprocess.Popen(

@@ -41,6 +41,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -51,7 +52,8 @@ from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.strict import check_keys, get_number, get_str
 
-DEVICES_DIR = Path(__file__).resolve().parent / "devices"
+#: the shipped profiles (package data)
+DEVICES_DIR = Path(str(resources.files("tracesim.hardware") / "devices"))
 
 PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 

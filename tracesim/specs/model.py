@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.fileio import read_yaml
 from tracesim.ops.dtypes import DTYPE_BYTES
 from tracesim.strict import check_keys, get_number, get_str
 
@@ -53,7 +52,6 @@ _OPTIONAL = (
 )
 
 #: directory of the model specs shipped with tracesim (``workloads/`` of the checkout)
-WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "workloads"
 
 
 @dataclass(frozen=True)
@@ -194,20 +192,6 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
             f"top_k {kw['top_k']} must be in 1..experts ({kw['experts']})", file, "top_k"
         )
     return ModelSpec(**kw)
-
-
-def load_model(name_or_path: str | Path) -> ModelSpec:
-    """Load a model spec from a YAML path, or by name from ``workloads/<name>.yaml``."""
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml") and not path.exists():
-        candidate = WORKLOADS_DIR / f"{name_or_path}.yaml"
-        if not candidate.exists():
-            known = sorted(p.stem for p in WORKLOADS_DIR.glob("*.yaml"))
-            raise InputError(
-                f"unknown model {str(name_or_path)!r} (known: {', '.join(known)})", "--model"
-            )
-        path = candidate
-    return model_from_dict(read_yaml(path), path)
 
 
 def model_spec_mapping(spec: ModelSpec | Mapping[str, Any]) -> dict[str, Any]:

@@ -86,20 +86,16 @@ class SpecResolver:
             return self.content_digest(source)
         if settings.get("template") == "analytic" or model is None:
             return None
-        from tracesim.template.from_trace import default_bundle
+        from tracesim.catalog import default_bundle
 
         return self.content_digest(default_bundle(model.family))
 
     def model(self, value: str):
-        from tracesim.specs.model import WORKLOADS_DIR, load_model
+        from tracesim.catalog import load_model
 
         if value not in self._models:
-            shipped = WORKLOADS_DIR / f"{value}.yaml"
             resolved = self.path(value)
-            if (not value.endswith((".yaml", ".yml")) and not Path(resolved).exists()
-                    and shipped.exists()):
-                resolved = str(shipped)
-            self._models[value] = load_model(resolved)
+            self._models[value] = load_model(resolved if Path(resolved).exists() else value)
         return self._models[value]
 
     def cluster(self, value: str, gpu: str | None, nodes: int | None, nic: float | None):

@@ -49,7 +49,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.specs.model import WORKLOADS_DIR, ModelSpec, model_from_dict
+from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, load_template
 from tracesim.template.scopes import (
     classify_scope,
@@ -74,12 +74,6 @@ def bundle_meta(source: str | Path) -> dict[str, Any] | None:
         meta = read_yaml(p / "meta.yaml")
         return meta if isinstance(meta, dict) else None
     return None
-
-
-def default_bundle(family: str) -> Path | None:
-    """The stored CPU bundle used as the default template of ``family``, if shipped."""
-    p = WORKLOADS_DIR / "bundles" / f"{family}-tiny"
-    return p if (p / "meta.yaml").exists() else None
 
 
 def template_from_source(source: str | Path, model: ModelSpec | None = None) -> LayerTemplate:

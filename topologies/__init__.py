@@ -1,0 +1,4 @@
+"""Shipped cluster specs (``<name>.yaml``).
+
+Data, installed as ``tracesim.topologies`` and read through :mod:`tracesim.catalog`.
+"""
