@@ -12,7 +12,7 @@ from tracesim.catalog import load_model
 from tracesim.engine.replay import replay
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.pipeline import simulate_retarget
-from tracesim.report.waits import rank_breakdowns
+from tracesim.report.breakdown import rank_breakdowns
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 
@@ -79,7 +79,7 @@ def test_categorical_and_string_columns_replay_alike(cp_graph: TaskGraph) -> Non
 
 
 def test_breakdown_in_edge_chunks_is_the_same(cp_graph: TaskGraph, monkeypatch) -> None:
-    import tracesim.report.waits as bd
+    import tracesim.report.breakdown as bd
 
     r = replay(cp_graph)
     whole = rank_breakdowns(cp_graph, r.start_ns, r.end_ns, r.makespan_ns)
@@ -111,7 +111,7 @@ def test_full_replay_merges_only_without_per_op_output() -> None:
 
 
 def test_order_check_of_compute_tasks() -> None:
-    from tracesim.report.waits import _ordered
+    from tracesim.report.breakdown import _ordered
 
     rank = np.array([0, 0, 0, 1, 1, 2])
     start = np.array([5, 7, 7, 1, 3, 0])

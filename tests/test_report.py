@@ -13,7 +13,6 @@ from click.testing import CliRunner
 
 from tracesim.cli import cli
 from tracesim.pipeline import run_retarget, simulate_retarget
-from tracesim.report.breakdown import breakdown
 from tracesim.report.critical import critical_path, top_contributors
 from tracesim.report.links import _cumulative
 from tracesim.report.resultdir import Replayed, write_result_dir
@@ -176,24 +175,60 @@ def test_breakdown_adds_up(lay, tmp_path):
         assert total == pytest.approx(it, rel=1e-9, abs=1e-12), rank
         assert min(bd["compute_s"], bd["bubble_s"], bd["idle_s"], *bd["exposed_comm_s"].values()) >= 0
     bd = run.result["breakdown"]
+    assert bd["host_s"] == 0.0  # a built graph has no host tasks
     assert bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["bubble_s"] + bd["idle_s"] == pytest.approx(it, rel=1e-9)
-    # the overlap view (what a trace analyser sees) adds up as well, and agrees on compute
-    res = write_result_dir(tmp_path / "r", Replayed(run.result, run.graph, run.replay.start_ns,
-                                                    run.replay.end_ns, run.task_methods(),
-                                                    run.per_rank, run.links, run.network.topology),
-                           plots=False)
-    for rank, tb in res["timeline_breakdown"].items():
-        total = tb["compute_s"] + sum(tb["exposed_comm_s"].values()) + tb["bubble_s"] + tb["idle_s"]
-        assert total == pytest.approx(it, rel=1e-9)
-        assert tb["compute_s"] == pytest.approx(run.per_rank[int(rank)]["compute_s"], rel=1e-9)
     if lay["pp"] > 1:
         assert any(b["bubble_s"] > 0 for b in run.per_rank.values())
 
 
-def test_report_breakdown_overlap_rules(small_run):
-    g, r = small_run.graph, small_run.replay
-    b = breakdown(g, r, 0, 0, r.makespan_ns)
-    assert b["compute_s"] == pytest.approx(small_run.per_rank[0]["compute_s"], rel=1e-9)
+def _parts(bd: dict) -> dict:
+    return {"compute": bd["compute_s"], **{k: v for k, v in bd["exposed_comm_s"].items() if v},
+            "host": bd["host_s"], "bubble": bd["bubble_s"], "idle": bd["idle_s"]}
+
+
+def test_breakdown_of_a_recorded_rank_follows_the_waits() -> None:
+    """Two GPU streams, a host thread launching them, a collective: the device's idle
+    stretches are charged to what its next kernel waited for (ns)."""
+    from tests.helpers import graph
+    from tracesim.engine.replay import replay
+    from tracesim.report.breakdown import rank_breakdowns
+
+    lanes = [(0, "cpu:1", "cpu"), (0, "stream:7", "gpu"), (0, "stream:13", "gpu")]
+    g = graph([
+        {"rank": 0, "lane": 0, "kind": "cpu", "name": "launch a", "dur_ns": 100},     # 0
+        {"rank": 0, "lane": 0, "kind": "cpu", "name": "launch b", "dur_ns": 300},     # 1
+        {"rank": 0, "lane": 1, "kind": "gpu", "name": "gemm a", "dur_ns": 50},        # 2
+        {"rank": 0, "lane": 2, "kind": "gpu", "name": "gemm b", "dur_ns": 70},        # 3
+        {"rank": 0, "lane": 2, "kind": "gpu", "name": "nccl", "dur_ns": 40,
+         "op_class": "comm", "group_kind": "tp"},                                      # 4
+        {"rank": 0, "lane": 1, "kind": "gpu", "name": "gemm c", "dur_ns": 10},        # 5
+    ], [(0, 2), (1, 3), (3, 4), (4, 5)], lanes)
+    r = replay(g)
+    # host 0-100, gemm a 100-150; launch b 100-400, gemm b 400-470 (device waited for the
+    # host 150-400); nccl 470-510, gemm c 510-520 (waited for the collective)
+    assert r.start_ns.tolist() == [0, 100, 100, 400, 470, 510]
+    (bd,) = rank_breakdowns(g, r.start_ns, r.end_ns, r.makespan_ns).values()
+    assert _parts(bd) == pytest.approx({"compute": 130e-9, "tp": 40e-9, "host": 350e-9,
+                                        "bubble": 0.0, "idle": 0.0})
+    # a window: only [120, 480)
+    (win,) = rank_breakdowns(g, r.start_ns, r.end_ns, r.makespan_ns, {0: (120, 480)}).values()
+    assert _parts(win) == pytest.approx({"compute": 100e-9, "host": 250e-9, "bubble": 0.0,
+                                         "idle": 0.0, "tp": 10e-9})
+    total = sum(_parts(win).values())
+    assert total == pytest.approx(360e-9)
+
+
+def test_breakdown_of_a_cpu_rank_counts_its_ops_as_compute() -> None:
+    from tests.helpers import graph
+    from tracesim.engine.replay import replay
+    from tracesim.report.breakdown import rank_breakdowns
+
+    g = graph([{"rank": 0, "lane": 0, "kind": "cpu", "name": "aten::mm", "dur_ns": 100},
+               {"rank": 0, "lane": 0, "kind": "cpu", "name": "aten::add", "dur_ns": 50, "gap_ns": 30}])
+    r = replay(g)
+    (bd,) = rank_breakdowns(g, r.start_ns, r.end_ns, r.makespan_ns).values()
+    assert _parts(bd) == pytest.approx({"compute": 150e-9, "host": 0.0, "bubble": 0.0,
+                                        "idle": 30e-9})
 
 
 def test_workload_replay_writes_result_json(tmp_path):

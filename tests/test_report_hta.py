@@ -33,10 +33,11 @@ def test_hta_temporal_breakdown_matches_result(tmp_path, monkeypatch):
         per_rank = res["per_rank_breakdown"][str(rank)]
         assert compute_us == pytest.approx(per_rank["compute_s"] * 1e6, rel=0.01)
         assert compute_us == pytest.approx(res["breakdown"]["compute_s"] * 1e6, rel=0.01)
-        # communication: HTA counts time when communication kernels run and no compute does,
-        # which is result.json's overlap view (timeline_breakdown)
-        tb = res["timeline_breakdown"][str(rank)]
-        assert comm_us > 0
-        assert comm_us == pytest.approx(sum(tb["exposed_comm_s"].values()) * 1e6, rel=0.01)
+        # communication: HTA counts the time communication kernels run and no compute does;
+        # tracesim's exposed communication is the part of that time compute waited for (a
+        # stretch charged to a collective has it running and no compute), so it is no more
+        exposed_us = sum(per_rank["exposed_comm_s"].values()) * 1e6
+        assert 0 < exposed_us <= comm_us * 1.001
+        assert compute_us + comm_us <= res["iteration_time_s"] * 1e6 * 1.001
         # HTA's span is first kernel start to last kernel end: the whole iteration here
         assert float(df.loc[rank, "kernel_time(us)"]) == pytest.approx(res["iteration_time_s"] * 1e6, rel=0.01)

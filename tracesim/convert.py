@@ -213,7 +213,7 @@ def replay_workload(graph: TaskGraph, cluster: str | Path | ClusterSpec,
     from tracesim.engine.replay import replay
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
-    from tracesim.report.waits import mean_breakdown, rank_breakdowns
+    from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
 
     spec = load_cluster(cluster) if not isinstance(cluster, ClusterSpec) else cluster
     warnings: list[str] = []

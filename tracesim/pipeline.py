@@ -208,8 +208,8 @@ def simulate_retarget(source: str | None, opts: Mapping[str, object], *,
     from tracesim.engine.symmetry import EstimateComm, SymmetricComm
     from tracesim.hardware.device import get_device
     from tracesim.network.model import NetworkModel
+    from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
     from tracesim.report.memory import estimate_memory
-    from tracesim.report.waits import mean_breakdown, rank_breakdowns
     from tracesim.specs.cluster import ClusterSpec
     from tracesim.template.durations import make_op_time
     from tracesim.template.resolve import model_flops_per_iteration

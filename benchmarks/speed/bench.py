@@ -219,7 +219,7 @@ def case_child(name: str) -> dict[str, Any]:
     resident set (now, peak) after the imports, the build, the replay and the breakdown."""
     import tracesim.build.builder as builder
     import tracesim.engine.replay as engine
-    import tracesim.report.waits as breakdown
+    import tracesim.report.breakdown as breakdown
     from tracesim.pipeline import run_retarget
 
     cpu: dict[str, float] = {}

@@ -28,6 +28,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("exposed_ep_s", "exposed ep comm (s)", "lower"),
     ("exposed_pp_s", "exposed pp comm (s)", "lower"),
     ("exposed_dp_s", "exposed dp comm (s)", "lower"),
+    ("host_s", "waiting for host (s)", "lower"),
     ("bubble_s", "pipeline bubble (s)", "lower"),
     ("idle_s", "idle (s)", "lower"),
 )
@@ -41,7 +42,7 @@ def flat_metrics(res: Mapping[str, Any]) -> dict[str, float | None]:
     for key, _, _ in METRICS:
         if key.startswith("exposed_"):
             v = ex.get(key[len("exposed_"):-2])
-        elif key in ("compute_s", "bubble_s", "idle_s"):
+        elif key in ("compute_s", "host_s", "bubble_s", "idle_s"):
             v = bd.get(key)
         else:
             v = res.get(key)

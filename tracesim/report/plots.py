@@ -22,10 +22,10 @@ from tracesim.fileio import atomic_path
 from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 #: breakdown parts in plotting order and their colours
-PARTS = ("compute", "tp", "cp", "ep", "pp", "dp", "bubble", "idle")
+PARTS = ("compute", "tp", "cp", "ep", "pp", "dp", "host", "bubble", "idle")
 COLOURS = {
     "compute": "#4C72B0", "tp": "#DD8452", "cp": "#8172B3", "ep": "#937860", "pp": "#C44E52",
-    "dp": "#55A868", "bubble": "#CCB974", "idle": "#BBBBBB", "other": "#64B5CD",
+    "dp": "#55A868", "host": "#DA8BC3", "bubble": "#CCB974", "idle": "#BBBBBB", "other": "#64B5CD",
     # compute op classes (Gantt)
     "gemm": "#4C72B0", "attention": "#2A4D8F", "elementwise": "#7FA7D9", "norm": "#9DB9E0",
     "softmax": "#5E81B5", "reduction": "#6C8EBF", "embedding": "#3B5F9A",
@@ -51,13 +51,14 @@ def save(fig: Any, path: str | Path) -> Path:
 
 
 def breakdown_parts(bd: Mapping[str, Any]) -> dict[str, float]:
-    """A breakdown dict (``compute_s``, ``exposed_comm_s``, ``bubble_s``, ``idle_s``) as
-    seconds per part of :data:`PARTS` (+ ``other``)."""
+    """A breakdown dict (``compute_s``, ``exposed_comm_s``, ``host_s``, ``bubble_s``,
+    ``idle_s``) as seconds per part of :data:`PARTS` (+ ``other``)."""
     ex = bd.get("exposed_comm_s") or {}
     out = {"compute": float(bd.get("compute_s") or 0.0)}
     for k in ("tp", "cp", "ep", "pp", "dp"):
         out[k] = float(ex.get(k) or 0.0)
     out["other"] = float(sum(v for k, v in ex.items() if k not in out) or 0.0)
+    out["host"] = float(bd.get("host_s") or 0.0)
     out["bubble"] = float(bd.get("bubble_s") or 0.0)
     out["idle"] = float(bd.get("idle_s") or 0.0)
     return out

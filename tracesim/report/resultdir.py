@@ -4,8 +4,8 @@
 file                     what
 =======================  =================================================================
 ``result.json``          the ``replay --json`` object, plus ``files`` (this table) and,
-                         when the task graph is at hand, ``per_rank_breakdown``,
-                         ``timeline_breakdown`` and ``critical_path``
+                         when the task graph is at hand, ``per_rank_breakdown`` and
+                         ``critical_path``
 ``timeline.json.gz``     Chrome / Kineto trace of the simulated iteration
                          (:mod:`tracesim.report.timeline`)
 ``kineto/rank<R>.json.gz`` the same, one file per rank, for Holistic Trace Analysis
@@ -129,8 +129,6 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
     g = rep.graph
     links_df = None
     if g is not None and rep.start_ns is not None and rep.end_ns is not None:
-        from tracesim.report.breakdown import breakdown
-
         mr = max_ranks or tl.MAX_RANKS
         info = tl.write_timeline(out / "timeline.json.gz", g, rep.start_ns, rep.end_ns,
                                  max_ranks=mr, methods=rep.methods,
@@ -142,8 +140,6 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
         res["timeline"] = info
         t0 = int(min(0, int(rep.start_ns.min()))) if len(rep.start_ns) else 0
         t1 = int(rep.end_ns.max()) if len(rep.end_ns) else 0
-        res["timeline_breakdown"] = {
-            str(r): breakdown(g, _as_result(rep), r, t0, t1) for r in info["ranks_shown"]}
         ops = ops_table(g, rep.start_ns, rep.end_ns, rep.methods)
         with atomic_path(out / "ops.parquet") as tmp:
             ops.to_parquet(tmp, index=False)
@@ -177,14 +173,6 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
     res["files"] = written
     write_json(out / "result.json", json.loads(json.dumps(res, default=json_default)))
     return res
-
-
-def _as_result(rep: Replayed) -> Any:
-    from tracesim.engine.replay import ReplayResult
-
-    assert rep.start_ns is not None and rep.end_ns is not None
-    span = int(rep.end_ns.max() - min(0, int(rep.start_ns.min()))) if len(rep.end_ns) else 0
-    return ReplayResult(rep.start_ns, rep.end_ns, span, 0)
 
 
 def json_default(o: Any) -> Any:

@@ -9,7 +9,7 @@ import numpy as np
 from tracesim.engine.replay import ReplayResult
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
-from tracesim.report.breakdown import breakdown
+from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
 from tracesim.report.steps import step_times
 from tracesim.trace.sources import Source
 
@@ -48,6 +48,12 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[
                          "replay (record with torch.profiler and call prof.step())", source.path)
     ranks = sorted({s[0] for s in steps})
     r0 = ranks[0]
+    windows: dict[int, tuple[int, int]] = {}
+    for rk in ranks:  # each rank's last steady step
+        own = [s for s in steps if s[0] == rk]
+        med_rk = float(np.median([s[3] for s in own]))
+        b, e = ([s for s in own if abs(s[3] - med_rk) <= 0.2 * med_rk] or own)[-1][5:7]
+        windows[rk] = (int(result.start_ns[b]), int(result.start_ns[e]))
     mine = [s for s in steps if s[0] == r0]
     preds = np.array([s[4] for s in mine], dtype=float)
     meas = np.array([s[3] for s in mine], dtype=float)
@@ -55,7 +61,8 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[
     steady = [s for s in mine if abs(s[3] - med) <= 0.2 * med] or mine
     it_ns = float(np.median([s[4] for s in steady]))
     last = steady[-1]
-    bd = breakdown(graph, result, r0, int(result.start_ns[last[5]]), int(result.start_ns[last[6]]))
+    per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns, windows)
+    bd = mean_breakdown(per_rank)
     meta = source.meta or {}
     model = meta.get("model")
     par = meta.get("parallel") or {"tp": 1, "pp": 1, "dp": len(ranks), "cp": 1, "ep": 1}

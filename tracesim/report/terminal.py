@@ -75,9 +75,9 @@ def breakdown_rows(res: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     for k in (*KIND_ORDER, *sorted(set(ex) - set(KIND_ORDER))):
         if ex.get(k):
             rows.append((f"exposed {k} comm", float(ex[k])))
-    for k in ("bubble", "idle"):
+    for k, label in (("host", "waiting for host"), ("bubble", "pipeline bubble"), ("idle", "idle")):
         if bd.get(f"{k}_s"):
-            rows.append((k if k == "idle" else "pipeline bubble", float(bd[f"{k}_s"])))
+            rows.append((label, float(bd[f"{k}_s"])))
     return [(n, v, v / it if it else 0.0) for n, v in rows]
 
 
