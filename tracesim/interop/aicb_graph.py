@@ -129,9 +129,12 @@ class _Program:
             if self.last_wg >= 0:  # explicit queueing edge, so breakdowns follow the chain
                 self.edge(self.last_wg, k)
             self.last_wg = k
-        # the process time after the collective: on the compute lane when it blocks
+        # the process time after the collective: on the compute lane when it blocks; on the
+        # data-parallel lane, part of that lane's communication work
         done = self.add(lane=lane if slot == "wg" else "compute", kind="gpu", name=f"{name}_done",
-                        dur_ns=row.update_ns, phase=phase, layer=idx, op_class="other")
+                        dur_ns=row.update_ns, phase=phase, layer=idx,
+                        op_class="comm" if slot == "wg" else "other",
+                        gkind=group if slot == "wg" else "")
         self.edge(k, done)
         if slot != "wg":
             self.cursor, self.cursor_on_compute = done, True
