@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from tracesim.api import replay
 from tracesim.graph.taskgraph import TASK_DEFAULTS, TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.options import ReplayOptions
+from tracesim.report.result import Prediction
 
 
 def graph(tasks: list[dict], edges: list[tuple[int, int]] = (), lanes: list[tuple[int, str, str]] | None = None,
@@ -18,3 +23,8 @@ def graph(tasks: list[dict], edges: list[tuple[int, int]] = (), lanes: list[tupl
     tt = make_tasks(cols)
     et = make_edges([e[0] for e in edges], [e[1] for e in edges], "dep")
     return TaskGraph(tt, et, lt, tuple(tuple(g) for g in groups))
+
+
+def retarget(opts: dict[str, Any], source: Any = None, *, detail: bool = False) -> Prediction:
+    """:func:`tracesim.api.replay` of ``source`` with the options in ``opts`` (a mapping)."""
+    return replay(source, ReplayOptions.from_mapping(opts), detail=detail)

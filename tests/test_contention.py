@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import retarget
 from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict, scaled_op_time
-from tracesim.pipeline import run_retarget
 from tracesim.specs.cluster import cluster_from_dict
 
 #: a two-process CPU host (gloo over loopback)
@@ -80,11 +80,11 @@ def test_retarget_scales_compute_of_colocated_ranks(tmp_path: Path) -> None:
     plain.write_text(yaml.safe_dump(CPU_CLUSTER))
     slowed.write_text(yaml.safe_dump({**CPU_CLUSTER, "host_contention": {"slowdown": {2: 1.25}}}))
     opts = {"model": "gpt-tiny", "dp": 2, "global_batch": 16, "micro_batch": 8, "dtype": "fp32"}
-    a = run_retarget(None, {**opts, "cluster": str(plain)})
-    b = run_retarget(None, {**opts, "cluster": str(slowed)})
+    a = retarget({**opts, "cluster": str(plain)}).to_dict()
+    b = retarget({**opts, "cluster": str(slowed)}).to_dict()
     assert b["breakdown"]["compute_s"] == pytest.approx(1.25 * a["breakdown"]["compute_s"], rel=1e-3)
     assert b["iteration_time_s"] > 1.15 * a["iteration_time_s"]
     one = {**opts, "dp": 1, "global_batch": 8}
-    c = run_retarget(None, {**one, "cluster": str(plain)})
-    d = run_retarget(None, {**one, "cluster": str(slowed)})
+    c = retarget({**one, "cluster": str(plain)}).to_dict()
+    d = retarget({**one, "cluster": str(slowed)}).to_dict()
     assert d["iteration_time_s"] == pytest.approx(c["iteration_time_s"], rel=1e-9)

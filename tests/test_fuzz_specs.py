@@ -114,11 +114,11 @@ def _load_aicb(p: Path) -> None:
 
 def _load_template(p: Path) -> None:
     """A workload directory's template.yaml, then a retarget that uses it."""
-    from tracesim.pipeline import run_retarget
+    from tests.helpers import retarget
     from tracesim.template.layer import load_template
 
     load_template(p)
-    run_retarget(str(p.parent), {"model": "gpt-tiny", "cluster": "h100x8", "dp": 2})
+    retarget({"model": "gpt-tiny", "cluster": "h100x8", "dp": 2}, str(p.parent))
 
 
 @cache
@@ -388,7 +388,7 @@ def test_layer_template_fields(name, edits):
               st.text(max_size=6)), min_size=1, max_size=3))
 def test_retarget_with_damaged_specs(which, edits):
     """A damaged model or cluster spec (small values only), through a full retarget."""
-    from tracesim.pipeline import run_retarget
+    from tests.helpers import retarget
 
     model = _parse("model", _text("model", "gpt-tiny"))
     cluster = _parse("cluster", _text("cluster", "h100x8"))
@@ -400,8 +400,8 @@ def test_retarget_with_damaged_specs(which, edits):
         mp, cp = Path(d) / "m.yaml", Path(d) / "c.yaml"
         mp.write_bytes(_dump("model", model))
         cp.write_bytes(_dump("cluster", cluster))
-        expect_clean(f"retarget: damaged {which}", lambda: run_retarget(
-            None, {"model": str(mp), "cluster": str(cp), "dp": 2}), allow_replay=True)
+        expect_clean(f"retarget: damaged {which}", lambda: retarget(
+            {"model": str(mp), "cluster": str(cp), "dp": 2}), allow_replay=True)
 
 
 # ----------------------------------------------------------------------------- expressions

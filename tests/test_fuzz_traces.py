@@ -134,7 +134,7 @@ def _event_paths(tree):
 @given(st.sampled_from(TRACES), TREE_EDITS)
 def test_kineto_type_confusion_through_self_replay(name, edits):
     """Wrong types anywhere in events / top-level keys, through read -> extract -> replay."""
-    from tracesim.commands.replay import _self_replay
+    from tracesim.pipeline import self_replay
 
     tree = edit_tree(_tree(name), edits, pick=_event_paths)
     with tempfile.TemporaryDirectory() as d:
@@ -143,7 +143,7 @@ def test_kineto_type_confusion_through_self_replay(name, edits):
         global _CLASS
         _CLASS = "type confusion"
         if _read_both(p) == "ok":
-            expect_clean("self-replay of type-confused trace", lambda: _self_replay(p),
+            expect_clean("self-replay of type-confused trace", lambda: self_replay(p),
                          allow_replay=True)
 
 

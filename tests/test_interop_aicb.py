@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracesim.api import build_workload
 from tracesim.catalog import load_cluster
-from tracesim.convert import build_workload, replay_workload
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb
@@ -17,6 +17,8 @@ from tracesim.interop.aicb_graph import aicb_to_graph
 from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra
 from tracesim.network.model import NetworkModel, collective_time_ns
+from tracesim.options import ReplayOptions
+from tracesim.pipeline import replay_graph
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 
@@ -89,7 +91,7 @@ def test_gpt7b_iteration_is_plausible(gpt7b):
     pass, so the iteration lies between compute + TP and compute + TP + DP."""
     w, g = gpt7b
     cluster = load_cluster("h100x128")
-    res = replay_workload(g, cluster)
+    res = replay_graph(g, cluster).to_dict()
     it_ns = res["iteration_time_s"] * 1e9
     compute = sum(r.fwd_ns + r.ig_ns + r.wg_ns for r in w.rows)
     updates = sum(100 * sum(c.token != "NONE" for c in (r.fwd, r.ig, r.wg)) for r in w.rows)
@@ -134,7 +136,7 @@ def test_expert_parallel_groups():
     assert members["ALLREDUCE_DP_EP@wg"] == (0, 4)  # expert-data-parallel: every ep-th replica
     assert members["ALLREDUCE@wg"] == (0, 2, 4, 6)
     assert members["ALLGATHER@fwd"] == (0, 1)
-    res = replay_workload(g, "h100x8")
+    res = replay_graph(g, "h100x8").to_dict()
     assert res["iteration_time_s"] > sum(r.fwd_ns + r.ig_ns + r.wg_ns for r in w.rows) * 1e-9
     assert format_aicb(graph_to_aicb(g)[0]) == (DATA / "moe_ep2.txt").read_text()
 
@@ -181,7 +183,7 @@ def test_builder_workload_to_aicb_and_back(tmp_path):
     all-reduce), reported in the warnings."""
     opts = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "dp": 2, "global_batch": 2,
             "micro_batch": 1, "seq_len": 512}
-    g = build_workload(opts)
+    g = build_workload(ReplayOptions.from_mapping(opts))
     cluster = load_cluster("h100x8")
     w, warnings = graph_to_aicb(g)
     assert (w.tp, w.dp, w.all_gpus) == (2, 2, 4)
@@ -205,8 +207,8 @@ def test_one_rank_symmetric_replay_matches_full(gpt7b):
     w, g = gpt7b
     one = aicb_to_graph(w, one_rank=True)
     assert one.ranks == [0] and one.n_tasks * 16 == g.n_tasks
-    full = replay_workload(g, "h100x128")
-    sym = replay_workload(one, "h100x128")
+    full = replay_graph(g, "h100x128").to_dict()
+    sym = replay_graph(one, "h100x128").to_dict()
     assert sym["gpus"] == 16
     assert sym["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.01)
     assert format_aicb(graph_to_aicb(one)[0]) == gpt7b_text()

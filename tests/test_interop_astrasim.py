@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tracesim.catalog import load_cluster
-from tracesim.convert import replay_workload
 from tracesim.errors import InputError
 from tracesim.hardware.device import get_device
 from tracesim.interop.aicb import read_aicb
@@ -19,6 +18,7 @@ from tracesim.interop.astrasim_system import (
     system_from_astrasim_dict,
 )
 from tracesim.network.model import NetworkModel
+from tracesim.pipeline import replay_graph
 
 DATA = Path(__file__).resolve().parent / "data" / "interop"
 
@@ -94,14 +94,14 @@ def test_astrasim_network_and_system_replay_an_aicb_workload(tmp_path):
     net.write_text("topology: [ Switch, Switch ]\nnpus_count: [ 4, 2 ]\n"
                    "bandwidth: [ 300.0, 25.0 ]\nlatency: [ 500.0, 2000.0 ]\n")
     g = aicb_to_graph(read_aicb(DATA / "moe_ep2.txt"))
-    plain = replay_workload(g, net)
+    plain = replay_graph(g, net).to_dict()
     sysjson = tmp_path / "sys.json"
     sysjson.write_text(json.dumps({"all-reduce-implementation": ["direct"],
                                    "all-gather-implementation": ["direct"],
                                    "reduce-scatter-implementation": ["direct"],
                                    "all-to-all-implementation": ["direct"],
                                    "scheduling-policy": "FIFO"}))
-    direct = replay_workload(g, net, sysjson)
+    direct = replay_graph(g, net, sysjson).to_dict()
     assert plain["gpus"] == direct["gpus"] == 8
     assert direct["iteration_time_s"] != plain["iteration_time_s"]
     assert direct["warnings"] == []

@@ -30,11 +30,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("build",),
     ("report",),
     ("interop",),
-    ("catalog",),
+    ("catalog", "options"),
     ("pipeline",),
-    ("sweep", "convert"),
+    ("sweep",),
+    ("collectors",),
     ("api",),
-    ("cli", "commands", "collectors"),
+    ("cli", "commands"),
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers import retarget
 from tracesim.build.builder import build_graph
 from tracesim.catalog import load_model
 from tracesim.engine.replay import replay
 from tracesim.graph.taskgraph import TaskGraph, column_codes
-from tracesim.pipeline import simulate_retarget
 from tracesim.report.breakdown import rank_breakdowns
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
@@ -91,23 +91,23 @@ def test_breakdown_in_edge_chunks_is_the_same(cp_graph: TaskGraph, monkeypatch) 
 def test_full_replay_merges_only_without_per_op_output() -> None:
     opts = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "global_batch": 16,
             "seq_len": 1024, "template": "analytic", "full": True}
-    merged = simulate_retarget(None, opts)
-    per_op = simulate_retarget(None, opts, per_op=True)
-    detail = simulate_retarget(None, opts, record_links=True)  # a result directory: per op
-    m, p = merged.result, per_op.result
+    merged = retarget({**opts, "per_op": False}, detail=True)
+    per_op = retarget({**opts, "per_op": True}, detail=True)
+    detail = retarget(opts, detail=True)  # a result directory: per op
+    m, p = merged.to_dict(), per_op.to_dict()
     assert m["replay"]["merged_compute"] and not p["replay"]["merged_compute"]
-    assert not detail.result["replay"]["merged_compute"]
+    assert not detail.to_dict()["replay"]["merged_compute"]
     assert detail.graph.n_tasks == per_op.graph.n_tasks
     assert m["replay"]["tasks"] * 2 < p["replay"]["tasks"]
     # merging changes no simulated time: identical to the nanosecond, same breakdown
-    assert merged.replay.makespan_ns == per_op.replay.makespan_ns
+    assert merged.makespan_ns == per_op.makespan_ns
     flat = [(k, v) for k, v in m["breakdown"].items() if k != "exposed_comm_s"]
     assert dict(flat) == pytest.approx({k: p["breakdown"][k] for k, _ in flat}, rel=1e-12, abs=1e-15)
     assert m["breakdown"]["exposed_comm_s"] == pytest.approx(p["breakdown"]["exposed_comm_s"],
                                                              rel=1e-12, abs=1e-15)
     assert m["duration_methods"] == p["duration_methods"]
     # a merged task's scaling method is still known (not "model" for want of a name)
-    assert set(merged.task_methods()) <= set(per_op.task_methods()) | {"mixed"}
+    assert set(merged.methods) <= set(per_op.methods) | {"mixed"}
 
 
 def test_order_check_of_compute_tasks() -> None:

@@ -55,11 +55,11 @@ def row_options(row: dict, cluster: str = str(CLUSTER)) -> dict:
 
 
 def predict_rows() -> list[dict]:
-    from tracesim.pipeline import run_retarget
+    from tests.helpers import retarget
 
     out = []
     for k, row in enumerate(csv.DictReader(TABLE.open())):
-        res = run_retarget(None, row_options(row))
+        res = retarget(row_options(row)).to_dict()
         tflops = paper_flops(row) / (res["iteration_time_s"] * int(row["gpus"])) / 1e12
         published = float(row["tflops_per_gpu"])
         out.append({"row": row, "res": res, "tflops": tflops, "published": published,

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from tracesim.catalog import load_cluster
 from tracesim.cli import cli
-from tracesim.commands.netbench import bench_ranks, bus_factor, parse_sizes
 from tracesim.errors import InputError
 from tracesim.interop.astrasim_network import cluster_from_astrasim
+from tracesim.network.bench import bench_ranks, bus_factor, parse_sizes
 from tracesim.network.model import collective_time_ns
 
 ASTRA_3D = """\

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -41,10 +42,19 @@ def test_every_package_folder_is_listed() -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this checkout, unpacked into a folder of its own."""
+    """The wheel built from a copy of this checkout's files, unpacked into a folder of its own."""
+    src = tmp_path_factory.mktemp("src") / "tracesim"
+    skip_top = {".git", ".venv", "runs", "build", "dist", ".hypothesis"}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = Path(folder) == ROOT
+        return {n for n in names if (top and n in skip_top) or n == "__pycache__"
+                or n.endswith(("_cache", ".egg-info"))}
+
+    shutil.copytree(ROOT, src, ignore=ignore)
     dist = tmp_path_factory.mktemp("dist")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(ROOT)], check=True, capture_output=True,
+                    "-q", "-w", str(dist), str(src)], check=True, capture_output=True,
                    timeout=600, cwd=dist)
     (wheel,) = dist.glob("tracesim-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

@@ -91,10 +91,10 @@ def test_debug_shows_the_traceback_of_an_input_error(tmp_path):
 
 _BUG = """
 import sys
-import tracesim.commands.validate as v
+import tracesim.trace.sources as s
 def boom(*a, **k):
     raise ZeroDivisionError("a planted bug")
-v.load_source = boom
+s.load_source = boom
 from tracesim.cli import main
 sys.argv = ["tracesim", *sys.argv[1:]]
 main()

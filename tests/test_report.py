@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from tests.helpers import retarget
 from tracesim.cli import cli
-from tracesim.pipeline import run_retarget, simulate_retarget
 from tracesim.report.critical import critical_path, top_contributors
 from tracesim.report.links import _cumulative
-from tracesim.report.resultdir import Replayed, write_result_dir
+from tracesim.report.result import Prediction
+from tracesim.report.resultdir import write_result_dir
 from tracesim.report.timeline import chrome_events
 
 SMALL = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "dp": 2,
@@ -27,7 +28,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def small_run():
-    return simulate_retarget(None, SMALL, record_links=True)
+    return retarget(SMALL, detail=True)
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +41,12 @@ def result_dir(tmp_path_factory):
     return out, r.output
 
 
-def test_simulate_matches_run_retarget(small_run):
-    plain = run_retarget(None, SMALL)
-    assert plain["iteration_time_s"] == small_run.result["iteration_time_s"]
-    assert plain["breakdown"] == small_run.result["breakdown"]
-    assert small_run.replay.makespan_ns == round(plain["iteration_time_s"] * 1e9)
-    m = Counter(small_run.task_methods())
+def test_detail_changes_no_number(small_run):
+    plain = retarget(SMALL).to_dict()
+    assert plain["iteration_time_s"] == small_run.iteration_time_s
+    assert plain["breakdown"] == small_run.breakdown
+    assert small_run.makespan_ns == round(plain["iteration_time_s"] * 1e9)
+    m = Counter(small_run.methods)
     # gpt-tiny's template was recorded on a CPU: every compute op comes from the cost model
     assert set(m) == {"model", "flow"}
     assert m["flow"] == int(np.isin(small_run.graph.tasks["kind"], ["coll", "send", "recv"]).sum())
@@ -73,7 +74,7 @@ def test_ops_parquet(result_dir, small_run):
     assert len(ops) == small_run.graph.n_tasks
     assert (ops["end_ns"] >= ops["start_ns"]).all()
     assert (ops["dur_ns"] == ops["end_ns"] - ops["start_ns"]).all()
-    assert ops["end_ns"].max() == small_run.replay.makespan_ns
+    assert ops["end_ns"].max() == small_run.makespan_ns
     assert set(ops["method"]) == {"model", "flow"}
     comm = ops[ops["kind"].isin(["coll", "send", "recv"])]
     assert set(comm["class"]) <= {"tp", "pp", "dp"} and set(comm["class"]) >= {"tp", "pp", "dp"}
@@ -85,7 +86,7 @@ def test_links_parquet(result_dir, small_run):
     links = pd.read_parquet(out / "links.parquet")
     assert not links.empty
     # every byte the network moved is in the table, once
-    carried = small_run.network.flows.link_bytes
+    carried = small_run.links.link_bytes
     per_link = links.groupby("link")["bytes"].sum()
     np.testing.assert_allclose(per_link.to_numpy(), carried[per_link.index.to_numpy()], rtol=1e-9)
     assert links["utilisation"].max() <= 1.0 + 1e-6
@@ -131,11 +132,11 @@ def test_timeline_structure(result_dir, small_run):
     assert len(starts) == len(ends) == doc["tracesim"]["flow_arrows"] > 0
     assert all(f["bp"] == "e" for f in ends)
     # slices' extent is the simulated iteration (us)
-    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(small_run.replay.makespan_ns / 1e3, abs=1e-3)
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(small_run.makespan_ns / 1e3, abs=1e-3)
 
 
 def test_timeline_is_bounded(small_run):
-    g, r = small_run.graph, small_run.replay
+    g, r = small_run.graph, small_run
     ev, info = chrome_events(g, r.start_ns, r.end_ns, ranks=[0, 5], max_flows=10)
     assert {e["pid"] for e in ev} == {0, 5}
     assert sum(e["ph"] == "s" for e in ev) == 10 == info["flow_arrows"]
@@ -144,7 +145,7 @@ def test_timeline_is_bounded(small_run):
 
 
 def test_critical_path_adds_up(small_run):
-    g, r = small_run.graph, small_run.replay
+    g, r = small_run.graph, small_run
     pieces = critical_path(g, r.start_ns, r.end_ns)
     assert sum(b - a for _, a, b in pieces) == r.makespan_ns
     # pieces tile [0, makespan) back to front without overlap
@@ -168,13 +169,13 @@ LAYOUTS = [
 @pytest.mark.parametrize("lay", LAYOUTS, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
 def test_breakdown_adds_up(lay, tmp_path):
     opts = {**SMALL, **lay}
-    run = simulate_retarget(None, opts, record_links=True)
-    it = run.result["iteration_time_s"]
+    run = retarget(opts, detail=True)
+    it = run.iteration_time_s
     for rank, bd in run.per_rank.items():
         total = bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["bubble_s"] + bd["idle_s"]
         assert total == pytest.approx(it, rel=1e-9, abs=1e-12), rank
         assert min(bd["compute_s"], bd["bubble_s"], bd["idle_s"], *bd["exposed_comm_s"].values()) >= 0
-    bd = run.result["breakdown"]
+    bd = run.breakdown
     assert bd["host_s"] == 0.0  # a built graph has no host tasks
     assert bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["bubble_s"] + bd["idle_s"] == pytest.approx(it, rel=1e-9)
     if lay["pp"] > 1:
@@ -231,10 +232,11 @@ def test_breakdown_of_a_cpu_rank_counts_its_ops_as_compute() -> None:
                                         "idle": 30e-9})
 
 
-def test_workload_replay_writes_result_json(tmp_path):
-    # a converted / extracted workload: only result.json and breakdown.png (no graph returned)
-    rep = Replayed({"iteration_time_s": 1.0, "breakdown": {"compute_s": 0.5, "exposed_comm_s": {"dp": 0.5},
-                                                            "bubble_s": 0.0, "idle_s": 0.0}})
+def test_result_without_a_graph_writes_result_json(tmp_path):
+    # a result without its graph (read back from JSON): only result.json and breakdown.png
+    rep = Prediction("replay-workload", 1.0, 2, "h100x8", "h100",
+                     {"compute_s": 0.5, "exposed_comm_s": {"dp": 0.5}, "host_s": 0.0,
+                      "bubble_s": 0.0, "idle_s": 0.0})
     res = write_result_dir(tmp_path / "w", rep)
     assert set(res["files"]) == {"dir", "breakdown.png"}
     assert json.loads((tmp_path / "w" / "result.json").read_text())["iteration_time_s"] == 1.0

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.helpers import retarget
 from tracesim.errors import InputError
-from tracesim.pipeline import run_retarget
 from tracesim.sweep import expand_space, load_space, pareto_front, plot_pareto, ranked, run_point
 from tracesim.sweep.expr import parse_expr
 from tracesim.sweep.space import space_from_dict, write_spec_files
@@ -158,7 +158,7 @@ def test_duplicates_are_dropped(tmp_path):
     ({"base": TINY, "axis": {"tp": [1]}}, "axis", "unknown key"),
     ({"base": {**TINY, "tpp": 2}}, "base.tpp", "unknown setting"),
     ({"base": TINY, "axes": {"tp": []}}, "axes.tp", "non-empty list"),
-    ({"base": TINY, "axes": {"tp": [1, 0]}}, "axes.tp[1]", "positive integer"),
+    ({"base": TINY, "axes": {"tp": [1, 0]}}, "axes.tp[1]", "must be >= 1"),
     ({"base": TINY, "axes": {"schedule": ["1f1b", "zigzag"]}}, "axes.schedule[1]", "not one of"),
     ({"base": TINY, "axes": {"layout": [1, 2]}}, "axes.layout", "grouped axis"),
     ({"base": TINY, "constraints": ["import os"]}, "constraints[0]", "invalid expression"),
@@ -207,7 +207,7 @@ def test_run_point_equals_replay_alone_and_records_failure(tmp_path):
     exp = expand_space(space, tmp_path / "o")
     write_spec_files(exp.points)
     ok, bad = (run_point(p) for p in exp.points)
-    alone = flatten(run_retarget(None, {**TINY, "pp": 2, "dp": 4}))
+    alone = flatten(retarget({**TINY, "pp": 2, "dp": 4}).to_dict())
     assert ok["status"] == "ok" and ok["error"] == ""
     for k, v in alone.items():
         if k.endswith("wall_s"):
@@ -219,7 +219,7 @@ def test_run_point_equals_replay_alone_and_records_failure(tmp_path):
             assert ok[col] == v, k
     assert ok["tokens_per_s_per_gpu"] == pytest.approx(alone["tokens_per_s"] / 8, rel=1e-12)
     with pytest.raises(InputError) as e:
-        run_retarget(None, {**TINY, "tp": 2})
+        retarget({**TINY, "tp": 2}).to_dict()
     assert bad["status"] == "failed" and bad["error"] == f"InputError: {e.value}"
     assert "heads 5 are not divisible by tp 2" in bad["error"]
 

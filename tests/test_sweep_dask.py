@@ -13,9 +13,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.helpers import retarget
 from tracesim.cli import cli
 from tracesim.errors import InputError
-from tracesim.pipeline import run_retarget
 from tracesim.sweep import load_space, run_sweep
 from tracesim.sweep.task import META_COLUMNS, flatten
 
@@ -71,7 +71,7 @@ def test_twelve_points_on_two_local_workers(tmp_path):
     ok = table[table["status"] == "ok"]
     assert len(ok) == 11
     for _, row in ok.iterrows():
-        alone = flatten(run_retarget(None, _alone(row)))
+        alone = flatten(retarget(_alone(row)).to_dict())
         for k, v in alone.items():
             if k.endswith("wall_s"):
                 continue  # wall-clock times of the replay itself
@@ -81,7 +81,7 @@ def test_twelve_points_on_two_local_workers(tmp_path):
         assert row["cost_per_hour_usd"] == pytest.approx(2.5 * alone["gpus"], rel=1e-12)
     bad = table[table["status"] == "failed"].iloc[0]
     with pytest.raises(InputError) as e:
-        run_retarget(None, _alone(bad))
+        retarget(_alone(bad))
     assert bad["error"] == f"InputError: {e.value}"
     assert "heads 5 are not divisible by tp 2" in bad["error"]
     assert pd.isna(bad["tokens_per_s"])

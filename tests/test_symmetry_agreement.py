@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import retarget
 from tracesim.catalog import models_dir
-from tracesim.pipeline import run_retarget
 
 TOL = 0.005
 
@@ -32,8 +32,8 @@ def _model(tmp: Path, name: str, layers: int) -> str:
 
 
 def _pair(opts: dict, network: str | None = "flow") -> tuple[dict, dict]:
-    red = run_retarget(None, {**opts, "network": network} if network else opts)
-    full = run_retarget(None, {**opts, "full": True})
+    red = retarget({**opts, "network": network} if network else opts).to_dict()
+    full = retarget({**opts, "full": True}).to_dict()
     assert red["replay"]["symmetric"] and not full["replay"]["symmetric"]
     assert full["replay"]["network"] == "flow"
     return red, full
@@ -74,5 +74,5 @@ def test_s4_reduced_is_close_to_full(tmp_path: Path) -> None:
     red, full = _pair(opts)
     assert red["replay"]["tasks"] * 64 == full["replay"]["tasks"]  # 64 ranks per stage
     assert 0 <= _rel(red, full) <= 0.02, _rel(red, full)
-    est = run_retarget(None, {**opts, "network": "estimate"})
+    est = retarget({**opts, "network": "estimate"}).to_dict()
     assert abs(_rel(red, full)) < abs(_rel(est, full))

@@ -14,16 +14,16 @@ from tracesim.catalog import load_cluster, load_model, models_dir
 from tracesim.engine.replay import replay
 from tracesim.engine.symmetry import SymmetricComm
 from tracesim.network.model import NetworkModel
-from tracesim.pipeline import choose_template
 from tracesim.specs.model import model_from_dict
 from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.choose import choose_template
 from tracesim.template.durations import make_op_time
 
 
 def _built(model, par: ParallelSpec, cluster):
     from tracesim.hardware.device import get_device
 
-    tpl, _ = choose_template(None, model, {"template": "analytic"})
+    tpl, _ = choose_template(None, model, "analytic")
     op_time, _ = make_op_time(tpl, get_device(cluster.device), par.dtype)
     return build_graph(model, par, tpl, op_time, representatives=True, merge_compute=True).graph
 

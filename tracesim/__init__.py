@@ -1,7 +1,31 @@
 """tracesim: trace-driven replay simulator for distributed training.
 
-Stages (each a pure function of its inputs, each runnable alone from the CLI):
-collect -> bundle -> extract -> workload / task graph -> build -> replay -> result.
+The Python API (:mod:`tracesim.api`) is available from the package itself, loaded on first
+use so that ``import tracesim`` stays cheap::
+
+    import tracesim
+    p = tracesim.replay(model="llama3-8b", cluster="h100x8", tp=8)
+    print(p.iteration_time_s, p.to_dict()["breakdown"])
+
+Names: :func:`replay`, :func:`write_result`, :func:`validate_self_replay`, :func:`extract`,
+:func:`convert`, :func:`netbench`, :func:`calibrate`, :func:`collect`, :func:`compare`,
+:func:`list_shipped`, :class:`ReplayOptions`, :class:`Prediction` (see :mod:`tracesim.api`).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = ("replay", "write_result", "validate_self_replay", "extract", "convert", "netbench",
+        "calibrate", "collect", "compare", "list_shipped", "ReplayOptions", "Prediction",
+        "SelfReplayCheck", "ExtractResult", "ConvertResult", "NetbenchResult", "CompareResult")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(importlib.import_module("tracesim.api"), name)
+    raise AttributeError(f"module 'tracesim' has no attribute {name!r}")

@@ -5,7 +5,7 @@ Each round:
 
 1. collect the base model (default gpt-tiny) on this CPU;
 2. predict the step time of hidden x2, layers x2 and sequence x2 variants from the base
-   bundle alone (`run_retarget` on topologies/host-cpu.yaml: each recorded op's time scaled
+   bundle alone (`tracesim.api.replay` on topologies/host-cpu.yaml: each recorded op's time scaled
    by the host-cpu cost model's ratio between the new and the recorded shapes);
 3. collect each variant for real (right after the base, so base and variants see the same
    machine load) and compare with the median of its unprofiled steps;
@@ -124,11 +124,11 @@ def _as_steps(v: Any) -> list[float]:
 
 def predict(base_bundle: Path, spec_path: Path, batch: int, cluster: Path = CLUSTER) -> float:
     """Predicted step time (s) of the model ``spec_path`` from ``base_bundle`` alone."""
-    from tracesim.pipeline import run_retarget
+    from tracesim.api import replay
 
     opts = {"cluster": str(cluster), "micro_batch": batch, "global_batch": batch,
             "model": str(spec_path)}
-    return float(run_retarget(str(base_bundle), opts)["iteration_time_s"])
+    return float(replay(str(base_bundle), **opts).to_dict()["iteration_time_s"])
 
 
 def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,

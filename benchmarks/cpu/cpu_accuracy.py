@@ -18,7 +18,7 @@ steps, whose unprofiled predictions' median is compared);
 then, from the stored results: self-replay of ``b1`` and ``two`` (profiled step error, and
 unprofiled error with the step calibration of ``profiler_overhead`` and, for comparison on
 the same bundle, with the older loop microbenchmark), and the 2-rank prediction from ``one``
-(``tracesim.pipeline.run_retarget``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
+(``tracesim.api.replay``, DP 2 over the loopback cluster :data:`CPU_CLUSTER`)
 as specified (2 GB/s, no contention) and with the measured loopback link and
 ``host_contention`` (:func:`calibrated_cluster`), against ``two``'s unprofiled median; and
 paired: that prediction times ``paired.one`` over ``one``'s unprofiled median (the trace's
@@ -182,16 +182,16 @@ def gloo_errors(one: Path, two: Path, contention: dict[str, Any], loopback: dict
                 tmp: Path) -> dict[str, Any]:
     """The 2-rank prediction from the 1-rank bundle: on the plain spec, and with the measured
     loopback link and host contention."""
+    from tracesim.api import replay
     from tracesim.fileio import write_yaml
-    from tracesim.pipeline import run_retarget
 
     plain_spec, cont_spec = tmp / "cpu.yaml", tmp / "cpu-calibrated.yaml"
     write_yaml(plain_spec, CPU_CLUSTER)
     write_yaml(cont_spec, calibrated_cluster(contention, loopback))
     seq = int(yaml.safe_load((one / "meta.yaml").read_text())["seq_len"])
     measured = float(yaml.safe_load((two / "meta.yaml").read_text())["measured_step_time_s"]["median"])
-    plain = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(plain_spec)})
-    cont = run_retarget(str(one), {**GLOO_OPTS, "seq_len": seq, "cluster": str(cont_spec)})
+    plain = replay(str(one), **{**GLOO_OPTS, "seq_len": seq, "cluster": str(plain_spec)}).to_dict()
+    cont = replay(str(one), **{**GLOO_OPTS, "seq_len": seq, "cluster": str(cont_spec)}).to_dict()
     return {"measured_ms": measured * 1e3,
             "plain_ms": plain["iteration_time_s"] * 1e3,
             "contention_ms": cont["iteration_time_s"] * 1e3,

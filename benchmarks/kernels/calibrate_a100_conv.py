@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.kernels import conv_tf32  # noqa: E402
 from benchmarks.kernels.gemm_shape import _assign, gemm_passes, kernel_tile  # noqa: E402
+from benchmarks.kernels.kernel_ablation import calibrate_on_alexnet  # noqa: E402
 from benchmarks.kernels.kernel_eval import evaluate, trace_groups  # noqa: E402
 from tracesim.hardware.device import get_device  # noqa: E402
 
@@ -64,7 +65,7 @@ def main() -> int:
                     help="folder of the public traces (default: ../shared/traces/public)")
     root = ap.parse_args().traces
     cal = conv_tf32.A100_TF32_CONV_FROM_TRACE
-    fit = conv_tf32.calibrate_on_alexnet(root / cal["trace"], cal["device"])
+    fit = calibrate_on_alexnet(root / cal["trace"], cal["device"])
     print(f"== TF32 implicit-GEMM convolution plateau, {cal['trace']} on {cal['device']}")
     print(conv_tf32.summary(fit))
     print(f"shipped: e_max {cal['e_max']} ({cal['min']}..{cal['max']}, n {cal['n']})")

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import test_megatron_sc21 as meg  # noqa: E402
 
 from benchmarks.kernels import datasheet  # noqa: E402
-from tracesim.pipeline import run_retarget  # noqa: E402
+from tracesim.api import replay  # noqa: E402
 
 
 def row_error(e_max: float, row: dict, tmp: Path) -> float:
@@ -36,7 +36,7 @@ def row_error(e_max: float, row: dict, tmp: Path) -> float:
     cluster = yaml.safe_load((ROOT / "topologies" / "a100-selene.yaml").read_text())
     cluster["device"] = str(tmp / "a100.yaml")
     (tmp / "selene.yaml").write_text(yaml.safe_dump(cluster, sort_keys=False))
-    res = run_retarget(None, meg.row_options(row, str(tmp / "selene.yaml")))
+    res = replay(None, **meg.row_options(row, str(tmp / "selene.yaml"))).to_dict()
     tflops = meg.paper_flops(row) / (res["iteration_time_s"] * int(row["gpus"])) / 1e12
     return (tflops - float(row["tflops_per_gpu"])) / float(row["tflops_per_gpu"])
 

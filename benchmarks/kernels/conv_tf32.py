@@ -19,7 +19,7 @@ ramp per kernel), with ``e_max`` measured on an independent trace:
   samples). Each sample's ``e_max = flops_eff / (peak * (t_kernel - launch - t_ramp))`` from the
   implicit-GEMM kernel's own duration, ``flops_eff`` being the FLOPs over the useful fraction of
   the shape model (tile padding, wave fill from the launch grid, L2 tile cap); ``e_max`` is
-  their median (:func:`fit_conv_tf32`, :func:`calibrate_on_alexnet`): 0.822 (0.782-0.851).
+  their median (:func:`fit_conv_tf32`, :func:`benchmarks.kernels.kernel_ablation.calibrate_on_alexnet`): 0.822 (0.782-0.851).
 * test: the ResNet-50 A100 trace (``a100_2rank_nccl``), never used to fit anything.
 
 The layer shapes are rebuilt from the torchvision AlexNet layer list
@@ -39,8 +39,7 @@ except through the ResNet-50 test).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -134,17 +133,6 @@ def fit_conv_tf32(rows: pd.DataFrame, device: DeviceProfile | str,
             "min": round(min(e), 3) if e else float("nan"),
             "max": round(max(e), 3) if e else float("nan"),
             "t_ramp_us": t_ramp_us, "samples": samples}
-
-
-def calibrate_on_alexnet(path: str | Path, device: DeviceProfile | str = "a100-40gb",
-                         shapes_model: bool | Iterable[str] = True) -> dict[str, Any]:
-    """:func:`fit_conv_tf32` on an AlexNet trace (shapes rebuilt by :func:`annotate_alexnet`)
-    evaluated with the shape-model parts ``shapes_model`` (as in
-    :func:`benchmarks.kernels.kernel_eval.evaluate`)."""
-    from benchmarks.kernels.kernel_eval import evaluate, trace_groups
-
-    rows = evaluate(trace_groups(path, "alexnet"), device, ("gemm",), shapes_model=shapes_model)
-    return fit_conv_tf32(rows, device)
 
 
 def summary(fit: Mapping[str, Any]) -> str:

@@ -6,7 +6,7 @@ variant refits them on their calibration traces: the GEMM curve on ``sampled_128
 (``r1``, the same job's other rank, as a check of the calibration's stability) with
 :func:`~benchmarks.kernels.kernel_eval.fit_from_trace`, and, for variants with the ``conv``
 part, the implicit-GEMM convolution plateau on ``a100_alexnet_cuda_sync`` with
-:func:`~benchmarks.kernels.conv_tf32.calibrate_on_alexnet`; then it predicts the A100
+:func:`calibrate_on_alexnet`; then it predicts the A100
 ResNet-50 convolutions and GEMMs with them. The V100 profile has no trace-calibrated curve
 (datasheet peaks, documented e_max; no TF32), so its rows use the shipped profile. Durations
 of the test traces are never used except to score the predictions.
@@ -15,25 +15,29 @@ of the test traces are never used except to score the predictions.
 curve) and the roofline alone per layer class of the ResNet-50 traces; :func:`transform_table`
 checks the layout-transform kernels alone (measured against their bytes at the memory curve).
 
-``python -m benchmarks.kernels.kernel_eval --ablation`` / ``--layers`` print the tables.
+``python -m benchmarks.kernels.kernel_ablation --ablation`` / ``--layers`` print the tables.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from benchmarks.kernels.conv_tf32 import calibrate_on_alexnet
+from benchmarks.kernels.conv_tf32 import fit_conv_tf32
 from benchmarks.kernels.gemm_shape import layout_transform, layout_transform_kernels
 from benchmarks.kernels.kernel_eval import (
+    PUBLIC_TRACES,
     SHAPE_PARTS,
     evaluate,
+    evaluate_trace,
     fit_from_trace,
+    summarize,
     trace_groups,
 )
 from tracesim.hardware.costmodel import op_times_ns
@@ -207,3 +211,53 @@ def transform_table(root: str | Path) -> pd.DataFrame:
     t = pd.DataFrame(out).groupby(["trace", "direction", "hw"], sort=True).agg(
         n=("hw", "size"), measured_us=("measured_us", "sum"), model_us=("model_us", "sum")).reset_index()
     return t.assign(ratio=t["measured_us"] / t["model_us"])
+
+
+def calibrate_on_alexnet(path: str | Path, device: DeviceProfile | str = "a100-40gb",
+                         shapes_model: bool | Iterable[str] = True) -> dict[str, Any]:
+    """:func:`fit_conv_tf32` on an AlexNet trace (shapes rebuilt by :func:`annotate_alexnet`)
+    evaluated with the shape-model parts ``shapes_model`` (as in
+    :func:`benchmarks.kernels.kernel_eval.evaluate`)."""
+    rows = evaluate(trace_groups(path, "alexnet"), device, ("gemm",), shapes_model=shapes_model)
+    return fit_conv_tf32(rows, device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print per-class and per-op kernel-prediction tables for the public traces
+    (``--ablation``: the shape-model ablation, ``--layers``: the ResNet-50 layer classes,
+    ``--transforms``: the layout-transform kernels, of :mod:`benchmarks.kernels.kernel_ablation`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("traces", nargs="?", type=Path,
+                    default=Path(__file__).resolve().parents[3] / "shared/traces/public")
+    for flag in ("--ablation", "--layers", "--transforms"):
+        ap.add_argument(flag, action="store_true")
+    ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    flags = [f for f in ("--ablation", "--layers", "--transforms") if getattr(ns, f[2:])]
+    root = ns.traces
+    pd.set_option("display.width", 200)
+    if flags:
+        table = {"--ablation": ablation_table, "--layers": layer_table,
+                 "--transforms": transform_table}[flags[0]](root)
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        return 0 if len(table) else 2
+    frames = []
+    for name, dev, shapes in PUBLIC_TRACES:
+        if (root / name).exists():
+            frames.append(evaluate_trace(root / name, dev, shapes, classes=None))
+    if not frames:
+        print(f"no public traces under {root}", file=sys.stderr)
+        return 2
+    rows = pd.concat(frames, ignore_index=True)
+    rows["op"] = rows["name"].str.replace("aten::", "", regex=False)
+    for title, by in (("per class", ["trace", "device", "op_class"]),
+                      ("per op (gemm, attention)", ["trace", "op"])):
+        sub = rows if by[-1] == "op_class" else rows[rows["op_class"].isin(["gemm", "attention"])]
+        print(f"\n== {title}")
+        print(summarize(sub, by).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,7 @@ L2 tile cap) plus cuDNN's layout-transform traffic and one launch per kernel
 (:mod:`benchmarks.kernels.gemm_shape`, :data:`SHAPE_PARTS`); the work that TF32 implicit-GEMM
 convolution kernels run is charged on their own curve (:mod:`benchmarks.kernels.conv_tf32`).
 
-``python -m benchmarks.kernels.kernel_eval`` prints the per-class tables of docs/devices.md;
+``python -m benchmarks.kernels.kernel_ablation`` prints the per-class tables of docs/devices.md;
 ``--layers`` the per-layer-class tables of the ResNet-50 traces, ``--ablation`` the
 shape-model ablation, ``--transforms`` the layout-transform kernels against their model
 (:mod:`benchmarks.kernels.kernel_ablation`).
@@ -25,7 +25,6 @@ shape-model ablation, ``--transforms`` the layout-transform kernels against thei
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,6 @@ from benchmarks.kernels.conv_shapes import (
     annotate_alexnet,
     annotate_resnet50,
     resnet50_batch,
-    resnet50_convs,
 )
 from benchmarks.kernels.conv_tf32 import conv_tf32_profile
 from benchmarks.kernels.gemm_shape import layout_transform_bytes, op_quantization
@@ -278,53 +276,6 @@ def evaluate_trace(path: str | Path, device: str | DeviceProfile, shapes: str = 
                     shapes_model=shapes_model)
     name = device.name if isinstance(device, DeviceProfile) else device
     return rows.assign(device=name)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print per-class and per-op kernel-prediction tables for the public traces
-    (``--ablation``: the shape-model ablation, ``--layers``: the ResNet-50 layer classes,
-    ``--transforms``: the layout-transform kernels, of :mod:`benchmarks.kernels.kernel_ablation`)."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("traces", nargs="?", type=Path,
-                    default=Path(__file__).resolve().parents[3] / "shared/traces/public")
-    for flag in ("--ablation", "--layers", "--transforms"):
-        ap.add_argument(flag, action="store_true")
-    ns = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    flags = [f for f in ("--ablation", "--layers", "--transforms") if getattr(ns, f[2:])]
-    root = ns.traces
-    pd.set_option("display.width", 200)
-    if flags:
-        from benchmarks.kernels import kernel_ablation as ka
-
-        table = {"--ablation": ka.ablation_table, "--layers": ka.layer_table,
-                 "--transforms": ka.transform_table}[flags[0]](root)
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        return 0 if len(table) else 2
-    frames = []
-    for name, dev, shapes in PUBLIC_TRACES:
-        if (root / name).exists():
-            frames.append(evaluate_trace(root / name, dev, shapes, classes=None))
-    if not frames:
-        print(f"no public traces under {root}", file=sys.stderr)
-        return 2
-    rows = pd.concat(frames, ignore_index=True)
-    rows["op"] = rows["name"].str.replace("aten::", "", regex=False)
-    for title, by in (("per class", ["trace", "device", "op_class"]),
-                      ("per op (gemm, attention)", ["trace", "op"])):
-        sub = rows if by[-1] == "op_class" else rows[rows["op_class"].isin(["gemm", "attention"])]
-        print(f"\n== {title}")
-        print(summarize(sub, by).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-__all__ = ["launch_groups", "evaluate", "summarize", "annotate_resnet50", "resnet50_batch",
-           "resnet50_convs", "evaluate_trace", "trace_groups", "shape_features", "classify"]
 
 
 # --------------------------------------------------------------------------- calibrating on a trace

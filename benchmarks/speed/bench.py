@@ -9,7 +9,7 @@ Usage::
     .venv/bin/python benchmarks/speed/bench.py --from-json docs/performance.json   # docs from stored results
     .venv/bin/python benchmarks/speed/bench.py --cases A,B,C [--repo DIR]   # the speed-up log's cases
 
-Every run is one fresh subprocess that calls :func:`tracesim.pipeline.run_retarget` with the
+Every run is one fresh subprocess that calls :func:`tracesim.api.replay` with the
 scenario's options, exactly as ``tracesim replay --model ... --cluster ...`` does; the time
 reported is that whole call (template, build, replay, breakdown, memory estimate), the peak
 RSS is the subprocess's own maximum resident set (interpreter and imports included), and the
@@ -130,18 +130,18 @@ def resolve(opts: dict[str, Any], directory: Path) -> dict[str, Any]:
 def child(opts: dict[str, Any]) -> dict[str, Any]:
     """Run one replay in this (fresh) process; returns the measurements."""
     t0 = time.perf_counter()
-    from tracesim.pipeline import run_retarget
+    from tracesim.api import replay
 
     t_import = time.perf_counter() - t0
     opts = dict(opts)
     per_op = bool(opts.pop("per_op", False))
     t0 = time.perf_counter()
     if per_op:  # one task per template op, as for a result directory (replay --full -o OUT)
-        from tracesim.pipeline import simulate_retarget
+        from tracesim.api import replay
 
-        res = simulate_retarget(None, opts, per_op=True).result
+        res = replay(None, **{**opts, "per_op": True}).to_dict()
     else:
-        res = run_retarget(None, opts)
+        res = replay(None, **opts).to_dict()
     wall = time.perf_counter() - t0
     rep = res["replay"]
     events = int(rep["events"])
@@ -195,7 +195,7 @@ def run(opts: dict[str, Any], timeout_s: float, repeat: int = 1, limit_gib: floa
 CASES: dict[str, dict[str, Any]] = {
     # A: the full replay of S4 with 16 micro-batches: graph build + replay
     "A": {**SCENARIOS["S4"]["opts"], "global_batch": 128},
-    # B: run_retarget on S2 at 128 GPUs (TP8 PP8 DP2), 8 micro-batches, every rank: the whole call
+    # B: tracesim.api.replay on S2 at 128 GPUs (TP8 PP8 DP2), 8 micro-batches, every rank: the whole call
     "B": {**SCENARIOS["S2"]["opts"], "cluster": "h100x128", "dp": 2, "global_batch": 16, "full": True},
     # C: the reduced replay of S2 (1024 GPUs) with the flow network: the replay
     "C": {**SCENARIOS["S2"]["opts"], "network": "flow"},
@@ -215,12 +215,12 @@ def _rss_gib() -> dict[str, float]:
 
 def case_child(name: str) -> dict[str, Any]:
     """Run speed-up case ``name`` in this process: CPU seconds (``time.process_time``) of
-    the graph build, the replay and the whole ``run_retarget`` call, the peak RSS, and the
+    the graph build, the replay and the whole ``tracesim.api.replay`` call, the peak RSS, and the
     resident set (now, peak) after the imports, the build, the replay and the breakdown."""
     import tracesim.build.builder as builder
     import tracesim.engine.replay as engine
     import tracesim.report.breakdown as breakdown
-    from tracesim.pipeline import run_retarget
+    from tracesim.api import replay
 
     cpu: dict[str, float] = {}
     rss: dict[str, Any] = {"imports": _rss_gib()}
@@ -245,7 +245,7 @@ def case_child(name: str) -> dict[str, Any]:
     timed(engine, "replay", "replay_cpu_s")
     timed(breakdown, "rank_breakdowns", "breakdown_cpu_s")
     t = time.process_time()
-    res = run_retarget(None, CASES[name])
+    res = replay(None, **CASES[name]).to_dict()
     return {"case": name, "call_cpu_s": round(time.process_time() - t, 2),
             **{k: round(v, 2) for k, v in cpu.items()},
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

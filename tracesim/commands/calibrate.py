@@ -6,16 +6,12 @@ The profile is accepted wherever a device is (``get_device(PATH)``, a cluster sp
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import click
 
-from tracesim.errors import InputError
-from tracesim.fileio import write_yaml
-
-TORCH_MISSING = "torch is not installed: pip install 'tracesim[collect]' (torch==2.13.0)"
+from tracesim.api import calibrate
 
 
 @click.command("calibrate")
@@ -34,19 +30,9 @@ def command(device: str, out: Path, quick: bool, threads: int | None, name: str 
     """Measure GEMM efficiency over a grid of sizes, memory bandwidth, pointwise / norm /
     softmax / reduction / embedding / optimizer / attention ops and the launch overhead on
     DEVICE, and write a device profile to OUTPUT."""
-    if importlib.util.find_spec("torch") is None:
-        raise InputError(TORCH_MISSING, "--device")
-    if threads is not None and threads < 1:
-        raise InputError(f"must be >= 1, got {threads}", "--threads")
-    from tracesim.collectors.calibrate import calibrate
-    from tracesim.hardware.device import parse_profile
-
     log = None if as_json else (lambda m: click.echo(f"calibrate: {m}", err=True))
-    prof = calibrate(device, quick=quick, threads=threads, name=name, log=log)
-    if aliases:
-        prof["aliases"] = list(aliases)
-    parse_profile(prof, out)  # the written file must load
-    write_yaml(out, prof)
+    prof = calibrate(device, quick=quick, threads=threads, name=name, aliases=aliases, out=out,
+                     log=log)
     if as_json:
         click.echo(json.dumps(prof))
         return

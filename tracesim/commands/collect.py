@@ -1,86 +1,20 @@
 """``tracesim collect``: record training steps of a model under torch.profiler into a bundle.
 
-The tracesim process never imports torch: it validates the flags, then runs
-``python -m tracesim.collectors.run`` (the same interpreter) as a subprocess. The collector's progress lines go to stderr as they come; its other output is
-shown only if it fails. Only data parallelism is collected (``--ranks N`` local processes).
+The tracesim process never imports torch: it validates the flags, then runs the collector
+(``python -m tracesim.collectors.run``, :func:`tracesim.api.collect`) as a subprocess. The
+collector's progress lines go to stderr as they come; its other output is shown only if it
+fails. Only data parallelism is collected (``--ranks N`` local processes).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
-from collections import deque
 from pathlib import Path
 
 import click
 
-from tracesim.catalog import load_model, model_path
-from tracesim.errors import InputError
-from tracesim.specs.model import ModelSpec
-from tracesim.trace.bundle import is_bundle, load_bundle
-
-TORCH_MISSING = "torch is not installed: pip install 'tracesim[collect]' (torch==2.13.0)"
-
-
-def resolve_workload(name_or_path: str) -> tuple[ModelSpec, Path]:
-    """The model spec for ``--workload`` (a YAML path or a ``workloads/`` name) and its file."""
-    path = model_path(name_or_path, "--workload")
-    if not path.is_file():
-        raise InputError("model spec not found", path)
-    return load_model(path), path
-
-
-def check_layout(ranks: int | None, tp: int, pp: int, dp: int | None) -> int:
-    """Validate the parallel flags; return the number of ranks to run."""
-    if tp != 1 or pp != 1:
-        flag = "--tp" if tp != 1 else "--pp"
-        raise InputError(
-            "only data parallelism is collected (tp = pp = 1); record a DP job with "
-            "--ranks N and retarget it to TP/PP with `tracesim replay`",
-            flag,
-        )
-    if ranks is None:
-        return dp or 1
-    if dp is not None and dp != ranks:
-        raise InputError(f"must equal --ranks ({ranks}), got {dp}", "--dp")
-    return ranks
-
-
-def _check_output(out: Path) -> None:
-    if out.exists() and not is_bundle(out):
-        if not out.is_dir() or any(out.iterdir()):
-            raise InputError("exists and is not a bundle; refusing to overwrite it", out)
-
-
-def run_collector(argv: list[str]) -> None:
-    """Run ``python -m tracesim.collectors.run ARGV``; stream its progress, raise on failure."""
-    env = dict(os.environ)
-    cmd = [sys.executable, "-m", "tracesim.collectors.run", *argv]
-    tail: deque[str] = deque(maxlen=25)
-    error_line = None
-    with subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env=env, text=True, errors="replace",
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            if line.startswith("collect: error: "):
-                error_line = line[len("collect: error: "):]
-            elif line.startswith("collect: "):
-                click.echo(line, err=True)
-            else:
-                tail.append(line)
-        rc = proc.wait()
-    if rc == 0:
-        return
-    if rc == 2 and error_line:
-        raise InputError(error_line)
-    for line in tail:
-        click.echo(line, err=True)
-    raise click.ClickException(f"the collector failed with exit code {rc} (its output is above)")
+from tracesim.api import collect
+from tracesim.collectors.launch import CollectorFailed, check_layout, resolve_workload
+from tracesim.trace.bundle import load_bundle
 
 
 @click.command("collect")
@@ -122,19 +56,16 @@ def command(workload: str, device: str, ranks: int | None, tp: int, pp: int, dp:
     cycles that measure the profiler's overhead. Writes OUT/meta.yaml and
     OUT/rank{r}/{trace,et}.json.gz.
     """
-    spec, spec_path = resolve_workload(workload)
+    spec, _ = resolve_workload(workload)
     n_ranks = check_layout(ranks, tp, pp, dp)
-    _check_output(out)
-    if importlib.util.find_spec("torch") is None:
-        raise InputError(TORCH_MISSING)
-    argv = ["--model", str(spec_path), "--device", device, "--ranks", str(n_ranks),
-            "--steps", str(steps), "--warmup", str(warmup), "--measure", str(measure),
-            "--calibration-cycles", str(calibration_cycles), "--batch", str(batch), "-o", str(out)]
-    if seq_len is not None:
-        argv += ["--seq-len", str(seq_len)]
-    if threads is not None:
-        argv += ["--threads", str(threads)]
-    run_collector(argv)
+    try:
+        collect(workload, out, device=device, ranks=n_ranks, steps=steps, warmup=warmup,
+                measure=measure, calibration_cycles=calibration_cycles, batch=batch,
+                seq_len=seq_len, threads=threads, log=lambda line: click.echo(line, err=True))
+    except CollectorFailed as exc:
+        for line in exc.tail:
+            click.echo(line, err=True)
+        raise click.ClickException(f"{exc} (its output is above)") from None
     bundle = load_bundle(out)
     st = bundle.measured_step_time_s
     click.echo(

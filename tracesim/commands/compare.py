@@ -11,21 +11,22 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
 
 import click
 
+from tracesim.api import Prediction, compare, replay
+from tracesim.commands.options import options_from
 from tracesim.errors import InputError
-from tracesim.report.compare import compare_table, default_labels, format_table
-from tracesim.report.resultdir import enrich, json_default, load_result
+from tracesim.report.compare import format_table
+from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import Progress
 
 
-def load_run(spec: str, common: str = "") -> dict[str, Any]:
-    """A result dict from a result directory / result.json, or by running a replay spec."""
+def load_run(spec: str, common: str = "") -> Prediction | Path:
+    """A result directory / result.json, or the prediction of a replay spec."""
     p = Path(spec)
     if p.exists():
-        return load_result(p)
+        return p
     args = shlex.split(spec)
     if args[:1] == ["tracesim"]:
         args = args[1:]
@@ -33,7 +34,6 @@ def load_run(spec: str, common: str = "") -> dict[str, Any]:
         raise InputError(f"{spec!r} is neither a result directory / result.json nor a replay "
                          "spec (\"replay --model M --cluster C --tp 8 ...\")", spec)
     from tracesim.commands.replay import command as replay_command
-    from tracesim.commands.replay import run_replay
 
     args = args[1:] + shlex.split(common)
     try:
@@ -43,17 +43,15 @@ def load_run(spec: str, common: str = "") -> dict[str, Any]:
     except click.ClickException as exc:
         raise InputError(f"bad replay spec: {exc.format_message()}", spec) from None
     params = dict(ctx.params)
-    for k in ("output", "out", "as_json"):
+    for k in ("out", "as_json"):
         if params.pop(k, None):
             raise InputError("a replay spec cannot write files or print JSON (-o / --json): "
                              "give compare -o instead", spec)
     progress = Progress()
     try:
-        rep = run_replay(params.pop("source"), params, strict=bool(params.pop("strict")),
-                         full=bool(params.pop("full")), progress=progress)
+        return replay(params.pop("source"), options_from(params), progress=progress)
     finally:
         progress.close()
-    return enrich(rep)
 
 
 @click.command("compare")
@@ -70,19 +68,12 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
     For each metric the table gives every run's value, the winner (lowest time / memory,
     highest tokens/s, TFLOP/s, MFU) and the ratio winner vs runner-up. Times in seconds.
     """
-    results = [load_run(r, common) for r in runs]
-    if labels:
-        names = [x.strip() for x in labels.split(",")]
-        if len(names) != len(runs):
-            raise InputError(f"--labels has {len(names)} labels for {len(runs)} runs", "--labels")
-    else:
-        names = default_labels(results, [Path(r).name if Path(r).exists() else r for r in runs])
-    if len(set(names)) != len(names):
-        names = [f"{i + 1}: {n}" for i, n in enumerate(names)]
-    table = compare_table(results, names)
-    doc = {"labels": names, "runs": list(runs),
-           "metrics": json.loads(table.to_json(orient="records")),
-           "results": results}
+    res = compare([load_run(r, common) for r in runs],
+                  labels=[x.strip() for x in labels.split(",")] if labels else None,
+                  names=[Path(r).name if Path(r).exists() else r for r in runs])
+    names, table, results = list(res.labels), res.table, list(res.results)
+    doc = {"labels": names, "runs": list(runs), **{k: v for k, v in res.to_dict().items()
+                                                   if k != "labels"}}
     if out is not None:
         from tracesim.fileio import atomic_path, write_json
 

@@ -14,10 +14,14 @@ from typing import Any
 
 import click
 
-from tracesim.errors import InputError
+from tracesim.api import convert
+from tracesim.commands.options import options_from, replay_flags
+from tracesim.options import BUILD_KEYS
+from tracesim.report.resultdir import json_default
+from tracesim.report.terminal import print_report
 
-_BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero",
-               "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype")
+#: the flags that build a workload (without SOURCE): the model, its cluster and the layout
+BUILD_FLAGS = ("cluster", *BUILD_KEYS)
 
 
 @click.command("convert")
@@ -43,22 +47,7 @@ _BUILD_KEYS = ("model", "cluster", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "z
 @click.option("--system", type=click.Path(path_type=Path),
               help="With --replay-on: an ASTRA-sim system JSON applied to the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-@click.option("--model", help="Build from a model spec (YAML or a name from workloads/).")
-@click.option("--cluster", help="Cluster the built workload is sized for.")
-@click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel degree.")
-@click.option("--pp", type=click.IntRange(min=1), help="Pipeline-parallel degree.")
-@click.option("--dp", type=click.IntRange(min=1), help="Data-parallel degree.")
-@click.option("--cp", type=click.IntRange(min=1), help="Context-parallel degree.")
-@click.option("--ep", type=click.IntRange(min=1), help="Expert-parallel degree.")
-@click.option("--sp/--no-sp", default=None, help="Sequence parallelism.")
-@click.option("--vpp", type=click.IntRange(min=1), help="Virtual stages per pipeline rank.")
-@click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage.")
-@click.option("--micro-batch", type=click.IntRange(min=1), help="Sequences per micro-batch.")
-@click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per iteration.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Sequence length.")
-@click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), help="Pipeline schedule.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Recomputation.")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), help="Compute dtype.")
+@replay_flags(only=BUILD_FLAGS)
 def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path | None,
             plain: bool, one_rank: bool, rank: int | None, replay_on: str | None, system: Path | None, as_json: bool,
             **build: Any) -> None:
@@ -66,50 +55,16 @@ def command(source: Path | None, out: Path, to: str, fmt: str, comm_groups: Path
 
     Exit code 2 on bad input, with one line naming the file and the line or key.
     """
-    from tracesim.convert import (
-        build_workload,
-        load_workload,
-        replay_workload,
-        save_workload,
-    )
-
-    given = {k: v for k, v in build.items() if v is not None}
-    if source is None:
-        if not given:
-            raise InputError("give a SOURCE to convert, or --model and --cluster to build one",
-                             "SOURCE")
-        graph, src_fmt = build_workload(given), "built"
-    else:
-        extra = sorted(k for k in given if k != "cluster")
-        if extra:
-            raise InputError(f"--{extra[0].replace('_', '-')} builds a workload; it cannot be "
-                             "combined with a SOURCE", f"--{extra[0].replace('_', '-')}")
-        graph, src_fmt = load_workload(source, fmt, comm_groups=comm_groups, plain=plain,
-                                        one_rank=one_rank)
-    if system is not None and not replay_on:
-        raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
-    written, warnings = save_workload(graph, out, to, rank=rank)
-    res: dict[str, Any] = {
-        "source": str(source) if source else None, "from": src_fmt, "to": to,
-        "written": [str(p) for p in written], "ranks": len(graph.ranks), "tasks": graph.n_tasks,
-        "warnings": warnings,
-    }
-    if replay_on:
-        res["replay"] = replay_workload(graph, replay_on, system)
+    res = convert(source, out, to, source_format=fmt, options=options_from(build),
+                  comm_groups=comm_groups, chakra_plain=plain, aicb_one_rank=one_rank,
+                  aicb_rank=rank, replay_on=replay_on, system=system)
     if as_json:
-        click.echo(json.dumps(res, indent=2, default=_json_default))
+        click.echo(json.dumps(res.to_dict(), indent=2, default=json_default))
         return
-    shown = ", ".join(res["written"][:3]) + (f" (+{len(written) - 3} more)" if len(written) > 3 else "")
-    click.echo(f"wrote {shown}: {src_fmt} -> {to}, {res['ranks']} rank(s), {res['tasks']} tasks")
-    for w in warnings:
+    written = res.written
+    shown = ", ".join(written[:3]) + (f" (+{len(written) - 3} more)" if len(written) > 3 else "")
+    click.echo(f"wrote {shown}: {res.source_format} -> {to}, {res.ranks} rank(s), {res.tasks} tasks")
+    for w in res.warnings:
         click.echo(f"  warning: {w}")
-    if replay_on:
-        from tracesim.commands.replay import format_report
-
-        click.echo(format_report(res["replay"]))
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    if res.replay is not None:
+        print_report(res.replay.to_dict())

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracesim.report.steps import self_replay, unprofiled_summary
-from tracesim.trace.sources import load_source
+from tracesim.api import validate_self_replay
 
 
 @click.group("validate")
@@ -28,13 +27,10 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
     rank the median of the steady steps' unprofiled predictions (bundles recorded with
     ``collect --steps N``: one number per rank, less noisy than any single step).
     """
-    results = []
-    for s in sources:
-        results.extend(self_replay(load_source(s)))
-    summary = unprofiled_summary(results)
+    check = validate_self_replay(*sources)
+    results, summary = check.results, check.unprofiled
     if as_json:
-        click.echo(json.dumps({"results": [r.to_dict() for r in results],
-                               "unprofiled": [u.to_dict() for u in summary]}, indent=2))
+        click.echo(json.dumps(check.to_dict(), indent=2))
         return
     hdr = f"{'source':<34} {'rank':>4} {'step':<18} {'measured ms':>12} {'predicted ms':>13} {'error':>8}"
     click.echo(hdr)

@@ -33,6 +33,7 @@ collectives, the optimizer's wait for the gradient reduction, lane gaps beyond c
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,3 +229,18 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None, *, one_rank: bool = False) 
                  "update_ns": [r.update_ns for r in w.rows]},
     }
     return TaskGraph(tasks, edges, lanes, tuple(sorted(groups, key=groups.__getitem__)), meta)
+
+
+def simai_bubble_s(graph: TaskGraph, result: Any, aicb: Mapping[str, Any]) -> float:
+    """SimAI's bubble formula: (pp - 1) / (ga x vpp) x the non-embedding rows' forward,
+    input-gradient and weight-gradient compute plus their blocking communication (rank 0)."""
+    t = graph.tasks
+    r0 = t["rank"].to_numpy() == graph.ranks[0]
+    names = t["name"].to_numpy().astype(str)
+    lanes = graph.lanes["name"].to_numpy().astype(str)[t["lane"].to_numpy()]
+    dur = result.end_ns - result.start_ns
+    keep = r0 & ~np.char.startswith(names, "embedding_layer.") & ~np.char.startswith(names, "recompute:")
+    keep &= ~(lanes == "comm:dp")  # weight-gradient collectives are not blocking
+    total_ns = float(dur[keep].sum())
+    pp, ga, vpp = int(aicb["pp"]), int(aicb["ga"]), int(aicb["vpp"])
+    return total_ns * 1e-9 * (pp - 1) / (ga * vpp)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
+from tracesim.report.result import Prediction
 
 FILES = {
     "result.json": "the replay --json object (docs/formats.md)",
@@ -42,22 +42,6 @@ FILES = {
     "gantt.png": "Gantt chart of the iteration, lanes coloured by class",
     "links.png": "link utilisation heat map",
 }
-
-
-@dataclass
-class Replayed:
-    """What a result directory is written from: the result dict and, when available, the
-    replayed graph with its simulated times, per-task scaling methods, per-rank breakdowns,
-    the link recorder and the network topology."""
-
-    result: dict
-    graph: TaskGraph | None = None
-    start_ns: np.ndarray | None = None
-    end_ns: np.ndarray | None = None
-    methods: np.ndarray | None = None
-    per_rank: dict = field(default_factory=dict)
-    links: Any = None
-    topology: Any = None
 
 
 def ops_table(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
@@ -93,27 +77,13 @@ def ops_table(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     })
 
 
-def enrich(rep: Replayed, top: int = 10) -> dict:
-    """The result dict with ``per_rank_breakdown`` and ``critical_path`` added (when the
-    graph is at hand); what ``replay --json`` prints and ``result.json`` holds."""
-    res = dict(rep.result)
-    if rep.graph is None or rep.start_ns is None or rep.end_ns is None:
-        return res
-    from tracesim.report.critical import top_contributors
-
-    res["critical_path"] = top_contributors(rep.graph, rep.start_ns, rep.end_ns, top=top)
-    if rep.per_rank:
-        res["per_rank_breakdown"] = {str(k): v for k, v in sorted(rep.per_rank.items())}
-    return res
-
-
-def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
+def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
                      max_ranks: int | None = None, plots: bool = True) -> dict:
     """Write the result directory (module docstring); returns the result dict written.
 
     Args:
         out: the directory (created).
-        rep: what to write.
+        rep: the replay to write (with its graph and simulated times, when kept).
         bins: time bins of ``links.parquet``.
         max_ranks: ranks in the timeline (default :data:`tracesim.report.timeline.MAX_RANKS`).
         plots: write the PNGs (needs matplotlib; without it they are skipped with a warning).
@@ -124,7 +94,7 @@ def write_result_dir(out: str | Path, rep: Replayed, *, bins: int = 200,
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    res = enrich(rep)
+    res = rep.to_dict(critical_path=True)
     written: dict[str, Any] = {"dir": str(out)}
     g = rep.graph
     links_df = None

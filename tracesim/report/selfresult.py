@@ -40,8 +40,10 @@ def model_flops_per_step(source: Source, rank: int, step: str) -> float:
     return total
 
 
-def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[str, Any]:
-    """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null)."""
+def self_result(source: Source, graph: TaskGraph,
+                result: ReplayResult) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null), and
+    each rank's breakdown over its last steady step."""
     steps = step_times(graph, result)
     if not steps:
         raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
@@ -105,4 +107,4 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult) -> dict[
         "simulated_events": int(result.events),
         "tasks": int(graph.n_tasks),
         "predicted_profiled_s": float(np.median(preds)) / 1e9,
-    }
+    }, per_rank

@@ -27,10 +27,11 @@ A space is a YAML mapping (all keys optional except that it must produce points)
       h100: 2.49
       h200: 3.49
 
-Settings (axis or key names): the replay options ``model, cluster, source, tp, pp, dp, cp,
-ep, sp, vpp, zero, fsdp, micro_batch, global_batch, seq_len, schedule, recompute, dtype,
-strict, full, network, template`` and the cluster variants ``gpu`` (a device profile
-name replacing the cluster's device), ``nic_Gbps`` (per NIC, per direction) and ``nodes``.
+Settings (axis or key names): ``source`` (the template's bundle or workload), every replay
+option (:class:`tracesim.options.ReplayOptions`: ``model, cluster, tp, pp, dp, ...``;
+``template: default`` is the stored default) and the cluster variants ``gpu`` (a device
+profile name replacing the cluster's device), ``nic_Gbps`` (per NIC, per direction) and
+``nodes``.
 
 Constraints see every setting of the point, the replay defaults (``tp = pp = cp = ep = vpp
 = micro_batch = 1``, ``zero = 0``, ``dp = gpus // (tp * pp * cp)``, ``global_batch =
@@ -54,27 +55,17 @@ from typing import Any
 from tracesim import __version__
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.options import check_value, option_names
 from tracesim.strict import check_keys
 from tracesim.sweep.expr import Expr, parse_expr
 from tracesim.sweep.resolve import SpecResolver, digest, slug
 
-INT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "seq_len", "nodes")
-BOOL_KEYS = ("sp", "fsdp", "strict", "full")
-CHOICES: dict[str, tuple[str, ...]] = {
-    "schedule": ("gpipe", "1f1b", "interleaved"),
-    "recompute": ("none", "selective", "full"),
-    "dtype": ("fp32", "bf16", "fp16", "fp8"),
-    "network": ("flow", "estimate"),
-    "template": ("default", "analytic"),
-}
 PATH_KEYS = ("model", "cluster", "source")
-#: every setting a point may have, in the order of the input columns of results.parquet
-SETTING_KEYS = (
-    "model", "cluster", "gpu", "nodes", "nic_Gbps", "source",
-    "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp",
-    "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype",
-    "strict", "full", "network", "template",
-)
+#: every setting a point may have, in the order of the input columns of results.parquet:
+#: where the template comes from, the cluster variants, and every replay option
+#: (:class:`tracesim.options.ReplayOptions`)
+SETTING_KEYS = ("model", "cluster", "gpu", "nodes", "nic_Gbps", "source",
+                *(k for k in option_names() if k not in ("model", "cluster")))
 #: settings that change the cluster instead of being replay options
 CLUSTER_VARIANT_KEYS = ("gpu", "nodes", "nic_Gbps")
 _TOP_KEYS = ("name", "source", "base", "axes", "points", "constraints", "filters", "prices")
@@ -165,23 +156,21 @@ def _check_setting(key: str, value: Any, file: str, where: str) -> Any:
         raise InputError(f"unknown setting {key!r} (known: {', '.join(SETTING_KEYS)})", file, where)
     if value is None:
         return None
-    if key in INT_KEYS or key == "zero":
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "zero" else 1):
-            raise InputError(f"expected a {'ZeRO stage 0-3' if key == 'zero' else 'positive integer'}, "
-                             f"got {value!r}", file, where)
-        if key == "zero" and value > 3:
-            raise InputError(f"expected a ZeRO stage 0-3, got {value!r}", file, where)
-    elif key in BOOL_KEYS:
-        if not isinstance(value, bool):
-            raise InputError(f"expected true or false, got {value!r}", file, where)
-    elif key in CHOICES:
-        if value not in CHOICES[key]:
-            raise InputError(f"{value!r} is not one of {', '.join(CHOICES[key])}", file, where)
-    elif key == "nic_Gbps":
+    if key == "nic_Gbps":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise InputError(f"expected a bandwidth > 0 in Gb/s, got {value!r}", file, where)
-    elif not isinstance(value, str) or not value:
-        raise InputError(f"expected a name or path, got {value!r}", file, where)
+    elif key == "nodes":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"expected a positive integer, got {value!r}", file, where)
+    elif key in ("gpu", "source"):
+        if not isinstance(value, str) or not value:
+            raise InputError(f"expected a name or path, got {value!r}", file, where)
+    elif key == "template" and value == "default":
+        return value  # the stored default template (no template option)
+    else:
+        value = check_value(key, value, file, where)
+        if key in ("model", "cluster", "template") and not value:
+            raise InputError(f"expected a name or path, got {value!r}", file, where)
     return value
 
 

@@ -72,14 +72,12 @@ def _local_file(path: str, spec: Mapping[str, Any] | None, kind: str) -> str:
 
 
 def replay_options(point: SweepPoint) -> dict[str, Any]:
-    """The ``run_retarget`` options of ``point`` with the model / cluster files that this
-    machine can read."""
+    """The replay options of ``point`` (:class:`tracesim.options.ReplayOptions` fields) with
+    the model / cluster files that this machine can read."""
     opts = dict(point.opts)
     opts["cluster"] = _local_file(point.cluster_file, point.cluster_spec, "clusters")
     if point.model_file is not None:
         opts["model"] = _local_file(point.model_file, point.model_spec, "models")
-    opts.setdefault("strict", False)
-    opts.setdefault("full", False)
     return opts
 
 
@@ -94,19 +92,20 @@ def base_row(point: SweepPoint) -> dict[str, Any]:
 
 
 def run_point(point: SweepPoint) -> dict[str, Any]:
-    """Replay one point (``tracesim.pipeline.run_retarget``) and return its row.
+    """Replay one point (:func:`tracesim.pipeline.predict`) and return its row.
 
     Columns: :data:`META_COLUMNS`, the point's settings, every metric of the replay result
     flattened (:func:`flatten`), and ``tokens_per_s_per_gpu``. A point whose replay raises
     is ``failed`` with ``error`` = ``"<ExceptionType>: <message>"``; with the space's memory
     filters a replayed point over budget is ``skipped`` (its metrics kept).
     """
-    from tracesim.pipeline import run_retarget
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline import predict
 
     t0 = time.perf_counter()
     row = base_row(point)
     try:
-        result = run_retarget(point.source, replay_options(point))
+        result = predict(point.source, ReplayOptions.from_mapping(replay_options(point))).to_dict()
     except Exception as exc:  # recorded, never raised: one bad point must not stop a sweep
         row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
         row["task_wall_s"] = time.perf_counter() - t0

@@ -22,7 +22,11 @@ so that waiting comes out of the simulation instead of being replayed from the r
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -137,3 +141,38 @@ def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0)
 def extract_source(source: Source, overhead: tuple[float, float] | float = 0.0) -> TaskGraph:
     """The task graph of a loaded source (:func:`extract` with :func:`extract_options`)."""
     return extract(source.op_table, extract_options(source, overhead), source.et_tables)
+
+
+#: what a workload directory written by :func:`extract_to_directory` holds
+WORKLOAD_FILES = ("ops.parquet", "tasks.parquet", "edges.parquet", "lanes.parquet", "graph.yaml")
+
+
+def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
+    """Write the op table (``ops.parquet``) and task graph of ``source`` into the workload
+    directory ``out``: whole or not at all (a temporary directory renamed into place); a
+    directory there that is not a workload is never overwritten. Returns the counts."""
+    from tracesim.graph.io import save_graph
+    from tracesim.trace.schema import write_op_table
+    from tracesim.trace.sources import load_source
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(p.name not in WORKLOAD_FILES for p in out.iterdir())):
+        raise InputError("exists and is not a workload directory; refusing to overwrite it", out)
+    src = load_source(source)
+    graph = extract_source(src)
+    graph.validate()
+    graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
+                                "bundle_meta": src.meta or {}})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_op_table(src.op_table, tmp / "ops.parquet", {"source": str(source)})
+        save_graph(graph, tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"out": str(out), "events": len(src.op_table), "tasks": graph.n_tasks,
+            "edges": len(graph.edges), "lanes": len(graph.lanes), "ranks": len(graph.ranks)}

@@ -7,15 +7,25 @@ trace's data dependencies.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from tracesim.trace.et import data_dependencies, event_key
 
-if TYPE_CHECKING:
-    from tracesim.trace.rankgraph import RankExtractor
+
+class HostTasks(Protocol):
+    """What these functions need of the rank being extracted
+    (:class:`tracesim.trace.rankgraph.RankExtractor`): its op table, task rows, lanes, the
+    task of each op row, and a way to add an edge."""
+
+    ops: pd.DataFrame
+    rows: list[dict[str, Any]]
+    lanes: list[dict[str, Any]]
+    task_of: dict[int, int]
+
+    def edge(self, a: int, b: int, kind: str) -> None: ...
 
 #: a host thread idle for at least this long, that resumed at most _THREAD_WAKE_NS after an
 #: op on another thread of its rank ended, was waiting for that op
@@ -26,7 +36,7 @@ _THREAD_WAKE_NS = 100_000
 _NEST_TOL_NS = 500
 
 
-def thread_edges(ex: RankExtractor) -> None:
+def thread_edges(ex: HostTasks) -> None:
     """Cross-thread dependencies of the host lanes.
 
     * a ``c10d::<op>`` call enqueues work that a backend thread runs as ``gloo:<op>``:
@@ -92,7 +102,7 @@ def thread_edges(ex: RankExtractor) -> None:
             ex.edge(other, k, "thread")
             r["gap_ns"] = 0
 
-def data_edges(ex: RankExtractor, et: pd.DataFrame) -> None:
+def data_edges(ex: HostTasks, et: pd.DataFrame) -> None:
     """Execution-trace data dependencies between host ops on different threads."""
     key = event_key(ex.ops)
     row_of = {int(k): i for i, k in enumerate(key.tolist()) if k >= 0}

@@ -1,0 +1,282 @@
+"""The options of a replay, in one place: a frozen dataclass shared by the CLI and the API.
+
+Every field of :class:`ReplayOptions` is one ``tracesim replay`` flag (``micro_batch`` is
+``--micro-batch``) and one key of a sweep point. Its help text, type and allowed values are
+the field's metadata (:class:`Option`); the command's flags (``tracesim/commands/replay.py``),
+the sweep's checks and the options table of ``docs/api.md`` are made from them. ``None``
+means "not given": the default of the model, the layout or the recorded run applies.
+
+An unknown or misspelt key is an error naming it, with the closest known key::
+
+    >>> ReplayOptions.from_mapping({"tpp": 2})
+    Traceback (most recent call last):
+    tracesim.errors.InputError: options: tpp: unknown option (did you mean tp?)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Option:
+    """What one option is: help text, kind and the values it accepts.
+
+    ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int`` (``minimum`` / ``maximum``), ``bool`` (``--x/--no-x``),
+    ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
+    ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
+    options in help and docs: what, where, layout, template, replay.
+    """
+
+    help: str
+    kind: str = "str"
+    group: str = "layout"
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    metavar: str | None = None
+
+
+def _opt(help: str, kind: str = "str", *, group: str = "layout", choices: tuple[str, ...] = (),
+         minimum: int | None = None, maximum: int | None = None, metavar: str | None = None,
+         default: Any = None) -> Any:
+    return field(default=default, metadata={"option": Option(help, kind, group, choices, minimum,
+                                                              maximum, metavar)})
+
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
+NETWORKS = ("flow", "estimate")
+ATTENTION = ("flash", "unfused")
+TP_STYLES = ("colwise", "rowwise", "replicate")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to replay: the model, the cluster, the parallel layout and the replay's own choices.
+
+    Every field defaults to ``None`` / ``False``: not given. With none of ``model``, the layout
+    fields or ``template`` given, a recorded source is replayed as recorded (on ``cluster``'s
+    network when one is given); with any of them, the model is built from a layer template
+    for that layout (a retarget).
+    """
+
+    # what runs
+    model: str | ModelSpec | None = _opt(
+        "Model spec: a shipped name (`tracesim list models`) or a YAML file.", "spec",
+        group="what", metavar="NAME|YAML")
+    # where it runs
+    cluster: str | ClusterSpec | None = _opt(
+        "Cluster spec: a shipped name (`tracesim list clusters`), a YAML file, or an ASTRA-sim "
+        "network config.", "spec", group="where", metavar="NAME|YAML")
+    # how: the parallel layout and training options
+    tp: int | None = _opt("Tensor-parallel degree.", "int", minimum=1)
+    pp: int | None = _opt("Pipeline-parallel degree (stages).", "int", minimum=1)
+    dp: int | None = _opt("Data-parallel degree (default: the GPUs the other degrees leave).",
+                          "int", minimum=1)
+    cp: int | None = _opt("Context-parallel degree.", "int", minimum=1)
+    ep: int | None = _opt("Expert-parallel degree (divides dp).", "int", minimum=1)
+    sp: bool | None = _opt("Sequence parallelism with TP (default: on for MoE with tp > 1).", "bool")
+    vpp: int | None = _opt("Virtual stages (model chunks) per pipeline rank, for the interleaved "
+                           "schedule.", "int", minimum=1)
+    zero: int | None = _opt("ZeRO stage: 1 optimizer states, 2 + gradients, 3 + parameters "
+                            "sharded over data parallelism.", "int", minimum=0, maximum=3)
+    fsdp: bool | None = _opt("Fully sharded data parallel (per-layer parameter all-gather with "
+                             "prefetch; as --zero 3).", "flag")
+    micro_batch: int | None = _opt("Sequences per micro-batch per data-parallel replica.", "int",
+                                   minimum=1)
+    global_batch: int | None = _opt("Sequences per iteration over all replicas (default: one "
+                                    "micro-batch per replica).", "int", minimum=1)
+    seq_len: int | None = _opt("Sequence length in tokens (default: the model's).", "int", minimum=1)
+    schedule: str | None = _opt("Pipeline schedule.", "choice", choices=SCHEDULES)
+    recompute: str | None = _opt("Activation recomputation.", "choice", choices=RECOMPUTE)
+    dtype: str | None = _opt("Compute dtype (default: the model's).", "choice", choices=DTYPES)
+    stage_layers: tuple[int, ...] | None = _opt(
+        "Transformer layers per pipeline stage, an uneven split (pp numbers, or pp x vpp in model-"
+        "chunk order), e.g. 7,8x14,7 (the Llama 3 405B split on 16 stages).", "ints",
+        metavar="N,N,...")
+    tp_plan: tuple[tuple[str, str], ...] | None = _opt(
+        "Overrides of the Megatron column / row rule: module-name glob = colwise | rowwise | "
+        "replicate, e.g. 'attn.*=replicate'.", "plan", metavar="GLOB=STYLE,...")
+    bucket_params: int | None = _opt("Gradient bucket size in parameters (default: Megatron's "
+                                     "max(40e6, 1e6 x dp)).", "int", minimum=1)
+    first_bucket_params: int | None = _opt("Size of the first gradient bucket in parameters "
+                                           "(PyTorch DDP caps it at 1 MiB); default: as the "
+                                           "others.", "int", minimum=1)
+    dp_overlap: bool | None = _opt("Reduce gradient buckets during the backward pass (DDP, "
+                                   "Megatron --overlap-grad-reduce); --no-dp-overlap reduces "
+                                   "after it. Default: on.", "bool")
+    p2p_blocking: bool | None = _opt("A pipeline pass starts only when the previous pass's send "
+                                     "has completed (Megatron's default schedules). Default: "
+                                     "on.", "bool")
+    # the layer template
+    template: str | None = _opt("Layer template: 'analytic' (first principles) or a bundle, "
+                                "trace or workload to take it from (default: the source, else "
+                                "the model family's stored bundle).", group="template",
+                                metavar="analytic|PATH")
+    attention: str | None = _opt("Attention kernel of the analytic template (unfused: 2021-era "
+                                 "softmax kernels).", "choice", group="template",
+                                 choices=ATTENTION)
+    # the replay itself
+    network: str | None = _opt("Network model: flow (flow-level max-min sharing) or estimate "
+                               "(uncongested closed forms, faster). Default: flow below 64 GPUs, "
+                               "estimate from 64 up.", "choice", group="replay", choices=NETWORKS)
+    full: bool = _opt("Simulate every rank (no symmetry reduction).", "flag", group="replay",
+                      default=False)
+    strict: bool = _opt("Error (not warn) when the layout does not fit in the device's memory.",
+                        "flag", group="replay", default=False)
+    per_op: bool | None = _opt("Keep one task per template op in a full replay (default: when "
+                               "writing a result directory); otherwise runs of compute tasks "
+                               "are merged, which changes no time.", "flag", group="replay")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name)))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], file: str | Path | None = None,
+                     where: str = "") -> ReplayOptions:
+        """Options from a mapping (a sweep point, JSON); an unknown key is an InputError
+        naming it and the closest known key."""
+        names = option_names()
+        for key in data:
+            if key not in names:
+                raise unknown_option(str(key), file, where)
+        return cls(**{k: check_value(k, v, file, f"{where}.{k}" if where else k)
+                      for k, v in data.items()})
+
+    def replace(self, **changes: Any) -> ReplayOptions:
+        for key in changes:
+            if key not in option_names():
+                raise unknown_option(key)
+        return dataclasses.replace(self, **changes)
+
+    def given(self) -> dict[str, Any]:
+        """The options that were given (other than their defaults), as a plain mapping."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None and getattr(self, f.name) != f.default}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready :meth:`given` (lists for tuples, a mapping for the TP plan)."""
+        out = self.given()
+        if "stage_layers" in out:
+            out["stage_layers"] = list(out["stage_layers"])
+        if "tp_plan" in out:
+            out["tp_plan"] = dict(out["tp_plan"])
+        return out
+
+    @property
+    def builds_model(self) -> bool:
+        """Whether the graph is built from a template (a model, a layout or a template given)."""
+        return any(getattr(self, k) is not None for k in BUILD_KEYS)
+
+
+#: the fields whose presence makes a replay a retarget (built from a layer template)
+BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
+              "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
+              "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
+              "template", "attention")
+
+
+def option_fields() -> list[tuple[str, Option, Any]]:
+    """(name, :class:`Option`, default) of every field, in declaration order."""
+    return [(f.name, f.metadata["option"], f.default) for f in dataclasses.fields(ReplayOptions)]
+
+
+def option_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(ReplayOptions))
+
+
+def unknown_option(key: str, file: str | Path | None = None, where: str = "") -> InputError:
+    close = difflib.get_close_matches(key, option_names(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else f" (known: {', '.join(option_names())})"
+    return InputError(f"unknown option{hint}", file or "options", f"{where}.{key}" if where else key)
+
+
+def _option(name: str) -> Option:
+    for f in dataclasses.fields(ReplayOptions):
+        if f.name == name:
+            return f.metadata["option"]
+    raise unknown_option(name)
+
+
+def check_value(name: str, value: Any, file: str | Path | None = None, where: str | None = None) -> Any:
+    """``value`` checked (and normalised: tuples for lists) for option ``name``; InputError
+    naming ``file`` and ``where`` (default: the option's flag) otherwise."""
+    opt = _option(name)
+    place = where or name
+    src = file if file is not None else f"--{name.replace('_', '-')}"
+    if value is None:
+        return None
+    if opt.kind in ("bool", "flag"):
+        if not isinstance(value, bool):
+            raise InputError(f"expected true or false, got {value!r}", src, place if file else None)
+        return value
+    if opt.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"expected an integer, got {value!r}", src, place if file else None)
+        if opt.minimum is not None and value < opt.minimum:
+            raise InputError(f"must be >= {opt.minimum}, got {value}", src, place if file else None)
+        if opt.maximum is not None and value > opt.maximum:
+            raise InputError(f"must be <= {opt.maximum}, got {value}", src, place if file else None)
+        return value
+    if opt.kind == "choice":
+        if value not in opt.choices:
+            raise InputError(f"{value!r} is not one of {', '.join(opt.choices)}", src,
+                             place if file else None)
+        return value
+    if opt.kind == "ints":
+        items = parse_ints(value) if isinstance(value, str) else value
+        if (not isinstance(items, (list, tuple)) or not items
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in items)):
+            raise InputError(f"expected a list of integers >= 1, got {value!r}", src,
+                             place if file else None)
+        return tuple(items)
+    if opt.kind == "plan":
+        pairs = parse_plan(value) if isinstance(value, str) else (
+            tuple(value.items()) if isinstance(value, Mapping) else value)
+        if not isinstance(pairs, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+                and p[1] in TP_STYLES for p in pairs):
+            raise InputError(f"expected module-glob = {' | '.join(TP_STYLES)} pairs, got {value!r}",
+                             src, place if file else None)
+        return tuple((str(a), str(b)) for a, b in pairs)
+    if opt.kind == "spec" and isinstance(value, (ModelSpec, ClusterSpec)):
+        return value
+    if not isinstance(value, (str, Path)):
+        raise InputError(f"expected a string, got {value!r}", src, place if file else None)
+    return str(value)
+
+
+def parse_ints(text: str) -> list[int]:
+    """``7,8x14,7`` -> [7, 8, 8, ..., 7] (``NxK``: N repeated K times)."""
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        n, _, times = part.partition("x")
+        if not n.isdigit() or (times and not times.isdigit()):
+            raise InputError(f"expected N or NxK items separated by commas, got {text!r}",
+                             "--stage-layers")
+        out += [int(n)] * (int(times) if times else 1)
+    return out
+
+
+def parse_plan(text: str) -> tuple[tuple[str, str], ...]:
+    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs."""
+    pairs = []
+    for part in text.split(","):
+        glob, eq, style = part.strip().partition("=")
+        if not eq or not glob:
+            raise InputError(f"expected GLOB=STYLE items separated by commas, got {text!r}",
+                             "--tp-plan")
+        pairs.append((glob.strip(), style.strip()))
+    return tuple(pairs)

@@ -1,0 +1,153 @@
+"""The graph step of a retarget: a model, a cluster and a layout -> per-rank task graphs.
+
+1. the model spec (``model``, else the source bundle's), the cluster spec and the layout
+   (:func:`tracesim.specs.parallel.parallel_from_options`);
+2. the layer template (:func:`tracesim.template.choose.choose_template`): the source's, the
+   model family's stored bundle, or first principles;
+3. each template op's duration on the cluster's device (:mod:`tracesim.template.durations`):
+   measured on the same device -> the measurement (scaled by the cost model's ratio when the
+   shapes changed); measured on another GPU -> scaled; measured on a CPU or not measured ->
+   the cost model; co-located CPU ranks slow each other (``host_contention``);
+4. the task graph (:func:`tracesim.build.builder.build_graph`): every rank, or from
+   :data:`SYMMETRY_MIN_GPUS` GPUs up (unless ``full``) one representative rank per pipeline
+   stage.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracesim.build.builder import BuildResult, build_graph
+from tracesim.catalog import default_bundle, load_cluster, load_model
+from tracesim.errors import InputError
+from tracesim.fileio import read_yaml
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.hardware.device import DeviceProfile, get_device
+from tracesim.options import ReplayOptions
+from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.model import ModelSpec, model_from_dict
+from tracesim.specs.parallel import ParallelSpec, parallel_from_options
+from tracesim.template.choose import choose_template
+from tracesim.template.durations import make_op_time
+from tracesim.template.layer import LayerTemplate
+
+#: from this many GPUs up a replay simulates one representative rank per pipeline stage
+SYMMETRY_MIN_GPUS = 64
+
+
+@dataclass(frozen=True)
+class Built:
+    """What the graph step of a retarget made, and from what.
+
+    ``op_methods``: how each template op's duration was obtained, by op name (``measured``,
+    ``scaled``, ``model``, ``mixed``); ``duration_methods``: counts of the same per method.
+    """
+
+    model: ModelSpec
+    par: ParallelSpec
+    cluster: ClusterSpec
+    device: DeviceProfile
+    template: LayerTemplate
+    built: BuildResult
+    symmetric: bool
+    merged: bool
+    op_methods: Mapping[str, str]
+    duration_methods: Mapping[str, int]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def graph(self) -> TaskGraph:
+        return self.built.graph
+
+    def task_methods(self, comm_method: str) -> np.ndarray:
+        """Per task (row order), how its duration was obtained: ``measured`` | ``scaled`` |
+        ``model`` for compute (``mixed`` for a merged task whose parts differ), the network
+        model's name (``flow`` | ``estimate``) for communication."""
+        t = self.graph.tasks
+        names = t["name"].astype(str)
+        table = {}
+        for name in names.unique().tolist():
+            parts = {self.op_methods.get(p.split(":")[0], "") for p in name.split("..")}
+            parts.discard("")
+            table[name] = parts.pop() if len(parts) == 1 else ("mixed" if parts else "model")
+        out = names.map(table).to_numpy(dtype=object)
+        out[~t["kind"].isin(["gpu", "cpu"]).to_numpy()] = comm_method
+        return out
+
+
+def bundle_model(source: str | Path | None) -> ModelSpec | None:
+    """The model spec recorded in a source bundle's ``meta.yaml``, if any."""
+    if not source:
+        return None
+    meta_path = Path(source) / "meta.yaml"
+    if not (Path(source).is_dir() and meta_path.is_file()):
+        return None
+    meta = read_yaml(meta_path)
+    if isinstance(meta, Mapping) and isinstance(meta.get("model"), Mapping):
+        return model_from_dict(meta["model"], meta_path)
+    return None
+
+
+def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = False) -> Built:
+    """The graph step of a retarget (module docstring). ``per_op``: keep one task per
+    template op in a full replay (otherwise runs of compute tasks that nothing can interleave
+    with are merged, which changes no simulated time; symmetry-reduced replays always merge)."""
+    warnings: list[str] = []
+    if source is None and options.template not in (None, "analytic"):
+        source = options.template  # a bundle / trace / workload named as the template
+    model = load_model(options.model) if options.model else bundle_model(source)
+    if model is None:
+        raise InputError("give --model (a model spec), or a source bundle whose meta.yaml has one",
+                         "--model")
+    if not options.cluster:
+        raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
+    cluster = load_cluster(options.cluster)
+    device = get_device(cluster.device)
+    par = parallel_from_options(options.given(), model, cluster.gpus)
+    if par.world > cluster.gpus:
+        raise InputError(
+            f"tp {par.tp} x pp {par.pp} x dp {par.dp} x cp {par.cp} = {par.world} GPUs, but "
+            f"cluster {cluster.name} has {cluster.gpus}", "--dp")
+    if par.world < cluster.gpus:
+        warnings.append(f"the layout uses {par.world} of the cluster's {cluster.gpus} GPUs "
+                        f"(ranks 0..{par.world - 1})")
+    if model.is_moe and par.tp > 1 and par.sp and options.sp is None:
+        warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
+    template, w = choose_template(source, model, options.template, options.attention,
+                                  default_bundle(model.family))
+    warnings += w
+    op_time, methods = make_op_time(template, device, par.dtype)
+    if cluster.host_contention is not None:  # co-located CPU ranks slow each other
+        from tracesim.hardware.contention import scaled_op_time
+
+        op_time = scaled_op_time(op_time, cluster.host_contention.factor(min(par.world, cluster.gpus_per_node)))
+    op_time, by_name = _method_recorder(op_time, methods)
+    symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS
+    merged = symmetric or not per_op
+    built = build_graph(model, par, template, op_time, representatives=symmetric,
+                        merge_compute=merged)
+    return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,
+                 methods, tuple(warnings))
+
+
+def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dict[str, str]]:
+    """Wrap ``op_time`` to remember the scaling method of each template op, by op name."""
+    by_name: dict[str, str] = {}
+
+    def wrapped(op_class: str, flops: float, nbytes: float, op: Any, units: float = 1.0) -> int:
+        before = dict(methods)
+        ns = op_time(op_class, flops, nbytes, op, units)
+        got = [k for k, v in methods.items() if v != before.get(k, 0)]
+        if got:
+            name = str(getattr(op, "name", ""))
+            prev = by_name.get(name)
+            by_name[name] = got[0] if prev in (None, got[0]) else "mixed"
+        return ns
+
+    return wrapped, by_name

@@ -1,0 +1,262 @@
+"""One pipeline for every replay: source -> graph -> engine -> report.
+
+:func:`predict` is what ``tracesim replay`` (and :func:`tracesim.api.replay`) runs:
+
+* **graph**: built from a layer template for a model and a layout when any of those options
+  is given (:mod:`tracesim.pipeline.build`, a retarget; also a bundle named with ``cluster``
+  alone: its recorded model on that cluster); otherwise the source's own graph: extracted
+  from a recorded trace or bundle (:func:`tracesim.trace.extract.extract_source`), or a
+  workload directory (``tracesim extract``, ``tracesim convert``);
+* **engine**: the SimPy replay (:func:`tracesim.engine.replay.replay`) with a communication
+  model: the cluster's flow-level network, its uncongested estimate, a symmetry-reduced
+  wrapper of either, or none (a self-replay keeps the recorded durations);
+* **report**: a :class:`~tracesim.report.result.Prediction`: iteration time, throughput,
+  MFU, the breakdown (:mod:`tracesim.report.breakdown`), memory, warnings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracesim.catalog import load_cluster
+from tracesim.engine.replay import ReplayResult, replay
+from tracesim.errors import InputError
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.network.model import NetworkModel
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.build import Built, build
+from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
+from tracesim.report.result import Prediction
+from tracesim.specs.cluster import ClusterSpec
+
+#: progress callback: (stage, done, total)
+ProgressFn = Callable[[str, int, int], None]
+
+
+def predict(source: str | Path | None = None, options: ReplayOptions | None = None, *,
+            detail: bool = False, progress: ProgressFn | None = None) -> Prediction:
+    """Replay ``source`` (or build ``options.model``) as ``options`` say (module docstring).
+
+    Args:
+        source: a bundle, a trace (``.json[.gz]``), an op table (``.parquet``) or a workload
+            directory; None to build ``options.model`` from its family's default template.
+        options: the replay's options (:class:`~tracesim.options.ReplayOptions`).
+        detail: keep what a result directory needs: per-link traffic (flow-level replays),
+            per-task scaling methods, one task per template op in full replays.
+        progress: called with (stage, done, total) while building and replaying.
+    """
+    opts = options or ReplayOptions()
+    kind = _source_kind(source)
+    if opts.builds_model or (opts.cluster and kind != "workload"):
+        return _retarget(source, opts, detail, progress)
+    if source is None:
+        raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
+                         "layout flags to retarget", "SOURCE")
+    if kind == "workload":
+        from tracesim.graph.io import load_graph
+
+        if not opts.cluster:
+            raise InputError("a workload directory holds a task graph, not a recorded run: "
+                             "give --cluster to replay it on a cluster (or self-replay the "
+                             "bundle or trace it was extracted from)", source)
+        return replay_graph(load_graph(source), opts.cluster)
+    return self_replay(source, detail)
+
+
+def _source_kind(source: str | Path | None) -> str:
+    if source is None:
+        return "none"
+    if (Path(source) / "template.yaml").is_file():
+        return "template"  # a layer template (an extracted bundle's): it retargets
+    from tracesim.trace.sources import source_kind
+
+    return source_kind(source)
+
+
+def _comm_model(cluster: ClusterSpec, graph: TaskGraph, network: str, symmetric: bool,
+                detail: bool) -> tuple[Any, NetworkModel, Any]:
+    """(the engine's communication model, the flow network behind it, the link recorder)."""
+    from tracesim.engine.symmetry import EstimateComm, SymmetricComm
+
+    net = NetworkModel(cluster, keep_records=False)  # nothing here reads them
+    base = EstimateComm(net) if network == "estimate" else net
+    comm = SymmetricComm(base, graph) if symmetric else base
+    recorder = None
+    if detail and network == "flow":
+        from tracesim.report.links import LinkRecorder
+
+        recorder = LinkRecorder.install(net)
+    return comm, net, recorder
+
+
+def _engine(graph: TaskGraph, comm: Any, progress: ProgressFn | None) -> tuple[ReplayResult, float]:
+    """The replay and its wall time (s), reporting progress every 0.5% of the tasks."""
+    observers = []
+    if progress:
+        n_tasks = graph.n_tasks
+        step = max(1, n_tasks // 200)
+        done = [0]
+
+        def _tick(_t: int, _s: int, _e: int) -> None:
+            done[0] += 1
+            if done[0] % step == 0 or done[0] == n_tasks:
+                progress("replay", done[0], n_tasks)
+
+        observers.append(_tick)
+    t0 = time.perf_counter()
+    result = replay(graph, comm, observers=observers)
+    return result, time.perf_counter() - t0
+
+
+def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
+              progress: ProgressFn | None) -> Prediction:
+    """A retarget: build the graph, replay it on the cluster, report (module docstring)."""
+    from tracesim.report.memory import estimate_memory
+    from tracesim.template.resolve import model_flops_per_iteration
+
+    t_wall = time.perf_counter()
+    if progress:
+        progress("build", 0, 1)
+    b: Built = build(source, opts, per_op=bool(detail if opts.per_op is None else opts.per_op))
+    graph, model, par, device = b.graph, b.model, b.par, b.device
+    # a symmetric replay has only the representatives' flows, so flow-level contention is not
+    # modelled faithfully anyway: charge each collective its uncongested time instead
+    network = opts.network or ("estimate" if b.symmetric else "flow")
+    comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
+    result, t_rep = _engine(graph, comm, progress)
+    warnings = list(b.warnings)
+    iter_s = result.makespan_ns * 1e-9
+    per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
+    flops = model_flops_per_iteration(b.built.resolved, model, par)
+    tflops = flops / iter_s / par.world / 1e12 if iter_s > 0 else 0.0
+    peak = device.peak_flops(par.dtype) / 1e12
+    mem = estimate_memory(model, par, b.built.stage_params, b.built.stage_expert_params,
+                          flash=b.template.meta.get("attention", "flash") != "unfused",
+                          capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0))
+    if not mem.fits:
+        msg = (f"the layout needs {mem.total_gib:.1f} GiB per GPU on pipeline stage "
+               f"{mem.worst_stage}, more than the device's {mem.capacity_gib:.0f} GiB")
+        if opts.strict:
+            raise InputError(msg, "--strict")
+        warnings.append(msg)
+    details = {
+        "memory": mem.to_dict(),
+        "model_flops_per_iteration": flops,
+        "template": dict(b.template.meta),
+        "duration_methods": b.duration_methods,
+        "replay": {
+            "symmetric": b.symmetric,
+            "merged_compute": b.merged,
+            "network": network,
+            "tasks": graph.n_tasks,
+            "events": result.events,
+            "replay_wall_s": round(t_rep, 3),
+            "wall_s": round(time.perf_counter() - t_wall, 3),
+        },
+        "per_stage_breakdown": {str(k): v for k, v in per_rank.items()} if b.symmetric else {},
+    }
+    return Prediction(
+        mode="retarget", iteration_time_s=iter_s, gpus=par.world, cluster=b.cluster.name,
+        device=device.name, breakdown=mean_breakdown(per_rank),
+        tokens_per_s=par.tokens_per_iteration / iter_s if iter_s > 0 else 0.0,
+        tflops_per_gpu=tflops, mfu=tflops / peak if peak else 0.0, model=model.to_dict(),
+        parallel=par.to_dict(), memory_gib_per_gpu=round(mem.total_gib, 3),
+        warnings=tuple(warnings), details=details, makespan_ns=result.makespan_ns, graph=graph,
+        start_ns=result.start_ns, end_ns=result.end_ns,
+        methods=b.task_methods(network) if detail else None,
+        per_rank=per_rank, links=recorder, topology=net.topology)
+
+
+def self_replay(source: str | Path, detail: bool = False) -> Prediction:
+    """A recorded run with its own durations (the profiler's per-event cost taken out where
+    the bundle measured it): steps, iteration time, breakdown."""
+    from tracesim.report.selfresult import self_result
+    from tracesim.trace.extract import extract_source
+    from tracesim.trace.overhead import profiler_overhead
+    from tracesim.trace.sources import load_source
+
+    src = load_source(source)
+    overhead = profiler_overhead(src.meta) or (0.0, 0.0)
+    graph = extract_source(src, overhead)
+    result = replay(graph)
+    res, per_rank = self_result(src, graph, result)
+    details = {k: v for k, v in res.items() if k not in _CONTRACT}
+    details["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}
+    return Prediction(
+        mode="self-replay", iteration_time_s=res["iteration_time_s"], gpus=res["gpus"],
+        cluster=res["cluster"], device=res["device"], breakdown=res["breakdown"],
+        tokens_per_s=res["tokens_per_s"], tflops_per_gpu=res["tflops_per_gpu"], mfu=res["mfu"],
+        model=res["model"], parallel=res["parallel"], memory_gib_per_gpu=None,
+        details=details, makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
+        end_ns=result.end_ns, methods=np.full(graph.n_tasks, "measured", dtype=object),
+        per_rank=per_rank)
+
+
+#: keys of the result dict that are Prediction fields, not details
+_CONTRACT = ("mode", "iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "gpus",
+             "model", "parallel", "cluster", "device", "breakdown", "memory_gib_per_gpu",
+             "warnings")
+
+
+def replay_graph(graph: TaskGraph, cluster: str | Path | ClusterSpec,
+                 system: str | Path | None = None) -> Prediction:
+    """Replay a task graph (extracted, or imported from Chakra / AICB) on ``cluster``'s
+    flow-level network, with its tasks' own durations.
+
+    ``system``: an ASTRA-sim system JSON whose collective choices and device settings are
+    applied to the cluster first (:mod:`tracesim.interop.astrasim_system`). For an AICB
+    workload with pp > 1 the result also has ``pp_bubble_s_simai_formula``.
+    """
+    from tracesim.hardware.device import get_device
+
+    spec = load_cluster(cluster)
+    warnings: list[str] = []
+    if system is not None:
+        from tracesim.interop.astrasim_system import apply_system, load_astrasim_system
+
+        mapping = load_astrasim_system(system)
+        spec = apply_system(spec, mapping)
+        warnings += [f"system configuration: {w}" for w in mapping.warnings]
+    ranks = graph.ranks
+    needed = max([ranks[-1] + 1 if ranks else 0] + [max(g) + 1 for g in graph.groups])
+    if needed > spec.gpus:
+        raise InputError(f"the workload uses ranks 0..{needed - 1} but cluster {spec.name} has "
+                         f"{spec.gpus} GPUs", "--cluster")
+    comm: Any = NetworkModel(spec)
+    if graph.meta.get("representatives"):
+        from tracesim.engine.symmetry import SymmetricComm
+
+        comm = SymmetricComm(comm, graph)
+        warnings.append("symmetric replay: one rank per class simulated; its collectives run "
+                        "over their full groups, other groups' traffic is not simulated")
+    result, wall = _engine(graph, comm, None)
+    per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
+    imported = graph.meta.get("imported_from")
+    fmt = graph.meta.get("source_format") or (imported.get("format") if isinstance(imported, dict)
+                                              else "tracesim")
+    details: dict[str, Any] = {"tasks": graph.n_tasks, "events": result.events,
+                               "replay_wall_s": round(wall, 3), "source_format": fmt}
+    aicb = graph.meta.get("aicb")
+    if fmt == "aicb" and isinstance(aicb, dict) and int(aicb.get("pp", 1)) > 1:
+        from tracesim.interop.aicb_graph import simai_bubble_s
+
+        details["pp_bubble_s_simai_formula"] = simai_bubble_s(graph, result, aicb)
+        warnings.append("pp > 1: AICB rows are one pipeline stage's program; stages were replayed "
+                        "side by side without activation transfers. SimAI's own estimate of the "
+                        "pipeline bubble is in pp_bubble_s_simai_formula (not included in "
+                        "iteration_time_s)")
+    model = graph.meta.get("model")
+    return Prediction(
+        mode="replay-workload", iteration_time_s=result.makespan_ns * 1e-9,
+        gpus=(int(aicb["all_gpus"]) if isinstance(aicb, dict) else len(ranks)),
+        cluster=spec.name, device=get_device(spec.device).name,
+        breakdown=mean_breakdown(per_rank),
+        model=model.get("name") if isinstance(model, dict) else f"({fmt} workload)",
+        parallel=graph.meta.get("parallel"), warnings=tuple(warnings), details=details,
+        makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
+        end_ns=result.end_ns, per_rank=per_rank)

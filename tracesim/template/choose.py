@@ -1,0 +1,54 @@
+"""Which layer template a retarget uses: the source's, a stored bundle's, or the analytic one."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from tracesim.errors import InputError
+from tracesim.specs.model import ModelSpec
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.from_trace import template_from_source
+from tracesim.template.layer import LayerTemplate
+
+
+def _files_stamp(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime_ns) of every file under ``directory``: a cache key that changes
+    when the stored bundle does."""
+    stats = ((f, f.stat()) for f in directory.rglob("*") if f.is_file())
+    return tuple(sorted((str(f.relative_to(directory)), st.st_size, st.st_mtime_ns) for f, st in stats))
+
+
+@functools.lru_cache(maxsize=8)
+def _stored_template(bundle: str, stamp: tuple[tuple[str, int, int], ...]) -> LayerTemplate:
+    """The template of a stored default bundle, extracted once per process (a sweep or a
+    notebook replays many points from the same bundle; extracting takes ~0.3 s). The
+    template is a frozen dataclass; ``stamp`` (:func:`_files_stamp`) keys the cache on the
+    bundle's files."""
+    return template_from_source(bundle)
+
+
+def choose_template(source: str | Path | None, model: ModelSpec, template: str | None = None,
+                    attention: str | None = None,
+                    default_bundle: Path | None = None) -> tuple[LayerTemplate, list[str]]:
+    """The layer template for ``model``, and warnings.
+
+    ``template == "analytic"``: the first-principles template of the family (with
+    ``attention`` ``flash`` | ``unfused``); else the template of ``source`` (a bundle:
+    extracted; a workload directory: its ``template.yaml``); else that of
+    ``default_bundle`` (the family's stored bundle), falling back to first principles when
+    it cannot be used.
+    """
+    warnings: list[str] = []
+    att = attention or "flash"
+    if template == "analytic":
+        return first_principles_template(model, att), warnings
+    if source:
+        return template_from_source(source, model), warnings
+    if default_bundle is not None:
+        try:
+            return _stored_template(str(default_bundle), _files_stamp(default_bundle)), warnings
+        except InputError as exc:
+            warnings.append(f"default template {default_bundle} unusable ({exc.message}); "
+                            "using first principles")
+    return first_principles_template(model, att), warnings
