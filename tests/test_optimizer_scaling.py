@@ -27,7 +27,7 @@ from tracesim.template.from_trace import extract_template, recorded_tensors, tem
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
 from tracesim.template.resolve import _leaf_cost, resolve_template
 from tracesim.template.scopes import dim_expressions, symbolic
-from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, OverheadTaker, bundle_overhead_ns
+from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, OverheadTaker, profiler_overhead
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLES = ROOT / "workloads" / "bundles"
@@ -200,7 +200,7 @@ def test_extraction_takes_the_profiler_out_of_the_optimizer() -> None:
     from tracesim.trace.sources import load_source
 
     path, meta, rec = _recorded("gpt-tiny")
-    per = bundle_overhead_ns(meta)
+    per = profiler_overhead(meta, rank=0)
     assert per is not None and 3e3 < per[0] < 2e4
     src = load_source(path)
     step_s = float(meta["measured_step_time_s"]["median"])

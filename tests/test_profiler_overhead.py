@@ -28,6 +28,10 @@ def test_overhead_prefers_the_step_calibration() -> None:
                          {"rank": 1, "profiler_overhead": {"per_event_ns": 8000, "loops": loops}}]}
     assert profiler_overhead(meta) == (7100.0, 3100.0)
     assert rank_overheads(meta) == ((0, 7100.0, 3100.0), (1, 6000.0, 3000.0))
+    # one reader for self-replay and templates: a rank's own measurement where it has one
+    assert profiler_overhead(meta, rank=1) == (6000.0, 3000.0)
+    assert profiler_overhead(meta, rank=0) == (7100.0, 3100.0)
+    assert profiler_overhead(meta, rank=5) == (7100.0, 3100.0)
     assert profiler_overhead({"profiler_overhead": {"per_event_ns": 7000}}) == (7000.0, 7000.0)
     assert profiler_overhead({}) is None and rank_overheads(None) == ()
 

@@ -26,7 +26,7 @@ returns a :class:`~tracesim.template.layer.LayerTemplate`:
    residuals sequence-split with SP. EP all-to-all and the vocab-parallel loss all-reduce are
    added as explicit communication ops (a single-process trace has none).
 6. *times*: the profiler's cost per event (the collector's loop microbenchmark,
-   :func:`bundle_overhead_ns`) is taken out of each op where its events are (an AdamW step
+   :func:`tracesim.trace.overhead.profiler_overhead`) is taken out of each op where its events are (an AdamW step
    of 250 tiny ops carries ~30x the overhead per millisecond of a GEMM), then every op is
    scaled by the bundle's unprofiled step time over what is left of the profiled step
    (``meta['residual_scale']``, the rest of the profiler's cost, spread in proportion to
@@ -63,7 +63,7 @@ from tracesim.template.scopes import (
     short_name,
     symbolic,
 )
-from tracesim.trace.overhead import OverheadTaker, bundle_overhead_ns
+from tracesim.trace.overhead import OverheadTaker, profiler_overhead
 
 _EVAL = "autograd::engine::evaluate_function: "
 
@@ -94,7 +94,7 @@ def template_from_source(source: str | Path, model: ModelSpec | None = None) -> 
     return extract_template(src.op_table, rec, int(meta["batch"]), int(meta["seq_len"]),
                             device=str(meta.get("device") or src.device),
                             step_time_s=_median_step(meta), source=str(p),
-                            overhead_ns=bundle_overhead_ns(meta))
+                            overhead_ns=profiler_overhead(meta, rank=0))
 
 
 def _median_step(meta: Mapping[str, Any]) -> float | None:
@@ -119,7 +119,7 @@ def extract_template(
 
     ``step_time_s`` is the unprofiled step time (s) the op times are mapped to;
     ``overhead_ns`` the profiler's cost per traced op and per annotation (ns), measured
-    apart from this step (:func:`~tracesim.trace.overhead.bundle_overhead_ns`), taken out of each op where it was
+    apart from this step (:func:`~tracesim.trace.overhead.profiler_overhead`), taken out of each op where it was
     paid; without it every op is scaled alike.
     """
     t = ops[ops["rank"] == ops["rank"].min()] if len(ops) else ops

@@ -4,10 +4,10 @@ A step recorded under ``torch.profiler`` (with shapes, FLOPs and the execution-t
 observer) runs slower than an unprofiled one, mostly by a fixed cost per recorded event.
 The template extractor (:mod:`tracesim.template.from_trace`) removes that cost from each
 op where its events are (:class:`OverheadTaker`), using the per-event cost the collector
-measured in the same job (:func:`bundle_overhead_ns`), and maps what is left onto the
+measured in the same job (:func:`profiler_overhead`), and maps what is left onto the
 unprofiled step time with one residual factor. An optimizer step of 250 tiny host ops
 carries some 30 times the profiler cost per millisecond of a GEMM, so one uniform factor
-for the whole step (the earlier method) over-states it and under-states the GEMMs.
+for the whole step over-states it and under-states the GEMMs.
 All times are nanoseconds.
 """
 
@@ -20,34 +20,11 @@ import numpy as np
 import pandas as pd
 
 
-def bundle_overhead_ns(meta: Mapping[str, Any] | None, rank: int = 0) -> tuple[float, float] | None:
-    """(per traced op, per annotation) cost of the profiler in ns, per event, from the
-    collector's loop microbenchmark in the recorded job (``meta.yaml: profiler_overhead.loops``
-    ``op_ns`` / ``annotation_ns``: tiny ops and empty annotations with and without the
-    profiler; rank ``rank``'s own where it has one). Bundles without it: the per-event figure
-    of the calibration steps (:func:`profiler_overhead`); None without
-    any calibration.
-
-    The loop figure is the part of the profiler's cost known to be paid per event; what the
-    calibration steps measure beyond it (per event, 8.6 us against 6.0 us in a gpt-tiny
-    bundle) is left to the extractor's residual factor, i.e. spread in proportion to time.
-    """
-    m = dict(meta or {})
-    entries = [e.get("profiler_overhead") for e in (m.get("per_rank") or [])
-               if isinstance(e, dict) and e.get("rank") == rank]
-    for po in entries + [m.get("profiler_overhead")]:
-        loops = po.get("loops") if isinstance(po, dict) else None
-        if isinstance(loops, dict) and isinstance(loops.get("op_ns"), (int, float)):
-            an = loops.get("annotation_ns")
-            return float(loops["op_ns"]), float(an if isinstance(an, (int, float)) else loops["op_ns"])
-    return profiler_overhead(m)
-
-
 class OverheadTaker:
     """The profiler's cost in a recorded step, taken out op by op.
 
     Every traced CPU op costs ``per_ns[0]`` and every annotation ``per_ns[1]`` ns where it
-    starts (measured by the collector apart from the recorded step, :func:`bundle_overhead_ns`). An op's
+    starts (measured by the collector apart from the recorded step, :func:`profiler_overhead`). An op's
     window (from the end of the op kept before it) loses the overhead of the events that
     start in it; what a window cannot pay (it is shorter than its events' overhead) passes to
     the next one, as the self-replay does (:mod:`tracesim.trace.extract`). Falls back to
@@ -103,7 +80,7 @@ MAX_OVERHEAD_SHARE = 0.8
 
 def _overhead_pair(po: object) -> tuple[float, float] | None:
     """(per op, per annotation) ns from one ``profiler_overhead`` mapping, or None."""
-    if not isinstance(po, dict):
+    if not isinstance(po, Mapping):
         return None
     if isinstance(po.get("per_op_ns"), (int, float)):
         op_ns = float(po["per_op_ns"])
@@ -119,25 +96,33 @@ def _overhead_pair(po: object) -> tuple[float, float] | None:
     return None
 
 
-def profiler_overhead(meta: dict | None) -> tuple[float, float] | None:
-    """Profiler cost per traced op and per annotation (ns) measured by the collector, or None.
+def profiler_overhead(meta: Mapping[str, Any] | None, rank: int | None = None) -> tuple[float, float] | None:
+    """The profiler's cost per traced op and per annotation (ns) that the collector measured,
+    or None: the one reader of ``meta.yaml: profiler_overhead`` (self-replay and templates).
 
-    Current bundles: ``profiler_overhead.per_op_ns`` / ``per_annotation_ns``, measured on
-    separate calibration steps of the same job (after warm-up, before the recorded profile;
-    ``collectors/overhead.py``), never on the steps the self-replay compares with. Older
-    bundles: the loop microbenchmark (``loops.op_ns`` / ``annotation_ns``: 1,000 tiny ops
-    and empty ``record_function`` blocks, which undercounts real ops), else
-    ``per_event_ns`` for both.
+    ``rank``: that rank's own measurement (``per_rank[].profiler_overhead``) where it has one,
+    else the bundle's. From a measurement, in this order: ``per_op_ns`` / ``per_annotation_ns``
+    (calibration steps of the same job, interleaved with the recorded ones, never the steps
+    compared with); ``loops.op_ns`` / ``annotation_ns`` (the loop microbenchmark: tiny ops and
+    empty ``record_function`` blocks, a lower bound for real ops; the stored bundles have
+    only this and ``per_event_ns``); ``per_event_ns`` for both.
     """
-    return _overhead_pair((meta or {}).get("profiler_overhead"))
+    m = meta or {}
+    if rank is not None:
+        for entry in m.get("per_rank") or []:
+            if isinstance(entry, Mapping) and entry.get("rank") == rank:
+                pair = _overhead_pair(entry.get("profiler_overhead"))
+                if pair is not None:
+                    return pair
+    return _overhead_pair(m.get("profiler_overhead"))
 
 
-def rank_overheads(meta: dict | None) -> tuple[tuple[int, float, float], ...]:
+def rank_overheads(meta: Mapping[str, Any] | None) -> tuple[tuple[int, float, float], ...]:
     """(rank, per op ns, per annotation ns) for every rank of a bundle with its own
     calibration (``per_rank[].profiler_overhead``); empty when there is none."""
     out = []
     for entry in (meta or {}).get("per_rank") or []:
-        pair = _overhead_pair(entry.get("profiler_overhead")) if isinstance(entry, dict) else None
+        pair = _overhead_pair(entry.get("profiler_overhead")) if isinstance(entry, Mapping) else None
         if pair is not None and isinstance(entry.get("rank"), int):
             out.append((int(entry["rank"]), *pair))
     return tuple(out)
