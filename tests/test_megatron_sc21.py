@@ -11,12 +11,18 @@ with Megatron-2021's unfused attention (no FlashAttention in 2021); pipeline tra
 blocking, with the scatter/gather optimisation; gradients reduced after the backward pass
 (Megatron-LM 2021 had no --overlap-grad-reduce).
 
-Calibration and test are separate: the one fitted parameter, the tensor-core GEMM plateau
-(benchmarks.kernels.datasheet.GEMM_E_MAX_FROM_MEGATRON), was calibrated on row 1 only (GPT
-1.7B, pure data parallelism) by benchmarks/kernels/calibrate_a100_gemm.py; rows 2-10 are the held-out
-test the bounds are asserted on. Row 1 is reported but not counted.
+What calibrated what: the A100 profile's tensor-core GEMM plateau
+(benchmarks.kernels.datasheet.GEMM_E_MAX_FROM_MEGATRON) is the value at which row 1 (GPT
+1.7B, pure data parallelism) is reproduced (benchmarks/kernels/calibrate_a100_gemm.py); rows
+2-10 are not used by that bisection. They are not a clean held-out set either: the model's
+other choices (unfused attention, blocking pipeline transfers, no gradient overlap) were made
+with the whole table in view. The test therefore asserts what a fit to the level of the table
+cannot give: every held-out row within 10%, and an error well below that of the constant
+predictor that knows only row 1 (137 TFLOP/s for every row: mean 6.6%, largest 16%), i.e. the
+model follows the trend across the rows. Row 1 is reported but not counted.
 
-Run ``python tests/test_megatron_sc21.py`` to print the table (markdown) for the docs.
+Run ``PYTHONPATH=. .venv/bin/python tests/test_megatron_sc21.py`` to print the table
+(markdown) for the docs.
 """
 
 from __future__ import annotations
@@ -81,13 +87,23 @@ def test_layouts_are_the_papers(rows: list[dict]) -> None:
         assert r["res"]["memory"]["fits"], r["row"]
 
 
+def constant_errors(rows: list[dict]) -> list[float]:
+    """|error| of predicting the calibration row's published TFLOP/s for every held-out row."""
+    level = rows[0]["published"]
+    return [abs(level - r["published"]) / r["published"] for r in rows if not r["calibration"]]
+
+
 @pytest.mark.slow
-def test_held_out_rows_within_10_percent_and_mae_under_7(rows: list[dict]) -> None:
+def test_every_held_out_row_within_10_percent_and_the_trend_followed(rows: list[dict]) -> None:
     held_out = [r for r in rows if not r["calibration"]]
     assert len(held_out) == 9
     errors = [abs(r["rel_error"]) for r in held_out]
     assert max(errors) < 0.10, [round(e, 3) for e in errors]
-    assert sum(errors) / len(errors) < 0.07
+    baseline = constant_errors(rows)
+    mae, base_mae = sum(errors) / len(errors), sum(baseline) / len(baseline)
+    # the level alone (a constant) is 6.6% off on average and 16% on the largest models
+    assert base_mae > 0.06 and max(baseline) > 0.15
+    assert mae < 0.6 * base_mae and max(errors) < 0.6 * max(baseline), (mae, base_mae)
 
 
 @pytest.mark.slow
@@ -106,8 +122,10 @@ def markdown(rows: list[dict]) -> str:
             f"{r['res']['iteration_time_s']:.2f} | {r['tflops']:.1f} | {r['published']:.0f} | "
             f"{r['rel_error'] * 100:+.1f}% |")
     held = [abs(r["rel_error"]) for r in rows if not r["calibration"]]
-    lines.append(f"\nheld-out rows 2-10: mean absolute error {sum(held) / len(held) * 100:.1f}%, "
-                 f"largest {max(held) * 100:.1f}% (row 1 is the calibration row)")
+    base = constant_errors(rows)
+    lines.append(f"\nrows 2-10: mean absolute error {sum(held) / len(held) * 100:.1f}%, largest "
+                 f"{max(held) * 100:.1f}% (the constant 137 TFLOP/s: {sum(base) / len(base) * 100:.1f}%, "
+                 f"{max(base) * 100:.1f}%); row 1 calibrated the GEMM plateau")
     return "\n".join(lines)
 
 

@@ -256,8 +256,9 @@ def test_trivial_groups_and_barrier():
 # ------------------------------------------------------------------ calibration
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason=f"reference data not found at {REFERENCE}")
-def test_busbw_matches_nccl_tests_reference_within_10_percent():
+def test_busbw_reproduces_the_nccl_tests_rows_it_was_calibrated_on():
+    """A consistency check, not a validation: the algorithms' efficiencies were chosen on
+    these rows of ../shared/reference/nccl_busbw.csv (docs/network.md, "Calibration")."""
     rows = compare(REFERENCE)
     assert len(rows) >= 10
     bad = [(r.case.label, r.reference, round(r.simulated_GBps, 1)) for r in rows if abs(r.error) > 0.10]

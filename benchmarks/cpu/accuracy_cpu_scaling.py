@@ -47,6 +47,8 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: the repository root holds benchmarks/
+    sys.path.insert(0, str(ROOT))
 CLUSTER = ROOT / "topologies" / "host-cpu.yaml"
 
 
