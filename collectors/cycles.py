@@ -1,10 +1,9 @@
 """The interleaved profiling run: calibration and recorded profiler cycles, and their files.
 
-This VM's speed moves by 10-30% within seconds (a fixed matmul loop reads 16-31 ms per
-chunk; 10-step medians of the 2-rank job 120-235 ms). A profiled window, an overhead
-calibration and a block of reference steps taken one after the other therefore see
-different machine speeds, which moved the unprofiled self-replay error by up to +-40%.
-So the collector measures all three in one interleaved run (:func:`plan_cycles`):
+A shared machine's speed can move by 10-30% within seconds. A profiled window, an overhead
+calibration and a block of reference steps taken one after the other can then see different
+machine speeds, which moves the unprofiled self-replay error by tens of percent. So the
+collector measures all three in one interleaved run (:func:`plan_cycles`):
 
 * one ``torch.profiler`` session with a schedule made of **cycles** (:func:`cycle_schedule`);
   a cycle is an untimed settle step (absorbs the slowdown after the previous cycle's trace
@@ -107,13 +106,12 @@ def cycle_overhead(times: Sequence[CycleTimes], events: Sequence[float]) -> dict
     (median of the cycles' profiled steps - median of their unprofiled steps) / the median
     of the events recorded per profiled step: the same statistic as the self-replay check,
     which compares the median of the predictions with the median of the reference steps
-    (a per-cycle pairing with the mean of a cycle's two unprofiled steps was tried first: the
-    mean keeps the slow outliers that a median drops, which biased the estimate low by about
-    4 ms in 6 gpt-tiny 1-rank bundles). The calibration cycles are spread over the same
-    stretch of machine time as the recorded ones, so a change of machine speed affects both
-    sets alike. ``events[k]`` belongs to ``times[k]``; ``per_event_ns_cycles`` keeps each
-    cycle's own (profiled - mean unprofiled) / events, whose spread shows how busy the
-    machine was.
+    (a per-cycle pairing with the mean of a cycle's two unprofiled steps would keep the slow
+    outliers that a median drops and bias the estimate low). The calibration cycles are
+    spread over the same stretch of machine time as the recorded ones, so a change of machine
+    speed affects both sets alike. ``events[k]`` belongs to ``times[k]``;
+    ``per_event_ns_cycles`` keeps each cycle's own (profiled - mean unprofiled) / events,
+    whose spread shows how busy the machine was.
     """
     if not times or len(times) != len(events):
         raise ValueError("one event count per calibration cycle is needed")

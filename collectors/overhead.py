@@ -1,8 +1,8 @@
 """Profiler-overhead calibration, measured on separate steps (never the ones it is used for).
 
 ``torch.profiler`` with ``record_shapes`` / ``with_flops`` and, above all, the
-execution-trace observer add a cost to every event they record (about 7-45 us per op on
-this CPU, depending on the machine's state). A replay of recorded durations reproduces the
+execution-trace observer add a cost to every event they record (several microseconds per
+op on a CPU, more when the machine is busy). A replay of recorded durations reproduces the
 *profiled* step; to predict an unprofiled step that cost must be removed, and the
 self-replay check must not fit it on the steps it is tested on. So each rank measures it on
 **calibration cycles** of the real training job (same model, batch, DDP wrapper, threads,

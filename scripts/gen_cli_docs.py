@@ -1,21 +1,31 @@
-"""Write docs/cli.md, the command-line reference, from the click group (tracesim.cli).
+"""Write the generated parts of the docs from the code.
 
-    .venv/bin/python scripts/gen_cli_docs.py            # rewrite docs/cli.md
-    .venv/bin/python scripts/gen_cli_docs.py --check    # exit 1 if docs/cli.md is stale
+* docs/cli.md, the command-line reference, from the click group (tracesim.cli);
+* the options table of docs/api.md (between ``<!-- options:begin -->`` and
+  ``<!-- options:end -->``), from the fields of tracesim.options.ReplayOptions.
 
-tests/test_docs.py runs the check, so the reference cannot drift from the code.
+    .venv/bin/python scripts/gen_cli_docs.py            # rewrite both
+    .venv/bin/python scripts/gen_cli_docs.py --check    # exit 1 if either is stale
+
+tests/test_docs.py runs the check, so the references cannot drift from the code.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from tracesim.options import Option
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "cli.md"
+API_DOC = ROOT / "docs" / "api.md"
+BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
 
 
 def _type_name(p: click.Parameter) -> str:
@@ -106,15 +116,70 @@ def _command_name(module: str) -> str:
     return importlib.import_module(f"tracesim.commands.{module}").command.name
 
 
+def _option_type(type_text: str, opt: Option) -> str:
+    """The Python type of an option, its allowed values and, where it differs, the CLI's
+    spelling."""
+    py = type_text.replace(" | None", "").replace("|", "\\|")
+    if opt.kind == "int":
+        lo, hi = opt.minimum, opt.maximum
+        rng = f"{lo}..{hi}" if lo is not None and hi is not None else (
+            f">= {lo}" if lo is not None else f"<= {hi}" if hi is not None else "")
+        return f"`{py}` {rng}".rstrip()
+    if opt.kind == "choice":
+        return f"`{py}`: " + " \\| ".join(f"`{c}`" for c in opt.choices)
+    if opt.kind == "ints":
+        return f"`{py}`; CLI `{opt.metavar}` (`NxK`: N repeated K times)"
+    if opt.kind == "plan":
+        return f"`{py}` or a mapping; CLI `{opt.metavar}`"
+    if opt.kind == "spec":
+        return f"`{py}`: a name, a path or a spec object"
+    if opt.kind == "flag":
+        return f"`{py}` (a flag on the CLI)"
+    if opt.metavar:
+        return f"`{py}`: `{opt.metavar.replace('|', chr(92) + '|')}`"
+    return f"`{py}`"
+
+
+def render_options() -> str:
+    """The options table of docs/api.md: one row per :class:`ReplayOptions` field."""
+    import dataclasses
+
+    from tracesim.options import ReplayOptions, option_fields
+
+    types = {f.name: str(f.type) for f in dataclasses.fields(ReplayOptions)}
+    lines = ["| option | CLI flag | type / values | meaning |", "|---|---|---|---|"]
+    for name, opt, _default in option_fields():
+        flag = f"--{name.replace('_', '-')}"
+        flags = f"`{flag}`, `--no-{flag[2:]}`" if opt.kind == "bool" else f"`{flag}`"
+        meaning = opt.help.replace("|", "\\|")
+        lines.append(f"| `{name}` | {flags} | {_option_type(types[name], opt)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def _with_options(doc: str, table: str) -> str:
+    """``doc`` with the text between the options markers replaced by ``table``."""
+    head, sep, rest = doc.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"{API_DOC} lacks the {BEGIN} / {END} markers")
+    return f"{head}{BEGIN}\n{table}{END}{tail}"
+
+
 def main(argv: list[str]) -> int:
     text = render()
+    api_text = API_DOC.read_text() if API_DOC.exists() else ""
+    api_new = _with_options(api_text, render_options())
     if "--check" in argv:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} is stale: run .venv/bin/python scripts/gen_cli_docs.py", file=sys.stderr)
-            return 1
-        return 0
+        stale = [p for p, new in ((OUT, text), (API_DOC, api_new))
+                 if not p.exists() or p.read_text() != new]
+        for p in stale:
+            print(f"{p} is stale: run .venv/bin/python scripts/gen_cli_docs.py", file=sys.stderr)
+        return 1 if stale else 0
     OUT.write_text(text)
     print(f"wrote {OUT}")
+    if api_new != api_text:
+        API_DOC.write_text(api_new)
+        print(f"wrote {API_DOC} (options table)")
     return 0
 
 

@@ -2,10 +2,10 @@
 
 Several training processes on one CPU host share its last-level cache, memory bandwidth and
 (on a VM) whatever the hypervisor gives them, so each runs its compute slower than it did
-alone. A 1-rank trace cannot show that. It is measured separately, on this host, by
-``python -m benchmarks.cpu.contention`` (a fixed compute + memory loop run by 1 process alone and
-by N processes at once, interleaved; never the training job it is later used to predict)
-and stored in the cluster spec::
+alone. A 1-rank trace cannot show that. It is measured separately, on the host the
+prediction is for, by ``python -m benchmarks.cpu.contention`` (a fixed probe, by default a
+small GPT training step, run by 1 process alone and by N processes at once, interleaved;
+never the training job it is later used to predict) and stored in the cluster spec::
 
     host_contention:
       slowdown: {2: 1.12}     # compute-time factor when 2 ranks run on one node

@@ -6,8 +6,8 @@
   :mod:`~tracesim.interop.aicb_export`: SimAI / AICB workload files;
 * :mod:`~tracesim.interop.astrasim_network`, :mod:`~tracesim.interop.astrasim_system`:
   ASTRA-sim network and system configurations;
-* :mod:`~tracesim.convert`: the format registry and helpers behind
-  ``tracesim convert``.
+* :mod:`~tracesim.interop.formats`: the format registry and helpers behind
+  ``tracesim convert`` (:func:`tracesim.api.convert`).
 
 See docs/interop.md. Nothing is imported here, so loading one submodule stays cheap.
 """

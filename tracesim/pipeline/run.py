@@ -124,8 +124,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         progress("build", 0, 1)
     b: Built = build(source, opts, per_op=bool(detail if opts.per_op is None else opts.per_op))
     graph, model, par, device = b.graph, b.model, b.par, b.device
-    # a symmetric replay has only the representatives' flows, so flow-level contention is not
-    # modelled faithfully anyway: charge each collective its uncongested time instead
+    # a symmetric replay defaults to the uncongested estimate (much faster); with
+    # network="flow" the representatives' operations run together with their copies' flows
     network = opts.network or ("estimate" if b.symmetric else "flow")
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
     result, t_rep = _engine(graph, comm, progress)

@@ -6,8 +6,9 @@ markers. Because waiting (synchronisation, stream waits, collectives across rank
 of the simulation rather than the recording, the comparison checks the dependency model.
 
 For bundles made by ``tracesim collect``, the unprofiled prediction removes the profiler's
-per-event overhead, measured by the collector on separate calibration steps before the
-recorded profile (``meta.yaml: profiler_overhead``, per rank), and is compared with the
+per-event overhead, measured by the collector on calibration cycles interleaved with the
+recorded ones (``meta.yaml: profiler_overhead``, read by
+:func:`tracesim.trace.overhead.profiler_overhead`), and is compared with the
 median wall-clock time of the unprofiled steps. A bundle recorded with several profiled steps
 (``tracesim collect --steps N``) predicts that median by the median of its steady steps'
 predictions (:func:`unprofiled_summary`), which damps the noise of any single profiled step.

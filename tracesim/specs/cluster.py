@@ -43,8 +43,6 @@ from tracesim.hardware.contention import HostContention, contention_from_dict
 from tracesim.hardware.device import get_device
 from tracesim.strict import check_keys, get_number, get_str
 
-#: directory of the cluster specs shipped with tracesim (``topologies/`` of the checkout)
-
 INTRA_KINDS = ("nvswitch", "nvlink_mesh", "nvlink_ring", "pcie")
 FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
 #: collectives a cluster spec may name in ``collectives.select``

@@ -51,8 +51,6 @@ _OPTIONAL = (
     "source",
 )
 
-#: directory of the model specs shipped with tracesim (``workloads/`` of the checkout)
-
 
 @dataclass(frozen=True)
 class ModelSpec:

@@ -3,7 +3,7 @@
 - :mod:`tracesim.sweep.space`: ``SPACE.yaml`` (axes, explicit points, constraints, filters,
   prices) and its expansion into keyed points;
 - :mod:`tracesim.sweep.expr`: the safe constraint expressions (``tp * pp * dp == gpus``);
-- :mod:`tracesim.sweep.task`: one point = one ``run_retarget`` call = one flat row;
+- :mod:`tracesim.sweep.task`: one point = one :func:`tracesim.pipeline.predict` call = one flat row;
 - :mod:`tracesim.sweep.runner`: the Dask driver (LocalCluster or a scheduler address),
   resume, progress, atomic streaming into ``results.parquet``;
 - :mod:`tracesim.sweep.store`: the results table;

@@ -110,8 +110,9 @@ class SweepPoint:
     Attributes:
         index: position in the expanded space.
         settings: the point's settings as the space gives them (input columns).
-        source: template source passed to ``run_retarget`` (or None).
-        opts: the replay options (``run_retarget``'s ``opts``) without model / cluster.
+        source: template source passed to :func:`tracesim.pipeline.predict` (or None).
+        opts: the replay options (:class:`tracesim.options.ReplayOptions` fields) without
+            model / cluster.
         model_spec: the resolved model spec mapping (None: the source's model).
         model_file: where the driver wrote ``model_spec`` (``SWEEP_DIR/models/...``).
         cluster_spec: the resolved (variant) cluster spec mapping.
