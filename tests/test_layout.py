@@ -40,13 +40,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
+#: folders at the top of the repository installed inside the package (pyproject.toml)
+MAPPED = {"collectors": "tracesim.collectors"}
+
+
 def _modules() -> dict[str, Path]:
     out = {}
-    for p in PKG.rglob("*.py"):
-        parts = list(p.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
+    for root, name in ((PKG, "tracesim"), *((ROOT / d, m) for d, m in MAPPED.items())):
+        for p in root.rglob("*.py"):
+            parts = [*name.split("."), *p.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
     return out
 
 
@@ -116,6 +121,10 @@ def test_imports_follow_the_layers() -> None:
 def test_module_is_short(module: str) -> None:
     n = len(MODULES[module].read_text().splitlines())
     assert n <= 500, f"{MODULES[module].relative_to(ROOT)} has {n} lines"
+
+
+def test_the_collectors_are_in_the_picture() -> None:
+    assert {"tracesim.collectors.run", "tracesim.collectors.launch"} <= set(MODULES)
 
 
 def test_the_package_imports_no_study_and_only_the_collectors_import_torch() -> None:

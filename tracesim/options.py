@@ -129,8 +129,9 @@ class ReplayOptions:
                                  choices=ATTENTION)
     # the replay itself
     network: str | None = _opt("Network model: flow (flow-level max-min sharing) or estimate "
-                               "(uncongested closed forms, faster). Default: flow below 64 GPUs, "
-                               "estimate from 64 up.", "choice", group="replay", choices=NETWORKS)
+                               "(uncongested closed forms, faster). Default: flow below 64 GPUs "
+                               "or with --full, estimate for a symmetry-reduced replay from 64 "
+                               "GPUs up.", "choice", group="replay", choices=NETWORKS)
     full: bool = _opt("Simulate every rank (no symmetry reduction).", "flag", group="replay",
                       default=False)
     strict: bool = _opt("Error (not warn) when the layout does not fit in the device's memory.",

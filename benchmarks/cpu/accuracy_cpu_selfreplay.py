@@ -1,7 +1,7 @@
 """CPU self-replay accuracy in rounds: the numbers of docs/accuracy.md, "CPU bundles".
 
 Each round collects, one after the other, a 1-rank bundle (``tracesim collect --workload
-gpt-tiny``, collect's defaults: 2 threads on this VM) and a 2-rank gloo DDP bundle
+gpt-tiny``, collect's defaults: 2 threads on a 2-core machine) and a 2-rank gloo DDP bundle
 (``--ranks 2``), then self-replays each (``tracesim.report.steps``) and prints a markdown row:
 per bundle and rank, the worst profiled step's error and the median over the steps, the
 unprofiled error (median of the steady steps' predictions against the median of the

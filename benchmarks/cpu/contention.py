@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=None,
                    help="steps / loop iterations per phase (train 5, loop 30)")
     p.add_argument("--probe", choices=("train", "loop"), default="train",
-                   help="train: a fixed small GPT training step (steady on this VM); loop: the "
+                   help="train: a fixed small GPT training step (steady on a shared 2-core machine); loop: the "
                         "fixed op loop (its reading moves with the VM's state)")
     p.add_argument("-o", "--out", default=None, help="write the mapping to this YAML file")
     args = p.parse_args(argv)

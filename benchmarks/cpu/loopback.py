@@ -8,7 +8,7 @@ in a barrier, do ``--gap-ms`` of GEMM work each (a fixed time, so they stay with
 of a millisecond of each other) and go straight into one timed ``all_reduce`` of that many
 fp32 bytes, the way a gradient all-reduce follows backward compute in training (no barrier
 right before it: that would wake gloo's threads and sockets first and hide the cost of
-doing so after a stretch of compute: on this VM the fitted fixed time was 0.1-1.2 ms with a
+doing so after a stretch of compute: on the development machine the fitted fixed time was 0.1-1.2 ms with a
 barrier right before the call and 1.8-2.4 ms without). A
 size's time is the median over rounds of the ranks' mean.
 

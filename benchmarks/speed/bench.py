@@ -1,4 +1,4 @@
-"""Benchmark the replay at scale (issue 8): wall time, peak RSS, simulated events.
+"""Benchmark the replay at scale: wall time, peak RSS, simulated events.
 
 Usage::
 
@@ -7,7 +7,7 @@ Usage::
     .venv/bin/python benchmarks/speed/bench.py --no-scaling --no-agreement
     .venv/bin/python benchmarks/speed/bench.py --repeat 3          # best of 3 per run (noisy machine)
     .venv/bin/python benchmarks/speed/bench.py --from-json docs/performance.json   # docs from stored results
-    .venv/bin/python benchmarks/speed/bench.py --cases A,B,C [--repo DIR]   # the speed-up log's cases
+    .venv/bin/python benchmarks/speed/bench.py --cases A,B,C [--repo DIR]   # fixed cases, CPU seconds per phase
 
 Every run is one fresh subprocess that calls :func:`tracesim.api.replay` with the
 scenario's options, exactly as ``tracesim replay --model ... --cluster ...`` does; the time
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
-#: the issue's targets on the 2-core benchmark machine: (wall s, peak RSS GiB)
+#: the speed targets (docs/performance.md): (wall s, peak RSS GiB)
 TARGETS = {"S1": (10.0, 2.0), "S2": (10.0, 2.0), "S3": (60.0, 4.0), "S4": (300.0, 2.0)}
 AGREEMENT_TOL = 0.005
 
@@ -189,9 +189,9 @@ def run(opts: dict[str, Any], timeout_s: float, repeat: int = 1, limit_gib: floa
     return best
 
 
-# ---------------------------------------------------------------------------- speed-up log
+# ---------------------------------------------------------------------------- fixed cases
 
-#: the fixed cases of docs/performance.md's speed-up log (CPU seconds, fresh process each)
+#: fixed cases timed phase by phase (CPU seconds, fresh process each)
 CASES: dict[str, dict[str, Any]] = {
     # A: the full replay of S4 with 16 micro-batches: graph build + replay
     "A": {**SCENARIOS["S4"]["opts"], "global_batch": 128},
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                     "whole run, none with --only)")
     ap.add_argument("--from-json", type=Path, help="write docs/performance.* from a results file "
                     "of an earlier run instead of running")
-    ap.add_argument("--cases", help="speed-up log cases to run (comma-separated, of A,B,C,S4): "
+    ap.add_argument("--cases", help="fixed cases to run (comma-separated, of A,B,C,S4): "
                     "CPU seconds and peak RSS, one fresh process each; nothing else runs")
     ap.add_argument("--repo", type=Path, default=ROOT, help="checkout whose tracesim --cases "
                     "measures (default: this one)")

@@ -184,7 +184,7 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     overhead = profiler_overhead(src.meta) or (0.0, 0.0)
     graph = extract_source(src, overhead)
     result = replay(graph)
-    res, per_rank = self_result(src, graph, result)
+    res, per_rank = self_result(src, graph, result, unprofiled=any(overhead))
     details = {k: v for k, v in res.items() if k not in _CONTRACT}
     details["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}
     return Prediction(

@@ -14,7 +14,8 @@ compute task waited for: its latest-finishing explicit predecessor, followed bac
   rest of the stretch pipeline bubble (the neighbouring stage was still computing);
 * a host task (a CPU op or runtime call of a rank that has GPU lanes) makes the stretch, up to
   the moment the host task ended, ``host`` time: the device waited for the CPU (launch- or
-  dispatch-bound steps);
+  dispatch-bound steps); on a CPU rank, the untraced time recorded before an op (``gap_ns``:
+  Python, dispatch) is ``host`` time too;
 * the time between a predecessor's end and the compute task's start, and stretches with no
   waiting predecessor, are ``idle``.
 
@@ -47,6 +48,10 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     n = len(t)
     kind, compute_lane = _task_kinds(graph)
     lane = t["lane"].to_numpy()
+    # a CPU rank's compute runs on its threads: the recorded gap before an op is host work
+    cpu_lane = graph.lanes["kind"].astype(str).to_numpy() == "cpu"
+    host_gap = (np.where(cpu_lane[lane] & compute_lane[lane], t["gap_ns"].to_numpy(), 0)
+                if bool((cpu_lane & compute_lane).any()) else None)
     rank = t["rank"].to_numpy()
     gk_code, gk_names = column_codes(t["group_kind"])
     gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
@@ -120,7 +125,12 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         compute = 0
         for i, gap_end, e in zip(idx.tolist(), s_idx.tolist(), e_idx.tolist(), strict=True):
             if gap_end > prev_end:
-                _attribute(int(bind[i]), prev_end, gap_end, bind, kind, gk, launch, end_ns, acc)
+                wait_end = gap_end
+                if host_gap is not None:  # untraced host work before a CPU op (Python, dispatch)
+                    g = min(int(host_gap[i]), gap_end - prev_end)
+                    acc["host"] += g
+                    wait_end -= g
+                _attribute(int(bind[i]), prev_end, wait_end, bind, kind, gk, launch, end_ns, acc)
             if e > prev_end:
                 compute += e - max(gap_end, prev_end)
             prev_end = max(prev_end, e)

@@ -28,7 +28,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("exposed_ep_s", "exposed ep comm (s)", "lower"),
     ("exposed_pp_s", "exposed pp comm (s)", "lower"),
     ("exposed_dp_s", "exposed dp comm (s)", "lower"),
-    ("host_s", "waiting for host (s)", "lower"),
+    ("host_s", "host-bound (s)", "lower"),
     ("bubble_s", "pipeline bubble (s)", "lower"),
     ("idle_s", "idle (s)", "lower"),
 )

@@ -40,10 +40,15 @@ def model_flops_per_step(source: Source, rank: int, step: str) -> float:
     return total
 
 
-def self_result(source: Source, graph: TaskGraph,
-                result: ReplayResult) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
+                unprofiled: bool = False) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null), and
-    each rank's breakdown over its last steady step."""
+    each rank's breakdown over its steady step whose prediction is nearest their median.
+
+    ``unprofiled``: the graph had the profiler's per-event cost taken out, so the prediction is
+    of the unprofiled step and is compared with the bundle's unprofiled reference steps
+    (``meta.yaml: measured_step_time_s``); otherwise with the recorded (profiled) steps.
+    ``measured_profiled_step_s`` is always the median of the recorded steps."""
     steps = step_times(graph, result)
     if not steps:
         raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
@@ -51,13 +56,14 @@ def self_result(source: Source, graph: TaskGraph,
     ranks = sorted({s[0] for s in steps})
     r0 = ranks[0]
     windows: dict[int, tuple[int, int]] = {}
-    for rk in ranks:  # each rank's last steady step
+    for rk in ranks:  # each rank's steady step whose prediction is closest to their median
         own = [s for s in steps if s[0] == rk]
         med_rk = float(np.median([s[3] for s in own]))
-        b, e = ([s for s in own if abs(s[3] - med_rk) <= 0.2 * med_rk] or own)[-1][5:7]
+        steady_rk = [s for s in own if abs(s[3] - med_rk) <= 0.2 * med_rk] or own
+        mid = float(np.median([s[4] for s in steady_rk]))
+        b, e = min(steady_rk, key=lambda s: (abs(s[4] - mid), -s[2]))[5:7]
         windows[rk] = (int(result.start_ns[b]), int(result.start_ns[e]))
     mine = [s for s in steps if s[0] == r0]
-    preds = np.array([s[4] for s in mine], dtype=float)
     meas = np.array([s[3] for s in mine], dtype=float)
     med = float(np.median(meas))
     steady = [s for s in mine if abs(s[3] - med) <= 0.2 * med] or mine
@@ -66,6 +72,10 @@ def self_result(source: Source, graph: TaskGraph,
     per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns, windows)
     bd = mean_breakdown(per_rank)
     meta = source.meta or {}
+    reference = meta.get("measured_step_time_s")
+    measured_s = med / 1e9
+    if unprofiled and isinstance(reference, dict) and isinstance(reference.get("median"), (int, float)):
+        measured_s = float(reference["median"])
     model = meta.get("model")
     par = meta.get("parallel") or {"tp": 1, "pp": 1, "dp": len(ranks), "cp": 1, "ep": 1}
     tokens = None
@@ -89,7 +99,9 @@ def self_result(source: Source, graph: TaskGraph,
         "mode": "self-replay",
         "source": str(source.path),
         "iteration_time_s": it_ns / 1e9,
-        "measured_step_time_s": med / 1e9,
+        "prediction": "unprofiled" if unprofiled else "profiled",
+        "measured_step_time_s": measured_s,
+        "measured_profiled_step_s": med / 1e9,
         "tokens_per_s": tokens / (it_ns / 1e9) if tokens else None,
         "tflops_per_gpu": tflops,
         "mfu": mfu,
@@ -106,5 +118,4 @@ def self_result(source: Source, graph: TaskGraph,
         ],
         "simulated_events": int(result.events),
         "tasks": int(graph.n_tasks),
-        "predicted_profiled_s": float(np.median(preds)) / 1e9,
     }, per_rank

@@ -75,7 +75,7 @@ def breakdown_rows(res: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     for k in (*KIND_ORDER, *sorted(set(ex) - set(KIND_ORDER))):
         if ex.get(k):
             rows.append((f"exposed {k} comm", float(ex[k])))
-    for k, label in (("host", "waiting for host"), ("bubble", "pipeline bubble"), ("idle", "idle")):
+    for k, label in (("host", "host-bound"), ("bubble", "pipeline bubble"), ("idle", "idle")):
         if bd.get(f"{k}_s"):
             rows.append((label, float(bd[f"{k}_s"])))
     return [(n, v, v / it if it else 0.0) for n, v in rows]
