@@ -80,7 +80,7 @@ def _mutated(**changes) -> dict:
 
 @pytest.mark.parametrize(("changes", "where", "text"), [
     ({"format": "something-else"}, "format", "tracesim-bundle"),
-    ({"version": 2}, "version", "not supported"),
+    ({"version": 3}, "version", "not supported"),
     ({"version": "one"}, "version", "expected a number"),
     ({"ranks": 0}, "ranks", "> 0"),
     ({"batch": 2.5}, "batch", "integer"),
@@ -161,3 +161,25 @@ def test_stored_template_bundles(name):
     assert steps == ["ProfilerStep#1"]
     with gzip.open(b.et_path(0), "rt") as fh:
         assert len(json.load(fh)["nodes"]) > 100
+
+
+def test_version_2_needs_only_what_any_recording_has(tmp_path):
+    """A recording of any job (collect -- CMD, or an import): device, torch version, ranks."""
+    from tracesim.fileio import write_yaml
+    from tracesim.trace.bundle import load_bundle
+
+    b = tmp_path / "b"
+    for r in (0, 3):
+        (b / f"rank{r}").mkdir(parents=True)
+        (b / f"rank{r}" / "trace.json").write_text('{"traceEvents": []}')
+    meta = {"format": "tracesim-bundle", "version": 2, "device": "NVIDIA A100-SXM4-80GB",
+            "torch_version": "2.4.0", "ranks": [0, 3], "world_size": 8}
+    write_yaml(b / "meta.yaml", meta)
+    bundle = load_bundle(b)
+    assert bundle.ranks == [0, 3] and bundle.model is None and bundle.measured_step_time_s is None
+    write_yaml(b / "meta.yaml", {**meta, "ranks": [0, 0]})
+    with pytest.raises(InputError, match="ranks: expected a count or a list"):
+        load_bundle(b)
+    write_yaml(b / "meta.yaml", {**meta, "ranks": [0, 1]})
+    with pytest.raises(InputError, match="no trace for rank 1"):
+        load_bundle(b)

@@ -32,8 +32,9 @@ from tracesim.report.steps import StepResult, UnprofiledSummary
 
 __all__ = [
     "CompareResult", "ConvertResult", "ExtractResult", "NetbenchResult", "Prediction",
-    "ReplayOptions", "SelfReplayCheck", "calibrate", "collect", "compare", "convert", "extract",
-    "list_shipped", "netbench", "replay", "validate_self_replay", "write_result",
+    "ReplayOptions", "SelfReplayCheck", "calibrate", "collect", "collect_command", "compare",
+    "convert", "extract", "import_traces", "list_shipped", "netbench", "replay",
+    "validate_self_replay", "write_result",
 ]
 
 
@@ -330,3 +331,26 @@ def compare(runs: Sequence[Prediction | Mapping[str, Any] | str | Path],
 def list_shipped(kind: str) -> list[Entry]:
     """What ships with tracesim (``tracesim list``): ``models``, ``clusters`` or ``devices``."""
     return shipped(kind)
+
+
+def collect_command(command: Sequence[str], out: str | Path, *, steps: int = 4, warmup: int = 3,
+                    measure: int = 8, log: Callable[[str], None] | None = None) -> Path:
+    """Record the user's own training job (``tracesim collect -o OUT -- python train.py ...``
+    or ``-- torchrun ...``): the profiler is injected into every rank; after ``warmup``
+    optimizer steps, ``measure`` unprofiled steps are timed and ``steps`` steps profiled on
+    every rank. Returns the bundle's path (a version-2 bundle). Needs torch in the job's
+    environment."""
+    from tracesim.collectors.wrap import run_command
+
+    return run_command(list(command), Path(out), steps=steps, warmup=warmup, measure=measure,
+                       log=log)
+
+
+def import_traces(source: str | Path, out: str | Path) -> Path:
+    """Turn trace files recorded elsewhere (a folder of per-rank Kineto traces, with or
+    without execution traces: ``tensorboard_trace_handler`` output, torchtitan's
+    ``profile_trace/iteration_N/rankR_trace.json``, ...) into a bundle (``tracesim import``);
+    returns its path."""
+    from tracesim.trace.folders import import_folder
+
+    return import_folder(Path(source), Path(out))

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "convert",
     "compare",
     "list",
+    "import_",
 )
 
 

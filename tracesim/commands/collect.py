@@ -68,6 +68,7 @@ def command(workload: str, device: str, ranks: int | None, tp: int, pp: int, dp:
         raise click.ClickException(f"{exc} (its output is above)") from None
     bundle = load_bundle(out)
     st = bundle.measured_step_time_s
+    assert st is not None  # a built-in model's collection always times its steps
     click.echo(
         f"{out}: {spec.name}, {len(bundle.ranks)} rank(s) on {bundle.device}, "
         f"measured step median {st['median'] * 1e3:.1f} ms "

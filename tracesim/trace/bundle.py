@@ -2,12 +2,20 @@
 
 A bundle is a directory::
 
-    meta.yaml                     format: tracesim-bundle, version: 1, ... (see docs/collect.md)
+    meta.yaml                     format: tracesim-bundle, version: 1 or 2 (see docs/collect.md)
     rank{r}/trace.json.gz         Kineto Chrome trace of the profiled steps (or trace.json)
     rank{r}/et.json.gz            PyTorch execution trace of the same steps (optional)
 
+Version 1 is a recording of a built-in model (``tracesim collect --workload``): its meta.yaml
+names the model spec, batch, sequence length and layout. Version 2 is any recording (the
+user's own job run under ``tracesim collect -- CMD``, or trace files imported with ``tracesim
+import``): only ``device``, ``torch_version`` and ``ranks`` are required; what is known of the
+job (``world_size``, ``backend``, ``process_groups``, ``command``, step times, a model spec)
+is checked when present. ``ranks`` is the number of recorded ranks (``rank0 .. rank{n-1}``) or
+the list of the ranks recorded (a job of which only some ranks were traced).
+
 :func:`load_bundle` validates ``meta.yaml`` (format, version, the required keys and their
-types, the model spec) and that every rank's trace exists; problems are
+types) and that every rank's trace exists; problems are
 :class:`~tracesim.errors.InputError` naming the file and the key.
 """
 
@@ -25,10 +33,12 @@ from tracesim.strict import check_keys, get_number, get_str
 
 BUNDLE_FORMAT = "tracesim-bundle"
 #: bundle versions this reader understands
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 META_NAME = "meta.yaml"
 
-#: keys every meta.yaml must have (more are allowed: newer collectors may add some)
+#: keys every version-2 meta.yaml must have (more are allowed)
+REQUIRED_V2_KEYS = ("format", "version", "device", "torch_version", "ranks")
+#: keys every version-1 meta.yaml must have (more are allowed: newer collectors may add some)
 REQUIRED_META_KEYS = (
     "format",
     "version",
@@ -81,8 +91,10 @@ class Bundle:
         return self.path / META_NAME
 
     @property
-    def model(self) -> ModelSpec:
-        """The recorded model spec."""
+    def model(self) -> ModelSpec | None:
+        """The recorded model spec (a built-in model's), or None."""
+        if not isinstance(self.meta.get("model"), Mapping):
+            return None
         return model_from_dict(self.meta["model"], self.meta_path)
 
     @property
@@ -91,9 +103,11 @@ class Bundle:
         return str(self.meta["device"])
 
     @property
-    def measured_step_time_s(self) -> dict[str, float]:
-        """Wall clock of the unprofiled steps: ``median, min, max`` (seconds) and ``n``."""
-        return dict(self.meta["measured_step_time_s"])
+    def measured_step_time_s(self) -> dict[str, float] | None:
+        """Wall clock of the unprofiled steps: ``median, min, max`` (seconds) and ``n``; None
+        when the recording has none (an import)."""
+        value = self.meta.get("measured_step_time_s")
+        return dict(value) if isinstance(value, Mapping) else None
 
     @property
     def profiler_overhead(self) -> dict[str, Any] | None:
@@ -141,11 +155,17 @@ def load_bundle(path: str | Path) -> Bundle:
         raise InputError(f"not a bundle: no {META_NAME}", path)
     meta = read_yaml(meta_path)
     validate_meta(meta, meta_path)
-    ranks = list(range(int(meta["ranks"])))
+    ranks = bundle_ranks(meta)
     bundle = Bundle(path=path, meta=dict(meta), ranks=ranks)
     for rank in ranks:
         bundle.trace_path(rank)
     return bundle
+
+
+def bundle_ranks(meta: Mapping[str, Any]) -> list[int]:
+    """The ranks a validated meta.yaml says are recorded."""
+    value = meta["ranks"]
+    return sorted(int(r) for r in value) if isinstance(value, list) else list(range(int(value)))
 
 
 def validate_meta(meta: Any, file: str | Path) -> None:
@@ -163,27 +183,42 @@ def validate_meta(meta: Any, file: str | Path) -> None:
             file,
             "version",
         )
-    for key in REQUIRED_META_KEYS:
+    for key in (REQUIRED_META_KEYS if version == 1 else REQUIRED_V2_KEYS):
         if key not in meta:
             raise InputError("missing required key", file, key)
     get_str(meta, "device", file=file)
     get_str(meta, "torch_version", file=file)
-    for key in ("threads", "batch", "seq_len", "ranks", "profiled_steps"):
-        get_number(meta, key, file=file, kind=int)
-    get_number(meta, "warmup_steps", file=file, kind=int, allow_zero=True)
-    try:
-        model = model_from_dict(meta["model"], file)
-    except InputError as exc:
-        where = f"model.{exc.where}" if exc.where else "model"
-        raise InputError(exc.message, file, where) from None
-    if model.seq_len < int(meta["seq_len"]):
+    if version == 1 or not isinstance(meta["ranks"], list):
+        get_number(meta, "ranks", file=file, kind=int)
+    else:
+        ranks = meta["ranks"]
+        if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0
+                                for r in ranks) or len(set(ranks)) != len(ranks):
+            raise InputError(f"expected a count or a list of distinct ranks >= 0, got {ranks!r}",
+                             file, "ranks")
+    for key in ("threads", "batch", "seq_len", "profiled_steps", "world_size"):
+        if (version == 1 and key != "world_size") or key in meta:
+            get_number(meta, key, file=file, kind=int)
+    if version == 1 or "warmup_steps" in meta:
+        get_number(meta, "warmup_steps", file=file, kind=int, allow_zero=True)
+    model = None
+    if version == 1 or meta.get("model") is not None:
+        try:
+            model = model_from_dict(meta["model"], file)
+        except InputError as exc:
+            where = f"model.{exc.where}" if exc.where else "model"
+            raise InputError(exc.message, file, where) from None
+    if model is not None and "seq_len" in meta and model.seq_len < int(meta["seq_len"]):
         raise InputError(
             f"seq_len {meta['seq_len']} exceeds the model's seq_len {model.seq_len}",
             file,
             "seq_len",
         )
-    _check_parallel(meta["parallel"], int(meta["ranks"]), file)
-    _check_step_time(meta["measured_step_time_s"], file)
+    if version == 1 or meta.get("parallel") is not None:
+        n = len(bundle_ranks(meta)) if version == 1 else int(meta.get("world_size") or len(bundle_ranks(meta)))
+        _check_parallel(meta["parallel"], n, file)
+    if version == 1 or meta.get("measured_step_time_s") is not None:
+        _check_step_time(meta["measured_step_time_s"], file)
     overhead = meta.get("profiler_overhead")
     if overhead is not None:
         if not isinstance(overhead, Mapping):
