@@ -213,3 +213,31 @@ def test_interrupt_around_temp_file_creation_leaves_nothing(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
     assert target.read_text() == "{}\n"
 
+
+
+_FINALISER_SCRIPT = """
+import signal, sys, time
+from tracesim import cli
+signal.signal(signal.SIGTERM, cli._terminate)
+sys.unraisablehook = cli._unraisable
+class Dropped:
+    def __del__(self):
+        raise {exc}
+try:
+    obj = Dropped()
+    del obj
+    for _ in range(2000):
+        time.sleep(0.001)
+    print("swallowed")
+except BaseException as e:
+    print("unwound", type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit(143)"])
+def test_a_signal_inside_a_finaliser_still_unwinds(exc):
+    # Python cannot raise from a finaliser or weakref callback; the CLI re-posts the signal
+    r = subprocess.run([sys.executable, "-c", _FINALISER_SCRIPT.format(exc=exc)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.startswith("unwound"), (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr

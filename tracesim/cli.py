@@ -8,9 +8,11 @@ exception is a bug and exits 1 with a hint to rerun with ``--debug``.
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import signal
 import sys
+import time
 
 import click
 
@@ -107,9 +109,34 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _unraisable(info: sys.UnraisableHookArgs) -> None:
+    """A signal that landed inside a finaliser or weakref callback is delivered again.
+
+    Python cannot raise from those callbacks: it prints "Exception ignored" with a traceback
+    and carries on. The interrupt is re-posted to the main thread instead, so it unwinds the
+    command like any other Ctrl-C or SIGTERM.
+    """
+    exc = info.exc_value
+    if isinstance(exc, KeyboardInterrupt):
+        signum = signal.SIGINT
+    elif isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        signum = signal.SIGTERM
+    else:
+        sys.__unraisablehook__(info)
+        return
+    # posted from another thread a moment later, so it is not handled inside this hook
+    _thread.start_new_thread(_repost, (signum,))
+
+
+def _repost(signum: int) -> None:
+    time.sleep(0.005)
+    _thread.interrupt_main(signum)
+
+
 def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _terminate)
+    sys.unraisablehook = _unraisable
     cli(obj={})
 
 
