@@ -128,7 +128,7 @@ def _unraisable(info: sys.UnraisableHookArgs) -> None:
     _thread.start_new_thread(_repost, (signum,))
 
 
-def _repost(signum: int) -> None:
+def _repost(signum: signal.Signals) -> None:
     time.sleep(0.005)
     _thread.interrupt_main(signum)
 
