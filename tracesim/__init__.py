@@ -9,7 +9,9 @@ use so that ``import tracesim`` stays cheap::
 
 Names: :func:`replay`, :func:`write_result`, :func:`validate_self_replay`, :func:`extract`,
 :func:`convert`, :func:`netbench`, :func:`calibrate`, :func:`collect`, :func:`compare`,
-:func:`list_shipped`, :class:`ReplayOptions`, :class:`Prediction` (see :mod:`tracesim.api`).
+:func:`list_shipped`, :class:`ReplayOptions`, :class:`Prediction` (see :mod:`tracesim.api`);
+:func:`record` (``with tracesim.record("bundle"): <training loop>``, see
+:mod:`tracesim.collectors.record`; torch is imported only when the block is entered).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ __version__ = "0.1.0"
 _API = ("replay", "write_result", "validate_self_replay", "extract", "convert", "netbench",
         "calibrate", "collect", "compare", "list_shipped", "ReplayOptions", "Prediction",
         "SelfReplayCheck", "ExtractResult", "ConvertResult", "NetbenchResult", "CompareResult")
-__all__ = ["__version__", *_API]
+#: where each lazily exported name lives
+_LAZY = {**{name: "tracesim.api" for name in _API}, "record": "tracesim.collectors.record"}
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        return getattr(importlib.import_module("tracesim.api"), name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tracesim' has no attribute {name!r}")
