@@ -125,6 +125,8 @@ def _option_type(type_text: str, opt: Option) -> str:
         rng = f"{lo}..{hi}" if lo is not None and hi is not None else (
             f">= {lo}" if lo is not None else f"<= {hi}" if hi is not None else "")
         return f"`{py}` {rng}".rstrip()
+    if opt.kind == "float":
+        return f"`{py}` > 0"
     if opt.kind == "choice":
         return f"`{py}`: " + " \\| ".join(f"`{c}`" for c in opt.choices)
     if opt.kind == "ints":

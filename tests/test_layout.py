@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specs", "graph"),
     ("network", "trace"),
     ("engine", "template"),
-    ("build",),
+    ("build", "transform"),
     ("report",),
     ("interop",),
     ("catalog", "options"),

@@ -31,7 +31,8 @@ from tracesim.specs.model import ModelSpec
 class Option:
     """What one option is: help text, kind and the values it accepts.
 
-    ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int`` (``minimum`` / ``maximum``), ``bool`` (``--x/--no-x``),
+    ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int``
+    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``bool`` (``--x/--no-x``),
     ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
     ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
     options in help and docs: what, where, layout, template, replay.
@@ -79,6 +80,18 @@ class ReplayOptions:
     cluster: str | ClusterSpec | None = _opt(
         "Cluster spec: a shipped name (`tracesim list clusters`), a YAML file, or an ASTRA-sim "
         "network config.", "spec", group="where", metavar="NAME|YAML")
+    device: str | None = _opt(
+        "Device to run on: a shipped profile (`tracesim list devices`) or a profile YAML "
+        "(default: the cluster's device; without --cluster, the recorded one).", "spec",
+        group="where", metavar="NAME|YAML")
+    source_device: str | None = _opt(
+        "Device the source was recorded on, where the trace does not say or says wrongly "
+        "(default: the trace's own device properties or the bundle's meta.yaml).", "spec",
+        group="where", metavar="NAME|YAML")
+    host_speed: float | None = _opt(
+        "Speed of the target's host CPU relative to the recorded one: recorded host time "
+        "(Python, dispatch, kernel launches) is divided by it. Default 1: as recorded.",
+        "float", group="where", metavar="X")
     # how: the parallel layout and training options
     tp: int | None = _opt("Tensor-parallel degree.", "int", minimum=1)
     pp: int | None = _opt("Pipeline-parallel degree (stages).", "int", minimum=1)
@@ -128,6 +141,12 @@ class ReplayOptions:
                                  "softmax kernels).", "choice", group="template",
                                  choices=ATTENTION)
     # the replay itself
+    retarget: str | None = _opt(
+        "How a recorded source is replayed elsewhere: trace (its own kernels, scaled to the "
+        "target device, and its collectives re-timed on the target network) or template (a "
+        "layer template built into the model's layout; needs a model spec). Default: template "
+        "when the source has a model spec or a layout flag other than --dp is given, else "
+        "trace.", "choice", group="replay", choices=("trace", "template"))
     network: str | None = _opt("Network model: flow (flow-level max-min sharing) or estimate "
                                "(uncongested closed forms, faster). Default: flow below 64 GPUs "
                                "or with --full, estimate for a symmetry-reduced replay from 64 "
@@ -231,6 +250,11 @@ def check_value(name: str, value: Any, file: str | Path | None = None, where: st
         if opt.maximum is not None and value > opt.maximum:
             raise InputError(f"must be <= {opt.maximum}, got {value}", src, place if file else None)
         return value
+    if opt.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+                or value == float("inf"):
+            raise InputError(f"expected a number > 0, got {value!r}", src, place if file else None)
+        return float(value)
     if opt.kind == "choice":
         if value not in opt.choices:
             raise InputError(f"{value!r} is not one of {', '.join(opt.choices)}", src,

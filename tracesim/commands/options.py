@@ -22,6 +22,8 @@ def _click_option(name: str, opt: Option, default: Any) -> Callable:
         return click.option(flag, name, is_flag=True, default=default, **kw)
     if opt.kind == "int":
         kw["type"] = click.IntRange(min=opt.minimum, max=opt.maximum)
+    elif opt.kind == "float":
+        kw["type"] = click.FloatRange(min=0.0, min_open=True, max=float("inf"), max_open=True)
     elif opt.kind == "choice":
         kw["type"] = click.Choice(opt.choices)
     return click.option(flag, name, default=None, **kw)

@@ -94,6 +94,30 @@ def bundle_model(source: str | Path | None) -> ModelSpec | None:
     return None
 
 
+def recorded_defaults(source: str | Path | None, options: ReplayOptions) -> dict[str, Any]:
+    """What a bundle recorded and ``options`` leave open: ``micro_batch`` (the bundle's
+    per-rank batch), ``seq_len`` and the model-parallel degrees ``tp`` / ``pp`` / ``cp`` /
+    ``ep`` (``dp`` stays: it fills the cluster)."""
+    if not source or not (Path(source) / "meta.yaml").is_file():
+        return {}
+    meta = read_yaml(Path(source) / "meta.yaml")
+    if not isinstance(meta, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    if options.micro_batch is None and options.global_batch is None \
+            and isinstance(meta.get("batch"), int) and meta["batch"] > 0:
+        out["micro_batch"] = meta["batch"]
+    if options.seq_len is None and isinstance(meta.get("seq_len"), int) and meta["seq_len"] > 0:
+        out["seq_len"] = meta["seq_len"]
+    par = meta.get("parallel")
+    if isinstance(par, Mapping):
+        for k in ("tp", "pp", "cp", "ep"):
+            v = par.get(k)
+            if getattr(options, k) is None and isinstance(v, int) and v > 1:
+                out[k] = v
+    return out
+
+
 def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = False) -> Built:
     """The graph step of a retarget (module docstring). ``per_op``: keep one task per
     template op in a full replay (otherwise runs of compute tasks that nothing can interleave
@@ -102,13 +126,16 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     if source is None and options.template not in (None, "analytic"):
         source = options.template  # a bundle / trace / workload named as the template
     model = load_model(options.model) if options.model else bundle_model(source)
+    recorded = {} if options.model else recorded_defaults(source, options)
+    if recorded:
+        options = options.replace(**recorded)
     if model is None:
         raise InputError("give --model (a model spec), or a source bundle whose meta.yaml has one",
                          "--model")
     if not options.cluster:
         raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
     cluster = load_cluster(options.cluster)
-    device = get_device(cluster.device)
+    device = get_device(options.device or cluster.device, where="--device")
     par = parallel_from_options(options.given(), model, cluster.gpus)
     if par.world > cluster.gpus:
         raise InputError(

@@ -52,20 +52,56 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
     """
     opts = options or ReplayOptions()
     kind = _source_kind(source)
-    if opts.builds_model or (opts.cluster and kind != "workload"):
+    route = _route(source, kind, opts)
+    if route == "template":
         return _retarget(source, opts, detail, progress)
     if source is None:
         raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
                          "layout flags to retarget", "SOURCE")
-    if kind == "workload":
+    if kind == "workload" and not _extracted(source):
         from tracesim.graph.io import load_graph
 
         if not opts.cluster:
-            raise InputError("a workload directory holds a task graph, not a recorded run: "
-                             "give --cluster to replay it on a cluster (or self-replay the "
-                             "bundle or trace it was extracted from)", source)
+            raise InputError("an imported workload holds a task graph, not a recorded run: "
+                             "give --cluster to replay it on a cluster", source)
         return replay_graph(load_graph(source), opts.cluster)
+    if route == "trace" or kind == "workload":
+        from tracesim.pipeline.recorded import replay_recorded
+
+        return replay_recorded(source, opts, detail, progress)
     return self_replay(source, detail)
+
+
+#: options a recorded run is replayed with by its own graph (no model spec needed)
+TRACE_KEYS = ("cluster", "device", "source_device", "host_speed", "dp", "network")
+
+
+def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:
+    """``template`` (build a model's layout), ``trace`` (the recorded graph, transformed) or
+    ``self`` (the recorded graph as recorded); see ``ReplayOptions.retarget``."""
+    from tracesim.options import BUILD_KEYS
+    from tracesim.pipeline.build import bundle_model
+
+    given = opts.given()
+    layout = [k for k in given if k in BUILD_KEYS and k != "dp"]
+    if source is None:
+        return "template" if (opts.model or layout or opts.cluster) else "self"
+    if opts.retarget == "template" or kind == "template" or layout:
+        if opts.retarget == "trace" and layout:
+            raise InputError(f"--{layout[0].replace('_', '-')} needs a model spec: a trace "
+                             "replay keeps the recorded layout (only --dp grows)", "--retarget")
+        return "template"
+    wants = [k for k in given if k in TRACE_KEYS]
+    if opts.retarget == "trace":
+        return "trace"
+    if wants and kind == "bundle" and opts.cluster and bundle_model(source) is not None:
+        return "template"  # a built-in model's bundle: its layer template on the cluster
+    return "trace" if wants else "self"
+
+
+def _extracted(source: str | Path) -> bool:
+    """A workload directory written by ``tracesim extract`` (it keeps the op table)."""
+    return (Path(source) / "ops.parquet").is_file()
 
 
 def _source_kind(source: str | Path | None) -> str:

@@ -10,7 +10,7 @@ from tracesim.engine.replay import ReplayResult
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
-from tracesim.report.steps import step_times
+from tracesim.report.steps import completion_windows, step_times
 from tracesim.trace.sources import Source
 
 
@@ -41,18 +41,28 @@ def model_flops_per_step(source: Source, rank: int, step: str) -> float:
 
 
 def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
-                unprofiled: bool = False) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                unprofiled: bool = False, completion: bool = False,
+                ) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """The replay --json object for a self-replay (DESIGN.md keys; unknowns are null), and
     each rank's breakdown over its steady step whose prediction is nearest their median.
 
     ``unprofiled``: the graph had the profiler's per-event cost taken out, so the prediction is
     of the unprofiled step and is compared with the bundle's unprofiled reference steps
     (``meta.yaml: measured_step_time_s``); otherwise with the recorded (profiled) steps.
-    ``measured_profiled_step_s`` is always the median of the recorded steps."""
+    ``measured_profiled_step_s`` is always the median of the recorded steps.
+
+    ``completion``: a step lasts until its device work is done
+    (:func:`tracesim.report.steps.completion_windows`), for replays on another device or
+    network, where the recorded synchronisation may no longer hold the host back."""
     steps = step_times(graph, result)
     if not steps:
         raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
                          "replay (record with torch.profiler and call prof.step())", source.path)
+    win: dict[tuple[int, int], tuple[int, int]] = {}
+    if completion:
+        win = completion_windows(graph, result, steps)
+        steps = [(rk, nm, ev, m, win[(rk, ev)][1] - win[(rk, ev)][0], b, e)
+                 for rk, nm, ev, m, _p, b, e in steps]
     ranks = sorted({s[0] for s in steps})
     r0 = ranks[0]
     windows: dict[int, tuple[int, int]] = {}
@@ -61,8 +71,10 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         med_rk = float(np.median([s[3] for s in own]))
         steady_rk = [s for s in own if abs(s[3] - med_rk) <= 0.2 * med_rk] or own
         mid = float(np.median([s[4] for s in steady_rk]))
-        b, e = min(steady_rk, key=lambda s: (abs(s[4] - mid), -s[2]))[5:7]
-        windows[rk] = (int(result.start_ns[b]), int(result.start_ns[e]))
+        pick = min(steady_rk, key=lambda s: (abs(s[4] - mid), -s[2]))
+        b, e = pick[5:7]
+        windows[rk] = (win[(rk, pick[2])] if completion
+                       else (int(result.start_ns[b]), int(result.start_ns[e])))
     mine = [s for s in steps if s[0] == r0]
     meas = np.array([s[3] for s in mine], dtype=float)
     med = float(np.median(meas))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 
 from tracesim.engine.replay import ReplayResult, replay
 from tracesim.errors import InputError
@@ -103,6 +104,48 @@ def step_times(graph: TaskGraph, result: ReplayResult) -> list[StepTime]:
         out.append((key[0], str(t["step"].iat[i]), key[1], measured, predicted, int(b), int(i)))
     out.sort(key=lambda x: (x[0], x[2]))
     return out
+
+
+def completion_windows(graph: TaskGraph, result: ReplayResult,
+                       steps: list[StepTime]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Each step's window when a step counts as done once its device work is done.
+
+    A step ends at the later of its end marker and the end of the device work recorded in
+    it (kernels, copies and collectives it launched); it begins where the previous step of the rank
+    ended when that step is the one before it (``ProfilerStep#N-1``), else at its begin
+    marker. When the device is the bottleneck and nothing in a step waits for it (the host
+    runs ahead of a growing queue), consecutive steps are then as long as the device's work,
+    as in the steady state of a long run. Keyed by (rank, step event id): (start, end) ns.
+    """
+    t = graph.tasks
+    rank = t["rank"].to_numpy()
+    step = t["step"].to_numpy().astype(str)
+    end = np.asarray(result.end_ns)
+    last: dict[tuple[int, str], int] = {}
+    if len(t):
+        device = t["kind"].to_numpy() != "cpu"  # host threads (pollers) may run on
+        frame = pd.DataFrame({"rank": rank, "step": step, "end": end})
+        frame = frame[(frame["step"] != "") & device]
+        last = {(int(r), str(s)): int(v) for (r, s), v in
+                frame.groupby(["rank", "step"])["end"].max().items()}
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    prev: dict[int, tuple[int, int]] = {}  # rank -> (step number, done)
+    for rk, name, ev, _m, _p, b, e in steps:
+        done = max(int(result.start_ns[e]), last.get((rk, name), 0))
+        num = _step_number(name)
+        before = prev.get(rk)
+        start = int(result.start_ns[b])
+        if before is not None and num is not None and before[0] == num - 1:
+            start = before[1]
+        out[(rk, ev)] = (start, max(done, start))
+        if num is not None:
+            prev[rk] = (num, done)
+    return out
+
+
+def _step_number(name: str) -> int | None:
+    head, _, num = name.rpartition("#")
+    return int(num) if head and num.isdigit() else None
 
 
 def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, rank: int,

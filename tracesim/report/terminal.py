@@ -57,6 +57,16 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     if m is not None:
         err = (res["iteration_time_s"] - m) / m * 100 if m else 0.0
         rows.append(("measured", f"{fmt_seconds(m)} (error {err:+.2f}%)"))
+    rec = res.get("recorded")
+    if isinstance(rec, Mapping) and rec.get("measured_step_time_s"):
+        m = float(rec["measured_step_time_s"])
+        it = float(res.get("iteration_time_s") or 0.0)
+        rows.append(("recorded", f"{fmt_seconds(m)} on {rec.get('device', '?')}"
+                     + (f" ({m / it:.2f}x faster here)" if it > 0 else "")))
+    sc = res.get("scaling")
+    if isinstance(sc, Mapping) and sc.get("gpu_time_shares"):
+        rows.append(("kernel times", ", ".join(f"{v:.0%} {k}" for k, v in
+                                              sc["gpu_time_shares"].items())))
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
         ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),

@@ -1,0 +1,221 @@
+"""A recorded run replayed elsewhere: its own graph, transformed for the target.
+
+The graph step is the extractor's (as a self-replay: the profiler's per-event cost taken
+out where the bundle measured it); the transforms change only what the options change:
+
+* ``device`` (or the cluster's device): GPU kernel times scaled by the cost model's ratio
+  between the target and the recorded device (:mod:`tracesim.transform.retime`);
+  a recording made on a CPU is moved onto the GPU first (:mod:`tracesim.transform.transplant`);
+* ``host_speed``: recorded host time divided by it;
+* ``cluster`` / ``dp``: collectives and point-to-point transfers re-timed on the cluster's
+  network over their full groups, data-parallel groups grown to ``dp`` ranks
+  (:mod:`tracesim.transform.comms`).
+
+With the recorded device as the target and no cluster, nothing changes and the answer is the
+self-replay's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tracesim.catalog import load_cluster
+from tracesim.engine.replay import replay
+from tracesim.errors import InputError
+from tracesim.hardware.device import DeviceProfile, get_device
+from tracesim.options import ReplayOptions
+from tracesim.report.result import Prediction
+from tracesim.transform.comms import GroupComm, network_comms
+from tracesim.transform.retime import retime
+
+#: warn when more than this share of the GPU compute time could not be scaled from shapes
+INFERRED_WARN_SHARE = 0.5
+#: warn when more than this share of the GPU compute time is in unclassified kernels
+OTHER_WARN_SHARE = 0.2
+
+
+def recorded_device(name: str, given: str | None) -> DeviceProfile:
+    """The profile of the device a source was recorded on (``given`` overrides it)."""
+    if given:
+        return get_device(given, where="--source-device")
+    if not name:
+        raise InputError("the source does not say which device recorded it; give "
+                         "--source-device", "--source-device")
+    if name.lower() in ("cpu", "host-cpu"):
+        return get_device("host-cpu")
+    try:
+        return get_device(name)
+    except InputError:
+        raise InputError(f"the recorded device {name!r} has no profile; give --source-device "
+                         "(a shipped profile or a profile YAML)", "--source-device") from None
+
+
+def load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
+    """(the source, its graph, the profiler overhead taken out per op and per annotation).
+
+    A bundle, trace, folder or op table is extracted with the profiler's cost taken out
+    where the bundle measured it; a workload directory written by ``tracesim extract`` is
+    read back with its op table (its graph keeps the profiled timing)."""
+    from tracesim.trace.extract import extract_source
+    from tracesim.trace.overhead import profiler_overhead
+    from tracesim.trace.sources import Source, load_source, source_kind
+
+    if source_kind(source) == "workload":
+        from tracesim.graph.io import load_graph
+        from tracesim.trace.schema import read_op_table
+
+        graph = load_graph(source)
+        meta = graph.meta.get("bundle_meta") if isinstance(graph.meta.get("bundle_meta"), dict) else {}
+        src = Source(Path(source), "workload", read_op_table(Path(source) / "ops.parquet"),
+                     dict(meta or {}), str(graph.meta.get("device", "")))
+        return src, graph, (0.0, 0.0)
+    src = load_source(source)
+    overhead = profiler_overhead(src.meta) or (0.0, 0.0)
+    return src, extract_source(src, overhead), overhead
+
+
+def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = False,
+                    progress: Any = None) -> Prediction:
+    """Replay a bundle, trace, folder or op table as ``opts`` say (module docstring)."""
+    from tracesim.report.selfresult import self_result
+
+    t_wall = time.perf_counter()
+    if progress:
+        progress("extract", 0, 1)
+    src, graph, overhead = load_recorded(source)
+    cluster = load_cluster(opts.cluster) if opts.cluster else None
+    src_dev = recorded_device(src.device or str((src.meta or {}).get("device", "")),
+                              opts.source_device)
+    dst_dev = (get_device(opts.device, where="--device") if opts.device
+               else get_device(cluster.device) if cluster else src_dev)
+    warnings: list[str] = []
+    transplanted = None
+    if src_dev.kind == "cpu" and dst_dev.kind != "cpu":
+        from tracesim.transform.transplant import to_gpu
+
+        transplanted = to_gpu(graph, src.op_table, dst_dev)
+        graph = transplanted.graph
+        warnings.append("recorded on a CPU: each compute op became a kernel launch and a GPU "
+                        "kernel timed by the cost model on " + dst_dev.name)
+    rt = retime(graph, src_dev, dst_dev, op_table=src.op_table, host_speed=opts.host_speed or 1.0,
+                modelled=transplanted.kernel_ids if transplanted is not None else None)
+    graph = rt.graph
+    comm = None
+    comms = None
+    world = _world(src.meta)
+    if transplanted is not None and cluster is None and graph.ranks and len(graph.ranks) > 1:
+        raise InputError("a multi-rank CPU recording moved onto a GPU needs a network for its "
+                         "collectives: give --cluster", "--cluster")
+    if opts.dp is not None and cluster is None:
+        raise InputError("a data-parallel what-if needs a network: give --cluster too", "--dp")
+    if cluster is not None:
+        comms = network_comms(graph, op_table=src.op_table, world=world, dp=opts.dp)
+        if comms.world > cluster.gpus:
+            raise InputError(f"the job has {comms.world} ranks but cluster {cluster.name} has "
+                             f"{cluster.gpus} GPUs", "--cluster")
+        graph = comms.graph
+        comm = _network(cluster, opts.network, comms.groups)
+    t0 = time.perf_counter()
+    result = replay(graph, comm)
+    t_rep = time.perf_counter() - t0
+    res, per_rank = self_result(src, graph, result, unprofiled=any(overhead), completion=True)
+    warnings += _warnings(rt.shares(), rt.by_class, rt.dtype_assumed_ns, comms)
+    gpus = comms.world if comms is not None else res["gpus"]
+    grow = gpus / max(res["gpus"], 1) if opts.dp else 1.0
+    it = res["iteration_time_s"]
+    tokens = res["tokens_per_s"] * grow if res["tokens_per_s"] else None
+    tflops = res["tflops_per_gpu"]
+    peak = dst_dev.peak_flops(_dtype(src.meta)) / 1e12
+    details: dict[str, Any] = {
+        "source": str(source),
+        "recorded": {"device": src_dev.name,
+                     "measured_step_time_s": res["measured_step_time_s"],
+                     "ranks": res["gpus"]},
+        "prediction": res["prediction"],
+        "scaling": {
+            "gpu_time_shares": {k: round(v, 4) for k, v in rt.shares().items()},
+            "recorded_gpu_s_by_class": {k: v / 1e9 for k, v in sorted(rt.by_class.items())},
+            "gpu_time_ratio": round(rt.ratio, 4),
+            "host_speed": opts.host_speed or 1.0,
+        },
+        "steps": res["steps"],
+        "replay": {"tasks": graph.n_tasks, "events": result.events,
+                   "network": (opts.network or "flow") if cluster else "recorded",
+                   "replay_wall_s": round(t_rep, 3),
+                   "wall_s": round(time.perf_counter() - t_wall, 3)},
+    }
+    if transplanted is not None:
+        details["transplant"] = transplanted.summary()
+    if comms is not None:
+        details["communication"] = {"operations": dict(comms.counts),
+                                    "kept_recorded_s": comms.kept_ns / 1e9,
+                                    "groups": len(comms.groups)}
+    methods = np.where(rt.methods == "comm", (opts.network or "flow") if cluster else "measured",
+                       rt.methods).astype(object)
+    return Prediction(
+        mode="replay-trace", iteration_time_s=it, gpus=gpus,
+        cluster=cluster.name if cluster else "recorded", device=dst_dev.name,
+        breakdown=res["breakdown"], tokens_per_s=tokens, tflops_per_gpu=tflops,
+        mfu=(tflops / peak if tflops and peak else None),
+        model=res["model"] or Path(str(source)).name,
+        parallel=_parallel((src.meta or {}).get("parallel"), opts.dp), memory_gib_per_gpu=None,
+        warnings=tuple(warnings), details=details, makespan_ns=result.makespan_ns, graph=graph,
+        start_ns=result.start_ns, end_ns=result.end_ns, methods=methods, per_rank=per_rank,
+        topology=getattr(comm, "topology", None))
+
+
+def _network(cluster: Any, network: str | None, groups: Any) -> Any:
+    from tracesim.engine.symmetry import EstimateComm
+    from tracesim.network.model import NetworkModel
+
+    net = NetworkModel(cluster, keep_records=False)
+    base = EstimateComm(net) if network == "estimate" else net
+    return GroupComm(base, groups)
+
+
+def _world(meta: Any) -> int | None:
+    w = (meta or {}).get("world_size")
+    if isinstance(w, int) and w > 0:
+        return w
+    ranks = (meta or {}).get("ranks")
+    return ranks if isinstance(ranks, int) and ranks > 0 else None
+
+
+def _dtype(meta: Any) -> str:
+    model = (meta or {}).get("model")
+    return str(model.get("dtype", "bf16")) if isinstance(model, dict) else "bf16"
+
+
+def _parallel(par: Any, dp: int | None) -> Any:
+    """The recorded layout (None where the recording does not say), ``dp`` grown."""
+    if dp is None:
+        return par if isinstance(par, dict) else None
+    return {**(par if isinstance(par, dict) else {}), "dp": dp}
+
+
+def _warnings(shares: Mapping[str, float], by_class: Mapping[str, int], assumed_ns: int,
+              comms: Any) -> list[str]:
+    out = []
+    total = sum(by_class.values())
+    if shares.get("inferred", 0.0) > INFERRED_WARN_SHARE:
+        out.append(f"{shares['inferred']:.0%} of the GPU compute time has no recorded shapes: its "
+                   "work was inferred from the measured time (record with record_shapes=True "
+                   "for shape-based scaling)")
+    if total and by_class.get("other", 0) / total > OTHER_WARN_SHARE:
+        out.append(f"{by_class['other'] / total:.0%} of the GPU compute time is in kernels "
+                   "tracesim does not classify; they were scaled as memory-bound")
+    if total and assumed_ns / total > 0.1:
+        out.append(f"{assumed_ns / total:.0%} of the GPU compute time is in matrix kernels whose "
+                   "dtype nothing recorded; bf16 was assumed")
+    if shares.get("kept", 0.0) > 0.2:
+        out.append(f"{shares['kept']:.0%} of the GPU time is host<->device copies, kept as "
+                   "recorded")
+    if comms is not None and comms.counts.get("kept"):
+        out.append(f"{comms.counts['kept']} communication operations have no process-group "
+                   f"metadata and kept their recorded time ({comms.kept_ns / 1e9:.4g} s)")
+    return out
