@@ -2,16 +2,14 @@
 
 The ranks of ``tracesim collect -- CMD`` and of :func:`tracesim.record` each write
 ``rank{R}/trace.json.gz``, ``et.json.gz`` and ``rank.json`` (:mod:`tracesim.collectors.recorder`);
-:func:`bundle_meta` makes ``meta.yaml`` from the ``rank.json`` files, :func:`replace_dir`
-moves the finished directory onto the output (an old bundle there is replaced).
+:func:`bundle_meta` makes ``meta.yaml`` from the ``rank.json`` files;
+:func:`tracesim.fileio.replace_dir` moves the finished directory onto the output.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
-import shutil
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,15 +77,3 @@ def bundle_meta(infos: Sequence[dict[str, Any]], *, source: str,
         ],
     })
     return meta
-
-
-def replace_dir(src: Path, dst: Path) -> None:
-    """Move the finished bundle ``src`` onto ``dst`` (an old bundle there is replaced; an
-    empty directory too)."""
-    if dst.exists():
-        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
-        os.replace(dst, old)
-        os.replace(src, dst)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, dst)

@@ -32,12 +32,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tracesim.collectors.assemble import bundle_meta, read_rank_infos, replace_dir
+from tracesim.collectors.assemble import bundle_meta, read_rank_infos
 from tracesim.collectors.launch import check_output
 from tracesim.collectors.recorder import OptimizerSteps, Plan, Recorder, current_rank
 
 from tracesim.errors import InputError
-from tracesim.fileio import write_yaml
+from tracesim.fileio import replace_dir, write_yaml
 
 
 class Recording:

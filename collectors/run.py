@@ -44,7 +44,7 @@ from tracesim.collectors.worker import RankConfig, run_rank  # noqa: E402
 
 from tracesim.catalog import load_model  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
-from tracesim.fileio import write_yaml  # noqa: E402
+from tracesim.fileio import replace_dir, write_yaml  # noqa: E402
 from tracesim.specs.model import ModelSpec  # noqa: E402
 
 BUNDLE_FORMAT = "tracesim-bundle"
@@ -263,24 +263,13 @@ def collect(args: argparse.Namespace) -> Path:
              f"steps) among {args.calibration_cycles} calibration cycles on {args.device}")
         results = _run_ranks(cfg)
         write_yaml(tmp / "meta.yaml", _meta(spec, cfg, results))
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     med = results[0]["step_times_s"]
     _log(f"wrote {out} (measured step median {statistics.median(med) * 1e3:.1f} ms)")
     return out
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Move the finished bundle ``src`` onto ``dst`` (an old bundle there is replaced)."""
-    if dst.exists():
-        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
-        os.replace(dst, old)
-        os.replace(src, dst)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, dst)
 
 
 def main(argv: list[str] | None = None) -> int:

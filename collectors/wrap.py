@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from tracesim.collectors.assemble import bundle_meta, read_rank_infos, replace_dir
+from tracesim.collectors.assemble import bundle_meta, read_rank_infos
 from tracesim.collectors.launch import check_output
 from tracesim.collectors.recorder import (
     ENV_DIR,
@@ -45,7 +45,7 @@ from tracesim.collectors.recorder import (
 )
 
 from tracesim.errors import InputError
-from tracesim.fileio import write_yaml
+from tracesim.fileio import replace_dir, write_yaml
 
 #: the injected module's name in the job (the copy of collectors/recorder.py)
 RECORDER_MODULE = "_tracesim_recorder"

@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -136,3 +137,15 @@ def _safe_load(text: str, path: Path) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move the finished directory ``src`` onto ``dst`` (an old directory there is replaced:
+    renamed aside, the new one renamed in, the old one removed)."""
+    if dst.exists():
+        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)
