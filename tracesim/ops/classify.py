@@ -286,7 +286,28 @@ def op_cost(
     Returns:
         An :class:`OpCost`. Never raises: malformed inputs give class ``other`` and zeros;
         missing shapes (a trace without ``record_shapes``) give the op's class and zeros.
+        Results are remembered by their inputs (a training step repeats the same ops with
+        the same shapes layer after layer, and every rank repeats the step).
     """
+    try:
+        key = (name, repr(input_dims), repr(input_types), repr(concrete_inputs))
+    except Exception:  # noqa: BLE001 - an unprintable input: cost it without the cache
+        return _op_cost(name, input_dims, input_types, concrete_inputs)
+    hit = _COST_CACHE.get(key)
+    if hit is None:
+        if len(_COST_CACHE) >= _COST_CACHE_MAX:
+            _COST_CACHE.clear()
+        hit = _COST_CACHE[key] = _op_cost(name, input_dims, input_types, concrete_inputs)
+    return hit
+
+
+#: remembered op costs (OpCost is frozen, so sharing one is safe); cleared when full
+_COST_CACHE: dict[tuple[str, str, str, str], OpCost] = {}
+_COST_CACHE_MAX = 200_000
+
+
+def _op_cost(name: str, input_dims: list | None, input_types: list[str] | None,
+             concrete_inputs: list | None) -> OpCost:
     try:
         cls = classify(name)
         dims = _as_list(input_dims)

@@ -123,8 +123,17 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     t0 = time.perf_counter()
     result = replay(graph, comm)
     t_rep = time.perf_counter() - t0
+    if comms is not None:
+        graph = plain_kinds(graph)
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead), completion=True)
-    warnings += _warnings(rt.shares(), rt.by_class, rt.dtype_assumed_ns, comms)
+    warnings += _warnings(rt.shares(), rt.by_class, rt.dtype_assumed_ns, comms,
+                          "bf16" if src_dev.peak_tflops.get("bf16") else "fp32")
+    unlaunched = _unlaunched_share(graph)
+    if unlaunched > 0.5 and src_dev.name != dst_dev.name:
+        warnings.append(f"{unlaunched:.0%} of the GPU time is in kernels the trace does not link "
+                        "to the calls that launched them (no correlation ids, as in traces of "
+                        "PyTorch < 1.10): they keep the recorded gaps between them, so a faster "
+                        "device shows little change")
     gpus = comms.world if comms is not None else res["gpus"]
     grow = gpus / max(res["gpus"], 1) if opts.dp else 1.0
     it = res["iteration_time_s"]
@@ -169,6 +178,30 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
         topology=getattr(comm, "topology", None))
 
 
+def plain_kinds(graph: Any) -> Any:
+    """The graph with ``group_kind`` back to plain parallel dimensions (the ``@<index>`` the
+    engine's communication model read dropped; the default group of the job is ``dp``)."""
+    gk = graph.tasks["group_kind"].astype(str)
+    if not gk.str.contains("@", regex=False).any():
+        return graph
+    base = gk.str.partition("@")[0].replace({"world": "dp", "pg": ""})
+    return graph.replace(tasks=graph.tasks.assign(group_kind=base.to_numpy(dtype=object)))
+
+
+def _unlaunched_share(graph: Any) -> float:
+    """Share of the GPU task time in tasks with no ``launch`` edge into them."""
+    t = graph.tasks
+    gpu = t["kind"].to_numpy() == "gpu"
+    dur = t["dur_ns"].to_numpy()
+    total = float(dur[gpu].sum())
+    if not total:
+        return 0.0
+    e = graph.edges
+    launched = np.zeros(len(t), dtype=bool)
+    launched[e["dst"].to_numpy()[(e["kind"].astype(str) == "launch").to_numpy()]] = True
+    return float(dur[gpu & ~launched].sum()) / total
+
+
 def _network(cluster: Any, network: str | None, groups: Any) -> Any:
     from tracesim.engine.symmetry import EstimateComm
     from tracesim.network.model import NetworkModel
@@ -199,7 +232,7 @@ def _parallel(par: Any, dp: int | None) -> Any:
 
 
 def _warnings(shares: Mapping[str, float], by_class: Mapping[str, int], assumed_ns: int,
-              comms: Any) -> list[str]:
+              comms: Any, assumed_dtype: str) -> list[str]:
     out = []
     total = sum(by_class.values())
     if shares.get("inferred", 0.0) > INFERRED_WARN_SHARE:
@@ -211,7 +244,7 @@ def _warnings(shares: Mapping[str, float], by_class: Mapping[str, int], assumed_
                    "tracesim does not classify; they were scaled as memory-bound")
     if total and assumed_ns / total > 0.1:
         out.append(f"{assumed_ns / total:.0%} of the GPU compute time is in matrix kernels whose "
-                   "dtype nothing recorded; bf16 was assumed")
+                   f"dtype nothing recorded; {assumed_dtype} was assumed")
     if shares.get("kept", 0.0) > 0.2:
         out.append(f"{shares['kept']:.0%} of the GPU time is host<->device copies, kept as "
                    "recorded")

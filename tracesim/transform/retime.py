@@ -37,7 +37,8 @@ from tracesim.ops.classify import kernel_dtype_hint
 GPU_METHODS = ("measured", "scaled", "inferred", "kept", "model")
 #: a memory-bound kernel's work is found on this grid of sizes (bytes, log10)
 _LOG_GRID = np.arange(0.0, 18.01, 0.01)
-#: dtype assumed for a matrix kernel whose op and name do not say
+#: dtype assumed for a matrix kernel whose op and name do not say, on a device with bf16
+#: matrix units (Ampere and later); fp32 on one without (V100 trains in fp32 or fp16 AMP)
 DEFAULT_MATRIX_DTYPE = "bf16"
 
 
@@ -52,7 +53,7 @@ class Retimed:
         gpu_ns: recorded GPU compute time (ns) by method.
         by_class: recorded GPU compute time (ns) by op class.
         dtype_assumed_ns: recorded time of matrix kernels whose dtype nothing recorded
-            (:data:`DEFAULT_MATRIX_DTYPE` assumed).
+            (:data:`DEFAULT_MATRIX_DTYPE` assumed, fp32 on a device without bf16).
         ratio: target over recorded GPU compute time (1 when nothing changed).
     """
 
@@ -115,7 +116,8 @@ def retime(graph: TaskGraph, src: DeviceProfile, dst: DeviceProfile, *,
     c = cls[idx]
     host_copy = (cat == "memcpy") & np.array([_crosses_host(n) for n in names], dtype=bool)
     has_features = ((flops > 0) | (nbytes > 0)) & ~host_copy
-    dts, assumed = _dtypes(names, op_dtype, c)
+    default = DEFAULT_MATRIX_DTYPE if src.peak_tflops.get("bf16") else "fp32"
+    dts, assumed = _dtypes(names, op_dtype, c, default)
     m = np.where(host_copy, "kept", np.where(has_features, "scaled", "inferred")).astype(object)
     d = dur[idx].astype(float)
     out = d.copy()
@@ -156,9 +158,10 @@ def _crosses_host(name: str) -> bool:
     return any(k in low for k in ("htod", "dtoh", "htoh", "pageable", "pinned", "host"))
 
 
-def _dtypes(names: np.ndarray, op_dtype: np.ndarray, cls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _dtypes(names: np.ndarray, op_dtype: np.ndarray, cls: np.ndarray,
+            default: str) -> tuple[np.ndarray, np.ndarray]:
     """Math dtype per kernel: the kernel name's marker, else its op's dtype, else (matrix
-    classes) :data:`DEFAULT_MATRIX_DTYPE` / (others) fp32; and which were assumed."""
+    classes) ``default`` / (others) fp32; and which were assumed."""
     out = np.empty(len(names), dtype=object)
     assumed = np.zeros(len(names), dtype=bool)
     hints: dict[str, str | None] = {}
@@ -172,7 +175,7 @@ def _dtypes(names: np.ndarray, op_dtype: np.ndarray, cls: np.ndarray) -> tuple[n
         elif od:
             out[i] = od
         elif matrix:
-            out[i] = DEFAULT_MATRIX_DTYPE
+            out[i] = default
             assumed[i] = True
         else:
             out[i] = "fp32"
