@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -159,3 +160,34 @@ def test_options_check_their_values():
     with pytest.raises(InputError):
         ReplayOptions(host_speed=-1.0)
     assert ReplayOptions(host_speed=2).host_speed == 2.0
+
+
+BUNDLE = Path(__file__).resolve().parents[1] / "workloads" / "bundles" / "gpt-tiny"
+
+
+def test_a_cpu_recording_moves_onto_a_gpu():
+    cpu = replay(BUNDLE)
+    gpu = replay(BUNDLE, device="h100", retarget="trace")
+    tr = gpu.details["transplant"]
+    assert gpu.mode == "replay-trace" and gpu.device == "h100"
+    assert tr["kernels"] > 100
+    assert tr["host_s_after"] < tr["host_s_before"]
+    assert gpu.details["scaling"]["gpu_time_shares"] == {"model": 1.0}
+    assert gpu.iteration_time_s < cpu.iteration_time_s
+    kinds = gpu.graph.tasks["kind"].to_numpy()
+    assert (kinds == "gpu").sum() == tr["kernels"]
+    assert set(gpu.methods[kinds == "gpu"]) == {"model"}
+    # a slower GPU is slower; the host part does not change with the device
+    v100 = replay(BUNDLE, device="v100", retarget="trace")
+    assert v100.iteration_time_s > gpu.iteration_time_s
+    assert v100.details["transplant"]["host_s_after"] == pytest.approx(tr["host_s_after"])
+
+
+def test_the_op_that_launches_a_kernel_is_the_innermost_of_its_class():
+    from tracesim.trace.sources import load_source
+    from tracesim.transform.transplant import compute_ops
+
+    ops = load_source(BUNDLE).op_table
+    names = set(compute_ops(ops)["name"])
+    assert {"aten::mm", "aten::addmm", "aten::copy_"} <= names
+    assert not names & {"aten::linear", "aten::matmul", "aten::layer_norm"}
