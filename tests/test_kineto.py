@@ -122,3 +122,28 @@ def test_gzip_plain_equivalent(tmp_path):
     da, db = read_kineto(a), read_kineto(b)
     assert da.equals(db)
     assert da["ts_ns"].iloc[0] == 1500 and da["dur_ns"].iloc[0] == 2250
+
+
+def test_reads_op_tables_of_schema_1(public_traces, tmp_path):
+    """Op tables written before the communication columns were added still load."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = read_kineto(public_traces / "mi250_minitoy.json.gz")
+    old = df.drop(columns=["pg", "comm_seq", "group_source", "group_kind", "comm_meta"])
+    table = pa.Table.from_pandas(old, preserve_index=False)
+    table = table.replace_schema_metadata({b"tracesim.schema_version": b"1"})
+    pq.write_table(table, tmp_path / "v1.parquet")
+    back = read_op_table(tmp_path / "v1.parquet")
+    assert set(COLUMNS) <= set(back.columns)
+    assert (back["comm_seq"] == -1).all() and (back["comm_meta"] == "").all()
+    table = table.replace_schema_metadata({b"tracesim.schema_version": b"99"})
+    pq.write_table(table, tmp_path / "v99.parquet")
+    with pytest.raises(InputError, match="schema 99"):
+        read_op_table(tmp_path / "v99.parquet")
+
+
+def test_hip_devices_are_ordinals(public_traces):
+    """On HIP traces a GPU's pid is its HSA agent index (CPU agents first)."""
+    df = read_kineto(public_traces / "tracelens-mi300x-resnet-actckpt/resnet_act_checkpoint.json.gz")
+    assert set(df.loc[df["cat"] == "kernel", "device"]) == {"0"}

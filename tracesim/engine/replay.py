@@ -12,7 +12,12 @@ Semantics (DESIGN.md, "Task graph and replay semantics"):
   members that arrived early also recorded their waiting time, so the smallest recorded
   duration is the one closest to the transfer itself);
 * when nothing can move but tasks remain (a cycle, a collective whose members never
-  arrive), :class:`~tracesim.errors.ReplayError` names the blocked tasks.
+  arrive), what happens is the graph's ``meta["on_stall"]`` (or the ``on_stall`` argument):
+  ``"error"`` (the default; built and hand-made graphs) raises
+  :class:`~tracesim.errors.ReplayError` naming the blocked tasks; ``"fallback"`` (graphs
+  extracted from recordings) releases the blocked task whose recorded start is earliest,
+  dropping the dependency that cannot be resolved, and goes on
+  (:mod:`tracesim.engine.stall`); :attr:`ReplayResult.fallbacks` counts them by kind.
 
 How it runs (the cost of a replay is its number of wake-ups): the SimPy environment is the
 clock and the event queue shared with the communication model, but lanes are not SimPy
@@ -35,14 +40,15 @@ nothing depends on hashing or wall-clock time. Simulated time is integer nanosec
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import simpy
 
 from tracesim.engine.comm import CommModel
+from tracesim.engine.stall import FORCED, StallBreaker, stall_mode
 from tracesim.errors import ReplayError
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 
@@ -56,12 +62,27 @@ class ReplayResult:
     ``events`` counts the engine's wake-ups: timeouts that end a compute run or a lane's
     gap, lanes resumed when their predecessors finished, and member tasks released by a
     finished communication operation.
+
+    ``fallbacks`` counts the dependencies that could not be resolved and fell back to the
+    recorded order (a stalled replay of a recording, see :mod:`tracesim.engine.stall`), by
+    kind: an edge kind (``sync``, ``event``, ...) for each dropped edge,
+    ``collective-unmatched`` / ``p2p-unmatched`` for each operation run without its missing
+    members. Empty when nothing fell back.
     """
 
     start_ns: np.ndarray
     end_ns: np.ndarray
     makespan_ns: int
     events: int
+    fallbacks: Mapping[str, int] = field(default_factory=dict)
+
+    def fallback_summary(self) -> str:
+        """One sentence for reports ("" when nothing fell back)."""
+        n = sum(self.fallbacks.values())
+        if not n:
+            return ""
+        kinds = ", ".join(f"{k}: {v}" for k, v in sorted(self.fallbacks.items()))
+        return f"{n} dependencies fell back to the recorded order ({kinds})"
 
     def lane_busy_ns(self, graph: TaskGraph) -> np.ndarray:
         """Busy time per lane (sum of task durations on the lane), ns."""
@@ -161,6 +182,7 @@ def replay(
     comm: CommModel | None = None,
     *,
     observers: Iterable[Callable[[int, int, int], None]] = (),
+    on_stall: str | None = None,
 ) -> ReplayResult:
     """Replay ``graph`` and return the simulated start / end time of every task.
 
@@ -171,7 +193,10 @@ def replay(
             has ended (metric collectors subscribe here; the engine itself does no I/O).
             Within a lane they are called in task order; the tasks of a coarsened run are
             reported when the run ends.
+        on_stall: ``"error"`` or ``"fallback"`` (see the module docstring); ``None``: the
+            graph's ``meta["on_stall"]``, else ``"error"``.
     """
+    mode = stall_mode(graph, on_stall)
     tasks = graph.tasks
     n = len(tasks)
     lane_np = tasks["lane"].to_numpy()
@@ -345,10 +370,13 @@ def replay(
         else:
             s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
             done = comm.p2p(s_rank, d_rank, int(msg[t]))
+        done.callbacks.append(finish_members([members[k] for k in range(lo, hi)]))
+
+    def finish_members(ms: list[int]) -> Callable[[simpy.Event], None]:
+        """Callback of a finished communication operation: release its members ``ms``."""
 
         def finished(_ev: simpy.Event) -> None:
             nonlocal n_events
-            ms = [members[k] for k in range(lo, hi)]
             n_events += len(ms)
             now = int(env.now)
             for m in ms:
@@ -357,7 +385,7 @@ def replay(
                 run_lane(nxt[m], False, now)
             drain(now)
 
-        done.callbacks.append(finished)
+        return finished
 
     for t0 in first_of_lane.tolist():
         if t0 >= 0:
@@ -367,11 +395,31 @@ def replay(
     # the result shares the arrays' memory (no copy)
     start_np = np.frombuffer(start, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     end_np = np.frombuffer(end, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
-    unfinished = np.flatnonzero(end_np < 0)
-    if len(unfinished):
-        raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm, kind_np))
+    fallbacks: dict[str, int] = {}
+    if n and int(end_np.min()) < 0:
+        if mode == "error":
+            unfinished = np.flatnonzero(end_np < 0)
+            raise ReplayError(_blocked_message(graph, unfinished, start_np, pending, cm, kind_np))
+        # stalled: release the blocked task recorded first, until every task has ended
+        sb = StallBreaker(graph, first_of_lane.tolist())
+        while (t := sb.pick(end, start, waiting, kind, nxt)) >= 0:
+            now = int(env.now)
+            if waiting[t]:
+                sb.drop_predecessors(t, end)
+                pending[t] = 0
+                waiting[t] = 0
+                run_lane(t, True, now)
+                drain(now)
+            else:
+                c = coll[t]
+                ms = sb.arrived(c, member_ptr, members, start, end)
+                expected[c] = FORCED  # later arrivals run alone too, at the next stall
+                sb.count("collective-unmatched" if kind[t] == 2 else "p2p-unmatched")
+                timeout(min(dur[m] for m in ms)).callbacks.append(finish_members(ms))
+            env.run()
+        fallbacks = sb.counts
     makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
-    return ReplayResult(start_np, end_np, makespan, n_events)
+    return ReplayResult(start_np, end_np, makespan, n_events, fallbacks)
 
 
 def _p2p_ends(kind: int, rank: int, peer: int) -> tuple[int, int]:

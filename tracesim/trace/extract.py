@@ -18,6 +18,17 @@ For every rank of the op table:
 A blocking runtime call is split into a launch part and a wait part; the wait part's own
 duration is only the time the call still took after the GPU work it waited for had ended,
 so that waiting comes out of the simulation instead of being replayed from the recording.
+A CUDA / HIP graph launch (``cudaGraphLaunch``: every kernel of the graph has its
+correlation id) is a launch part until the graph's first kernel started and a ``(submit)``
+part; it waits for nothing. Every inferred dependency agrees with the recording (a sync call
+waits only for work that ended before it returned; of several streams, a stream sync of
+unknown stream waits for the one whose work ended last), so a graph of a real trace has no
+cycle; where one remains, the replay falls back to the recorded order
+(``meta["on_stall"] = "fallback"``, :mod:`tracesim.engine.stall`).
+
+Communication tasks carry their metadata (collective, size, dtype, group, peer: see
+:mod:`tracesim.trace.matching`); ``graph.groups`` holds every process group's member ranks,
+``meta["comm_metadata"]`` summarises how complete the metadata is.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.trace.matching import comm_groups, match_collectives
 from tracesim.trace.overhead import rank_overheads
 from tracesim.trace.rankgraph import _HOST_CATS, ExtractOptions, Part, RankExtractor
 from tracesim.trace.sources import Source
@@ -66,41 +78,9 @@ def extract(
 
 
 def _match_collectives(graph: TaskGraph) -> TaskGraph:
-    """Turn the executing comm tasks of every rank into matched collectives.
-
-    The k-th executing collective of each type on each rank are one collective (a
-    data-parallel recording has one process group, so program order matches them).
-    Executing comm tasks are GPU communication kernels and the ``gloo:*`` ops that gloo runs
-    on its own threads.
-    """
-    t = graph.tasks.copy()
-    name = t["name"].to_numpy()
-    is_exec = ((t["kind"].to_numpy() == "gpu") & (t["op_class"].to_numpy() == "comm")) | (
-        np.char.startswith(name.astype(str), "gloo:")
-    )
-    ranks = tuple(graph.ranks)
-    idx = np.flatnonzero(is_exec)
-    if not len(idx):
-        return graph
-    coll = t["collective"].to_numpy()
-    rec = t["rec_start"].to_numpy() if "rec_start" in t else t["task_id"].to_numpy()
-    keys = np.array([""] * len(t), dtype=object)
-    counters: dict[tuple[int, str], int] = {}
-    for i in sorted(idx.tolist(), key=lambda i: (int(t["rank"].iat[i]), int(rec[i]), i)):
-        k = (int(t["rank"].iat[i]), str(coll[i]))
-        n = counters.get(k, 0)
-        counters[k] = n + 1
-        keys[i] = f"{coll[i]}#{n}"
-    # only keys present on every rank become collectives
-    present: dict[str, int] = {}
-    for i in idx.tolist():
-        present[keys[i]] = present.get(keys[i], 0) + 1
-    ok = np.array([present.get(keys[i], 0) == len(ranks) for i in range(len(t))]) & is_exec
-    t.loc[ok, "kind"] = "coll"
-    t.loc[ok, "match_key"] = keys[ok]
-    t.loc[ok, "group"] = 0
-    t.loc[ok, "group_kind"] = "dp"
-    return graph.replace(tasks=t, groups=(ranks,))
+    """Matched collectives and send / recv pairs across ranks
+    (:func:`tracesim.trace.matching.match_collectives`)."""
+    return match_collectives(graph)
 
 
 def _concat(parts: Sequence[Part]) -> TaskGraph:
@@ -117,21 +97,25 @@ def _concat(parts: Sequence[Part]) -> TaskGraph:
         lanes.append(p.lanes)
         t_off += len(t)
         l_off += len(p.lanes)
-    tt = make_tasks(pd.concat(tasks, ignore_index=True))
+    tt, groups, comm_meta = comm_groups(make_tasks(pd.concat(tasks, ignore_index=True)))
     lt = make_lanes(pd.concat(lanes, ignore_index=True))
     et = make_edges(np.concatenate(esrc), np.concatenate(edst), ekind)
-    return TaskGraph(tt, et, lt, (), {"source": "extract"})
+    # a recording replays in the recorded order where a dependency cannot be resolved
+    meta = {"source": "extract", "on_stall": "fallback", "comm_metadata": comm_meta}
+    return TaskGraph(tt, et, lt, groups, meta)
 
 
 def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0) -> ExtractOptions:
-    """How to extract a source: ranks of a bundle (one host, one clock) replay jointly.
+    """How to extract a source: the ranks of a bundle or a trace folder replay jointly (one
+    clock: recorded on one host, or aligned by :func:`tracesim.trace.folders.clock_shifts`,
+    whose shifts a folder source and an imported bundle apply when loaded).
 
     ``overhead`` is the profiler cost per traced op and per annotation, in ns (a single
     number applies to both); see :func:`tracesim.trace.overhead.profiler_overhead`. When it
     is not zero and the bundle has a calibration per rank (``per_rank[].profiler_overhead``),
     each rank gets its own (the ranks of a job measured theirs at the same time).
     """
-    joint = source.kind == "bundle" and source.op_table["rank"].nunique() > 1
+    joint = source.kind in ("bundle", "folder") and source.op_table["rank"].nunique() > 1
     op_ns, an_ns = overhead if isinstance(overhead, tuple) else (overhead, overhead)
     per_rank = rank_overheads(source.meta) if (op_ns or an_ns) else ()
     return ExtractOptions(profiler_overhead_ns=op_ns, annotation_overhead_ns=an_ns,

@@ -2,7 +2,10 @@
 
 Handles plain and gzipped JSON, both argument styles (lists, or strings in older traces),
 CUDA and HIP runtime names, ``ProfilerStep#N`` boundaries, ``cuda_sync`` events, and
-communication ops (``record_param_comms``, ``nccl:*``, ``gloo:*``, ``c10d::*``, NCCL kernels).
+communication ops (``record_param_comms``, ``nccl:*``, ``gloo:*``, ``c10d::*``, NCCL kernels,
+joined to their host-side metadata by :mod:`tracesim.trace.commjoin`). On HIP traces a GPU's
+``pid`` is its HSA agent index (CPU agents counted first): ``device`` is the GPU's ordinal
+among the GPUs the trace used instead.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.trace import comms
+from tracesim.trace.commjoin import COMM_COLUMNS, Enclosing, fill_comm, flow_starts
 from tracesim.trace.schema import conform, empty_table
 
 _CAT_MAP = {
@@ -240,11 +244,24 @@ def op_table_from_events(
         return df
     df = pd.DataFrame(rows)
     df["rank"] = rank
-    df = _annotate(df, path)
+    if _is_hip(data, df):
+        gpu = df["device"].to_numpy() != "cpu"
+        ids = sorted({int(d) for d in df.loc[gpu, "device"]})
+        df.loc[gpu, "device"] = df.loc[gpu, "device"].map({str(d): str(k) for k, d in enumerate(ids)})
+    dist = comms.dist_info(data)
+    df = _annotate(df, path, dist, rank, flow_starts(events))
     return conform(df)
 
 
-def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+def _is_hip(data: Mapping[str, Any], df: pd.DataFrame) -> bool:
+    if "roctracer_version" in data or "hip_runtime_version" in data:
+        return True
+    rt = df.loc[df["cat"] == "runtime", "name"]
+    return bool(len(rt)) and bool(rt.str.startswith("hip").any())
+
+
+def _annotate(df: pd.DataFrame, path: str | Path, dist: comms.DistInfo | None = None,
+              rank: int = 0, flows: Mapping[int, tuple[str, int]] | None = None) -> pd.DataFrame:
     """Fill parent_id, step, scope, phase, layer, op features and comm fields."""
     from tracesim.ops.classify import classify, op_cost
 
@@ -314,10 +331,14 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     nbytes = np.zeros(n)
     shapes = np.array([""] * n, dtype=object)
     dtype = np.array([""] * n, dtype=object)
-    collective = np.array([""] * n, dtype=object)
-    group_ranks = np.array([""] * n, dtype=object)
-    msg_bytes = np.zeros(n, dtype=np.int64)
-    peer = np.full(n, -1, dtype=np.int32)
+    cc: dict[str, np.ndarray] = {c: np.array([""] * n, dtype=object) for c in COMM_COLUMNS}
+    cc["msg_bytes"] = np.zeros(n, dtype=np.int64)
+    cc["peer"] = np.full(n, -1, dtype=np.int32)
+    cc["comm_seq"] = np.full(n, -1, dtype=np.int64)
+    cc["dtype"] = dtype
+    collective = cc["collective"]
+    infos: dict[int, comms.CommInfo] = {}  # host events that describe a comm operation
+    chains: dict[int, list[comms.CommInfo]] = {}  # comm kernel -> the events around its launch
     dims_col = df["_dims"].to_numpy()
     types_col = df["_types"].to_numpy()
     args_col = df["_args"].to_numpy()
@@ -329,17 +350,14 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         types = [str(t) for t in _arg_list(types_col[i])]
         if dims:
             shapes[i] = json.dumps(dims, separators=(",", ":"))
-        info = comms.comm_info(names[i], args_col[i], dims, types)
+        info = comms.comm_info(names[i], args_col[i], dims, types) if c != "kernel" else None
         if info is not None:
+            infos[i] = info
+        if info is not None and info.collective:
             op_class[i] = "comm"
             collective[i] = info.collective
-            msg_bytes[i] = info.msg_bytes
-            group_ranks[i] = info.group_ranks
-            peer[i] = info.peer
             dtype[i] = info.dtype
-            if c in ("cpu_op", "annotation") and names[i] != "record_param_comms":
-                cats[i] = "comm"
-            elif names[i] == "record_param_comms":
+            if c in ("cpu_op", "annotation"):
                 cats[i] = "comm"
             continue
         if c in ("cpu_op", "annotation"):
@@ -362,32 +380,31 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     for i in host:
         if cats[i] == "runtime" and corr[i] >= 0:
             runtime_by_corr[int(corr[i])] = int(i)
-    for i in np.flatnonzero(np.isin(cats, ["kernel", "memcpy", "memset", "sync"])):
+    enclosing = Enclosing(lanes, ts, end, host, parent, pos_of_event)
+    for i in np.flatnonzero(np.isin(cats, ["kernel", "memcpy", "memset", "sync"])).tolist():
         r = runtime_by_corr.get(int(corr[i]))
         if r is None:
+            site = (flows or {}).get(int(corr[i])) if corr[i] >= 0 else None
+            if cats[i] == "kernel" and op_class[i] == "comm":
+                # no launch call traced (RCCL): the events around the flow's launch site
+                at = enclosing.at(*site) if site is not None else -1
+                chains[i] = _comm_chain(at, infos, parent, pos_of_event) if at >= 0 else []
             continue
         step[i], scope[i], phase[i] = step[r], scope[r], phase[r]
         if cats[i] != "kernel":
             continue
-        # walk up to the launching op
+        # walk up to the launching op: the comm events around the launch, or the op with
+        # FLOPs and bytes that launched a compute kernel
+        chain = _comm_chain(pos_of_event.get(int(parent[r]), -1), infos, parent, pos_of_event)
+        if any(x.collective for x in chain):
+            op_class[i] = "comm"
+        if op_class[i] == "comm":
+            chains[i] = chain
+            continue
         p = parent[r]
         hops = 0
         while p >= 0 and hops < 64:
             k = pos_of_event[int(p)]
-            if collective[k]:
-                if not collective[i]:
-                    collective[i], group_ranks[i], peer[i], dtype[i] = (
-                        collective[k], group_ranks[k], peer[k], dtype[k])
-                    op_class[i] = "comm"
-                if msg_bytes[k] > 0:
-                    msg_bytes[i] = msg_bytes[k]
-                    group_ranks[i] = group_ranks[i] or group_ranks[k]
-                    break
-                p = parent[k]
-                hops += 1
-                continue
-            if op_class[i] == "comm" and collective[i]:
-                break
             if cats[k] == "cpu_op" and (flops[k] > 0 or nbytes[k] > 0):
                 # the kernel's own name decides its class; the op's FLOPs and bytes are
                 # taken only when they describe the same kind of work
@@ -397,8 +414,7 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
                 break
             p = parent[k]
             hops += 1
-        if op_class[i] == "comm" and not collective[i]:
-            collective[i] = comms.collective_from_kernel(names[i])
+    fill_comm(cc, infos, chains, names, dist or comms.DistInfo(), rank)
 
     layer = np.full(n, -1, dtype=np.int32)
     for i in range(n):
@@ -409,9 +425,27 @@ def _annotate(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     df = df.drop(columns=["_dims", "_types", "_args"])
     return df.assign(
         parent_id=parent, step=step, scope=scope, phase=phase, layer=layer,
-        op_class=op_class, flops=flops, bytes=nbytes, shapes=shapes, dtype=dtype,
-        collective=collective, group_ranks=group_ranks, msg_bytes=msg_bytes, peer=peer,
+        op_class=op_class, flops=flops, bytes=nbytes, shapes=shapes, **cc,
     )
+
+
+def _comm_chain(k: int, infos: Mapping[int, comms.CommInfo], parent: np.ndarray,
+                pos_of_event: Mapping[int, int]) -> list[comms.CommInfo]:
+    """The comm events enclosing a launch (from row ``k`` upwards, innermost first), up to
+    the first other event above one that names a collective."""
+    out: list[comms.CommInfo] = []
+    hops = 0
+    while k >= 0 and hops < 64:
+        info = infos.get(k)
+        if info is None:
+            if any(x.collective for x in out):
+                break
+        else:
+            out.append(info)
+        p = int(parent[k])
+        k = pos_of_event.get(p, -1) if p >= 0 else -1
+        hops += 1
+    return out
 
 
 def _phase_of(name: str) -> str:

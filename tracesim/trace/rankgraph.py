@@ -17,6 +17,10 @@ from tracesim.trace.overhead import overhead_in
 from tracesim.trace.threads import data_edges, thread_edges
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
+#: op table columns a task copies from its op
+_TASK_FIELDS = ("op_class", "flops", "bytes", "step", "phase", "layer", "collective", "msg_bytes",
+                "event_id", "scope", "cat", "peer", "dtype", "pg", "comm_seq", "comm_meta",
+                "group_kind", "group_ranks", "group_source")
 _HOST_CATS = ("cpu_op", "annotation", "runtime", "comm")
 _GPU_CATS = ("kernel", "memcpy", "memset")
 _SYNC_CALLS = {"DeviceSynchronize", "StreamSynchronize", "EventSynchronize", "CtxSynchronize"}
@@ -33,6 +37,9 @@ _QUEUE_WAIT_MIN_NS = 50_000
 _QUEUE_MATCH_NS = 20_000
 #: a copy call counts as blocking when it returned no earlier than this before the copy ended
 _BLOCKING_SLACK_NS = 1_000
+#: a synchronising call waited only for GPU work that ended before it returned (plus this,
+#: for the clocks of host and device)
+_SYNC_SLACK_NS = 5_000
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,10 @@ class RankExtractor:
         self.rank = rank
         self.opt = opt
         o = self.ops
+        self.col = {c: o[c].to_numpy() for c in _TASK_FIELDS if c in o}
+        for c, empty in (("comm_meta", ""), ("pg", ""), ("comm_seq", -1), ("group_source", ""),
+                         ("group_kind", "")):  # op tables of schema 1
+            self.col.setdefault(c, np.full(len(o), empty, dtype=object))
         self.cat = o["cat"].to_numpy()
         self.name = o["name"].to_numpy()
         self.ts = o["ts_ns"].to_numpy().astype(np.int64)
@@ -144,13 +155,18 @@ class RankExtractor:
         row: dict = {"rank": self.rank, "lane": lane_id, "kind": kind, "name": nm,
                      "dur_ns": int(dur), "gap_ns": int(max(gap, 0)), "src_event": -1}
         if i is not None:
-            r = self.ops.iloc[i]
+            c = self.col
             row.update(
-                op_class=r["op_class"], flops=float(r["flops"]), bytes=float(r["bytes"]),
-                step=r["step"], phase=r["phase"], layer=int(r["layer"]),
-                collective=r["collective"], msg_bytes=int(r["msg_bytes"]),
-                src_event=int(r["event_id"]), scope=r["scope"], cat=r["cat"],
+                op_class=c["op_class"][i], flops=float(c["flops"][i]), bytes=float(c["bytes"][i]),
+                step=c["step"][i], phase=c["phase"][i], layer=int(c["layer"][i]),
+                collective=c["collective"][i], msg_bytes=int(c["msg_bytes"][i]),
+                src_event=int(c["event_id"][i]), scope=c["scope"][i], cat=c["cat"][i],
             )
+            if c["comm_meta"][i]:  # a communication op: its metadata (tracesim.trace.comms)
+                row.update(peer=int(c["peer"][i]), dtype=c["dtype"][i], pg=c["pg"][i],
+                           comm_seq=int(c["comm_seq"][i]), comm_meta=c["comm_meta"][i],
+                           group_kind=c["group_kind"][i], group_ranks=c["group_ranks"][i],
+                           group_source=c["group_source"][i])
         self.rows.append(row)
         return tid
 
@@ -233,8 +249,18 @@ class RankExtractor:
             self.launch_end[i] = e
             self.pending_sync.append((i, tid, target_stream))
             return
+        first_start = min((int(self.ts[g]) for g in launched), default=e)
+        if base == "GraphLaunch" and first_start < e:
+            # a CUDA / HIP graph: its kernels (all with this call's correlation id) begin
+            # to run while the call still submits the rest of the graph
+            launch_dur = int(np.clip(first_start - s, 0, dur))
+            lp = self.add_task(lane_id, i, "cpu", self.name[i], launch_dur, gap)
+            self.add_task(lane_id, i, "cpu", f"{self.name[i]} (submit)", dur - launch_dur, 0)
+            self.task_of[i] = lp
+            self.launch_end[i] = s + launch_dur
+            return
         if launched and dur > _QUEUE_WAIT_MIN_NS:
-            freed = self.queue_slot_freed_by(i, s, e, launched)
+            freed = self.queue_slot_freed_by(i, s, e, launched, first_start)
             if freed is not None:
                 # the launch queue was full: the call waited for an earlier GPU op to end
                 wait_dur = max(0, e - int(self.end[freed]))
@@ -247,7 +273,6 @@ class RankExtractor:
                 return
         blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS]
         if launched and blocking:
-            first_start = min(int(self.ts[g]) for g in launched)
             last_end = max(int(self.end[g]) for g in blocking)
             wait_dur = max(0, min(dur, e - last_end))
             launch_dur = int(np.clip(first_start - s, 0, max(0, dur - wait_dur)))
@@ -261,8 +286,11 @@ class RankExtractor:
         self.task_of[i] = self.add_task(lane_id, i, "cpu", self.name[i], dur, gap)
         self.launch_end[i] = e
 
-    def queue_slot_freed_by(self, i: int, s: int, e: int, launched: list[int]) -> int | None:
-        """The GPU op whose end let a long launch call return (launch queue back-pressure)."""
+    def queue_slot_freed_by(self, i: int, s: int, e: int, launched: list[int],
+                            first_start: int) -> int | None:
+        """The GPU op whose end let a long launch call return (launch queue back-pressure);
+        None if the call's own GPU work had started before that op ended (then the call was
+        not waiting for a slot before it could submit)."""
         k = int(np.searchsorted(self.gpu_end_sorted, e, side="right")) - 1
         while k >= 0 and self.gpu_by_end[k] in launched:
             k -= 1
@@ -270,6 +298,8 @@ class RankExtractor:
             return None
         g = int(self.gpu_by_end[k])
         if int(self.gpu_end_sorted[k]) < s or e - int(self.gpu_end_sorted[k]) > _QUEUE_MATCH_NS:
+            return None
+        if first_start < int(self.end[g]) - _BLOCKING_SLACK_NS:
             return None
         return g
 
@@ -300,6 +330,8 @@ class RankExtractor:
                 gap = max(0, gap)
                 prev_end = e
                 self.task_of[i] = self.add_task(lane_id, i, "gpu", self.name[i], e - s, gap)
+                self.rows[self.task_of[i]]["rec_start"] = int(ts[i])
+                self.rows[self.task_of[i]]["rec_end"] = int(end[i])
 
     # -- edges
     def launch_and_sync_edges(self) -> None:
@@ -319,8 +351,17 @@ class RankExtractor:
             k = int(np.searchsorted(launch_ts, int(self.ts[r]), side="left"))
             last: dict[int, int] = {}
             for _, st, g in launched[:k]:
-                if target is None or st == target:
+                if (target is None or st == target) and (st not in last or self.end[g] >= self.end[last[st]]):
                     last[st] = g
+            # a call cannot return before the work it waited for had ended: streams whose
+            # last op ended later were not waited for (the call synchronised another one)
+            returned = int(self.end[r]) + _SYNC_SLACK_NS
+            last = {st: g for st, g in last.items() if int(self.end[g]) <= returned}
+            if target is None and last and _runtime_base(self.name[r]) != "DeviceSynchronize":
+                # a stream or event sync of unknown stream (older traces): the stream whose
+                # work ended last before the call returned
+                st = max(last, key=lambda x: (int(self.end[last[x]]), x))
+                last = {st: last[st]}
             for g in last.values():
                 self.edge(self.task_of[g], wait_task, "sync")
             if last:
@@ -334,22 +375,30 @@ class RankExtractor:
         waits = np.flatnonzero((self.cat == "sync") & (self.ops["sync_kind"].to_numpy() == "Stream Wait Event"))
         if not len(waits):
             return 0
-        # GPU ops per stream, in launch (correlation) order
-        per_stream: dict[int, list[tuple[int, int]]] = {}
+        # GPU ops per stream, in launch (correlation) order; the kernels of a CUDA graph
+        # share one correlation id and run in recorded order
+        per_stream: dict[int, list[tuple[int, int, int]]] = {}
         for g in self.gpu_idx.tolist():
             if g in self.task_of and self.corr[g] >= 0:
-                per_stream.setdefault(int(self.stream[g]), []).append((int(self.corr[g]), g))
-        for v in per_stream.values():
+                per_stream.setdefault(int(self.stream[g]), []).append((int(self.corr[g]), int(self.ts[g]), g))
+        corrs: dict[int, np.ndarray] = {}
+        for st, v in per_stream.items():
             v.sort()
+            corrs[st] = np.array([c for c, _, _ in v], dtype=np.int64)
         rec = self.ops["wait_record_corr"].to_numpy()
         wst = self.ops["wait_stream"].to_numpy()
         for w in waits.tolist():
             src_list = per_stream.get(int(wst[w]), [])
             dst_list = per_stream.get(int(self.stream[w]), [])
-            k = int(np.searchsorted([c for c, _ in src_list], int(rec[w])))
-            j = int(np.searchsorted([c for c, _ in dst_list], int(self.corr[w])))
+            if not src_list or not dst_list:
+                continue
+            k = int(np.searchsorted(corrs[int(wst[w])], int(rec[w])))
+            j = int(np.searchsorted(corrs[int(self.stream[w])], int(self.corr[w])))
             if k > 0 and j < len(dst_list):
-                self.edge(self.task_of[src_list[k - 1][1]], self.task_of[dst_list[j][1]], "event")
+                a, b = src_list[k - 1][2], dst_list[j][2]
+                # the recording must agree: the waiting op started after the other ended
+                if int(self.end[a]) <= int(self.ts[b]) + _SYNC_SLACK_NS:
+                    self.edge(self.task_of[a], self.task_of[b], "event")
                 found += 1
         return found
 
@@ -365,6 +414,11 @@ class RankExtractor:
             ops.sort(key=lambda g: (int(self.ts[g]), g))
             ends = sorted((int(self.end[g]), g) for g in ops)
             end_ts = np.array([x[0] for x in ends], dtype=np.int64)
+            # per position in ``ends``: the last earlier position on another stream
+            end_st = [int(self.stream[g]) for _, g in ends]
+            other_before = [-1] * len(ends)
+            for k in range(1, len(ends)):
+                other_before[k] = k - 1 if end_st[k - 1] != end_st[k] else other_before[k - 1]
             prev_on_stream: dict[int, int] = {}
             for g in ops:
                 st = int(self.stream[g])
@@ -376,8 +430,8 @@ class RankExtractor:
                 if int(self.ts[g]) - release <= _WAIT_SLACK_NS:
                     continue
                 k = int(np.searchsorted(end_ts, int(self.ts[g]) + 500, side="right")) - 1
-                while k >= 0 and int(self.stream[ends[k][1]]) == st:
-                    k -= 1
+                if k >= 0 and end_st[k] == st:
+                    k = other_before[k]
                 if k < 0:
                     continue
                 e_other, other = ends[k]

@@ -13,7 +13,11 @@ none), external_id (-1 if none), parent_id (event_id of the innermost enclosing 
 on the same thread, -1 if none), scope (module path from ``nn.Module: <path>``
 annotations), phase (fwd | bwd | opt | other), layer (transformer block index, -1),
 op_class, flops, bytes, shapes (JSON of the input dims, "" if not recorded), dtype, and for
-communication collective, group_ranks (JSON list, "" if unknown), msg_bytes, peer.
+communication collective, group_ranks (JSON list, "" if unknown), msg_bytes, peer, and
+(schema 2) pg (process group name), comm_seq (per-group sequence number, -1), group_source
+(how group_ranks is known: recorded | pg_config | size | world | ""), group_kind (the
+parallel dimension the group's description names: tp | dp | pp | cp | ep | ""), comm_meta
+(where a comm op's metadata came from: full | kernel_name | none | "").
 
 Extra columns kept for dependency extraction: stream (GPU stream, -1 for host events),
 sync_kind (cuda_sync kind), wait_stream and wait_record_corr (which event/stream a sync
@@ -33,7 +37,9 @@ import pyarrow.parquet as pq
 from tracesim.errors import InputError
 from tracesim.fileio import atomic_path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: older versions that are read (their missing columns take the empty values)
+_READS = (1, 2)
 
 CATS = ("cpu_op", "runtime", "kernel", "memcpy", "memset", "comm", "sync", "annotation")
 PHASES = ("fwd", "bwd", "opt", "other")
@@ -63,6 +69,11 @@ COLUMNS: dict[str, object] = {
     "group_ranks": object,
     "msg_bytes": np.int64,
     "peer": np.int32,
+    "pg": object,
+    "comm_seq": np.int64,
+    "group_source": object,
+    "group_kind": object,
+    "comm_meta": object,
     "stream": np.int64,
     "sync_kind": object,
     "wait_stream": np.int64,
@@ -105,6 +116,14 @@ def read_op_table(path: str | Path) -> pd.DataFrame:
     version = (table.schema.metadata or {}).get(b"tracesim.schema_version")
     if version is None:
         raise InputError("not a tracesim op table (no tracesim.schema_version)", path)
-    if int(version) != SCHEMA_VERSION:
+    if int(version) not in _READS:
         raise InputError(f"op table schema {int(version)}, expected {SCHEMA_VERSION}", path)
-    return table.to_pandas()
+    df = table.to_pandas()
+    for col, empty in _ADDED.items():
+        if col not in df:
+            df[col] = empty
+    return df
+
+
+#: columns added by schema 2, with the value a version-1 table gets
+_ADDED = {"pg": "", "comm_seq": -1, "group_source": "", "group_kind": "", "comm_meta": ""}

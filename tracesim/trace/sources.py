@@ -1,4 +1,5 @@
-"""Resolving what the user points a command at: a bundle, a workload, a trace or an op table."""
+"""Resolving what the user points a command at: a bundle, a workload, a trace, an op table
+or a folder of trace files recorded elsewhere (:mod:`tracesim.trace.folders`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 
-SOURCE_KINDS = ("bundle", "workload", "trace", "optable")
+SOURCE_KINDS = ("bundle", "workload", "trace", "optable", "folder")
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,12 @@ def source_kind(path: str | Path) -> str:
             return "bundle"
         if (p / "graph.yaml").exists():
             return "workload"
-        raise InputError("directory is neither a bundle (meta.yaml) nor a workload (graph.yaml)", p)
+        from tracesim.trace.folders import has_trace_files
+
+        if has_trace_files(p):
+            return "folder"
+        raise InputError("directory holds no trace files (.json, .json.gz) and is neither a "
+                         "bundle (meta.yaml) nor a workload (graph.yaml)", p)
     name = p.name.lower()
     if name.endswith(".parquet"):
         return "optable"
@@ -46,7 +52,8 @@ def source_kind(path: str | Path) -> str:
 
 
 def load_source(path: str | Path) -> Source:
-    """Load a bundle, trace or op table into one op table (rank column set per file)."""
+    """Load a bundle, trace, op table or trace folder into one op table (rank column set per
+    file; a bundle's ``clock_shift_ns`` and a folder's clock alignment applied to ``ts_ns``)."""
     from tracesim.trace.et import read_et
     from tracesim.trace.kineto import load_trace_json, op_table_from_events, trace_device
     from tracesim.trace.schema import read_op_table
@@ -60,9 +67,13 @@ def load_source(path: str | Path) -> Source:
         tables = []
         ets = {}
         device = str(b.meta.get("device", ""))
+        shifts = _clock_shifts(b.meta, b.meta_path)
         for r in b.ranks:
             data = load_trace_json(b.trace_path(r))
-            tables.append(op_table_from_events(data, b.trace_path(r), rank=r))
+            table = op_table_from_events(data, b.trace_path(r), rank=r)
+            if shifts.get(r):
+                table = table.assign(ts_ns=table["ts_ns"] + shifts[r])
+            tables.append(table)
             device = device or trace_device(data)
             et_path = b.et_path(r)
             if et_path is not None and Path(et_path).exists():
@@ -78,8 +89,26 @@ def load_source(path: str | Path) -> Source:
         return Source(p, kind, table, {}, trace_device(data), ets)
     if kind == "optable":
         return Source(p, kind, read_op_table(p), {}, "")
+    if kind == "folder":
+        from tracesim.trace.folders import read_folder
+
+        found = read_folder(p, tables=True)
+        ets = {r.rank: read_et(r.et) for r in found.ranks if r.et is not None}
+        table = pd.concat([found.tables[r.rank] for r in found.ranks], ignore_index=True)
+        return Source(p, kind, table, found.meta(), found.device, ets)
     raise InputError("a workload directory holds a task graph, not a recorded trace; "
                      "give the bundle or trace it was extracted from", p)
+
+
+def _clock_shifts(meta: dict[str, Any], file: Path) -> dict[int, int]:
+    """A bundle's ``clock_shift_ns`` (rank -> ns added to its times; ``tracesim import``)."""
+    value = meta.get("clock_shift_ns")
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+            isinstance(k, int) and isinstance(v, int) and not isinstance(v, bool) for k, v in value.items()):
+        raise InputError("expected a mapping of rank to integer nanoseconds", file, "clock_shift_ns")
+    return {int(k): int(v) for k, v in value.items()}
 
 
 def _et_sibling(trace: Path) -> Path | None:
