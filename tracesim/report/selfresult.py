@@ -10,7 +10,7 @@ from tracesim.engine.replay import ReplayResult
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
-from tracesim.report.steps import completion_windows, step_times
+from tracesim.report.steps import steady_windows, step_times
 from tracesim.trace.sources import Source
 
 
@@ -51,16 +51,17 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     (``meta.yaml: measured_step_time_s``); otherwise with the recorded (profiled) steps.
     ``measured_profiled_step_s`` is always the median of the recorded steps.
 
-    ``completion``: a step lasts until its device work is done
-    (:func:`tracesim.report.steps.completion_windows`), for replays on another device or
-    network, where the recorded synchronisation may no longer hold the host back."""
+    ``completion``: a step lasts as long as the busier of the host's step and the device
+    work it launched (:func:`tracesim.report.steps.steady_windows`), for replays on another
+    device or network, where the recorded synchronisation may no longer hold the host
+    back."""
     steps = step_times(graph, result)
     if not steps:
         raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
                          "replay (record with torch.profiler and call prof.step())", source.path)
     win: dict[tuple[int, int], tuple[int, int]] = {}
     if completion:
-        win = completion_windows(graph, result, steps)
+        win = steady_windows(graph, result, steps)
         steps = [(rk, nm, ev, m, win[(rk, ev)][1] - win[(rk, ev)][0], b, e)
                  for rk, nm, ev, m, _p, b, e in steps]
     ranks = sorted({s[0] for s in steps})

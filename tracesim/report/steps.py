@@ -106,46 +106,45 @@ def step_times(graph: TaskGraph, result: ReplayResult) -> list[StepTime]:
     return out
 
 
-def completion_windows(graph: TaskGraph, result: ReplayResult,
-                       steps: list[StepTime]) -> dict[tuple[int, int], tuple[int, int]]:
-    """Each step's window when a step counts as done once its device work is done.
+def steady_windows(graph: TaskGraph, result: ReplayResult,
+                   steps: list[StepTime]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Each step's window in a long run's steady state, where the host may run ahead of the
+    device (replays on another device or network).
 
-    A step ends at the later of its end marker and the end of the device work recorded in
-    it (kernels, copies and collectives it launched); it begins where the previous step of the rank
-    ended when that step is the one before it (``ProfilerStep#N-1``), else at its begin
-    marker. When the device is the bottleneck and nothing in a step waits for it (the host
-    runs ahead of a growing queue), consecutive steps are then as long as the device's work,
-    as in the steady state of a long run. Keyed by (rank, step event id): (start, end) ns.
+    A step then lasts as long as the busier of its two producers: the host's own step (its
+    begin to end marker, with the waits the recording makes it do) and the device's work
+    launched in the step (the time its kernels, copies and collectives keep the rank's
+    device busy: the union of their intervals). A host-bound step keeps its markers; a step
+    whose device work outlasts the host's (nothing in the step waits for the device, so the
+    host runs ahead of a growing queue) lasts as long as that work, as each step of a long
+    run does once the launch queue is full. Keyed by (rank, step event id): (start, end) ns
+    from the begin marker.
     """
     t = graph.tasks
-    rank = t["rank"].to_numpy()
-    step = t["step"].to_numpy().astype(str)
-    end = np.asarray(result.end_ns)
-    last: dict[tuple[int, str], int] = {}
-    if len(t):
-        device = t["kind"].to_numpy() != "cpu"  # host threads (pollers) may run on
-        frame = pd.DataFrame({"rank": rank, "step": step, "end": end})
-        frame = frame[(frame["step"] != "") & device]
-        last = {(int(r), str(s)): int(v) for (r, s), v in
-                frame.groupby(["rank", "step"])["end"].max().items()}
+    busy: dict[tuple[int, str], int] = {}
+    device = t["kind"].to_numpy() != "cpu"  # host threads (pollers) may run on
+    if device.any():
+        frame = pd.DataFrame({"rank": t["rank"].to_numpy()[device],
+                              "step": t["step"].to_numpy()[device].astype(str),
+                              "s": np.asarray(result.start_ns)[device],
+                              "e": np.asarray(result.end_ns)[device]})
+        frame = frame[frame["step"] != ""].sort_values(["rank", "step", "s"], kind="stable")
+        for (rk, st), g in frame.groupby(["rank", "step"], sort=False):
+            busy[(int(rk), str(st))] = _union_ns(g["s"].to_numpy(), g["e"].to_numpy())
     out: dict[tuple[int, int], tuple[int, int]] = {}
-    prev: dict[int, tuple[int, int]] = {}  # rank -> (step number, done)
-    for rk, name, ev, _m, _p, b, e in steps:
-        done = max(int(result.start_ns[e]), last.get((rk, name), 0))
-        num = _step_number(name)
-        before = prev.get(rk)
+    for rk, name, ev, _m, pred, b, _e in steps:
         start = int(result.start_ns[b])
-        if before is not None and num is not None and before[0] == num - 1:
-            start = before[1]
-        out[(rk, ev)] = (start, max(done, start))
-        if num is not None:
-            prev[rk] = (num, done)
+        out[(rk, ev)] = (start, start + max(int(pred), busy.get((rk, name), 0)))
     return out
 
 
-def _step_number(name: str) -> int | None:
-    head, _, num = name.rpartition("#")
-    return int(num) if head and num.isdigit() else None
+def _union_ns(s: np.ndarray, e: np.ndarray) -> int:
+    """Total length of the union of intervals [s, e) sorted by start."""
+    if not len(s):
+        return 0
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate([[s[0]], reach[:-1]])
+    return int(np.sum(np.maximum(e - np.maximum(s, prev), 0) * (e > prev)))
 
 
 def _gpu_start_mae_us(graph: TaskGraph, result: ReplayResult, source: Source, rank: int,
