@@ -28,9 +28,14 @@ class HostTasks(Protocol):
     def edge(self, a: int, b: int, kind: str) -> None: ...
 
 #: a host thread idle for at least this long, that resumed at most _THREAD_WAKE_NS after an
-#: op on another thread of its rank ended, was waiting for that op
+#: op on another thread of its rank ended, was waiting for that op; the time between the
+#: two stays as the resumed task's gap (the wake-up latency)
 _THREAD_IDLE_NS = 200_000
 _THREAD_WAKE_NS = 100_000
+#: ... and at most this long after a collective that a backend thread ran (``gloo:*``): a
+#: wait on an asynchronous collective (DDP's end of backward) wakes up hundreds of
+#: microseconds late when the ranks' threads share a few cores
+_COLL_WAKE_NS = 1_000_000
 #: timestamps of old traces are float microseconds near 1e15, good to ~0.25 us; ops that
 #: overlap by less than this are in sequence, not nested
 _NEST_TOL_NS = 500
@@ -98,9 +103,10 @@ def thread_edges(ex: HostTasks) -> None:
         if j < 0:
             continue
         e_other, other = ends[j]
-        if r["rec_start"] - e_other <= _THREAD_WAKE_NS and e_other > prev:
+        limit = _COLL_WAKE_NS if rows[other]["name"].startswith(("gloo:", "nccl:")) else _THREAD_WAKE_NS
+        if r["rec_start"] - e_other <= limit and e_other > prev:
             ex.edge(other, k, "thread")
-            r["gap_ns"] = 0
+            r["gap_ns"] = min(int(r["gap_ns"]), max(0, int(r["rec_start"] - e_other)))
 
 def data_edges(ex: HostTasks, et: pd.DataFrame) -> None:
     """Execution-trace data dependencies between host ops on different threads."""
