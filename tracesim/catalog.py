@@ -125,9 +125,13 @@ def shipped(kind: str) -> list[Entry]:
         for name in known_models():
             m = load_model(name)
             moe = f", {m.experts} experts top-{m.top_k}" if m.experts else ""
+            moe += f" + {m.shared_experts} shared" if m.shared_experts else ""
+            active = f" ({m.active_params() / 1e9:.3g} B active)" if m.experts else ""
+            heads = f"{m.heads} heads ({'MLA' if m.is_mla else f'{m.kv_heads} kv'})"
+            heads += f", window {m.sliding_window}" if m.sliding_window else ""
             out.append(Entry(name, f"{m.family}: {m.layers} layers, hidden {m.hidden}, "
-                                   f"{m.heads} heads ({m.kv_heads} kv), ffn {m.ffn_hidden}{moe}, "
-                                   f"{m.params() / 1e9:.3g} B parameters"))
+                                   f"{heads}, ffn {m.ffn_hidden}"
+                                   f"{moe}, {m.params() / 1e9:.3g} B parameters{active}"))
         return out
     if kind == "clusters":
         out = []

@@ -132,6 +132,13 @@ class ReplayOptions:
     p2p_blocking: bool | None = _opt("A pipeline pass starts only when the previous pass's send "
                                      "has completed (Megatron's default schedules). Default: "
                                      "on.", "bool")
+    moe_imbalance: float | None = _opt(
+        "MoE load imbalance: the busiest expert's routed tokens over the mean (>= 1); scales "
+        "the expert GEMMs of the rank that gates the all-to-all. Default 1: balanced.",
+        "float", metavar="X")
+    moe_capacity_factor: float | None = _opt(
+        "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "
+        "dropped). Default: dropless, as Megatron-Core.", "float", metavar="X")
     # the layer template
     template: str | None = _opt("Layer template: 'analytic' (first principles) or a bundle, "
                                 "trace or workload to take it from (default: the source, else "
@@ -205,7 +212,7 @@ class ReplayOptions:
 BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
               "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "template", "attention")
+              "moe_imbalance", "moe_capacity_factor", "template", "attention")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:

@@ -79,6 +79,9 @@ class _StageBuilder:
         self.shard = par.shard_params and self.dpcp > 1
         kvh = model.kv_heads * model.head_dim
         self.ring_msg = int(2 * par.micro_batch * (par.seq_len / par.cp) * kvh / par.tp * self.eb)
+        if model.is_mla:  # MLA's keys and values after the up projection, every head
+            kv_width = model.heads * (model.qk_head_dim + model.v_dim)
+            self.ring_msg = int(par.micro_batch * (par.seq_len / par.cp) * kv_width / par.tp * self.eb)
 
     # ---- units -------------------------------------------------------------------------
     def _layers(self, g: int) -> range:

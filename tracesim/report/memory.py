@@ -10,15 +10,23 @@ the expert-data-parallel group instead.
 
 Activations per transformer layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models"), generalised to any FFN width,
-SwiGLU, grouped-query attention, MoE (top-k expert copies of the MLP activations) and
-context parallelism (the sequence split over ``cp``)::
+SwiGLU, grouped-query attention with any query width ``qd = heads x head_dim``, multi-head
+latent attention, MoE and context parallelism (the sequence split over ``cp``)::
 
-    attention  2sbh (QKV input) + 2sbh (Q) + 4sb kvh (K, V) + 2sbh (proj input) + sbh (mask)
+    attention  2sbh (QKV input) + 2sb qd (Q) + 4sb kvh (K, V) + 2sb qd (proj input) + sbh (mask)
                + 5 b heads s^2 / cp (scores, softmax, dropout; absent with flash attention
                or selective recomputation)
+    MLA        2sbh (down-projection input) + 2sb (q_lora + kv_lora + qk_rope) (latent norm
+               inputs) + 2sb (q_lora + kv_lora) (up-projection inputs, replicated like the
+               QKV input) + 4sb heads (qk_dim + v_dim) (Q, K, V, proj input)
     MLP        2sbh (fc1 input) + 4sbf (GELU input, fc2 input) + sbh (mask)
                or, SwiGLU: 2sbh + 6sbf
+    MoE        2sbh (router / shared-expert input) + 6sb (top_k load moe_ffn + shared_ffn)
+               (SwiGLU) + 2sbh top_k load (the routed copies, the grouped GEMMs' input:
+               gathered over TP, never split)
     norms      4sbh
+
+with ``load`` the busiest expert's tokens over the mean (``--moe-imbalance``).
 
 with 2-byte elements scaled to the dtype (masks stay 1 byte). Without sequence parallelism
 the norm inputs, the QKV / fc1 inputs and the dropout masks are replicated over the TP group
@@ -76,31 +84,53 @@ class MemoryEstimate:
         }
 
 
+def _attention_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
+    """(split, replicated) 2-byte activation elements of one layer's attention (module doc)."""
+    sbh = s * b * model.hidden
+    if model.is_mla:
+        lat = s * b * (model.q_lora_rank + model.kv_lora_rank)
+        heads = s * b * model.heads
+        split = 4 * heads * model.qk_head_dim + 4 * heads * model.v_dim  # Q, K; V, proj input
+        repl = 2 * sbh + 2 * (lat + s * b * model.qk_rope_head_dim) + 2 * lat
+        return split, repl
+    kvh = model.kv_heads * model.head_dim
+    sbq = s * b * model.q_width
+    return 2 * sbq + 4 * s * b * kvh + 2 * sbq, 2 * sbh
+
+
+def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
+                  b: int) -> tuple[float, float, float]:
+    """(split, replicated, expert input) 2-byte activation elements of one layer's MLP or MoE
+    block; the routed tokens' copies that reach the grouped GEMMs (the expert input) are
+    gathered over the TP group, so they are not split."""
+    sbh = s * b * model.hidden
+    per_f = 6 if model.activation == "swiglu" else 4  # fc1 output(s) and fc2 input, per feature
+    if not model.moe_layer(layer):
+        return per_f * s * b * model.ffn_hidden, 2 * sbh, 0.0
+    routed = model.top_k * par.moe_load
+    f = model.moe_ffn * routed + model.shared_ffn
+    return per_f * s * b * f, 2 * sbh, 2 * sbh * routed
+
+
 def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:
     """Activation bytes one rank keeps for one transformer layer and one micro-batch."""
     eb = DTYPE_BYTES[par.dtype]
     scale = eb / 2.0
     s = par.seq_len / par.cp
     b, h, t = par.micro_batch, model.hidden, par.tp
-    kvh = model.kv_heads * model.head_dim
     sbh = s * b * h
     if par.recompute == "full":
         return 2 * sbh * scale / (t if par.sp else 1)
-    moe = model.moe_layer(layer)
-    f = (model.moe_ffn_hidden or model.ffn_hidden) * model.top_k if moe else model.ffn_hidden
     dropout = model.norm == "layernorm"  # gpt-style blocks use dropout, llama-style do not
     mask = sbh if dropout else 0.0
     # element counts (2-byte elements) split by tp, and replicated ones (without SP)
-    attn_split = 2 * sbh + 4 * s * b * kvh + 2 * sbh
-    attn_repl = 2 * sbh
-    if model.activation == "swiglu":
-        mlp_split, mlp_repl = 6 * s * b * f, 2 * sbh
-    else:
-        mlp_split, mlp_repl = 4 * s * b * f, 2 * sbh
+    attn_split, attn_repl = _attention_elements(model, s, b)
+    mlp_split, mlp_repl, expert_in = _mlp_elements(model, par, layer, s, b)
     norms = 4 * sbh
     split_b = (attn_split + mlp_split) * scale
     repl_b = (attn_repl + mlp_repl + norms) * scale + 2 * mask  # masks are 1 byte
     total = split_b / t + (repl_b / t if par.sp else repl_b)
+    total += expert_in * scale
     if not flash and par.recompute == "none":
         total += 5 * b * model.heads * s * par.seq_len / t * scale
     return total

@@ -15,9 +15,19 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     norm: layernorm        # layernorm | rmsnorm
     tied_embeddings: true
     dtype: bf16            # fp32 | bf16 | fp16 | fp8
-    # MoE only: experts, top_k, moe_ffn_hidden, moe_every (a MoE block every k layers)
+    head_dim: 128          # optional: per-head width when heads x head_dim != hidden (Qwen3, gpt-oss)
+    # MoE only: experts, top_k, moe_ffn_hidden, moe_every (a MoE block every k layers),
+    #   shared_experts (dense experts every token runs, each moe_ffn_hidden wide),
+    #   first_k_dense (the first k layers keep a dense MLP of width ffn_hidden)
+    # multi-head latent attention (DeepSeek-V2/V3): q_lora_rank (0: no query compression),
+    #   kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+    # sliding-window attention: sliding_window (keys per query), full_attention_every
+    #   (every n-th layer keeps full attention, 1-based as Megatron's window_attn_skip_freq;
+    #   0: every layer is windowed)
 
-Unknown keys are errors; so are non-positive sizes and heads that do not divide hidden.
+Unknown keys are errors; so are non-positive sizes and heads that do not divide hidden
+(unless ``head_dim`` or the MLA head sizes are given). docs/moe.md describes the MoE and
+attention variants and how the template models them.
 """
 
 from __future__ import annotations
@@ -34,6 +44,11 @@ from tracesim.strict import check_keys, get_number, get_str
 
 FAMILIES = ("gpt", "llama", "moe")
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
+#: the keys of multi-head latent attention (all given together, ``q_lora_rank`` may be 0)
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+#: optional integer keys that default to 0 (feature off) and are left out of ``to_dict`` then
+_ZERO_KEYS = ("shared_experts", "first_k_dense", *MLA_KEYS, "sliding_window",
+              "full_attention_every")
 
 _REQUIRED = ("name", "family", "layers", "hidden", "heads", "vocab", "seq_len")
 _OPTIONAL = (
@@ -49,12 +64,23 @@ _OPTIONAL = (
     "moe_every",
     "description",
     "source",
+    "head_dim",
+    "shared_experts",
+    "first_k_dense",
+    *MLA_KEYS,
+    "sliding_window",
+    "full_attention_every",
 )
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A transformer model's dimensions. Sizes are counts (not bytes)."""
+    """A transformer model's dimensions. Sizes are counts (not bytes).
+
+    ``head_dim_override`` is the YAML key ``head_dim`` (0: ``hidden / heads``); read the
+    per-head width from :attr:`head_dim`. The MoE, MLA and sliding-window fields are 0 when
+    the model does not use the feature (the module docstring lists them).
+    """
 
     name: str
     family: str
@@ -75,10 +101,21 @@ class ModelSpec:
     moe_every: int = 1
     description: str = ""
     source: str = ""
+    head_dim_override: int = 0
+    shared_experts: int = 0
+    first_k_dense: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    sliding_window: int = 0
+    full_attention_every: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Per-head width of queries, keys and values (standard attention)."""
+        return self.head_dim_override or self.hidden // self.heads
 
     @property
     def dtype_bytes(self) -> int:
@@ -88,14 +125,60 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts > 0
 
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (low-rank key/value, DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of queries and keys (MLA: the no-position part plus the rotary part)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Per-head width of values (and of the attention output)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection: ``heads * qk_head_dim``."""
+        return self.heads * self.qk_head_dim
+
+    @property
+    def attn_width(self) -> int:
+        """Width of the attention output (input of the output projection): ``heads * v_dim``."""
+        return self.heads * self.v_dim
+
+    @property
+    def moe_ffn(self) -> int:
+        """Width of one routed expert's MLP."""
+        return self.moe_ffn_hidden or self.ffn_hidden
+
+    @property
+    def shared_ffn(self) -> int:
+        """Width of the shared-expert MLP (all shared experts side by side; 0: none)."""
+        return self.shared_experts * self.moe_ffn if self.is_moe else 0
+
     def moe_layer(self, layer: int) -> bool:
-        """Whether transformer layer ``layer`` (0-based) has a MoE MLP."""
-        return self.is_moe and (layer % self.moe_every == self.moe_every - 1)
+        """Whether transformer layer ``layer`` (0-based) has a MoE MLP: not one of the first
+        ``first_k_dense`` layers, and the last of each group of ``moe_every``."""
+        return (self.is_moe and layer >= self.first_k_dense
+                and layer % self.moe_every == self.moe_every - 1)
+
+    def window(self, layer: int) -> int:
+        """Keys per query of layer ``layer``'s sliding window (0: full attention). Every
+        ``full_attention_every``-th layer (1-based) keeps full attention."""
+        f = self.full_attention_every
+        if self.sliding_window <= 0 or (f > 0 and layer % f == f - 1):
+            return 0
+        return self.sliding_window
 
     def replace(self, **changes: Any) -> ModelSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as a YAML mapping (keys of the file format; features not used left out)."""
         d = dataclasses.asdict(self)
         if not self.is_moe:
             for k in ("experts", "top_k", "moe_ffn_hidden", "moe_every"):
@@ -103,31 +186,63 @@ class ModelSpec:
         for k in ("description", "source"):
             if not d[k]:
                 d.pop(k)
+        head_dim = d.pop("head_dim_override")
+        if head_dim:
+            d["head_dim"] = head_dim
+        for k in _ZERO_KEYS:
+            if not d[k]:
+                d.pop(k)
         return d
+
+    def attention_params(self) -> int:
+        """Parameters of one layer's attention (projections, MLA latent norms, gpt biases)."""
+        h = self.hidden
+        if self.is_mla:
+            qk, heads = self.qk_head_dim, self.heads
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * qk
+            else:
+                q = h * heads * qk
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_dim))
+            return q + kv + self.attn_width * h
+        qd, kv = self.q_width, self.kv_heads * self.head_dim
+        bias = (qd + 2 * kv + h) if self.family == "gpt" else 0
+        return h * qd + 2 * h * kv + qd * h + bias  # q, k, v, out
+
+    def mlp_params(self, layer: int, *, active: bool = False) -> int:
+        """Parameters of layer ``layer``'s MLP: a dense MLP, or the MoE block (router, routed
+        experts, shared experts); ``active``: only the ``top_k`` experts a token runs."""
+        h = self.hidden
+        per = 3 if self.activation == "swiglu" else 2  # weight matrices per MLP
+        if not self.moe_layer(layer):
+            bias = (self.ffn_hidden + h) if self.family == "gpt" else 0
+            return per * h * self.ffn_hidden + bias
+        routed = self.top_k if active else self.experts
+        return routed * per * h * self.moe_ffn + h * self.experts + per * h * self.shared_ffn
 
     def params(self) -> int:
         """Total parameter count (weights and biases; embeddings counted once if tied).
 
         Only the ``gpt`` family has linear-layer biases (GPT-2/3, Megatron); ``llama`` and
-        ``moe`` (Mixtral, DeepSeek-MoE) have none.
+        ``moe`` (Mixtral, DeepSeek, Qwen3, gpt-oss) have none (gpt-oss's biases, 0.04 % of
+        its parameters, are left out).
         """
-        h, f, v = self.hidden, self.ffn_hidden, self.vocab
-        kv = self.kv_heads * self.head_dim
-        attn = h * h + 2 * h * kv + h * h  # q, k, v, out
-        gated = self.activation == "swiglu"
-        mlp_dense = (3 if gated else 2) * h * f
+        return self._count(active=False)
+
+    def active_params(self) -> int:
+        """Parameters one token runs: :meth:`params` with ``top_k`` routed experts per MoE
+        layer instead of all of them (embedding and output head included)."""
+        return self._count(active=True)
+
+    def _count(self, *, active: bool) -> int:
+        h, v = self.hidden, self.vocab
         # LayerNorm has a weight and a bias, RMSNorm only a weight; two norms per layer
         norm_params = 2 * h if self.norm == "layernorm" else h
-        norms = 2 * norm_params
-        bias = (h + 2 * kv + h + f + h) if self.family == "gpt" else 0
+        attn = self.attention_params()
         total = 0
         for layer in range(self.layers):
-            if self.moe_layer(layer):
-                ef = self.moe_ffn_hidden or f
-                mlp = self.experts * (3 if gated else 2) * h * ef + h * self.experts
-            else:
-                mlp = mlp_dense
-            total += attn + mlp + norms + bias
+            total += attn + self.mlp_params(layer, active=active) + 2 * norm_params
         emb = v * h
         total += emb if self.tied_embeddings else 2 * emb
         if self.family == "gpt":
@@ -140,7 +255,11 @@ class ModelSpec:
 #: sizes derived from them (bytes of a logits tensor, FLOPs of a step) stay finite integers
 _LIMITS = {"layers": 1 << 14, "hidden": 1 << 20, "heads": 1 << 14, "kv_heads": 1 << 14,
            "ffn_hidden": 1 << 22, "vocab": 1 << 24, "seq_len": 1 << 24, "experts": 1 << 14,
-           "top_k": 1 << 14, "moe_ffn_hidden": 1 << 22, "moe_every": 1 << 14}
+           "top_k": 1 << 14, "moe_ffn_hidden": 1 << 22, "moe_every": 1 << 14,
+           "head_dim_override": 1 << 16, "shared_experts": 1 << 14, "first_k_dense": 1 << 14,
+           "q_lora_rank": 1 << 20, "kv_lora_rank": 1 << 20, "qk_nope_head_dim": 1 << 16,
+           "qk_rope_head_dim": 1 << 16, "v_head_dim": 1 << 16, "sliding_window": 1 << 24,
+           "full_attention_every": 1 << 14}
 
 
 def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
@@ -171,14 +290,16 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     for key in ("description", "source"):
         if key in data:
             kw[key] = get_str(data, key, file=file)
+    if "head_dim" in data:
+        kw["head_dim_override"] = get_number(data, "head_dim", file=file, kind=int)
+    for key in _ZERO_KEYS:
+        kw[key] = get_number(data, key, file=file, kind=int, allow_zero=True, default=0)
     for key, limit in _LIMITS.items():
         if kw.get(key, 0) > limit:
+            name = "head_dim" if key == "head_dim_override" else key
             raise InputError(f"{kw[key]} is more than {limit:,} (the largest value a spec may give)",
-                             file, key)
-    if kw["hidden"] % kw["heads"]:
-        raise InputError(
-            f"hidden {kw['hidden']} is not divisible by heads {kw['heads']}", file, "heads"
-        )
+                             file, name)
+    _check_attention(kw, data, file)
     if kw["heads"] % kw["kv_heads"]:
         raise InputError(
             f"heads {kw['heads']} is not divisible by kv_heads {kw['kv_heads']}", file, "kv_heads"
@@ -189,7 +310,41 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
         raise InputError(
             f"top_k {kw['top_k']} must be in 1..experts ({kw['experts']})", file, "top_k"
         )
+    for key in ("shared_experts", "first_k_dense"):
+        if kw[key] and not kw["experts"]:
+            raise InputError(f"{key} needs a MoE model (experts > 0)", file, key)
+    if kw["first_k_dense"] >= kw["layers"]:
+        raise InputError(f"first_k_dense {kw['first_k_dense']} leaves no MoE layer of "
+                         f"{kw['layers']}", file, "first_k_dense")
+    if kw["full_attention_every"] and not kw["sliding_window"]:
+        raise InputError("full_attention_every needs a sliding_window", file,
+                         "full_attention_every")
     return ModelSpec(**kw)
+
+
+def _check_attention(kw: Mapping[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:
+    """Head sizes: ``hidden / heads`` unless ``head_dim`` or the MLA keys give them."""
+    mla = [k for k in MLA_KEYS if k in data]
+    if mla:
+        missing = [k for k in MLA_KEYS if k not in data]
+        if missing:
+            raise InputError(f"multi-head latent attention needs {', '.join(missing)} too "
+                             f"(given: {', '.join(mla)})", file, missing[0])
+        for key in ("kv_lora_rank", "v_head_dim"):
+            if kw[key] <= 0:
+                raise InputError(f"must be > 0, got {kw[key]}", file, key)
+        if kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"] <= 0:
+            raise InputError("qk_nope_head_dim + qk_rope_head_dim must be > 0", file,
+                             "qk_nope_head_dim")
+        if "head_dim" in data:
+            raise InputError("give head_dim or the MLA head sizes, not both", file, "head_dim")
+        if kw["kv_heads"] != kw["heads"]:
+            raise InputError(f"MLA has one key/value head per query head: kv_heads "
+                             f"{kw['kv_heads']} != heads {kw['heads']}", file, "kv_heads")
+    elif "head_dim" not in data and kw["hidden"] % kw["heads"]:
+        raise InputError(
+            f"hidden {kw['hidden']} is not divisible by heads {kw['heads']}", file, "heads"
+        )
 
 
 def model_spec_mapping(spec: ModelSpec | Mapping[str, Any]) -> dict[str, Any]:

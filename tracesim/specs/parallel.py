@@ -61,6 +61,12 @@ class ParallelSpec:
         dp_overlap: gradient buckets are reduced as soon as their layers' backward is done
             (PyTorch DDP, Megatron's ``--overlap-grad-reduce``); False reduces after the whole
             backward pass.
+        moe_imbalance: MoE load imbalance, the busiest expert's routed tokens over the mean
+            (>= 1); the expert GEMMs of every rank run at that load, since the rank holding
+            the busiest expert gates the combine all-to-all (docs/moe.md).
+        moe_capacity_factor: expert capacity in multiples of the mean routed tokens per
+            expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
+            0 is dropless (Megatron-Core's default).
     """
 
     tp: int = 1
@@ -84,6 +90,8 @@ class ParallelSpec:
     first_bucket_params: int = 0
     p2p_blocking: bool = True
     dp_overlap: bool = True
+    moe_imbalance: float = 1.0
+    moe_capacity_factor: float = 0.0
 
     @property
     def world(self) -> int:
@@ -104,6 +112,20 @@ class ParallelSpec:
     def shard_params(self) -> bool:
         """Whether parameters are sharded over the data-parallel group (ZeRO-3 / FSDP)."""
         return self.fsdp or self.zero >= 3
+
+    @property
+    def moe_load(self) -> float:
+        """Routed tokens of the busiest expert over the mean: ``moe_imbalance``, capped at the
+        capacity factor when tokens are dropped."""
+        if self.moe_capacity_factor > 0:
+            return min(self.moe_imbalance, self.moe_capacity_factor)
+        return self.moe_imbalance
+
+    @property
+    def moe_kept(self) -> float:
+        """Share of the routed tokens dispatched to experts: 1 dropless, at most the capacity
+        factor otherwise."""
+        return min(1.0, self.moe_capacity_factor) if self.moe_capacity_factor > 0 else 1.0
 
     @property
     def tokens_per_iteration(self) -> int:
@@ -193,6 +215,12 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"ep {par.ep} > 1 needs a model with experts ({model.name} has none)", "ep")
     if par.dp % par.ep:
         raise _err(f"ep {par.ep} must divide dp {par.dp} (experts are split over DP ranks)", "ep")
+    if not par.moe_imbalance >= 1.0:
+        raise _err(f"the busiest expert's tokens over the mean are at least 1, got "
+                   f"{par.moe_imbalance!r}", "moe_imbalance")
+    if not par.moe_capacity_factor >= 0.0:
+        raise _err(f"must be > 0 (or 0: dropless), got {par.moe_capacity_factor!r}",
+                   "moe_capacity_factor")
     if par.schedule == "interleaved":
         if par.vpp < 2:
             raise _err(f"the interleaved schedule needs vpp >= 2, got {par.vpp}", "vpp")
@@ -321,4 +349,6 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         bucket_params=int(get("bucket_params", 0)),
         first_bucket_params=int(get("first_bucket_params", 0)),
         dp_overlap=bool(get("dp_overlap", True)),
+        moe_imbalance=float(get("moe_imbalance", 1.0)),
+        moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
     )

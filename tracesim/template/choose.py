@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 from tracesim.errors import InputError
@@ -47,8 +48,41 @@ def choose_template(source: str | Path | None, model: ModelSpec, template: str |
         return template_from_source(source, model), warnings
     if default_bundle is not None:
         try:
-            return _stored_template(str(default_bundle), _files_stamp(default_bundle)), warnings
+            stored = _stored_template(str(default_bundle), _files_stamp(default_bundle))
         except InputError as exc:
             warnings.append(f"default template {default_bundle} unusable ({exc.message}); "
                             "using first principles")
+        else:
+            missing = missing_features(stored, model)
+            if not missing:
+                return stored, warnings
+            warnings.append(f"{model.name} has {', '.join(missing)}, which the stored "
+                            f"{default_bundle.name} template does not record; using first "
+                            "principles")
     return first_principles_template(model, att), warnings
+
+
+def _uses(template: LayerTemplate, symbol: str) -> bool:
+    word = re.compile(rf"\b{symbol}\b")
+    return any(word.search(o.flops) for o in template.ops)
+
+
+def missing_features(template: LayerTemplate, model: ModelSpec) -> list[str]:
+    """The architectural features of ``model`` that ``template`` has no ops for (a template
+    taken from the trace of another model): multi-head latent attention, sliding-window
+    attention, a query width other than ``hidden``, shared experts, dense MLP layers beside
+    the MoE ones."""
+    names = {o.module for o in template.ops}
+    out = []
+    if model.is_mla and "attn.kv_down" not in names:
+        out.append("multi-head latent attention")
+    if model.sliding_window and not _uses(template, "win"):
+        out.append("sliding-window attention")
+    if not model.is_mla and model.q_width != model.hidden and not _uses(template, "qd"):
+        out.append(f"a query width of {model.q_width} (heads x head_dim) != hidden")
+    if model.shared_experts and not any(n.startswith("moe.shared") for n in names):
+        out.append("shared experts")
+    if (model.is_moe and any(not model.moe_layer(i) for i in range(model.layers))
+            and not template.select("block", "fwd", ("mlp",))):
+        out.append("dense MLP layers")
+    return out

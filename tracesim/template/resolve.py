@@ -37,6 +37,7 @@ from typing import Any
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
+from tracesim.template.moe_ops import is_expert_op
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
@@ -83,7 +84,12 @@ class Section:
 
 @dataclass(frozen=True)
 class Resolved:
-    """A template resolved for one model and layout."""
+    """A template resolved for one model and layout.
+
+    A layer is ``dense`` (attention + dense MLP) or ``moe`` (attention + MoE block), with full
+    attention or, for the windowed layers of a sliding-window model, with the template's
+    ``win`` bound to the window (``dense_windowed``, ``moe_windowed``).
+    """
 
     prologue: Section
     dense: Section
@@ -91,9 +97,17 @@ class Resolved:
     epilogue: Section
     optimizer: tuple[TemplateOp, ...]
     env: dict = field(default_factory=dict)
+    dense_windowed: Section | None = None
+    moe_windowed: Section | None = None
 
     def layer(self, model: ModelSpec, index: int) -> Section:
-        if model.moe_layer(index) and self.moe is not None:
+        """The resolved ops of transformer layer ``index`` (0-based)."""
+        moe = model.moe_layer(index) and self.moe is not None
+        if model.window(index):
+            windowed = self.moe_windowed if moe else self.dense_windowed
+            if windowed is not None:
+                return windowed
+        if moe and self.moe is not None:
             return self.moe
         return self.dense
 
@@ -176,11 +190,17 @@ def _resolve_section(
     op_time: OpTimeFn,
     *,
     end_full: bool,
+    window: int = 0,
 ) -> Section:
     eb = DTYPE_BYTES[par.dtype]
     env_tp = symbol_env(model, par)
     env_rep = symbol_env(model, par, tp_active=False)
-    env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1))
+    # model FLOPs: no split, and the routed tokens of a balanced, dropless router
+    env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1, moe_imbalance=1.0,
+                                             moe_capacity_factor=0.0))
+    if window > 0:  # a sliding-window layer: ``win`` keys per query
+        for env_ in (env_tp, env_rep, env_full):
+            env_["win"] = float(min(window, par.seq_len))
     tp = par.tp
     sp = par.sp
     state = "full"
@@ -252,7 +272,7 @@ def _resolve_section(
         p = evaluate(op.params, env)
         params += p
         tensors += evaluate(op.tensors, env)
-        if op.part == "moe" and op.tp_style in ("colwise", "rowwise"):
+        if is_expert_op(op):
             expert_params += p
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(ROp(op.name, "gpu", op.op_class, "fwd", flops, nbytes,
@@ -287,22 +307,24 @@ def resolve_template(
 ) -> Resolved:
     """Evaluate ``template`` for ``model`` on layout ``par``; ``op_time`` gives compute ns."""
 
-    def sec(section: str, parts: Sequence[str] | None, end_full: bool) -> Section:
+    def sec(section: str, parts: Sequence[str] | None, end_full: bool, window: int = 0) -> Section:
         return _resolve_section(
             template.select(section, "fwd", parts),
             template.select(section, "bwd", parts),
-            model, par, op_time, end_full=end_full,
+            model, par, op_time, end_full=end_full, window=window,
         )
 
-    dense = sec("block", ("attn", "mlp"), True)
-    moe = sec("block", ("attn", "moe"), True) if model.is_moe and template.select("block", "fwd", ("moe",)) else None
+    has_moe = model.is_moe and bool(template.select("block", "fwd", ("moe",)))
+    window = max((model.window(i) for i in range(model.layers)), default=0)
     res = Resolved(
         prologue=sec("prologue", None, True),
-        dense=dense,
-        moe=moe,
+        dense=sec("block", ("attn", "mlp"), True),
+        moe=sec("block", ("attn", "moe"), True) if has_moe else None,
         epilogue=sec("epilogue", None, False),
         optimizer=(),
         env=symbol_env(model, par),
+        dense_windowed=sec("block", ("attn", "mlp"), True, window) if window else None,
+        moe_windowed=sec("block", ("attn", "moe"), True, window) if window and has_moe else None,
     )
     return dataclasses.replace(res, optimizer=optimizer_ops(template, res, model))
 

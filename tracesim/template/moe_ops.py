@@ -1,0 +1,69 @@
+"""The MoE block of the analytic template, in the order Megatron-Core's ``MoELayer`` runs it.
+
+``shared_experts_compute`` (a dense MLP of width ``shared_ffn`` that every token runs,
+column/row-parallel over TP like any MLP), then ``router_and_preprocess`` (router GEMM, top-k,
+permutation of the ``top_k`` copies of each token), ``dispatch`` (all-to-all over the EP
+group), ``routed_experts_compute`` (one grouped GEMM per expert projection over the rank's
+local experts: ``fc1`` (gate and up with SwiGLU), activation, ``fc2``), ``combine``
+(all-to-all back) and the unpermutation, which adds the shared experts' output.
+
+Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
+
+* dispatch and combine: ``T/tps * top_k * h * eb * moe_kept`` bytes per rank and direction
+  (``msg_bytes`` in the nccl-tests convention), forward and backward;
+* the grouped GEMMs run ``experts/ep`` local experts with ``ep * T * top_k / experts *
+  moe_load`` tokens each, ``T * top_k * moe_load`` in all, and read every local expert's
+  weights; ``moe_load`` (``--moe-imbalance``, capped by ``--moe-capacity-factor``) is the
+  busiest expert's tokens over the mean, so the GEMMs are those of the rank that gates the
+  combine all-to-all;
+* with TP > 1 (expert tensor parallelism = TP, sequence parallelism on) the dispatched tokens
+  are all-gathered over the TP group before ``fc1`` and reduce-scattered after ``fc2``.
+"""
+
+from __future__ import annotations
+
+from tracesim.specs.model import ModelSpec
+from tracesim.template.layer import TemplateOp
+from tracesim.template.primitives import T, mlp, norm_op, op, residual
+
+#: routed token copies of a rank's micro-batch, and those its local experts run (gated rank)
+ROUTED = f"{T}*top_k"
+EXPERT_TOKENS = f"{T}*top_k*moe_load"
+
+
+def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
+    """The forward ops of one MoE layer's MLP part (``part="moe"``)."""
+    tk = ROUTED
+    a2a = f"eb*{T}/tps*top_k*h*moe_kept"
+    ops = [norm_op("ln2", "block", model, "moe")]
+    if model.shared_experts > 0:
+        ops += mlp("moe.shared", "moe", model, "shared_ffn", T, bias=False)
+    ops += [
+        op("moe.router", "block", "gemm", f"2*{T}/tps*h*experts",
+           f"eb*({T}/tps*h + h*experts + {T}/tps*experts)", f"{T}*experts",
+           params="h*experts", part="moe", shard="sequence"),
+        op("moe.topk", "block", "softmax", f"6*{T}/tps*experts", f"3*eb*{T}/tps*experts",
+           f"{T}*top_k", part="moe", shard="sequence"),
+        op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*h", f"{tk}*h",
+           part="moe", shard="sequence"),
+        TemplateOp("moe.dispatch", "block", "fwd", "comm", out=f"{EXPERT_TOKENS}*h", part="moe",
+                   kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
+    ]
+    ops += mlp("moe", "moe", model, "moe_ffn", EXPERT_TOKENS, bias=False,
+               param_scale="experts/ep*")
+    ops += [
+        TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*h", part="moe",
+                   kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
+        op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*h", f"2*eb*{tk}/tps*h",
+           f"{T}*h", part="moe", shard="sequence"),
+        residual("moe.residual", "moe", dropout=bias),
+    ]
+    return ops
+
+
+def is_expert_op(template_op: TemplateOp) -> bool:
+    """Whether ``template_op`` owns routed-expert weights (sharded over EP; their gradients
+    are reduced over the expert-data-parallel group): the grouped GEMMs of a MoE block, not
+    its shared experts."""
+    return (template_op.part == "moe" and template_op.tp_style in ("colwise", "rowwise")
+            and not template_op.module.startswith("moe.shared"))
