@@ -61,6 +61,13 @@ def load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
     A bundle, trace, folder or op table is extracted with the profiler's cost taken out
     where the bundle measured it; a workload directory written by ``tracesim extract`` is
     read back with its op table (its graph keeps the profiled timing)."""
+    from tracesim.trace.sources import gc_paused
+
+    with gc_paused():
+        return _load_recorded(source)
+
+
+def _load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
     from tracesim.trace.extract import extract_source
     from tracesim.trace.overhead import profiler_overhead
     from tracesim.trace.sources import Source, load_source, source_kind

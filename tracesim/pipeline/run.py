@@ -214,11 +214,12 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     from tracesim.report.selfresult import self_result
     from tracesim.trace.extract import extract_source
     from tracesim.trace.overhead import profiler_overhead
-    from tracesim.trace.sources import load_source
+    from tracesim.trace.sources import gc_paused, load_source
 
-    src = load_source(source)
-    overhead = profiler_overhead(src.meta) or (0.0, 0.0)
-    graph = extract_source(src, overhead)
+    with gc_paused():
+        src = load_source(source)
+        overhead = profiler_overhead(src.meta) or (0.0, 0.0)
+        graph = extract_source(src, overhead)
     result = replay(graph)
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead))
     details = {k: v for k, v in res.items() if k not in _CONTRACT}

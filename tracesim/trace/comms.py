@@ -155,6 +155,7 @@ _C10_DTYPES = {
     "unsigned char": "Byte", "signed char": "Char", "bool": "Bool", "short int": "Short",
     "c10::float8_e4m3fn": "Float8_e4m3fn", "c10::float8_e5m2": "Float8_e5m2",
 }
+_COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:") + _OTHER_PREFIXES
 
 
 def _norm_collective(raw: str) -> str:
@@ -250,7 +251,9 @@ def comm_info(name: str, args: Any, dims: list, types: list[str]) -> CommInfo | 
                         peer, dtype, pg, _int0(args.get("Seq"), -1), size, source, True,
                         nbytes, str(args.get("Process Group Description", "")))
     lowered = name.lower()
-    for prefix in ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:") + _OTHER_PREFIXES:
+    if not lowered.startswith(_COMM_PREFIXES):
+        return None
+    for prefix in _COMM_PREFIXES:
         if lowered.startswith(prefix):
             coll = _norm_collective(name[len(prefix):])
             if coll in ("wait", "wait_tensor", "work", "coalesced"):

@@ -32,9 +32,8 @@ _LEVELS = ("full", "collective_only", "kernel_name")
 
 def executing_comm(t: pd.DataFrame) -> np.ndarray:
     """Mask of the executing communication tasks (module docstring)."""
-    name = t["name"].to_numpy().astype(str)
-    return ((t["kind"].to_numpy() == "gpu") & (t["op_class"].to_numpy() == "comm")) | (
-        np.char.startswith(name, "gloo:"))
+    gloo = t["name"].astype(str).str.startswith("gloo:").to_numpy(dtype=bool)
+    return ((t["kind"].to_numpy() == "gpu") & (t["op_class"].to_numpy() == "comm")) | gloo
 
 
 def comm_groups(tasks: pd.DataFrame) -> tuple[pd.DataFrame, tuple[tuple[int, ...], ...], dict[str, Any]]:

@@ -3,6 +3,9 @@ or a folder of trace files recorded elsewhere (:mod:`tracesim.trace.folders`).""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,23 @@ class Source:
     device: str = ""
     #: rank -> execution-trace table (tracesim.trace.et.read_et), where one was recorded
     et_tables: dict[int, pd.DataFrame] = field(default_factory=dict)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (it is turned back on after).
+
+    Reading a trace makes millions of small objects that live on (the events, the op
+    table); each full collection walks all of them, so a job of many ranks would take
+    superlinear time (about 40% of the load of 128 ranks). Reference counting still frees
+    everything that is dropped."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def source_kind(path: str | Path) -> str:

@@ -108,13 +108,15 @@ def retime(graph: TaskGraph, src: DeviceProfile, dst: DeviceProfile, *,
     methods[is_cpu] = "host"
     gpu = (kind == "gpu") & (cls != "comm")
     idx = np.flatnonzero(gpu)
-    names = t["name"].to_numpy()[idx].astype(str)
+    names = t["name"].to_numpy()[idx]
     cat = t["cat"].to_numpy()[idx].astype(str) if "cat" in t else np.full(len(idx), "kernel")
     flops = t["flops"].to_numpy()[idx].astype(float)
     nbytes = t["bytes"].to_numpy()[idx].astype(float)
     op_dtype = task_dtypes(graph, op_table)[idx]
     c = cls[idx]
-    host_copy = (cat == "memcpy") & np.array([_crosses_host(n) for n in names], dtype=bool)
+    copy = np.flatnonzero(cat == "memcpy")
+    host_copy = np.zeros(len(idx), dtype=bool)
+    host_copy[copy] = [_crosses_host(str(n)) for n in names[copy]]
     has_features = ((flops > 0) | (nbytes > 0)) & ~host_copy
     default = DEFAULT_MATRIX_DTYPE if src.peak_tflops.get("bf16") else "fp32"
     dts, assumed = _dtypes(names, op_dtype, c, default)

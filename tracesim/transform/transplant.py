@@ -110,7 +110,7 @@ def to_gpu(graph: TaskGraph, ops: pd.DataFrame, dst: DeviceProfile) -> Transplan
     before = float(dur[host].sum() + gap[host].sum()) / 1e9
     rs = t["rec_start"].to_numpy(dtype=float)
     re_ = t["rec_end"].to_numpy(dtype=float)
-    names = t["name"].to_numpy().astype(str)
+    names = t["name"].to_numpy()
     new_rows: list[dict] = []
     edges: list[tuple[int, int, str]] = []
     next_id = len(t)
@@ -253,7 +253,7 @@ def _waits(t: pd.DataFrame, rank: int, rs: np.ndarray, names: np.ndarray, kid: n
     waits = mine & ~np.isnan(rs) & (np.isin(names, SYNC_OPS)
                                    | ((t["kind"].to_numpy() == "coll")
                                       | (t["op_class"].to_numpy() == "comm"))
-                                   & np.char.startswith(names.astype(str), "gloo:"))
+                                   & t["name"].astype(str).str.startswith("gloo:").to_numpy(dtype=bool))
     for i in np.flatnonzero(waits).tolist():
         k = int(np.searchsorted(k_end, rs[i], side="right")) - 1
         if k >= 0:
