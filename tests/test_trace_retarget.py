@@ -39,6 +39,7 @@ def test_the_recorded_device_gives_the_self_replay_answer():
         assert same.mode == "replay-trace"
         assert same.iteration_time_s == pytest.approx(self_it, rel=0.01)
         assert set(same.details["scaling"]["gpu_time_shares"]) <= {"measured", "kept"}
+        assert same.details["fallbacks"] == {}  # every dependency resolved
 
 
 def test_kernel_times_follow_the_device_profiles():

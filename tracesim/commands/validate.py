@@ -44,6 +44,10 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
             click.echo(f"{'  unprofiled (median of measured)':<34} {'':>4} {'':<18} "
                        f"{r.measured_unprofiled_s * 1e3:>12.3f} {r.predicted_unprofiled_s * 1e3:>13.3f} "
                        f"{r.rel_error_unprofiled * 100:>+7.2f}%")
+    for src in dict.fromkeys(r.source for r in results if r.fallbacks):
+        fb = next(r.fallbacks for r in results if r.source == src and r.fallbacks) or {}
+        click.echo(f"note: {Path(src).name}: {sum(fb.values())} dependencies fell back to the "
+                   f"recorded order ({', '.join(f'{k}: {v}' for k, v in sorted(fb.items()))})")
     if summary:
         click.echo("")
         click.echo("unprofiled step time per rank (median over its steady profiled steps):")
@@ -55,3 +59,40 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
             click.echo(f"{Path(u.source).name[:34]:<34} {u.rank:>4} {u.steps:>5} "
                        f"{u.measured_s * 1e3:>12.3f} {u.predicted_s * 1e3:>13.3f} "
                        f"{u.rel_error * 100:>+7.2f}%")
+
+
+@command.command("published")
+@click.argument("tables", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--only", default=None, metavar="TEXT",
+              help="Replay only the rows whose label contains TEXT (e.g. 'H100', 'deepseek').")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> None:
+    """Replay every row of published end-to-end TABLES and compare.
+
+    TABLES: Megatron-Bridge performance summaries (tokens/s per GPU; e.g.
+    ../shared/reference/megatron_bridge_25_11.csv) or Megatron-LM SC'21 Table 1 (TFLOP/s
+    per GPU; ../shared/reference/megatron_sc21_table1.csv). Each row's layout, batch and
+    precision are replayed on the system's cluster spec with the row's software stack;
+    nothing is fitted to the rows. Prints one line per row as it finishes, then the mean
+    absolute error, the largest error and the rows within 10% and 20%.
+    """
+    from tracesim.pipeline.published import summary, validate_rows
+
+    needle = only.lower() if only else None
+    rows = []
+    if not as_json:
+        click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
+        click.echo("-" * 101)
+    for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None):
+        rows.append(r)
+        if not as_json:
+            click.echo(f"{r.label[:62]:<62} {r.published:>10.1f} {r.predicted:>10.1f} "
+                       f"{r.rel_error * 100:>+7.1f}% {r.wall_s:>7.1f}")
+    s = summary(rows)
+    if as_json:
+        click.echo(json.dumps({"rows": [r.to_dict() for r in rows], "summary": s}, indent=2))
+        return
+    if s["rows"]:
+        click.echo(f"\n{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}%, "
+                   f"largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
+                   f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s")

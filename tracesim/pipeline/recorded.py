@@ -133,6 +133,8 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     if comms is not None:
         graph = plain_kinds(graph)
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead), completion=True)
+    if result.fallbacks:
+        warnings.append(result.fallback_summary())
     warnings += _warnings(rt.shares(), rt.by_class, rt.dtype_assumed_ns, comms,
                           "bf16" if src_dev.peak_tflops.get("bf16") else "fp32")
     unlaunched = _unlaunched_share(graph)
@@ -160,6 +162,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
             "host_speed": opts.host_speed or 1.0,
         },
         "steps": res["steps"],
+        "fallbacks": dict(result.fallbacks),
         "replay": {"tasks": graph.n_tasks, "events": result.events,
                    "network": (opts.network or "flow") if cluster else "recorded",
                    "replay_wall_s": round(t_rep, 3),

@@ -224,11 +224,13 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead))
     details = {k: v for k, v in res.items() if k not in _CONTRACT}
     details["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}
+    details["fallbacks"] = dict(result.fallbacks)
     return Prediction(
         mode="self-replay", iteration_time_s=res["iteration_time_s"], gpus=res["gpus"],
         cluster=res["cluster"], device=res["device"], breakdown=res["breakdown"],
         tokens_per_s=res["tokens_per_s"], tflops_per_gpu=res["tflops_per_gpu"], mfu=res["mfu"],
         model=res["model"], parallel=res["parallel"], memory_gib_per_gpu=None,
+        warnings=tuple(w for w in (result.fallback_summary(),) if w),
         details=details, makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
         end_ns=result.end_ns, methods=np.full(graph.n_tasks, "measured", dtype=object),
         per_rank=per_rank)

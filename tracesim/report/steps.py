@@ -44,6 +44,8 @@ class StepResult:
     measured_unprofiled_s: float | None = None
     predicted_unprofiled_s: float | None = None
     rel_error_unprofiled: float | None = None
+    #: dependencies of the replay that fell back to the recorded order, by kind (None: none)
+    fallbacks: dict[str, int] | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -202,6 +204,7 @@ def self_replay(source: Source) -> list[StepResult]:
             str(source.path), rk, step, meas / 1e9, pred / 1e9,
             (pred - meas) / meas if meas else float("nan"), bool(steady),
             _gpu_start_mae_us(graph, result, source, rk, b, e), **kw,
+            fallbacks=dict(result.fallbacks) or None,
         ))
     return out
 
