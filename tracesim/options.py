@@ -32,7 +32,8 @@ class Option:
     """What one option is: help text, kind and the values it accepts.
 
     ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int``
-    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``bool`` (``--x/--no-x``),
+    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``stragglers`` (RANK:FACTOR
+    pairs), ``bool`` (``--x/--no-x``),
     ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
     ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
     options in help and docs: what, where, layout, template, replay.
@@ -165,6 +166,17 @@ class ReplayOptions:
     per_op: bool | None = _opt("Keep one task per template op in a full replay (default: when "
                                "writing a result directory); otherwise runs of compute tasks "
                                "are merged, which changes no time.", "flag", group="replay")
+    straggler: tuple[tuple[int, float], ...] | None = _opt(
+        "Slow ranks: RANK:FACTOR pairs, e.g. 17:1.3 (rank 17's compute and host tasks take 1.3x "
+        "as long). Every rank is then simulated; the report gives the impact on the iteration "
+        "and which rank the others waited for.", "stragglers", group="replay",
+        metavar="RANK:FACTOR,...")
+    jitter: float | None = _opt(
+        "Per-rank variability: each rank's compute and host time is scaled by a log-normal "
+        "factor with mean 1 and this coefficient of variation (e.g. 0.05), drawn with --seed. "
+        "Every rank is then simulated.", "float", group="replay", metavar="CV")
+    seed: int | None = _opt("Seed of the --jitter draw (default 0).", "int", group="replay",
+                            minimum=0)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -262,6 +274,15 @@ def check_value(name: str, value: Any, file: str | Path | None = None, where: st
                 or value == float("inf"):
             raise InputError(f"expected a number > 0, got {value!r}", src, place if file else None)
         return float(value)
+    if opt.kind == "stragglers":
+        pairs = parse_stragglers(value) if isinstance(value, str) else value
+        if (not isinstance(pairs, (list, tuple)) or not pairs or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], int)
+                and not isinstance(p[0], bool) and p[0] >= 0 and isinstance(p[1], (int, float))
+                and not isinstance(p[1], bool) and 0 < p[1] < float("inf") for p in pairs)):
+            raise InputError(f"expected RANK:FACTOR pairs (rank >= 0, factor > 0), got {value!r}",
+                             src, place if file else None)
+        return tuple((int(r), float(f)) for r, f in pairs)
     if opt.kind == "choice":
         if value not in opt.choices:
             raise InputError(f"{value!r} is not one of {', '.join(opt.choices)}", src,
@@ -300,6 +321,22 @@ def parse_ints(text: str) -> list[int]:
                              "--stage-layers")
         out += [int(n)] * (int(times) if times else 1)
     return out
+
+
+def parse_stragglers(text: str) -> tuple[tuple[int, float], ...]:
+    """``'17:1.3,40:2'`` -> ((17, 1.3), (40, 2.0))."""
+    pairs = []
+    for part in text.replace(" ", "").split(","):
+        r, colon, f = part.partition(":")
+        try:
+            pairs.append((int(r), float(f)))
+        except ValueError:
+            raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
+                             "--straggler") from None
+        if not colon:
+            raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
+                             "--straggler")
+    return tuple(pairs)
 
 
 def parse_plan(text: str) -> tuple[tuple[str, str], ...]:

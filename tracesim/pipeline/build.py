@@ -155,7 +155,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
 
         op_time = scaled_op_time(op_time, cluster.host_contention.factor(min(par.world, cluster.gpus_per_node)))
     op_time, by_name = _method_recorder(op_time, methods)
-    symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS
+    perturbed = bool(options.straggler or options.jitter)  # every rank differs
+    symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged)

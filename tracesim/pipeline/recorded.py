@@ -127,6 +127,16 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
                              f"{cluster.gpus} GPUs", "--cluster")
         graph = comms.graph
         comm = _network(cluster, opts.network, comms.groups)
+    from tracesim.pipeline.perturbed import perturbation_step
+
+    def _iteration(r: Any) -> float:
+        g = plain_kinds(graph) if comms is not None else graph
+        return float(self_result(src, g, r, unprofiled=any(overhead), completion=True)[0]
+                     ["iteration_time_s"])
+
+    graph, perturbed = perturbation_step(
+        graph, opts, lambda: _network(cluster, opts.network, comms.groups) if comms else None,
+        _iteration)
     t0 = time.perf_counter()
     result = replay(graph, comm)
     t_rep = time.perf_counter() - t0
@@ -170,6 +180,8 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     }
     if transplanted is not None:
         details["transplant"] = transplanted.summary()
+    if perturbed is not None:
+        details["perturbation"] = perturbed.report(graph, result, it)
     if comms is not None:
         details["communication"] = {"operations": dict(comms.counts),
                                     "kept_recorded_s": comms.kept_ns / 1e9,

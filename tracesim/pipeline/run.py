@@ -30,6 +30,7 @@ from tracesim.graph.taskgraph import TaskGraph
 from tracesim.network.model import NetworkModel
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.build import Built, build
+from tracesim.pipeline.perturbed import perturbation_step
 from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
 from tracesim.report.result import Prediction
 from tracesim.specs.cluster import ClusterSpec
@@ -73,7 +74,8 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
 
 
 #: options a recorded run is replayed with by its own graph (no model spec needed)
-TRACE_KEYS = ("cluster", "device", "source_device", "host_speed", "dp", "network")
+TRACE_KEYS = ("cluster", "device", "source_device", "host_speed", "dp", "network", "straggler",
+              "jitter", "seed")
 
 
 def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:
@@ -164,6 +166,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     # network="flow" the representatives' operations run together with their copies' flows
     network = opts.network or ("estimate" if b.symmetric else "flow")
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
+    graph, perturbed = perturbation_step(
+        graph, opts, lambda: _comm_model(b.cluster, graph, network, b.symmetric, False)[0])
     result, t_rep = _engine(graph, comm, progress)
     warnings = list(b.warnings)
     iter_s = result.makespan_ns * 1e-9
@@ -196,6 +200,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         },
         "per_stage_breakdown": {str(k): v for k, v in per_rank.items()} if b.symmetric else {},
     }
+    if perturbed is not None:
+        details["perturbation"] = perturbed.report(graph, result)
     return Prediction(
         mode="retarget", iteration_time_s=iter_s, gpus=par.world, cluster=b.cluster.name,
         device=device.name, breakdown=mean_breakdown(per_rank),

@@ -63,6 +63,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         it = float(res.get("iteration_time_s") or 0.0)
         rows.append(("recorded", f"{fmt_seconds(m)} on {rec.get('device', '?')}"
                      + (f" ({m / it:.2f}x faster here)" if it > 0 else "")))
+    pt = res.get("perturbation")
+    if isinstance(pt, Mapping) and pt.get("unperturbed_iteration_time_s"):
+        who = pt.get("waited_for") or []
+        rows.append(("slow ranks", f"{float(pt['impact']) * 100:+.1f}% against "
+                     f"{fmt_seconds(pt['unperturbed_iteration_time_s'])} unperturbed"
+                     + (f"; the others waited most for rank {who[0][0]}" if who else "")))
     sc = res.get("scaling")
     if isinstance(sc, Mapping) and sc.get("gpu_time_shares"):
         rows.append(("kernel times", ", ".join(f"{v:.0%} {k}" for k, v in
