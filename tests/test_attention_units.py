@@ -85,8 +85,12 @@ def test_compute_size_must_be_total_or_unit() -> None:
 def test_shipped_cpu_profiles_read_attention_per_unit() -> None:
     for name in ("host-cpu", "host-cpu-1t"):
         assert get_device(name).class_efficiency("attention").per_unit
-    for name in ("a100", "h100", "v100"):  # GPUs fill their SMs with all units: total size
-        assert not get_device(name).class_efficiency("attention").per_unit
+    # the kernel-calibrated GPU profiles read attention per unit too: FlashAttention's
+    # efficiency follows the sequence length at constant total work (FA3 paper, H100; the
+    # shape path adds the head dim and the fill of the SMs, docs/devices.md)
+    for name in ("a100", "h100", "b200", "gb200", "mi300x"):
+        assert get_device(name).class_efficiency("attention").per_unit
+    assert not get_device("v100").class_efficiency("attention").per_unit  # not recalibrated
 
 
 def test_template_records_units_and_resolves_them_at_the_target() -> None:

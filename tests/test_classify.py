@@ -83,7 +83,8 @@ def test_memcpy_categories() -> None:
 
 def test_gemm_costs_closed_form() -> None:
     c = op_cost("aten::mm", [[128, 64], [64, 32]], [F, F])
-    assert c == OpCost("gemm", 2 * 128 * 64 * 32, 4 * (128 * 64 + 64 * 32 + 128 * 32), "fp32")
+    assert c == OpCost("gemm", 2 * 128 * 64 * 32, 4 * (128 * 64 + 64 * 32 + 128 * 32), "fp32",
+                       shape=(1, 128, 32, 64))
     c = op_cost("aten::addmm", [[256], [2048, 512], [512, 256], [], []], [F, F, F, "Scalar", "Scalar"])
     assert c.flops == 2 * 2048 * 512 * 256
     assert c.bytes == 4 * (256 + 2048 * 512 + 512 * 256 + 2048 * 256)

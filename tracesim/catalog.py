@@ -97,6 +97,19 @@ def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
     return cluster_mapping(data, path)
 
 
+def cluster_with_nodes(name_or_path: str | Path, gpus: int) -> ClusterSpec:
+    """A shipped (or YAML) cluster spec with as many nodes as ``gpus`` GPUs need (its
+    ``nodes`` replaced; node count is what the shipped specs are meant to be scaled by)."""
+    path = _named(name_or_path, clusters_dir(), known_clusters(), "cluster", "--cluster")
+    data = read_yaml(path)
+    if not isinstance(data, Mapping) or "gpus_per_node" not in data:
+        raise InputError("not a tracesim cluster spec (no gpus_per_node)", path)
+    gpn = int(data["gpus_per_node"])
+    out = {k: v for k, v in data.items() if k != "gpus"}
+    out["nodes"] = max(1, -(-int(gpus) // gpn))
+    return cluster_mapping(out, path)
+
+
 def cluster_mapping(data: object, file: str | Path | None = None) -> ClusterSpec:
     """A cluster spec from a mapping (a parsed YAML file), checked like :func:`load_cluster`."""
     spec = cluster_from_dict(data, file)

@@ -45,13 +45,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.kernels.datasheet import _FLOP_SIZES, EFFICIENCY
+from benchmarks.kernels.datasheet import _FLOP_SIZES
 from benchmarks.kernels.gemm_shape import is_implicit_gemm_conv
 from tracesim.hardware.calibrate import saturating_curve
 from tracesim.hardware.device import DeviceProfile, get_device, parse_profile
 
-#: ramp time per kernel (us) of the curve: the shipped GEMM curves' (datasheet.EFFICIENCY)
-CONV_T_RAMP_US: float = EFFICIENCY["gemm"]["t_ramp_us"]
+#: ramp time per kernel (us) of the curve: the 8 us of the GEMM curves this study was made with
+CONV_T_RAMP_US: float = 8.0
 
 #: the calibration (rerun: ``benchmarks/kernels/calibrate_a100_conv.py``, which prints every sample;
 #: checked by tests/test_kernel_eval.py): trace, device profile, ramp, the median e_max over

@@ -1,92 +1,158 @@
-"""The shipped GPU profiles: datasheet figures plus documented efficiency parameters.
+"""The shipped GPU profiles: datasheet figures plus kernel-level efficiencies, each with its source.
 
 ``python -m benchmarks.kernels.datasheet`` regenerates ``tracesim/hardware/devices/<gpu>.yaml``
-from :data:`SPECS` and :data:`EFFICIENCY`; the parameters and their sources are explained in
-docs/devices.md. Curves are ``eff(s) = e_max * s / (s + s_half)`` sampled every half decade:
-for compute ``s_half = peak * e_max * t_ramp`` (a fixed ramp time per kernel on top of the
-roofline), for memory ``s_half = bandwidth * t_ramp``.
+for the GPUs of :data:`SPECS` (``v100`` and ``mi250`` are kept as shipped, not generated).
+Peaks, bandwidth, memory and SM counts are datasheet figures (:data:`SPECS`, sources named
+per field); every efficiency is calibrated on public kernel-level data
+(``benchmarks/kernels/data``, fits in :mod:`benchmarks.kernels.kernel_fit`) or, where a
+device has none, derived from the nearest device that has, as :data:`DERIVED` says. Each
+generated profile carries a ``calibration`` block naming, for every number, the dataset, file
+and what was fitted (docs/devices.md).
+
+Curves of the size path (ops without a shape) are ``eff(s) = E s / (s + peak E t_ramp)``
+sampled every half decade (compute) and ``eff(b) = E_mem b / (b + bandwidth t_ramp)``
+(memory); the shape path uses the profile's ``shape_model``.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
+from benchmarks.kernels import kernel_fit as kf
 from tracesim.hardware.calibrate import saturating_curve
 
-#: datasheet figures (dense, per device as torch sees it); devices.csv unless noted.
-#: ``sm_count``: streaming multiprocessors (AMD: compute units per GCD) of the product's
-#: datasheet / architecture whitepaper; ``l2_GBps``: L2 read bandwidth from the whitepapers'
-#: bytes per clock at boost clock (V100: 2048 B/clk x 1530 MHz; A100: 5120 B/clk x 1410 MHz,
-#: NVIDIA A100 Tensor Core GPU Architecture whitepaper), absent where no such figure is published
+MLE = "stas00/ml-engineering@744d01e compute/accelerator/README.md"
+_TFLOPS_TABLE = f"{MLE} 'TFLOPS comparison table' (dense)"
+
+#: datasheet figures (dense, per GPU). ``sources`` names where each came from.
 SPECS: dict[str, dict[str, Any]] = {
-    "v100": dict(
-        peak_tflops={"fp32": 15.7, "fp16": 125.0}, hbm_GBps=900.0, hbm_GiB=32, sm_count=80,
-        l2_GBps=3133.0,
-        aliases=["V100-SXM2-32GB", "Tesla V100-SXM2-32GB", "V100-SXM2-16GB", "V100"],
-        patterns=["v100"],
-        source="NVIDIA V100 datasheet (reference/devices.csv): fp16 tensor core 125, fp32 15.7 "
-               "TFLOP/s, 0.9 TB/s; no bf16 or tf32 (bf16 runs at the fp32 rate)"),
     "a100": dict(
         peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, hbm_GBps=2039.0,
-        hbm_GiB=80, sm_count=108, l2_GBps=7219.0, aliases=["A100-SXM4-80GB", "A100-SXM-80GB", "A100 80GB", "A100",
-                             "A100-PG509-210"],
-        patterns=["a100"],
-        source="NVIDIA A100 datasheet (reference/devices.csv), SXM4 80GB"),
+        hbm_GiB=80, sm_count=108, l2_GBps=7219.0,
+        aliases=["A100-SXM4-80GB", "A100-SXM-80GB", "A100 80GB", "A100", "A100-PG509-210"],
+        patterns=["a100"], source="NVIDIA A100 datasheet (reference/devices.csv), SXM4 80GB",
+        sources={"peak_tflops, hbm": "../shared/reference/devices.csv (NVIDIA A100 datasheet)",
+                 "sm_count, l2_GBps": "NVIDIA A100 architecture whitepaper (108 SMs; L2 5120 B/clk "
+                                      "x 1410 MHz)"}),
     "a100-40gb": dict(
         peak_tflops={"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, hbm_GBps=1555.0,
-        hbm_GiB=40, sm_count=108, l2_GBps=7219.0, aliases=["A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PG509-200"],
+        hbm_GiB=40, sm_count=108, l2_GBps=7219.0,
+        aliases=["A100-SXM4-40GB", "A100-PCIE-40GB", "A100-PG509-200"],
         patterns=["a100.*40g", "a100-pg509-200"],
         source="NVIDIA A100 datasheet, 40GB variant: 1,555 GB/s (the A100-PG509-200 boards of "
-               "the public traces report 39.4 GiB)"),
+               "the public traces report 39.4 GiB)",
+        sources={"peak_tflops, hbm": "NVIDIA A100 datasheet (40GB variant)",
+                 "sm_count, l2_GBps": "NVIDIA A100 architecture whitepaper"}),
     "h100": dict(
         peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0},
-        hbm_GBps=3350.0, hbm_GiB=80, sm_count=132, aliases=["H100-SXM5-80GB", "H100 80GB HBM3", "H100"],
-        patterns=["h100"], source="NVIDIA H100 SXM5 datasheet (reference/devices.csv)"),
+        hbm_GBps=3350.0, hbm_GiB=80, sm_count=132,
+        aliases=["H100-SXM5-80GB", "H100 80GB HBM3", "H100"], patterns=["h100"],
+        source="NVIDIA H100 SXM5 datasheet (reference/devices.csv)",
+        sources={"peak_tflops, hbm": "../shared/reference/devices.csv (NVIDIA H100 datasheet)",
+                 "sm_count": f"{MLE} 'Caches' third table (132 SMs)"}),
     "h200": dict(
         peak_tflops={"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1979.0},
-        hbm_GBps=4800.0, hbm_GiB=141, sm_count=132, aliases=["H200-SXM-141GB", "H200"], patterns=["h200"],
-        source="NVIDIA H200 SXM datasheet (reference/devices.csv)"),
+        hbm_GBps=4800.0, hbm_GiB=141, sm_count=132, aliases=["H200-SXM-141GB", "H200"],
+        patterns=["h200"], source="NVIDIA H200 SXM datasheet (reference/devices.csv)",
+        sources={"peak_tflops, hbm": "../shared/reference/devices.csv (NVIDIA H200 datasheet)",
+                 "sm_count": f"{MLE} 'Caches' third table (132 SMs)"}),
     "b200": dict(
-        peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-        hbm_GBps=7700.0, hbm_GiB=180, sm_count=148, aliases=["B200-HGX", "B200"], patterns=["b200"],
-        source="NVIDIA B200 (HGX) datasheet (reference/devices.csv); early spec 192 GB / 8 TB/s"),
-    "mi250": dict(
-        peak_tflops={"fp32": 45.25, "bf16": 181.0, "fp16": 181.0}, hbm_GBps=1638.4, hbm_GiB=64,
-        sm_count=104,
-        aliases=["MI250", "AMD Instinct MI250", "MI250-GCD"], patterns=[r"mi250(?!x)"],
-        source="AMD Instinct MI250 datasheet, per GCD (torch sees each of the two GCDs as one "
-               "device): fp32 matrix 45.25 (vector 22.6), fp16/bf16 181 TFLOP/s, 1.64 TB/s, 64 GB"),
+        peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0,
+                     "mxfp8": 4500.0},
+        hbm_GBps=7700.0, hbm_GiB=180, sm_count=148, aliases=["B200-HGX", "B200", "B200-SXM"],
+        patterns=["b200"],
+        source="NVIDIA B200 (HGX, 1000 W) datasheet (reference/devices.csv); early spec 192 GB / 8 TB/s",
+        sources={"peak_tflops, hbm": "../shared/reference/devices.csv (NVIDIA B200 HGX datasheet; "
+                                     "ml-engineering lists fp32 80 / tf32 1125 / 8 TB/s)",
+                 "mxfp8": "NVIDIA Blackwell: MX (block-scaled) FP8 runs at the FP8 tensor-core "
+                          "rate; datasheet FP8/FP6 4.5 PFLOPS dense (DGX B200 datasheet, "
+                          f"{_TFLOPS_TABLE} note 20)",
+                 "sm_count": "https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut "
+                             "(2 dies x 74 SMs enabled = 148)"}),
+    "gb200": dict(
+        peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0,
+                     "mxfp8": 5000.0},
+        hbm_GBps=8000.0, hbm_GiB=186, sm_count=148, aliases=["GB200", "GB200-NVL72", "NVIDIA GB200"],
+        patterns=["gb200"],
+        source="NVIDIA GB200 NVL72 specifications, per Blackwell GPU (1200 W): "
+               f"{_TFLOPS_TABLE} row 'NVIDIA GB200 SXM' (note 23)",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row GB200 (2500 bf16 / 5000 fp8 per GPU; the "
+                                "Verda blog's 2250 / 4500 is the B200 figure)",
+                 "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "hbm": f"{MLE} memory table: 186 GB, 8.0 TB/s (NVIDIA MIG table value)",
+                 "sm_count": "not published for GB200; B200's 148 assumed (same Blackwell die pair)"}),
+    "gb300": dict(
+        peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0,
+                     "mxfp8": 5000.0},
+        hbm_GBps=8000.0, hbm_GiB=288, sm_count=148, aliases=["GB300", "GB300-NVL72", "NVIDIA GB300"],
+        patterns=["gb300"],
+        source="NVIDIA GB300 NVL72 specifications, per Blackwell Ultra GPU (1400 W): "
+               f"{_TFLOPS_TABLE} row 'NVIDIA GB300 SXM' (note 24)",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row GB300 (dense fp4 15000 not modelled)",
+                 "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "hbm": "288 GB HBM3e (NVIDIA GB300 NVL72 page as repeated in the research notes; "
+                        "Verda lists 279 GB usable); 8.0 TB/s = rack 576 TB/s / 72 "
+                        "(https://verda.com/blog/gb300-nvl72-architecture)",
+                 "sm_count": "160 SMs on the full die, shipped SKU not confirmed (B300 SKUs seen "
+                             "with 148 and 152): GB200's 148 assumed"}),
+    "mi300x": dict(
+        peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
+        hbm_GBps=5300.0, hbm_GiB=192, sm_count=304,
+        aliases=["MI300X", "AMD Instinct MI300X", "MI300X-NPS1-SPX-192GB-750W"],
+        patterns=[r"mi300x"],
+        source="AMD Instinct MI300X specifications (750 W): 1307.4 bf16 / 2614.9 fp8 dense, "
+               "5.3 TB/s, 192 GB, 304 CUs",
+        sources={"bf16, fp16, fp8, hbm": "https://raw.githubusercontent.com/alpharomercoma/"
+                                         "MI300X-vs-H200/6077fdc/METHODOLOGY.md spec table",
+                 "fp32, tf32": f"{_TFLOPS_TABLE} row 'AMD MI300X' (163.4 / 653.7, note 17: AMD "
+                               "MI300X specifications)",
+                 "sm_count": "https://chipsandcheese.com/p/testing-amds-giant-mi300x (8 XCDs x "
+                             "38 CUs = 304)"}),
 }
 
-#: bf16/fp16 GEMM plateau calibrated on ONE published measurement: row 1 of Megatron-LM
-#: SC'21 Table 1 (GPT 1.7B, 32 A100, pure data parallelism, 137 TFLOP/s per GPU), the row
-#: that isolates compute (no tensor or pipeline parallelism). Found by bisection with
-#: benchmarks/kernels/calibrate_a100_gemm.py; rows 2-10 of that table are the held-out test
-#: (tests/test_megatron_sc21.py, docs/accuracy.md). It replaces the 0.80 prior for every GPU's
-#: tensor-core GEMMs (the only sustained-load bf16 figure we have), so cross-GPU ratios stay
-#: the datasheet peak ratios.
-GEMM_E_MAX_FROM_MEGATRON = 0.673
-
-#: efficiency parameters: per class, e_max per math dtype, ramp time, spread (docs/devices.md)
-EFFICIENCY: dict[str, dict[str, Any]] = {
-    "gemm": dict(e_max={"default": GEMM_E_MAX_FROM_MEGATRON, "fp32": 0.85, "tf32": 0.60}, t_ramp_us=8.0, spread=0.25),
-    "attention": dict(e_max={"default": 0.55}, t_ramp_us=10.0, spread=0.3),
-    "memory": dict(e_max=0.80, t_ramp_us=1.0),
-    "hopper_attention": dict(e_max={"default": 0.40}),
+#: where a device has no kernel data of its own: what its number is taken from
+DERIVED: dict[str, dict[str, str]] = {
+    "a100-40gb": {"gemm": "a100", "attention": "a100", "memory_fraction": "a100"},
+    "h200": {"gemm_default": "h100 (MAMF table note: 'H200 is the same')", "attention": "h100"},
+    "gb200": {"attention": "b200", "memory_fraction": "b200"},
+    "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
+    "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
 }
+
+#: MAMF rows (data/gemm.csv ``device``) a device's GEMM plateau is solved from, per dtype
+MAMF_ROWS: dict[str, dict[str, str]] = {
+    "a100": {"default": "A100-SXM"}, "a100-40gb": {"default": "A100-SXM"},
+    "h100": {"default": "H100-SXM", "fp8": "H100-SXM"}, "h200": {"default": "H100-SXM", "fp8": "H200-SXM"},
+    "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
+    "gb300": {"default": "GB200", "fp8": "GB200"}, "mi300x": {"default": "MI300X"},
+}
+#: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
+MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
+               "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
+               "gb300": "B300-SXM6-AC", "mi300x": "MI300X"}
 
 #: fixed time per kernel (us): the shortest kernels of the public A100 traces last 2-3 us
-LAUNCH_OVERHEAD_US = 2.5
+LAUNCH_OVERHEAD_US = kf.LAUNCH_US
+#: FP32 SIMT GEMM plateau: cuBLAS SGEMM 7000x1760x1760 reaches 9.9 of ~11 TFLOP/s
+#: (openai-gemm / DeepBench table); no other FP32 GEMM data (MI300X included)
+FP32_GEMM = {"e": 0.85, "t_ramp_us": 8.0}
+#: memory curve ramp (us): small copies of the public A100 traces; kept from the earlier profiles
+MEMORY_T_RAMP_US = 1.0
+SPREAD = {"gemm": 0.25, "attention": 0.3, "default": 0.3}
+#: the FlashAttention-2 paper (arXiv:2307.08691): forward reaches up to 73% of the A100 peak;
+#: taken as head dim 128 at 16k keys, non-causal (the paper's best configuration)
+FA2_A100_MAX = 0.73
+#: FlashAttention-4 (arXiv:2603.05451 abstract): up to 1613 TFLOP/s BF16 on B200; the shape of
+#: the maximum is not given: taken as head dim 128 at 16k keys, non-causal
+FA4_B200_MAX_TFLOPS = 1613.0
+_ASSUMED_MAX_SHAPE = (1.0 * 16, 16384.0, 16384.0, 128.0)  # batch x heads, seq, keys, head dim
 
-#: A100 TF32 GEMM curve calibrated on sampled_128rank_r0 (recommendation-model GEMMs) with
-#: kernel_eval.fit_from_trace(min_alignment=4) under the shape model: sizes are effective
-#: FLOPs (FLOPs over the useful fraction of the issued tile work from the kernels' launch
-#: grids, tile padding and the L2 tile cap, gemm_shape.op_quantization); GEMMs whose kernels
-#: use scalar loads (align1, 142 of 377) are left out. Tested on other traces (ResNet-50),
-#: never on this one. Earlier curve, roofline on raw FLOPs, all GEMMs: 0.30 at 1.7 GFLOP,
-#: 0.32 at 6.7 GFLOP, 0.41 at 69 GFLOP.
+#: A100 TF32 GEMM curve of the size path, calibrated on sampled_128rank_r0 (recommendation-model
+#: GEMMs) with kernel_eval.fit_from_trace(min_alignment=4) under the study's shape model (sizes
+#: in effective FLOPs); tested on the ResNet-50 traces (docs/devices.md).
 A100_TF32_FROM_TRACE: dict[str, Any] = {
     "trace": "sampled_128rank_r0.json.gz",
     "min_alignment": 4,
@@ -94,54 +160,213 @@ A100_TF32_FROM_TRACE: dict[str, Any] = {
     "spread": 0.311,
 }
 
-
 _FLOP_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]   # 1e5 .. 1e14
 _BYTE_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(6, 23)]    # 1e3 .. 1e11
+_UNIT_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]
 
 
-def _compute(peaks: dict[str, float], e_max: dict[str, float], t_ramp_us: float,
-             keys: tuple[str, ...]) -> dict[str, list[list[float]]]:
-    out = {}
-    for key in keys:
-        dt = "bf16" if key == "default" else key
-        peak = peaks.get(dt) or peaks.get("fp16") or peaks["fp32"]
-        e = e_max.get(key, e_max["default"])
-        out[key] = saturating_curve(e, peak * 1e12 * e * t_ramp_us * 1e-6, _FLOP_SIZES)
+def _peak(spec: dict[str, Any], dtype: str) -> float:
+    p = spec["peak_tflops"]
+    return float(p.get(dtype) or p.get("fp8" if dtype == "mxfp8" else "bf16") or p["bf16"])
+
+
+def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
+    """(shape-model plateau per dtype, size-curve E per dtype, source per dtype) of a GPU."""
+    from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
+
+    spec, shared = SPECS[name], kf.FITTED["gemm_shared"]
+    plateau: dict[str, float] = {}
+    curve: dict[str, float] = {}
+    src: dict[str, str] = {}
+    for dt, dev in MAMF_ROWS[name].items():
+        csv_dt = "bf16" if dt == "default" else dt
+        row = kf.mamf_row(dev, csv_dt)
+        peak = _peak(spec, csv_dt)
+        plateau[dt] = kf.solve_plateau(shared, peak, spec["sm_count"], row)
+        curve[dt] = round(float(row["tflops"]) / peak, 4)
+        own = dev.replace("-SXM", "").lower() == name
+        src[dt] = (f"MAMF row {dev} {csv_dt} {row['m']}x{row['n']}x{row['k']} = {row['tflops']} "
+                   f"TFLOP/s (benchmarks/kernels/data/gemm.csv, source MLE-MAMF)"
+                   + ("" if own else f"; {name} has no row of its own: derived from {dev} "
+                      "at the datasheet peak ratio (same fraction of peak)"))
+    if "fp8" in spec["peak_tflops"] and "fp8" not in plateau:
+        plateau["fp8"], curve["fp8"] = plateau["default"], curve["default"]
+        src["fp8"] = "no FP8 GEMM data: the BF16 fraction of peak assumed (derived)"
+    if "fp8" in plateau:  # Hopper has no MX units: its MXFP8 (software block scaling) at FP8's
+        plateau["mxfp8"], curve["mxfp8"] = plateau["fp8"], curve["fp8"]
+        src["mxfp8"] = "no MXFP8 GEMM data: FP8's plateau (derived; DeepGEMM's block-scaled FP8 on H800 reaches the H100 FP8 MAMF)"
+    a100_tf32 = float(A100_TF32_CONV_FROM_TRACE["e_max"])
+    a100_bf16 = kf.solve_plateau(shared, 312.0, 108, kf.mamf_row("A100-SXM", "bf16"))
+    plateau["tf32"] = round(min(a100_tf32, a100_tf32 * plateau["default"] / a100_bf16), 4)
+    curve["tf32"] = round(curve["default"] * plateau["tf32"] / plateau["default"], 4)
+    src["tf32"] = (f"A100: {a100_tf32} = median steady-state TF32 implicit-GEMM e_max of the "
+                   "AlexNet A100 trace (benchmarks/kernels/conv_tf32.py)"
+                   + ("" if name.startswith("a100") else "; this GPU: its BF16 plateau x the "
+                      "A100 TF32 / BF16 ratio (derived, no TF32 data)"))
+    plateau["fp32"], curve["fp32"] = FP32_GEMM["e"], FP32_GEMM["e"]
+    src["fp32"] = "cuBLAS SGEMM 7000x1760x1760: 9.9 of ~11 TFLOP/s (DeepBench), all GPUs"
+    return plateau, curve, src
+
+
+def attention_params(name: str) -> tuple[dict[str, Any], str]:
+    """The attention shape model (plateau per dtype and head dim, kv_half per dtype) and its
+    source text."""
+    fit = kf.FITTED["attention"]
+    fa3, fa3_8 = fit["fa3_bf16"], fit["fa3_fp8"]
+
+    def scaled(pts: list, factor: float) -> list[list[float]]:
+        return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
+
+    base = {"plateau": {"default": fa3["plateau"], "fp8": fa3_8["plateau"]},
+            "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
+    family = {"a100-40gb": "a100", "h200": "h100", "gb200": "b200", "gb300": "b200"}.get(name, name)
+    if family == "h100":
+        return base, ("FlashAttention-3 paper, H100 SXM5 forward, non-causal rows: plateau per "
+                      "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, "
+                      "data/attention.csv, source FA3)" + ("; H200: H100's (same SMs and clocks, "
+                                                           "compute-bound)" if name == "h200" else ""))
+    at_max = _unit_eff(fa3, _ASSUMED_MAX_SHAPE)
+    if family == "a100":
+        fa2 = fit["fa2_bf16"]
+        e128 = dict(fa2["plateau"])[128.0]
+        f = FA2_A100_MAX / (e128 * _unit_eff({"kv_half": fa2["kv_half"], "plateau": [[128.0, 1.0]]},
+                                             _ASSUMED_MAX_SHAPE))
+        return ({"plateau": {"default": scaled(fa2["plateau"], f)},
+                 "kv_half": {"default": fa2["kv_half"]}},
+                f"FlashAttention-2: head-dim ratios and kv_half fitted on FA2's H100 rows (FA3 paper, "
+                f"data/attention.csv), scaled to the FA2 paper's A100 maximum {FA2_A100_MAX} of "
+                "peak at head dim 128 (arXiv:2307.08691, forward); derived, no A100 per-length data")
+    if family == "b200":
+        f = FA4_B200_MAX_TFLOPS / 2250.0 / (at_max * dict(fa3["plateau"])[128.0])
+        return ({"plateau": {"default": scaled(fa3["plateau"], f), "fp8": scaled(fa3_8["plateau"], f)},
+                 "kv_half": base["kv_half"]},
+                f"FlashAttention-4 (arXiv:2603.05451): {FA4_B200_MAX_TFLOPS:g} TFLOP/s on B200 taken at "
+                "head dim 128, 16k keys, non-causal; head-dim and length shape from FA3 on H100 "
+                "(derived); FP8 scaled like BF16 (no FP8 data)"
+                + ("" if name == "b200" else f"; {name}: B200's fractions of peak (same FA4 kernels)"))
+    if family == "mi300x":
+        h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
+        m = kf.solve_plateau(kf.FITTED["gemm_shared"], 1307.4, 304, kf.mamf_row("MI300X", "bf16"))
+        return ({"plateau": {"default": scaled(fa3["plateau"], m / h), "fp8": scaled(fa3_8["plateau"], m / h)},
+                 "kv_half": base["kv_half"]},
+                "no MI300X attention data (published numbers are figures only): H100 FA3 x "
+                f"(MI300X / H100 GEMM plateau = {m / h:.3f}) (derived)")
+    raise KeyError(name)
+
+
+def _unit_eff(fit: dict[str, Any], shape: tuple[float, ...]) -> float:
+    import numpy as np
+
+    from tracesim.hardware.shapemodel import AttentionShapeModel
+
+    m = AttentionShapeModel({"default": tuple((float(d), float(e)) for d, e in fit["plateau"])},
+                            {"default": float(fit["kv_half"])})
+    return float(m.efficiency("default", 1, np.array([shape]))[0]) / float(
+        np.interp(np.log2(shape[3]), np.log2([p[0] for p in fit["plateau"]]),
+                  [p[1] for p in fit["plateau"]]))
+
+
+def memory_fraction(name: str) -> tuple[float, str]:
+    """E_mem of a GPU: its achieved FluidX3D bandwidth over the profile's ``hbm_GBps``, or,
+    without a row of its own, the nearest device's achieved fraction of its datasheet."""
+    dev = MEMORY_ROWS[name]
+    row = next(r for r in kf.rows("membw") if r["device"] == dev
+               and r["benchmark"].startswith("FluidX3D LBM FP32/FP32"))
+    own = name not in DERIVED or "memory_fraction" not in DERIVED[name]
+    if own:
+        frac = float(row["achieved_GBps"]) / SPECS[name]["hbm_GBps"]
+        how = f"{row['achieved_GBps']} GB/s achieved / {SPECS[name]['hbm_GBps']:g} GB/s"
+    else:
+        frac = kf.memory_fraction(dev)
+        how = (f"{name} has no row: {dev}'s {row['achieved_GBps']} / {row['spec_GBps']} GB/s "
+               "(its fraction of its datasheet bandwidth, derived)")
+    return round(frac, 4), (f"FluidX3D LBM FP32/FP32 (streaming, bandwidth-bound) on {dev}: "
+                            f"{how} (data/membw.csv, source FLUIDX3D)")
+
+
+def _attention_unit_curve(att: dict[str, Any], dtype: str, peak: float) -> list[list[float]]:
+    """Efficiency per (batch, head) unit of 4 L^2 d FLOPs at head dim 128 (size path)."""
+    import numpy as np
+
+    pts = att["plateau"].get(dtype) or att["plateau"]["default"]
+    e = float(np.interp(7.0, np.log2([p[0] for p in pts]), [p[1] for p in pts]))
+    half = float(att["kv_half"].get(dtype, att["kv_half"]["default"]))
+    out = []
+    for u in _UNIT_SIZES:
+        seq = math.sqrt(u / (4 * 128.0))
+        out.append([u, round(max(e * seq / (seq + half), 1e-4), 4)])
     return out
 
 
 def profile(name: str) -> dict[str, Any]:
-    """The profile mapping of a shipped GPU."""
+    """The profile mapping of a generated GPU."""
     spec = SPECS[name]
     peaks = spec["peak_tflops"]
-    bw = spec["hbm_GBps"] * 1e9
-    mem = EFFICIENCY["memory"]
-    memory = saturating_curve(mem["e_max"], bw * mem["t_ramp_us"] * 1e-6, _BYTE_SIZES)
-    g = EFFICIENCY["gemm"]
-    gemm_keys = tuple(k for k in ("default", "fp32", "tf32") if k == "default" or k in peaks)
-    a = dict(EFFICIENCY["attention"])
-    if name in ("h100", "h200", "b200"):
-        a["e_max"] = EFFICIENCY["hopper_attention"]["e_max"]
-    flat = [[1.0, 1.0]]
-    compute = _compute(peaks, g["e_max"], g["t_ramp_us"], gemm_keys)
-    if name in ("a100", "a100-40gb"):
+    shared = kf.FITTED["gemm_shared"]
+    ramp = kf.FITTED["gemm_curve_t_ramp_us"]
+    plateau, curve_e, gsrc = gemm_plateaus(name)
+    att, asrc = attention_params(name)
+    mem_e, msrc = memory_fraction(name)
+    memory = saturating_curve(mem_e, spec["hbm_GBps"] * 1e9 * MEMORY_T_RAMP_US * 1e-6, _BYTE_SIZES)
+    compute: dict[str, Any] = {}
+    for key in ("default", "fp8", "mxfp8", "tf32", "fp32"):
+        if key not in curve_e:
+            continue
+        peak = _peak(spec, "bf16" if key == "default" else key) * 1e12
+        t = FP32_GEMM["t_ramp_us"] if key == "fp32" else ramp
+        compute[key] = saturating_curve(curve_e[key], peak * curve_e[key] * t * 1e-6, _FLOP_SIZES)
+    if name.startswith("a100"):
         compute["tf32"] = [list(p) for p in A100_TF32_FROM_TRACE["points"]]
+    att_curves = {k: _attention_unit_curve(att, k, _peak(spec, "bf16" if k == "default" else k))
+                  for k in att["plateau"]}
     eff: dict[str, Any] = {
-        "default": {"compute": flat, "memory": copy.deepcopy(memory), "spread": 0.3},
-        "gemm": {"compute": compute, "memory": copy.deepcopy(memory), "spread": g["spread"]},
-        "attention": {"compute": _compute(peaks, a["e_max"], a["t_ramp_us"], ("default",))["default"],
-                      "memory": copy.deepcopy(memory), "spread": a["spread"]},
+        "default": {"compute": [[1.0, 1.0]], "memory": copy.deepcopy(memory), "spread": SPREAD["default"]},
+        "gemm": {"compute": compute, "memory": copy.deepcopy(memory), "spread": SPREAD["gemm"]},
+        "attention": {"compute_size": "unit", "compute": att_curves, "memory": copy.deepcopy(memory),
+                      "spread": SPREAD["attention"]},
     }
-    return {
+    gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "tf32", "fp32")
+                              if k in plateau},
+                  "tiles": [list(t) for t in kf.TILES], **shared}
+    out: dict[str, Any] = {
         "name": name, "kind": "gpu", "source": spec["source"], "aliases": spec["aliases"],
         "patterns": spec["patterns"], "peak_tflops": peaks, "hbm_GBps": spec["hbm_GBps"],
-        "hbm_GiB": spec["hbm_GiB"], "launch_overhead_us": LAUNCH_OVERHEAD_US, "efficiency": eff,
-        **{k: spec[k] for k in ("sm_count", "l2_GBps") if k in spec},
+        "hbm_GiB": spec["hbm_GiB"], "launch_overhead_us": LAUNCH_OVERHEAD_US,
+        "sm_count": spec["sm_count"], **({"l2_GBps": spec["l2_GBps"]} if "l2_GBps" in spec else {}),
+        "efficiency": eff,
+        "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"]}},
+    }
+    out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
+    return out
+
+
+def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], curve_e: dict[str, float],
+                 gsrc: dict[str, str], asrc: str, mem_e: float, msrc: str) -> dict[str, Any]:
+    shared = kf.FITTED["gemm_shared"]
+    return {
+        "datasheet": dict(spec["sources"]),
+        "shape_model.gemm.plateau": {k: f"{plateau[k]}: {gsrc[k]}" for k in plateau},
+        "shape_model.gemm (tiles, k_overhead, split_k_min, fixed_us, wave_overhead_us)": (
+            f"{shared}: fitted once for every GPU on the OpenXLA sm_100 BF16 matmul table, k in "
+            f"{list(kf.CALIBRATION_K)} (41 shapes; data/gemm.csv, source XLA100), the table's own "
+            "level fitted alongside, no shipped plateau above 1 (benchmarks/kernels/kernel_fit.py); "
+            "tiles: CUTLASS / cuBLAS tensor-core tile shapes, not fitted"),
+        "efficiency.gemm.compute (size path)": (
+            f"E = MAMF / peak per dtype ({ {k: curve_e[k] for k in curve_e} }), t_ramp "
+            f"{kf.FITTED['gemm_curve_t_ramp_us']} us fitted by FLOPs alone on the same 41 shapes"
+            + ("; tf32: A100_TF32_FROM_TRACE (sampled_128rank_r0 trace)" if name.startswith("a100")
+               else "") + f"; fp32: ramp {FP32_GEMM['t_ramp_us']} us"),
+        "shape_model.attention, efficiency.attention": (
+            f"{asrc}; size path: the same model at head dim 128 per (batch, head) unit of 4 L^2 d FLOPs"),
+        "efficiency memory curves": (f"E_mem {mem_e}: {msrc}; ramp {MEMORY_T_RAMP_US} us "
+                                     "(small copies of the public A100 traces)"),
+        "launch_overhead_us": f"{LAUNCH_OVERHEAD_US}: the shortest kernels of the public A100 traces last 2-3 us",
+        "spread": f"{SPREAD}: band half-widths, kept from the earlier profiles",
     }
 
 
 def write_all(directory: str | Path | None = None) -> list[Path]:
-    """Write every shipped GPU profile; returns the paths."""
+    """Write every generated GPU profile; returns the paths."""
     from tracesim.fileio import write_yaml
     from tracesim.hardware.device import DEVICES_DIR
 

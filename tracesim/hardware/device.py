@@ -28,6 +28,10 @@ linearly in log10(size) and held constant beyond the ends. A dtype missing from
 peak). Normalised names: lower case, spaces and underscores as ``-``, vendor prefixes
 (``nvidia-``, ``tesla-``, ``amd-``, ``instinct-``) removed.
 
+``shape_model`` (optional; :mod:`tracesim.hardware.shapemodel`) gives GEMM and attention
+efficiencies from an op's shape ``(batch, m, n, k)`` where the cost model is given one;
+``calibration`` (free-form) records where each number came from.
+
 ``compute_size`` says what size the compute curve is read at: ``total`` (default) the op's
 FLOPs; ``unit`` the FLOPs of one of its independent work units (attention: one (batch, head)
 pair, :func:`tracesim.ops.rules.work_units`). On a CPU the units run one after
@@ -50,12 +54,13 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.hardware.shapemodel import ShapeModel, parse_shape_model
 from tracesim.strict import check_keys, get_number, get_str
 
 #: the shipped profiles (package data)
 DEVICES_DIR = Path(str(resources.files("tracesim.hardware") / "devices"))
 
-PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
 
 #: dtype -> the peak_tflops keys tried in order
 PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
@@ -64,11 +69,12 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
     "bf16": ("bf16", "fp32"),
     "fp16": ("fp16", "bf16", "fp32"),
     "fp8": ("fp8", "fp16", "bf16", "fp32"),
+    "mxfp8": ("mxfp8", "fp8", "fp16", "bf16", "fp32"),  # block-scaled FP8 (Blackwell MX formats)
 }
 
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
-                  "calibration", "threads", "notes", "sm_count", "l2_GBps")
+                  "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model")
 _PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
@@ -116,6 +122,8 @@ class DeviceProfile:
         kind: ``gpu`` or ``cpu``.
         sm_count: streaming multiprocessors (AMD: compute units), 0 if unknown.
         l2_GBps: L2 read bandwidth in GB/s, 0 if unknown.
+        shape_model: shape-aware GEMM / attention efficiency (:mod:`tracesim.hardware.shapemodel`),
+            used for ops whose shape is known; None: the size curves only.
     """
 
     name: str
@@ -130,6 +138,7 @@ class DeviceProfile:
     source: str = ""
     sm_count: int = 0
     l2_GBps: float = 0.0
+    shape_model: ShapeModel | None = None
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -263,6 +272,8 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         sm_count=int(get_number(data, "sm_count", file=file, where=where, kind=int, allow_zero=True,
                                 default=0)),
         l2_GBps=get_number(data, "l2_GBps", file=file, where=where, allow_zero=True, default=0.0),
+        shape_model=(parse_shape_model(data["shape_model"], file, f"{where}.shape_model")
+                     if data.get("shape_model") is not None else None),
         raw=MappingProxyType(dict(data)),
     )
 
@@ -341,7 +352,7 @@ def device_from_properties(props: Mapping[str, Any]) -> str | None:
     """Profile name for a Kineto ``deviceProperties`` entry (name, memory, SM count), or None.
 
     Uses the name first; AMD devices that report a generic name ("AMD Radeon Graphics") are
-    told apart by compute capability and CU count (104 CUs per MI250 GCD).
+    told apart by compute capability and CU count (104 CUs per MI250 GCD, 304 per MI300X).
     """
     name = str(props.get("name", ""))
     hit = _lookup_name(name) if name else None
@@ -353,4 +364,6 @@ def device_from_properties(props: Mapping[str, Any]) -> str | None:
     if "amd" in name.lower() or "radeon" in name.lower():
         if props.get("computeMajor") == 9 and props.get("numSms") == 104:
             return "mi250"
+        if props.get("computeMajor") == 9 and props.get("numSms") == 304:
+            return "mi300x"
     return None

@@ -28,6 +28,7 @@ from typing import Any
 from tracesim.ops import costrules
 from tracesim.ops.dtypes import DEFAULT_DTYPE
 from tracesim.ops.rules import work_units  # also registers every rule with costrules
+from tracesim.ops.shapes import op_shape
 
 #: the op classes, in the order the reports list them
 OP_CLASSES = (
@@ -55,6 +56,8 @@ class OpCost:
         dtype: the compute dtype (fp32 | tf32 | bf16 | fp16 | fp8 | fp64 | int64 | ...).
         units: independent work units the FLOPs split into (attention: batch x heads; 1
             otherwise; :func:`tracesim.ops.rules.work_units`).
+        shape: ``(batch, m, n, k)`` of a GEMM or an attention (:func:`tracesim.ops.shapes.op_shape`),
+            None for other ops or unknown shapes; the cost model's shape-aware path reads it.
     """
 
     op_class: str
@@ -62,6 +65,7 @@ class OpCost:
     bytes: float
     dtype: str
     units: float = 1.0
+    shape: tuple[int, int, int, int] | None = None
 
 
 # --------------------------------------------------------------------------- classification
@@ -324,7 +328,8 @@ def _op_cost(name: str, input_dims: list | None, input_types: list[str] | None,
         flops, nbytes = costrules.cost_of(name, cls, args)
         if not (flops >= 0.0 and nbytes >= 0.0) or flops == float("inf") or nbytes == float("inf"):
             return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
-        return OpCost(cls, float(flops), float(nbytes), args.dtype, work_units(name, args))
+        shape = op_shape(name, args) if cls in ("gemm", "attention") else None
+        return OpCost(cls, float(flops), float(nbytes), args.dtype, work_units(name, args), shape)
     except Exception:  # noqa: BLE001 - contract: never raise on odd input
         return OpCost("other", 0.0, 0.0, DEFAULT_DTYPE)
 

@@ -20,6 +20,7 @@ A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.m
       oversubscription: 1      # optional (default 1): leaf down / up capacity ratio
       nics_per_leaf: 32        # optional (default 32): NIC ports per leaf switch
       switch_latency_us: 0.25  # optional (default 0.25): each switch-to-switch hop
+      routing: adaptive        # optional (default adaptive): adaptive | ecmp (see below)
     collectives:               # optional
       select: {all_reduce: [nvls, ring]}          # per collective: auto or preference list
       algorithms:
@@ -45,6 +46,9 @@ from tracesim.strict import check_keys, get_number, get_str
 
 INTRA_KINDS = ("nvswitch", "nvlink_mesh", "nvlink_ring", "pcie")
 FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
+#: how flows use equal-cost uplinks: spread evenly over all of them (adaptive routing,
+#: InfiniBand's default with NCCL) or pinned to one by a per-flow hash (static ECMP)
+ROUTINGS = ("adaptive", "ecmp")
 #: collectives a cluster spec may name in ``collectives.select``
 COLLECTIVES = (
     "all_reduce",
@@ -90,7 +94,10 @@ class InterNodeSpec:
     ``switch_latency_us``. ``levels`` counts switch levels (1: one switch, or one per rail;
     2: leaf + spine; 3: leaf + spine + core). ``oversubscription`` is a leaf's NIC-facing
     capacity over its uplink capacity. ``nics_per_leaf`` is the NIC ports of a leaf (for a
-    rail-optimised fabric: the nodes whose NICs of one rail share a leaf).
+    rail-optimised fabric: the nodes whose NICs of one rail share a leaf). ``routing``:
+    ``adaptive`` spreads every flow over all equal-cost uplinks (adaptive routing or packet
+    spraying: a leaf's uplinks act as one bundle); ``ecmp`` pins each flow to one uplink by a
+    hash of its endpoints (static ECMP, where a few large flows can collide).
     """
 
     nics_per_node: int
@@ -101,6 +108,7 @@ class InterNodeSpec:
     oversubscription: float = DEFAULT_OVERSUBSCRIPTION
     nics_per_leaf: int = DEFAULT_NICS_PER_LEAF
     switch_latency_us: float = DEFAULT_SWITCH_LATENCY_US
+    routing: str = "adaptive"
 
     @property
     def nic_GBps(self) -> float:
@@ -248,7 +256,7 @@ _TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "s
                  "host_contention")
 _INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
 _INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
-_INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us")
+_INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us", "routing")
 
 
 def _get_bool(data: Mapping[str, Any], key: str, *, file: Any, where: str) -> bool:
@@ -306,6 +314,7 @@ def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> In
             data, "switch_latency_us", file=file, where=w, allow_zero=True,
             default=DEFAULT_SWITCH_LATENCY_US,
         ),
+        routing=get_str(data, "routing", file=file, where=w, choices=ROUTINGS, default="adaptive"),
     )
 
 

@@ -1,0 +1,187 @@
+"""Kernel-level accuracy of the shipped GPU profiles: calibrated-on and tested-on data.
+
+Every row of ``benchmarks/kernels/data`` is timed by the cost model
+(:func:`tracesim.hardware.costmodel.op_time_ns`) on its device's shipped profile, with the
+op's shape (the shape path) and without it (the size path, what template replays use), and
+compared with the measured time (from the published TFLOP/s). ``role`` says whether the rows
+calibrated a number of the profile (:mod:`benchmarks.kernels.kernel_fit`) or are held out.
+
+``python -m benchmarks.kernels.kernel_accuracy`` prints the table of docs/devices.md
+("Kernel-level accuracy"); ``--rows`` prints every row's predicted / measured time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from benchmarks.kernels import kernel_fit as kf
+from tracesim.hardware.costmodel import op_time_ns
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured kernel: its profile, class, dtype, FLOPs, bytes, work units, shape."""
+
+    group: str
+    role: str
+    profile: str
+    op_class: str
+    dtype: str
+    flops: float
+    nbytes: float
+    units: float
+    shape: tuple[float, float, float, float]
+    measured_s: float
+    label: str
+
+    def predicted_s(self, shaped: bool = True) -> float:
+        return op_time_ns(self.profile, self.op_class, self.flops, self.nbytes, self.dtype,
+                          self.units, self.shape if shaped else None) * 1e-9
+
+
+def _gemm_case(group: str, role: str, r: dict[str, str], profile: str | None = None) -> Case:
+    b, m, n, k = (float(r[c]) for c in ("batch", "m", "n", "k"))
+    elt = 1.0 if r["dtype"] == "fp8" else 2.0
+    return Case(group, role, profile or r["profile"], "gemm", r["dtype"], 2 * b * m * n * k,
+                b * (m * k + k * n) * elt + b * m * n * 2.0, 1.0, (b, m, n, k), kf.measured_s(r),
+                f"{r['device']} {r['dtype']} {int(b)}x{int(m)}x{int(n)}x{int(k)}")
+
+
+def gemm_cases() -> list[Case]:
+    """Every GEMM row on a shipped profile, grouped and labelled calibrated / tested."""
+    cal, held = kf.gemm_split()
+    out = [_gemm_case("XLA sm_100 BF16, k in {256, 1024, 4096}", "calibrated (shape parameters)", r)
+           for r in cal]
+    out += [_gemm_case("XLA sm_100 BF16, k in {512, 2048}", "tested (other k)", r) for r in held]
+    out += [_gemm_case("XLA sm_100 FP8", "tested (other dtype)", r)
+            for r in kf.gemm_rows(source="XLA100", dtype="fp8")]
+    out += [_gemm_case("XLA sm_90 BF16 (H100)", "tested (other device)", r)
+            for r in kf.gemm_rows(source="XLA90")]
+    out += [_gemm_case("DeepGEMM FP8 block-scaled, H800 (h100 profile)", "tested (other device, library)",
+                       r) for r in kf.gemm_rows(source="DEEPGEMM")]
+    own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X"}
+    for r in kf.gemm_rows(source="MLE-MAMF"):
+        if r["profile"] and r["device"] in own:
+            out.append(_gemm_case("MAMF best shape", "calibrated (plateau)", r))
+        elif r["profile"]:
+            out.append(_gemm_case("MAMF, B300 on b200 and GH200 on h100", "tested (other SKU, shape)", r))
+    h200_bf16 = kf.mamf_row("H100-SXM", "bf16")
+    out.append(_gemm_case("MAMF best shape", "calibrated (plateau)", h200_bf16, "h200"))
+    return out
+
+
+def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: str | None = None,
+               fwd_bwd: bool = False) -> Case:
+    seq, d = float(r["seq_len"]), float(r["head_dim"])
+    heads = float(str(r["heads"]).split()[0])
+    units = float(r["batch"]) * heads
+    fwd = 4.0 * units * seq * seq * d * (0.5 if causal else 1.0)
+    shape = (units, seq, seq / 2 if causal else seq, d)
+    elt = 1.0 if r["dtype"] == "fp8" else 2.0
+    nbytes = 4 * units * seq * d * elt
+    # in-step rows count 3 x the causal forward FLOPs (fwd + bwd, ml-engineering's convention)
+    measured = (3.0 if fwd_bwd else 1.0) * fwd / (float(r["tflops"]) * 1e12)
+    return Case(group, role, profile or r["profile"], "attention", r["dtype"], fwd, nbytes, units,
+                shape, measured, f"{r['impl']} {r['dtype']} d{int(d)} L{int(seq)}"
+                + (" causal" if causal else ""))
+
+
+def attention_cases() -> list[Case]:
+    """Attention rows on shipped profiles (forward unless said)."""
+    out = []
+    for r in kf.attention_rows(impl="FlashAttention-3", device="H100-SXM5"):
+        if r["pass"] != "fwd" or r["causal"] == "unknown":
+            continue
+        causal = r["causal"] == "true"
+        role = "tested (causal)" if causal else "calibrated"
+        out.append(_attn_case(f"FA3 paper, H100, {r['dtype'].upper()}" + (", causal" if causal else ""),
+                              role, r, causal))
+    for r in kf.attention_rows(source="PYTORCH-BENCH-2391", impl="FlashAttention-3 (flash_v3)"):
+        out.append(_attn_case("tritonbench FA3, H100-class (non-causal assumed)", "tested (other bench)",
+                              r, False))
+    for r in kf.attention_rows(source="MLE-UPG"):
+        out.append(_attn_case("FA3 (H200) / FA4 (B200) fwd+bwd in a training step, causal",
+                              "tested (backward, other device)", r, True, fwd_bwd=True))
+    return out
+
+
+def predict_fwd_bwd_s(c: Case, shaped: bool = True) -> float:
+    """Forward + backward (2.5x the forward FLOPs, tracesim.ops.rules) of an attention case."""
+    bwd = Case(**{**c.__dict__, "flops": 2.5 * c.flops, "nbytes": 2 * c.nbytes})
+    return c.predicted_s(shaped) + bwd.predicted_s(shaped)
+
+
+def memory_cases() -> list[tuple[str, float, float]]:
+    """(profile, achieved GB/s of FluidX3D FP32/FP32, the profile's large-copy GB/s)."""
+    out = []
+    for r in kf.rows("membw"):
+        if r["profile"] and r["benchmark"].startswith("FluidX3D LBM FP32/FP32"):
+            nbytes = 1e10
+            t = op_time_ns(r["profile"], "elementwise", 0.0, nbytes, "fp32") * 1e-9
+            out.append((r["profile"], float(r["achieved_GBps"]), nbytes / t / 1e9))
+    return out
+
+
+def ratios(cases: list[Case], shaped: bool = True) -> np.ndarray:
+    """Predicted / measured time per case."""
+    out = []
+    for c in cases:
+        fb = c.group.startswith("FA3 (H200) / FA4")
+        t = predict_fwd_bwd_s(c, shaped) if fb else c.predicted_s(shaped)
+        out.append(t / c.measured_s)
+    return np.array(out)
+
+
+def summary(r: np.ndarray) -> dict[str, Any]:
+    """MAPE, median APE, max APE and median predicted/measured of time ratios ``r``."""
+    a = np.abs(r - 1.0)
+    return {"n": int(r.size), "mape": float(a.mean()), "median_ape": float(np.median(a)),
+            "max_ape": float(a.max()), "median_ratio": float(np.median(r))}
+
+
+def table(cases: list[Case]) -> list[dict[str, Any]]:
+    """Per (group, role, profile): the shape path's and the size path's summaries."""
+    keys: dict[tuple[str, str, str], list[Case]] = {}
+    for c in cases:
+        keys.setdefault((c.group, c.role, c.profile), []).append(c)
+    out = []
+    for (g, role, prof), cs in keys.items():
+        out.append({"group": g, "role": role, "profile": prof, "shape": summary(ratios(cs, True)),
+                    "size": summary(ratios(cs, False))})
+    return out
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| data | role | profile | n | MAPE (shape) | median / max APE (shape) | pred/meas "
+             "(shape) | MAPE (size curve) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s, z = r["shape"], r["size"]
+        lines.append(f"| {r['group']} | {r['role']} | {r['profile']} | {s['n']} | {s['mape']:.3f} | "
+                     f"{s['median_ape']:.3f} / {s['max_ape']:.3f} | {s['median_ratio']:.2f} | "
+                     f"{z['mape']:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", action="store_true", help="print every case")
+    args = ap.parse_args()
+    g, a = gemm_cases(), attention_cases()
+    print("GEMM\n" + markdown(table(g)) + "\n\nAttention\n" + markdown(table(a)))
+    print("\nMemory (FluidX3D FP32/FP32 achieved vs the profile's large-copy bandwidth)")
+    print("| profile | achieved GB/s | model GB/s |\n|---|---|---|")
+    for prof, got, model in memory_cases():
+        print(f"| {prof} | {got:g} | {model:.0f} |")
+    if args.rows:
+        for c, r in zip(g + a, np.concatenate([ratios(g), ratios(a)]), strict=True):
+            print(f"{c.role:32s} {c.profile:7s} {c.label:50s} pred/meas {r:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""The shipped GPU profiles against public kernel-level data (benchmarks/kernels/data).
+
+What calibrated what (benchmarks/kernels/kernel_fit.py): the GEMM shape parameters on the
+OpenXLA sm_100 BF16 table's shapes with k in {256, 1024, 4096}; each GEMM plateau on its
+device's MAMF row (best-shape torch.matmul); attention on the FlashAttention-3 paper's H100
+non-causal forward rows; memory on FluidX3D's achieved bandwidth. Every other row here is
+held out: the table's other k, its FP8 half, the H100 table, DeepGEMM's FP8 kernels, MAMF
+rows of other SKUs (B300, GH200), causal attention, another benchmark's FA3 rows, and
+in-step forward + backward attention. Tolerances are stated per test; the numbers they
+guard are in docs/devices.md ("Kernel-level accuracy",
+``python -m benchmarks.kernels.kernel_accuracy``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.kernels import datasheet
+from benchmarks.kernels import kernel_accuracy as acc
+from tracesim.fileio import read_yaml
+from tracesim.hardware.costmodel import op_time_ns
+from tracesim.hardware.device import DEVICES_DIR, get_device, known_devices
+
+
+@pytest.fixture(scope="module")
+def gemm() -> dict[str, np.ndarray]:
+    out: dict[str, list[float]] = {}
+    cases = acc.gemm_cases()
+    for c, r in zip(cases, acc.ratios(cases), strict=True):
+        out.setdefault(f"{c.group}|{c.role}", []).append(float(r))
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _mape(r: np.ndarray) -> float:
+    return float(np.abs(r - 1.0).mean())
+
+
+def _group(d: dict[str, np.ndarray], prefix: str) -> np.ndarray:
+    hits = [v for k, v in d.items() if k.startswith(prefix)]
+    assert hits, prefix
+    return np.concatenate(hits)
+
+
+def test_gemm_reproduces_its_calibration_data(gemm: dict[str, np.ndarray]) -> None:
+    # the plateau of each device is solved from its MAMF row: reproduced to 1%
+    assert np.abs(_group(gemm, "MAMF best shape|calibrated") - 1).max() < 0.01
+    # the shape parameters' 41 shapes, with the shipped B200 profile (MAMF level; the table's
+    # own kernels run ~6% slower): MAPE 8.4%
+    cal = _group(gemm, "XLA sm_100 BF16, k in {256, 1024, 4096}")
+    assert len(cal) == 41 and _mape(cal) < 0.11
+
+
+def test_gemm_predicts_held_out_shapes_and_devices(gemm: dict[str, np.ndarray]) -> None:
+    # (data, MAPE bound; measured at the time of writing in docs/devices.md)
+    bounds = {"XLA sm_100 BF16, k in {512, 2048}": 0.11,          # 7.9%
+              "XLA sm_100 FP8": 0.16,                             # 12.8%
+              "XLA sm_90 BF16 (H100)": 0.17,                      # 13.8%
+              "DeepGEMM FP8 block-scaled": 0.16,                  # 12.4%
+              "MAMF, B300 on b200 and GH200 on h100": 0.15}       # 9.5% (4 rows)
+    for prefix, bound in bounds.items():
+        r = _group(gemm, prefix)
+        assert _mape(r) < bound, (prefix, _mape(r))
+        assert 0.8 < float(np.median(r)) < 1.2, prefix
+
+
+def test_tile_and_wave_quantisation_visible() -> None:
+    b200 = get_device("b200")
+
+    def per_flop(m: int, n: int, k: int, shaped: bool = True) -> float:
+        f = 2.0 * m * n * k
+        return op_time_ns(b200, "gemm", f, 2.0 * (m * k + k * n + m * n), "bf16",
+                          shape=(1, m, n, k) if shaped else None) / f
+
+    # 148 x 4 tiles of 128 x 256 fill the 148 SMs in exactly 4 waves; n one past the tile
+    # multiple adds a column of 148 mostly empty tiles, a fifth wave (k < split_k_min: no stream-K)
+    m = 128 * 148
+    assert per_flop(m, 1025, 1024) > 1.2 * per_flop(m, 1024, 1024)
+    # 148 tiles fill the SMs once; 149 need a second wave
+    assert per_flop(128 * 149, 256, 1024) > 1.3 * per_flop(128 * 148, 256, 1024)
+    # the size curve (no shape) sees neither
+    assert per_flop(m, 1025, 1024, False) == pytest.approx(per_flop(m, 1024, 1024, False), rel=0.01)
+
+
+def test_attention_within_tolerance_of_the_data() -> None:
+    rows: dict[str, list[float]] = {}
+    cases = acc.attention_cases()
+    for c, r in zip(cases, acc.ratios(cases), strict=True):
+        rows.setdefault(c.group, []).append(float(r))
+    got = {k: np.array(v) for k, v in rows.items()}
+    # calibrated: FA3 forward, non-causal, per head dim and length (2.3% / 3.6%)
+    assert _mape(got["FA3 paper, H100, BF16"]) < 0.04
+    assert _mape(got["FA3 paper, H100, FP8"]) < 0.05
+    # held out: causal (mean keys per query = half) 10.0% / 4.9%, another benchmark 6.5%
+    assert _mape(got["FA3 paper, H100, BF16, causal"]) < 0.13
+    assert _mape(got["FA3 paper, H100, FP8, causal"]) < 0.08
+    assert _mape(got["tritonbench FA3, H100-class (non-causal assumed)"]) < 0.10
+    # held out, known gap: the backward runs below the forward's efficiency and FA4 was beta
+    # in the step measured, so forward + backward is predicted too fast (H200 by 19%, B200 36%)
+    step = got["FA3 (H200) / FA4 (B200) fwd+bwd in a training step, causal"]
+    assert (step < 1.0).all() and (step > 0.55).all()
+
+
+def test_a100_attention_stays_in_the_fa2_paper_range() -> None:
+    # calibrated on the paper's maximum (73% of peak, head dim 128 at 16k keys); the rest of
+    # the paper's 50-73% range is not used: every FA3-grid shape must land in it
+    a100 = get_device("a100")
+    effs = []
+    for d in (64, 128, 256):
+        for seq in (512, 1024, 2048, 4096, 8192, 16384):
+            units = 16384 // seq * 2048 // d
+            f = 4.0 * units * seq * seq * d
+            t = op_time_ns(a100, "attention", f, 0.0, "bf16", units, (units, seq, seq, d))
+            effs.append(f / (t * 1e-9) / 312e12)
+    assert max(effs) == pytest.approx(0.73, abs=0.01)
+    assert min(effs) > 0.50
+
+
+def test_memory_reproduces_achieved_bandwidth() -> None:
+    for prof, achieved, model in acc.memory_cases():
+        assert model == pytest.approx(achieved, rel=0.01), prof
+
+
+def test_shipped_profiles_are_the_generated_ones_with_sources() -> None:
+    for name in datasheet.SPECS:
+        shipped = read_yaml(DEVICES_DIR / f"{name}.yaml")
+        assert shipped == datasheet.profile(name), f"{name}: run python -m benchmarks.kernels.datasheet"
+        cal = shipped["calibration"]
+        assert set(cal["shape_model.gemm.plateau"]) == set(shipped["shape_model"]["gemm"]["plateau"])
+        assert all("data/" in v or "derived" in v or "DeepBench" in v or "trace" in v
+                   for v in cal["shape_model.gemm.plateau"].values())
+        assert cal["datasheet"]
+
+
+def test_every_profile_loads_and_no_plateau_beats_the_peak() -> None:
+    for name in known_devices():
+        d = get_device(name)
+        assert d.name == name
+        if d.shape_model is not None:
+            assert d.shape_model.gemm is not None and d.sm_count > 0
+            assert all(0 < e <= 1.0 for e in d.shape_model.gemm.plateau.values()), name
+    for name in ("gb200", "gb300", "mi300x"):
+        assert get_device(name).shape_model is not None
+    # GB300 has no kernel data: its GEMM plateaus are GB200's (same dense peaks), said so
+    gb200, gb300 = get_device("gb200"), get_device("gb300")
+    assert gb300.shape_model.gemm.plateau == gb200.shape_model.gemm.plateau  # type: ignore[union-attr]
+    assert "derived from GB200" in gb300.raw["calibration"]["shape_model.gemm.plateau"]["default"]
+    # MXFP8 runs at the FP8 rate on Blackwell; Hopper has no MX peak and falls back to FP8
+    assert get_device("b200").peak_flops("mxfp8") == get_device("b200").peak_flops("fp8")
+    assert get_device("h100").peak_flops("mxfp8") == pytest.approx(1979e12)

@@ -1,0 +1,202 @@
+"""Shape-aware compute time of GEMMs and attention (the ``shape_model`` of a device profile).
+
+Where the cost model knows an op's shape (``shape = (batch, m, n, k)``), the efficiency of
+its compute part comes from the shape instead of the size curve (docs/devices.md, "The GEMM
+model"):
+
+**GEMM** ``(batch, m, n, k)``, ``C[m, n] = A[m, k] B[k, n]`` per batch. For each candidate
+output tile ``tm x tn`` (the kernel library picks the best one; the model takes the fastest)::
+
+    tiles  = batch * ceil(m / tm) * ceil(n / tn)
+    split  = max(1, min(floor(S / tiles), floor(k / split_k_min)))   # split-K for few tiles
+    waves  = ceil(tiles * split / S)                                   # S = sm_count
+    R_tile = peak[dtype] * plateau[dtype] * min(1, I(tm, tn) / I(tiles[0])) / S
+    t      = fixed + waves * (2 tm tn (ceil(k / split) + k_overhead) / R_tile + wave_overhead)
+
+and, when ``k >= split_k_min`` and there are at least ``S`` tiles, stream-K (the k loops of
+all tiles spread evenly over the SMs, as cuBLAS does on Hopper and Blackwell) if faster::
+
+    t_sk   = fixed + tiles / S * (2 tm tn (k + k_overhead) / R_tile + wave_overhead) + wave_overhead
+
+``I(tm, tn) = tm tn / (tm + tn)`` is a tile's arithmetic intensity (FLOPs per element loaded
+per k step), so smaller tiles run slower per SM; the first listed tile is the full-rate one.
+Partial waves (wave quantisation) and tile padding (tile quantisation) both show as
+``waves * tm * tn`` work for ``m * n`` useful results. The efficiency is the shape's own
+FLOPs over ``peak * t``; the op's time is its FLOPs at that efficiency.
+
+**Attention** ``(batch * heads, seq_q, kv, head_dim)`` with ``kv`` the mean key length per
+query (``seq_kv``; about half of it for causal attention, :mod:`tracesim.ops.shapes`)::
+
+    eff = plateau[dtype](head_dim) * kv / (kv + kv_half[dtype]) * fill
+    fill = q_tiles / (ceil(q_tiles / S) * S),  q_tiles = batch * heads * ceil(seq_q / tile_q)
+
+``plateau`` is interpolated in log2(head_dim) between the listed head dims and held beyond.
+
+This module holds the parsed parameters and the vectorised formulas only; it imports nothing
+from the rest of ``tracesim.hardware`` (device.py parses profiles with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from tracesim.errors import InputError
+from tracesim.strict import check_keys, get_number
+
+#: the dtype keys a plateau may list (besides ``default``)
+PLATEAU_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
+
+
+@dataclass(frozen=True)
+class GemmShapeModel:
+    """Parameters of the GEMM formula (module docstring); times in microseconds."""
+
+    plateau: Mapping[str, float]
+    tiles: tuple[tuple[int, int], ...]
+    k_overhead: float
+    wave_overhead_us: float
+    split_k_min: float
+    fixed_us: float
+
+    def efficiency(self, dtype: str) -> float:
+        """Mainloop efficiency (fraction of peak) of a full-rate tile for ``dtype``."""
+        return float(self.plateau.get(dtype, self.plateau["default"]))
+
+    def time_s(self, peak_flops: float, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
+        """Seconds of the compute part (no launch overhead) of GEMMs of ``shape`` (n x 4)."""
+        b, m, n, k = (np.asarray(shape[:, i], dtype=float) for i in range(4))
+        s = float(max(sm_count, 1))
+        e = self.efficiency(dtype)
+        i_max = _intensity(*self.tiles[0])
+        best = np.full(b.shape, np.inf)
+        for tm, tn in self.tiles:
+            rate = peak_flops * e * min(1.0, _intensity(tm, tn) / i_max) / s
+            tiles = b * np.ceil(m / tm) * np.ceil(n / tn)
+            split = np.maximum(1.0, np.minimum(np.floor(s / tiles), np.floor(k / self.split_k_min)))
+            waves = np.ceil(tiles * split / s)
+            per_wave = 2.0 * tm * tn * (np.ceil(k / split) + self.k_overhead) / rate
+            t = waves * (per_wave + self.wave_overhead_us * 1e-6)
+            # stream-K: with k long enough, the tiles' k loops are spread evenly over the SMs
+            full = 2.0 * tm * tn * (k + self.k_overhead) / rate + self.wave_overhead_us * 1e-6
+            t_sk = tiles / s * full + self.wave_overhead_us * 1e-6
+            t = np.where((k >= self.split_k_min) & (tiles >= s), np.minimum(t, t_sk), t)
+            best = np.minimum(best, t)
+        return best + self.fixed_us * 1e-6
+
+
+@dataclass(frozen=True)
+class AttentionShapeModel:
+    """Parameters of the attention formula (module docstring)."""
+
+    plateau: Mapping[str, tuple[tuple[float, float], ...]]
+    kv_half: Mapping[str, float]
+    tile_q: int = 128
+
+    def efficiency(self, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
+        """Efficiency (fraction of peak, <= 1) of attention ops of ``shape`` (n x 4)."""
+        pts = self.plateau.get(dtype) or self.plateau["default"]
+        half = float(self.kv_half.get(dtype, self.kv_half["default"]))
+        u, q, kv, d = (np.asarray(shape[:, i], dtype=float) for i in range(4))
+        x = np.log2([p[0] for p in pts])
+        e = np.interp(np.log2(np.maximum(d, 1.0)), x, [p[1] for p in pts])
+        s = float(max(sm_count, 1))
+        q_tiles = u * np.ceil(q / self.tile_q)
+        fill = q_tiles / (np.ceil(q_tiles / s) * s)
+        return np.minimum(e * kv / (kv + half) * fill, 1.0)
+
+
+@dataclass(frozen=True)
+class ShapeModel:
+    """The shape-aware parts of a device profile (either may be absent)."""
+
+    gemm: GemmShapeModel | None = None
+    attention: AttentionShapeModel | None = None
+
+    def compute_time_s(self, op_class: str, dtype: str, peak_flops: float, sm_count: int,
+                       shape: np.ndarray, flops: np.ndarray) -> np.ndarray | None:
+        """Seconds of the compute part of ``op_class`` ops with ``shape`` and ``flops``, or
+        None when this model has no part for the class. The shape sets the efficiency; the
+        time is the op's FLOPs at that efficiency."""
+        if op_class == "gemm" and self.gemm is not None:
+            own = 2.0 * shape[:, 0] * shape[:, 1] * shape[:, 2] * shape[:, 3]
+            t = self.gemm.time_s(peak_flops, dtype, sm_count, shape)
+            return np.asarray(t * flops / np.maximum(own, 1.0))
+        if op_class == "attention" and self.attention is not None:
+            eff = self.attention.efficiency(dtype, sm_count, shape)
+            return np.asarray(flops / (peak_flops * np.maximum(eff, 1e-9)))
+        return None
+
+
+def _intensity(tm: int, tn: int) -> float:
+    return tm * tn / (tm + tn)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _plateau_keys(data: Any, file: str | Path | None, where: str) -> Mapping[str, Any]:
+    check_keys(data, ("default",), PLATEAU_DTYPES, file=file, where=where)
+    return data
+
+
+def _fraction(v: Any, file: str | Path | None, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise InputError(f"expected an efficiency in (0, 1], got {v!r}", file, where)
+    return float(v)
+
+
+def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
+    check_keys(data, ("plateau", "tiles", "k_overhead", "wave_overhead_us", "split_k_min",
+                      "fixed_us"), ("source",), file=file, where=where)
+    plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
+    tiles = data["tiles"]
+    if (not isinstance(tiles, list) or not tiles
+            or not all(isinstance(t, list) and len(t) == 2 and all(isinstance(x, int)
+                       and not isinstance(x, bool) and x > 0 for x in t) for t in tiles)):
+        raise InputError(f"expected a list of [tm, tn] positive integers, got {tiles!r}", file,
+                         f"{where}.tiles")
+    num = {k: get_number(data, k, file=file, where=where, allow_zero=k != "split_k_min")
+           for k in ("k_overhead", "wave_overhead_us", "split_k_min", "fixed_us")}
+    return GemmShapeModel(
+        plateau=MappingProxyType({str(k): _fraction(v, file, f"{where}.plateau.{k}")
+                                  for k, v in plat.items()}),
+        tiles=tuple((int(t[0]), int(t[1])) for t in tiles), **num)
+
+
+def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShapeModel:
+    check_keys(data, ("plateau", "kv_half"), ("tile_q", "source"), file=file, where=where)
+    plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
+    out: dict[str, tuple[tuple[float, float], ...]] = {}
+    for key, pts in plat.items():
+        place = f"{where}.plateau.{key}"
+        if not isinstance(pts, list) or not pts or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, (int, float))
+                                                            and not isinstance(x, bool) for x in p)
+                for p in pts):
+            raise InputError(f"expected a list of [head_dim, efficiency], got {pts!r}", file, place)
+        dims = [float(p[0]) for p in pts]
+        if any(d <= 0 for d in dims) or dims != sorted(set(dims)):
+            raise InputError("head dims must be positive and increasing", file, place)
+        out[str(key)] = tuple((float(p[0]), _fraction(p[1], file, place)) for p in pts)
+    halves = _plateau_keys(data["kv_half"], file, f"{where}.kv_half")
+    return AttentionShapeModel(
+        plateau=MappingProxyType(out),
+        kv_half=MappingProxyType({str(k): get_number(halves, k, file=file, where=f"{where}.kv_half",
+                                                     allow_zero=True) for k in halves}),
+        tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128))
+
+
+def parse_shape_model(data: Any, file: str | Path | None = None,
+                      where: str = "device.shape_model") -> ShapeModel:
+    """A :class:`ShapeModel` from a profile's ``shape_model`` mapping (strict keys)."""
+    check_keys(data, (), ("gemm", "attention", "source"), file=file, where=where)
+    return ShapeModel(
+        gemm=_gemm(data["gemm"], file, f"{where}.gemm") if "gemm" in data else None,
+        attention=(_attention(data["attention"], file, f"{where}.attention")
+                   if "attention" in data else None))

@@ -1,0 +1,200 @@
+"""Published end-to-end measurements, replayed row by row: ``tracesim validate published``.
+
+Two table formats are read (the columns decide):
+
+* **Megatron-Bridge performance summary** (NeMo 25.11 on DGX H100, DGX B200, GB200 and
+  GB300 NVL72): ``system, model, gpus, precision, gbs, mbs, seq_len, fsdp, tp, pp, cp, vp,
+  ep, ga, tokens_per_s_per_gpu``; compared on tokens/s per GPU. Every row is replayed with
+  the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
+  ``DGX-B200`` -> ``dgx-b200``, ``DGX-GB200`` -> ``gb200-nvl72``, ``DGX-GB300`` ->
+  ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
+  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP).
+* **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
+  layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
+  paper's FLOP formula, replayed with the 2021 stack (unfused attention, gradients reduced
+  after the backward pass, full recomputation, interleaved schedule, micro-batch 1).
+
+Nothing here is fitted: each row's options follow from the row and the stack. The same
+rules apply to tables not in the repository.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracesim.catalog import cluster_with_nodes
+from tracesim.errors import InputError
+from tracesim.options import ReplayOptions
+
+BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
+                  "tokens_per_s_per_gpu")
+SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
+                "tflops_per_gpu")
+#: system name -> (shipped cluster spec, GPUs per node of that spec)
+SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
+           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene"}
+#: precision column -> (dtype, FP8 recipe)
+PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
+              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published row, its replay and the comparison.
+
+    ``metric``: what is compared (``tokens_per_s_per_gpu`` or ``tflops_per_gpu``);
+    ``rel_error`` = predicted / published - 1. ``wall_s``: the replay's wall time.
+    """
+
+    table: str
+    label: str
+    options: dict[str, Any]
+    metric: str
+    published: float
+    predicted: float
+    rel_error: float
+    iteration_time_s: float
+    wall_s: float
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "row": self.label, "options": _jsonable(self.options),
+                "metric": self.metric, "published": self.published,
+                "predicted": self.predicted, "rel_error": self.rel_error,
+                "iteration_time_s": self.iteration_time_s, "wall_s": self.wall_s,
+                "warnings": list(self.warnings)}
+
+
+def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
+    return {k: (getattr(v, "name", v) if not isinstance(v, (int, float, str, bool)) else v)
+            for k, v in opts.items()}
+
+
+def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
+    """(format, rows) of a published table: ``bridge`` or ``sc21`` (module docstring)."""
+    p = Path(path)
+    try:
+        with p.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except FileNotFoundError:
+        raise InputError("file not found", p) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"not a readable CSV table ({exc})", p) from None
+    cols = set(rows[0]) if rows else set()
+    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("sc21", SC21_COLUMNS)):
+        if set(need) <= cols:
+            return fmt, rows
+    raise InputError("neither a Megatron-Bridge performance table (columns "
+                     f"{', '.join(BRIDGE_COLUMNS)}) nor SC'21 Table 1 (columns "
+                     f"{', '.join(SC21_COLUMNS)})", p, "header")
+
+
+def _int(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
+    text = (row.get(key) or "").strip()
+    if not text and default is not None:
+        return default
+    try:
+        return int(float(text))
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", path, f"row {k + 2}: {key}") from None
+
+
+def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of a Megatron-Bridge row (module docstring)."""
+    system = row["system"].strip()
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
+                         f"row {k + 2}: system")
+    prec = row["precision"].strip()
+    if prec not in PRECISIONS:
+        raise InputError(f"unknown precision {prec!r} (known: {', '.join(PRECISIONS)})", path,
+                         f"row {k + 2}: precision")
+    gpus = _int(row, "gpus", path, k)
+    tp, pp = _int(row, "tp", path, k), _int(row, "pp", path, k)
+    cp, ep = _int(row, "cp", path, k, 1), _int(row, "ep", path, k, 1)
+    vp, fsdp = _int(row, "vp", path, k, 1), _int(row, "fsdp", path, k, 0)
+    dtype, recipe = PRECISIONS[prec]
+    opts: dict[str, Any] = {
+        "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
+        "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
+        "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
+        "template": "analytic",
+    }
+    if recipe:
+        opts["fp8_recipe"] = recipe
+    if vp > 1:
+        opts["vpp"] = vp
+    if fsdp > 0:
+        opts["fsdp"] = True
+    elif opts["dp"] > 1:
+        opts["zero"] = 1  # Megatron's distributed optimizer
+    return opts
+
+
+def sc21_flops(row: dict[str, str]) -> float:
+    """The paper's model FLOPs per iteration: 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
+    b, s, v = int(row["global_batch"]), 2048, 51200
+    h, n_layers = int(row["hidden"]), int(row["layers"])
+    return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
+
+
+def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of an SC'21 Table 1 row (module docstring)."""
+    params = float(row["params_billion"])
+    tp, pp, gpus = _int(row, "tp", path, k), _int(row, "pp", path, k), _int(row, "gpus", path, k)
+    return {
+        "model": f"gpt3-{params:g}b" if params < 1000 else "gpt3-1t",
+        "cluster": "a100-selene", "tp": tp, "pp": pp, "dp": gpus // (tp * pp),
+        "global_batch": _int(row, "global_batch", path, k), "schedule": "interleaved",
+        "recompute": "full", "micro_batch": 1, "template": "analytic", "attention": "unfused",
+        "dp_overlap": False, "stack": "megatron-2021",
+    }
+
+
+def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
+                  ) -> Iterator[PublishedRow]:
+    """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
+    from tracesim.pipeline.run import predict
+
+    for path in paths:
+        p = Path(path)
+        fmt, rows = read_table(p)
+        for k, row in enumerate(rows):
+            if fmt == "bridge":
+                opts = bridge_options(row, p, k)
+                label = (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
+                         f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}")
+            else:
+                opts = sc21_options(row, p, k)
+                label = f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}"
+            if only is not None and not only(label):
+                continue
+            t0 = time.perf_counter()
+            res = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}"))
+            wall = time.perf_counter() - t0
+            it = res.iteration_time_s
+            if fmt == "bridge":
+                metric, published = "tokens_per_s_per_gpu", float(row["tokens_per_s_per_gpu"])
+                predicted = (res.tokens_per_s or 0.0) / int(row["gpus"])
+            else:
+                metric, published = "tflops_per_gpu", float(row["tflops_per_gpu"])
+                predicted = sc21_flops(row) / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
+            yield PublishedRow(p.name, label, opts, metric, published, predicted,
+                               predicted / published - 1.0 if published else 0.0, it, wall,
+                               tuple(res.warnings))
+
+
+def summary(rows: list[PublishedRow]) -> dict[str, Any]:
+    """Mean absolute error, the largest error and how many rows are within 10% and 20%."""
+    errs = [abs(r.rel_error) for r in rows]
+    if not errs:
+        return {"rows": 0}
+    return {"rows": len(errs), "mean_abs_error": sum(errs) / len(errs), "max_abs_error": max(errs),
+            "within_10pct": sum(e <= 0.10 for e in errs), "within_20pct": sum(e <= 0.20 for e in errs),
+            "max_wall_s": max(r.wall_s for r in rows)}
