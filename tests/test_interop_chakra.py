@@ -162,8 +162,15 @@ def _attr_bool(name: str, value: bool) -> bytes:
     return _ld(10, _ld(1, name.encode()) + _key(27, 0) + _enc_varint(int(value)))
 
 
-def encode_node(nid: int, name: str, ntype: int, dur_us: int, deps: list[int], attrs: bytes) -> bytes:
+def _attr_double(name: str, value: float) -> bytes:
+    return _ld(10, _ld(1, name.encode()) + _key(3, 1) + struct.pack("<d", value))
+
+
+def encode_node(nid: int, name: str, ntype: int, dur_us: int, deps: list[int], attrs: bytes,
+                ctrl: tuple[int, ...] = ()) -> bytes:
     body = _key(1, 0) + _enc_varint(nid) + _ld(2, name.encode()) + _key(3, 0) + _enc_varint(ntype)
+    if ctrl:
+        body += _ld(4, b"".join(_enc_varint(d) for d in ctrl))
     if deps:
         body += _ld(5, b"".join(_enc_varint(d) for d in deps))
     body += _key(7, 0) + _enc_varint(dur_us) + attrs
@@ -328,3 +335,157 @@ def test_representative_graph_is_refused(built, tmp_path):
     graph, _ = built
     with pytest.raises(InputError, match="representative"):
         export_chakra(graph.replace(meta={**graph.meta, "representatives": True}), tmp_path / "w")
+
+
+# ---------------------------------------------------------------- every attribute, golden
+
+
+def _ts(**kv: object) -> bytes:
+    """``tracesim.*`` attributes (ints as int64_val, floats as double_val, str as string_val)."""
+    out = b""
+    for k, v in kv.items():
+        name = "tracesim." + k
+        out += (_attr_double(name, v) if isinstance(v, float) else _attr_str(name, v)
+                if isinstance(v, str) else _attr_int(name, 9, int(v)))
+    return out
+
+
+def write_mixed(prefix: Path) -> None:
+    """Three ranks exercising every node type and attribute the importer reads.
+
+    Rank 0 (foreign, out of id order, a dependency on a higher id: topological order by
+    heap): a memory node, GPU / CPU / unmarked COMP nodes, collectives on a named group, on
+    "" and on "0" (all ranks) with comm types 0, 2, 7 and 8 (REDUCE_SCATTER_BLOCK), sends
+    with and without ``comm_src``, a METADATA node, data and ctrl dependencies. Rank 1
+    (foreign, ids in order): a receive without ``comm_dst``. Rank 2: tracesim's own
+    attributes (lanes, exact durations, gaps, step, layer, float flops / bytes, match keys),
+    in a file order that puts a node before one it depends on.
+    """
+    comp, send, recv, coll, meta, load = 4, 5, 6, 7, 1, 2
+    i32, i64, u64 = 7, 9, 13
+
+    def cl(ctype: int, pg: str, size: int) -> bytes:
+        return _attr_int("comm_type", i64, ctype) + _attr_int("comm_size", i64, size) + _attr_str("pg_name", pg)
+
+    def p2p(src: int | None, dst: int | None, tag: int, size: int) -> bytes:
+        out = _attr_int("comm_tag", i32, tag) + _attr_int("comm_size", i64, size)
+        if src is not None:
+            out += _attr_int("comm_src", i32, src)
+        if dst is not None:
+            out += _attr_int("comm_dst", i32, dst)
+        return out
+
+    r0 = [encode_node(3, "fwd", comp, 5, [10], _attr_bool("is_cpu_op", False)
+                      + _attr_int("num_ops", i64, 1000) + _attr_int("tensor_size", u64, 64)),
+          encode_node(10, "load", load, 1, [], b""),
+          encode_node(7, "host", comp, 2, [10], _attr_bool("is_cpu_op", True), ctrl=(10,)),
+          encode_node(5, "ar", coll, 3, [3, 7], cl(0, "1", 4096)),
+          encode_node(6, "ag", coll, 2, [5], cl(2, "", 128)),
+          encode_node(8, "rsb", coll, 2, [6], cl(8, "2", 512)),
+          encode_node(9, "send", send, 1, [8], p2p(0, 1, 4, 256)),
+          encode_node(11, "send2", send, 1, [9], p2p(None, 2, 4, 64)),
+          encode_node(12, "meta", meta, 0, [11], b"")]
+    r1 = [encode_node(0, "fwd", comp, 4, [], b""),
+          encode_node(1, "ar", coll, 3, [0], cl(0, "1", 4096)),
+          encode_node(2, "ag", coll, 2, [1], cl(2, "0", 128)),
+          encode_node(3, "rs", coll, 2, [2], cl(7, "2", 512)),
+          encode_node(4, "recv", recv, 1, [3], p2p(0, None, 4, 256)),
+          encode_node(5, "bwd", comp, 6, [4], _attr_int("num_ops", i64, 7))]
+    gpu = {"lane_kind": "gpu"}
+    r2 = [encode_node(0, "k0", comp, 1, [], _ts(dur_ns=1234, gap_ns=56, lane="stream:7", kind="gpu",
+                                              op_class="gemm", phase="fwd", step="ProfilerStep#4",
+                                              layer=3, flops=1.5e9, bytes=2.5e6, **gpu)),
+          encode_node(1, "ag", coll, 9, [0], cl(2, "", 128) + _ts(
+              dur_ns=9000, lane="comm:tp", kind="coll", group_kind="tp", collective="all_gather",
+              match_key="coll||0", **gpu)),
+          encode_node(2, "recv", recv, 1, [1], p2p(0, 2, 4, 64) + _ts(dur_ns=10, lane="recv",
+                                                                    match_key="p2p|0|2|4|0", **gpu)),
+          encode_node(4, "k1", comp, 2, [3, 0], _ts(dur_ns=2000, lane="stream:7", phase="bwd", **gpu),
+                      ctrl=(0,)),
+          encode_node(3, "cpu", comp, 1, [0], _attr_bool("is_cpu_op", True) + _ts(
+              dur_ns=700, lane="cpu:1", lane_kind="cpu", kind="cpu", msg_bytes=77))]
+    for r, nodes in enumerate((r0, r1, r2)):
+        Path(f"{prefix}.{r}.et").write_bytes(encode_meta() + b"".join(nodes))
+    Path(f"{prefix}.json").write_text(json.dumps({"1": [0, 1], "2": [0, 1, 2]}))
+
+
+def _rows(g) -> list[tuple]:
+    t = g.tasks
+    lanes = g.lanes["name"].astype(str).to_numpy()
+    cols = ("rank", "name", "kind", "dur_ns", "gap_ns", "op_class", "phase", "step", "layer",
+            "flops", "bytes", "collective", "group_kind", "msg_bytes", "peer", "match_key")
+    out = []
+    for i in range(len(t)):
+        row = tuple(t[c].iat[i] for c in cols)
+        grp = int(t["group"].iat[i])
+        out.append(tuple(x if isinstance(x, str) else float(x) if isinstance(x, float) else int(x)
+                         for x in row) + (str(lanes[t["lane"].iat[i]]),
+                                          g.groups[grp] if grp >= 0 else ()))
+    return out
+
+
+# rank, name, kind, dur_ns, gap_ns, op_class, phase, step, layer, flops, bytes, collective,
+# group_kind, msg_bytes, peer, match_key, lane, group members
+GOLDEN = [
+    (0, "load", "gpu", 1000, 0, "other", "other", "", -1, 0.0, 0.0, "", "", 0, -1, "", "other", ()),
+    (0, "fwd", "gpu", 5000, 0, "other", "other", "", -1, 1000.0, 64.0, "", "", 0, -1, "", "compute", ()),
+    (0, "host", "cpu", 2000, 0, "other", "other", "", -1, 0.0, 0.0, "", "", 0, -1, "", "cpu", ()),
+    (0, "ar", "coll", 3000, 0, "comm", "other", "", -1, 0.0, 0.0, "all_reduce", "", 4096, -1,
+     "coll|1|0", "comm:pg1", (0, 1)),
+    (0, "ag", "coll", 2000, 0, "comm", "other", "", -1, 0.0, 0.0, "all_gather", "", 128, -1,
+     "coll||0", "comm:pg0", (0, 1, 2)),
+    (0, "rsb", "coll", 2000, 0, "comm", "other", "", -1, 0.0, 0.0, "reduce_scatter", "", 512, -1,
+     "coll|2|0", "comm:pg2", (0, 1, 2)),
+    (0, "send", "send", 1000, 0, "comm", "other", "", -1, 0.0, 0.0, "send", "", 256, 1,
+     "p2p|0|1|4|0", "send", ()),
+    (0, "send2", "send", 1000, 0, "comm", "other", "", -1, 0.0, 0.0, "send", "", 64, 2,
+     "p2p|0|2|4|0", "send", ()),
+    (0, "meta", "gpu", 0, 0, "other", "other", "", -1, 0.0, 0.0, "", "", 0, -1, "", "other", ()),
+    (1, "fwd", "gpu", 4000, 0, "other", "other", "", -1, 0.0, 0.0, "", "", 0, -1, "", "compute", ()),
+    (1, "ar", "coll", 3000, 0, "comm", "other", "", -1, 0.0, 0.0, "all_reduce", "", 4096, -1,
+     "coll|1|0", "comm:pg1", (0, 1)),
+    (1, "ag", "coll", 2000, 0, "comm", "other", "", -1, 0.0, 0.0, "all_gather", "", 128, -1,
+     "coll|0|0", "comm:pg0", (0, 1, 2)),
+    (1, "rs", "coll", 2000, 0, "comm", "other", "", -1, 0.0, 0.0, "reduce_scatter", "", 512, -1,
+     "coll|2|0", "comm:pg2", (0, 1, 2)),
+    (1, "recv", "recv", 1000, 0, "comm", "other", "", -1, 0.0, 0.0, "recv", "", 256, 0,
+     "p2p|0|1|4|0", "recv", ()),
+    (1, "bwd", "gpu", 6000, 0, "other", "other", "", -1, 7.0, 0.0, "", "", 0, -1, "", "compute", ()),
+    (2, "k0", "gpu", 1234, 56, "gemm", "fwd", "ProfilerStep#4", 3, 1.5e9, 2.5e6, "", "", 0, -1, "",
+     "stream:7", ()),
+    (2, "ag", "coll", 9000, 0, "comm", "other", "", -1, 0.0, 0.0, "all_gather", "tp", 128, -1,
+     "coll||0", "comm:tp", (0, 1, 2)),
+    (2, "recv", "recv", 10, 0, "comm", "other", "", -1, 0.0, 0.0, "recv", "", 64, 0, "p2p|0|2|4|0",
+     "recv", ()),
+    (2, "k1", "gpu", 2000, 0, "other", "bwd", "", -1, 0.0, 0.0, "", "", 0, -1, "", "stream:7", ()),
+    (2, "cpu", "cpu", 700, 0, "other", "other", "", -1, 0.0, 0.0, "", "", 77, -1, "", "cpu:1", ()),
+]
+GOLDEN_EDGES = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (4, 5), (5, 6), (7, 8), (9, 10), (10, 11),
+                (11, 12), (12, 13), (13, 14), (15, 16), (16, 17), (19, 18), (15, 19)]
+GOLDEN_LANES = [(0, "other", "gpu"), (0, "compute", "gpu"), (0, "cpu", "cpu"), (0, "comm:pg1", "gpu"),
+                (0, "comm:pg0", "gpu"), (0, "comm:pg2", "gpu"), (0, "send", "gpu"),
+                (1, "compute", "gpu"), (1, "comm:pg1", "gpu"), (1, "comm:pg0", "gpu"),
+                (1, "comm:pg2", "gpu"), (1, "recv", "gpu"), (2, "stream:7", "gpu"),
+                (2, "comm:tp", "gpu"), (2, "recv", "gpu"), (2, "cpu:1", "cpu")]
+
+
+def test_every_node_type_and_attribute_golden(tmp_path):
+    """The task table, edges, lanes and groups of :func:`write_mixed` (values fixed when the
+    importer read node by node through the protobuf runtime, kept by the bulk reader)."""
+    write_mixed(tmp_path / "mx")
+    g = import_chakra(tmp_path / "mx")
+    assert _rows(g) == GOLDEN
+    assert list(zip(g.edges["src"].tolist(), g.edges["dst"].tolist(), strict=True)) == GOLDEN_EDGES
+    assert set(g.edges["kind"].astype(str)) == {"data"}
+    lanes = list(zip(g.lanes["rank"].tolist(), g.lanes["name"].astype(str), g.lanes["kind"].astype(str),
+                     strict=True))
+    assert lanes == GOLDEN_LANES
+    assert g.groups == ((0, 1), (0, 1, 2))
+    assert g.meta["imported_from"]["format"] == "chakra"
+    # --chakra-plain: rank 2 as another tool reads it (microseconds, lanes by node type)
+    plain = _rows(import_chakra(tmp_path / "mx", plain=True))
+    assert plain[:15] == GOLDEN[:15]
+    assert [r[1:4] + r[15:17] for r in plain[15:]] == [
+        ("k0", "gpu", 1000, "", "compute"), ("ag", "coll", 9000, "coll||0", "comm:pg0"),
+        ("recv", "recv", 1000, "p2p|0|2|4|0", "recv"), ("cpu", "cpu", 1000, "", "cpu"),
+        ("k1", "gpu", 2000, "", "compute")]

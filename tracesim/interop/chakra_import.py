@@ -9,22 +9,27 @@ topologically (smallest node id first among the ready ones); collectives on one
 communicator match across ranks by their order, sends and receives by (src, dst, tag,
 order); a collective's ranks come from the communicator-group JSON (``pg_name`` empty or
 ``0``: all ranks).
+
+The files are read in bulk: every distinct node message is decoded once
+(:mod:`tracesim.interop.chakra_decode`), and each rank's tasks, lanes, groups, match keys
+and edges are computed with array operations over the decoded rows (:class:`_Ranks`); the
+task table keeps its strings as Categoricals, as the builder's graphs do.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import re
-from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
+from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop import chakra_schema as pb
-from tracesim.interop.chakra_schema import COMM_NAMES
+from tracesim.interop.chakra_decode import NodeTable
+from tracesim.interop.chakra_ranks import Ranks
+from tracesim.interop.chakra_scan import Scanner
 from tracesim.trace.kineto import load_json_file
 
 _ET_NAME = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et$")
@@ -83,35 +88,6 @@ def read_et(path: Path) -> tuple[Any, list[Any]]:
     return meta, nodes
 
 
-def _attrs(msg: Any, plain: bool = False) -> dict[str, Any]:
-    return {a.name: pb.attr_value(a) for a in msg.attr
-            if not (plain and a.name.startswith("tracesim."))}
-
-
-def _order(nodes: list[Any], deps: list[set[int]], ids: dict[int, int], path: Path) -> list[int]:
-    """Positions of ``nodes`` in a topological order (smallest node id first among ready)."""
-    n = len(nodes)
-    indeg = [len(d) for d in deps]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    for v, ds in enumerate(deps):
-        for d in ds:
-            succ[ids[d]].append(v)
-    heap = [(nodes[v].id, v) for v in range(n) if indeg[v] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, v = heapq.heappop(heap)
-        out.append(v)
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(heap, (nodes[w].id, w))
-    if len(out) != n:
-        stuck = min(nodes[v].id for v in range(n) if indeg[v] > 0)
-        raise InputError("the dependencies form a cycle", path, f"node {stuck}")
-    return out
-
-
 def load_comm_groups(path: str | Path | None) -> dict[str, tuple[int, ...]]:
     """Read an ASTRA-sim communicator-group JSON (``{"<id>": [ranks]}``)."""
     if path is None:
@@ -152,146 +128,36 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
     else:
         groups_by_pg = load_comm_groups(comm_groups)
     all_ranks = tuple(files)
-    rows: dict[str, list[Any]] = defaultdict(list)
-    lane_rows: list[tuple[int, str, str]] = []
-    edges: list[tuple[int, int, str]] = []
-    groups: dict[tuple[int, ...], int] = {}
+    table = NodeTable(plain, groups_by_pg, all_ranks)
+    scanner = Scanner(table)
+    ranks = Ranks(table, all_ranks)
     graph_meta: dict[str, Any] = {}
     for r, path in files.items():
-        gm, nodes = read_et(path)
-        gattrs = _attrs(gm, plain)
-        if "tracesim.meta_json" in gattrs and not graph_meta:
-            try:
-                graph_meta = dict(json.loads(gattrs["tracesim.meta_json"]))
-            except ValueError:
-                graph_meta = {}
-        ids: dict[int, int] = {}
-        for i, nd in enumerate(nodes):
-            if nd.id in ids:
-                raise InputError("duplicate node id", path, f"node {nd.id}")
-            ids[nd.id] = i
-        deps = []
-        for nd in nodes:
-            ds = set(nd.data_deps) | set(nd.ctrl_deps)
-            missing = [d for d in ds if d not in ids]
-            if missing:
-                raise InputError(f"depends on missing node {missing[0]}", path, f"node {nd.id}")
-            deps.append(ds)
-        native = not plain and bool(nodes) and all(
-            any(x.name == "tracesim.lane" for x in nd.attr) for nd in nodes)
-        # tracesim's own files keep the task order (lanes run in it); others: topological
-        order = list(range(len(nodes))) if native else _order(nodes, deps, ids, path)
-        base = len(rows["name"])
-        pos = {v: base + k for k, v in enumerate(order)}
-        lanes: dict[str, int] = {}
-        last_on_lane: dict[int, int] = {}
-        ordinals: dict[tuple, int] = defaultdict(int)
-        for v in order:
-            nd = nodes[v]
-            a = _attrs(nd, plain)
-            task = _task(nd, a, r, path, groups_by_pg, all_ranks, ordinals)
-            lane_name = str(a.get("tracesim.lane") or task.pop("_lane"))
-            task.pop("_lane", None)
-            if lane_name not in lanes:
-                lanes[lane_name] = len(lane_rows)
-                lane_kind = str(a.get("tracesim.lane_kind") or ("cpu" if task["kind"] == "cpu" else "gpu"))
-                lane_rows.append((r, lane_name, lane_kind))
-            lane = lanes[lane_name]
-            members = task.pop("_members")
-            task["group"] = groups.setdefault(members, len(groups)) if members else -1
-            task["lane"] = lane
-            for col, val in task.items():
-                rows[col].append(val)
-            me = pos[v]
-            prev = last_on_lane.get(lane, -1)
-            for d in sorted(deps[v], key=lambda x: pos[ids[x]]):
-                s = pos[ids[d]]
-                if s != prev:
-                    edges.append((s, me, "data"))
-            last_on_lane[lane] = me
-    tasks = make_tasks(dict(rows))
-    lane_df = make_lanes({"rank": [x[0] for x in lane_rows], "name": [x[1] for x in lane_rows],
-                          "kind": [x[2] for x in lane_rows]})
-    edge_df = make_edges([e[0] for e in edges], [e[1] for e in edges], [e[2] for e in edges])
-    group_list = tuple(sorted(groups, key=lambda g: groups[g]))
+        scanned = scanner.scan(path)
+        if not graph_meta and not plain:
+            graph_meta = _graph_meta(scanned.meta)
+        table.flush()
+        ranks.add(r, path, scanned)
+    del scanner, scanned
+    table.release()
     graph_meta["imported_from"] = {"format": "chakra", "prefix": str(prefix)}
-    graph = TaskGraph(tasks, edge_df, lane_df, group_list, graph_meta)
+    graph = ranks.graph(graph_meta)
     try:
-        graph.validate()
+        ranks.check(graph)
     except ValueError as exc:
         raise InputError(f"the ET files do not form a replayable graph: {exc}", prefix) from None
     return graph
 
 
-def _task(nd: Any, a: Mapping[str, Any], r: int, path: Path,
-          groups_by_pg: Mapping[str, tuple[int, ...]], all_ranks: tuple[int, ...],
-          ordinals: dict[tuple, int]) -> dict[str, Any]:
-    """The task-table row of one node (plus ``_lane`` default and ``_members``)."""
-    where = f"node {nd.id}"
-    dur = a.get("tracesim.dur_ns")
-    dur_ns = int(dur) if dur is not None else int(nd.duration_micros) * 1000
-    task: dict[str, Any] = {
-        "rank": r, "name": nd.name, "dur_ns": dur_ns,
-        "gap_ns": int(a.get("tracesim.gap_ns", 0)),
-        "op_class": str(a.get("tracesim.op_class", "other")),
-        "phase": str(a.get("tracesim.phase", "other")),
-        "step": str(a.get("tracesim.step", "")),
-        "layer": int(a.get("tracesim.layer", -1)),
-        "group_kind": str(a.get("tracesim.group_kind", "")),
-        "flops": float(a.get("tracesim.flops", a.get("num_ops", 0) or 0)),
-        "bytes": float(a.get("tracesim.bytes", a.get("tensor_size", 0) or 0)),
-        "collective": "", "msg_bytes": int(a.get("tracesim.msg_bytes", 0)), "peer": -1,
-        "_members": (),
-    }
-    typ = nd.type
-    key = a.get("tracesim.match_key")
-    if typ == pb.COMM_COLL_NODE:
-        ctype = int(a.get("comm_type", -1) or 0) if "comm_type" in a else -1
-        if ctype not in COMM_NAMES:
-            raise InputError(f"collective without a known comm_type ({a.get('comm_type')!r})",
-                             path, where)
-        pg = str(a.get("pg_name", "") or "")
-        if pg in ("", "0"):
-            members = all_ranks
-        elif pg in groups_by_pg:
-            members = groups_by_pg[pg]
-        else:
-            raise InputError(f"communicator group {pg!r} is not in the communicator-group JSON",
-                             path, where)
-        if r not in members:
-            raise InputError(f"rank {r} is not a member of communicator group {pg!r}", path, where)
-        coll = str(a.get("tracesim.collective") or COMM_NAMES[ctype])
-        if key is None:
-            n = ordinals[("coll", pg)]
-            ordinals[("coll", pg)] = n + 1
-            key = f"coll|{pg}|{n}"
-        task.update(kind="coll", collective=coll, msg_bytes=int(a.get("comm_size", 0) or 0),
-                    op_class=str(a.get("tracesim.op_class", "comm")), _members=members,
-                    _lane=f"comm:pg{pg or 0}")
-    elif typ in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
-        send = typ == pb.COMM_SEND_NODE
-        src = int(a.get("comm_src", r if send else -1))
-        dst = int(a.get("comm_dst", r if not send else -1))
-        if (src if send else dst) != r:
-            raise InputError(f"{'send' if send else 'receive'} of rank {r} names "
-                             f"{'comm_src' if send else 'comm_dst'} {src if send else dst}",
-                             path, where)
-        peer = dst if send else src
-        if peer < 0 or peer not in all_ranks:
-            raise InputError(f"peer rank {peer} has no ET file", path, where)
-        if key is None:
-            ident = (src, dst, int(a.get("comm_tag", 0) or 0))
-            n = ordinals[("p2p",) + ident]
-            ordinals[("p2p",) + ident] = n + 1
-            key = f"p2p|{ident[0]}|{ident[1]}|{ident[2]}|{n}"
-        task.update(kind="send" if send else "recv", collective="send" if send else "recv",
-                    peer=peer, msg_bytes=int(a.get("comm_size", 0) or 0),
-                    op_class=str(a.get("tracesim.op_class", "comm")),
-                    _lane="send" if send else "recv")
-    else:
-        cpu = bool(a.get("is_cpu_op", False)) if typ == pb.COMP_NODE else False
-        kind = str(a.get("tracesim.kind") or ("cpu" if cpu else "gpu"))
-        lane = {pb.COMP_NODE: "cpu" if cpu else "compute"}.get(typ, "other")
-        task.update(kind=kind, _lane=lane)
-    task["match_key"] = key or ""
-    return task
+def _graph_meta(gm: Any) -> dict[str, Any]:
+    """The graph meta tracesim's exporter put in the GlobalMetadata ({} when absent)."""
+    text = None
+    for a in gm.attr:
+        if a.name == "tracesim.meta_json":
+            text = pb.attr_value(a)
+    if text is None:
+        return {}
+    try:
+        return dict(json.loads(text))
+    except (ValueError, TypeError):
+        return {}
