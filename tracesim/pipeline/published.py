@@ -8,7 +8,9 @@ Two table formats are read (the columns decide):
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-GB200`` -> ``gb200-nvl72``, ``DGX-GB300`` ->
   ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
-  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP).
+  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP);
+  layers that do not split evenly over the pipeline chunks are split as the recipes do
+  (:func:`pipeline_split`).
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, gradients reduced
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracesim.catalog import cluster_with_nodes
+from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
 
@@ -130,11 +132,36 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_recipe"] = recipe
     if vp > 1:
         opts["vpp"] = vp
+    split = pipeline_split(load_model(opts["model"]).layers, pp, max(vp, 1))
+    if split is not None:
+        opts["stage_layers"] = split
     if fsdp > 0:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
     return opts
+
+
+def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Transformer layers per model chunk (``pp * vp`` entries, pipeline order) when
+    ``layers`` do not split evenly, else None. As Megatron-Bridge's recipes for such models
+    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``):
+    the embedding and the loss count as one layer each, so the first and the last chunk run
+    one transformer layer fewer; where ``layers + 2`` does not divide either, the earlier
+    chunks take one more (Llama 3.1 405B's 126 layers on pp 8 x vp 8: 1, 2, ..., 2, 1).
+    When that would leave a chunk empty, the layers alone are spread that way (DeepSeek-V3's
+    61 on 32 chunks: 29 of 2, 3 of 1)."""
+    n = pp * vp
+    if n <= 1 or layers % n == 0 or layers < n:
+        return None  # even, or fewer layers than chunks (the layout check says so)
+    base, rem = divmod(layers + 2, n)
+    out = [base + (1 if i < rem else 0) for i in range(n)]
+    out[0] -= 1
+    out[-1] -= 1
+    if min(out) < 1:
+        base, rem = divmod(layers, n)
+        out = [base + (1 if i < rem else 0) for i in range(n)]
+    return tuple(out)
 
 
 def sc21_flops(row: dict[str, str]) -> float:

@@ -1,0 +1,118 @@
+"""``tracesim validate published``: the row-to-layout rules, the table formats, bad input and
+real replays of rows of both shipped reference tables.
+
+The accuracy over whole tables is a benchmark (docs/accuracy.md, "Published end-to-end
+tables"), not asserted here: nothing is fitted to those rows, and a bound written after
+seeing them would prove nothing. What is asserted is that each row becomes the layout the
+publication ran (stack, precision, sharding, pipeline split) and replays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracesim.catalog import load_model
+from tracesim.cli import cli as main
+from tracesim.errors import InputError
+from tracesim.pipeline.published import (
+    bridge_options,
+    pipeline_split,
+    read_table,
+    sc21_flops,
+    sc21_options,
+    summary,
+    validate_rows,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference"
+BRIDGE = SHARED / "megatron_bridge_25_11.csv"
+SC21 = SHARED / "megatron_sc21_table1.csv"
+
+
+def test_pipeline_split_counts_embedding_and_loss_as_layers() -> None:
+    assert pipeline_split(32, 4, 2) is None  # even: Megatron's default split
+    s = pipeline_split(126, 8, 8)  # Llama 3.1 405B in the H100 / B200 recipes
+    assert s is not None and len(s) == 64 and sum(s) == 126
+    assert s[0] == s[-1] == 1 and set(s[1:-1]) == {2}
+    s = pipeline_split(126, 8, 4)
+    assert s is not None and (s[0], s[-1], sum(s), len(s)) == (3, 3, 126, 32)
+    s = pipeline_split(61, 2, 4)  # 63 units over 8 chunks: the earlier ones take one more
+    assert s is not None and sum(s) == 61 and max(s) - min(s) <= 2
+    assert pipeline_split(3, 4, 2) is None  # fewer layers than chunks: the layout check says so
+
+
+def test_both_tables_are_recognised() -> None:
+    fmt, rows = read_table(BRIDGE)
+    assert fmt == "bridge" and len(rows) >= 20
+    fmt, rows = read_table(SC21)
+    assert fmt == "sc21" and len(rows) == 10
+    # the paper's formula for GPT-3 175B-like row 7 (145.6B): ~4.2e18 FLOP per iteration
+    assert 1e18 < sc21_flops(rows[6]) < 1e19
+
+
+def test_bridge_rows_become_the_recipes_layouts() -> None:
+    _, rows = read_table(BRIDGE)
+    seen = set()
+    for k, row in enumerate(rows):
+        o = bridge_options(row, BRIDGE, k)
+        assert o["stack"] == "megatron-core" and o["template"] == "analytic"
+        assert o["tp"] * o["pp"] * o["cp"] * o["dp"] == int(row["gpus"])
+        prec = row["precision"]
+        assert (o["dtype"] == "fp8") == prec.startswith("fp8")
+        if prec == "fp8-mx":
+            assert o["fp8_recipe"] == "mxfp8"
+        layers = load_model(o["model"]).layers
+        chunks = o["pp"] * o.get("vpp", 1)
+        if layers % chunks:
+            assert sum(o["stage_layers"]) == layers and len(o["stage_layers"]) == chunks
+        else:
+            assert "stage_layers" not in o
+        assert o.get("fsdp", False) == (int(row["fsdp"] or 0) > 0)
+        assert "zero" not in o or (o["zero"] == 1 and o["dp"] > 1)
+        seen.add(row["system"])
+    assert seen == {"DGX-H100", "DGX-B200", "DGX-GB200", "DGX-GB300"}
+
+
+def test_sc21_rows_run_the_2021_stack() -> None:
+    _, rows = read_table(SC21)
+    o = sc21_options(rows[-1], SC21, 9)
+    assert o["model"] == "gpt3-1t" and o["stack"] == "megatron-2021"
+    assert (o["tp"], o["pp"], o["dp"]) == (8, 64, 6)
+    assert o["attention"] == "unfused" and o["recompute"] == "full" and not o["dp_overlap"]
+
+
+def test_real_rows_replay() -> None:
+    """The smallest SC'21 row and the 8-GPU Llama 3 8B rows of every system."""
+    got = list(validate_rows([SC21], only=lambda s: "32 GPUs" in s))
+    got += list(validate_rows([BRIDGE], only=lambda s: "llama3-8b" in s))
+    assert len(got) == 5
+    for r in got:
+        assert r.predicted > 0 and r.iteration_time_s > 0 and r.wall_s > 0
+        assert r.rel_error == pytest.approx(r.predicted / r.published - 1)
+    s = summary(got)
+    assert s["rows"] == 5 and s["within_10pct"] <= s["within_20pct"] <= 5
+    # a faster GPU of the same layout is predicted faster: GB300 > GB200 >= B200 > H100
+    by = {r.label.split()[0]: r.predicted for r in got if "llama3-8b" in r.label}
+    assert by["DGX-GB300"] > by["DGX-B200"] > by["DGX-H100"]
+
+
+def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["validate", "published", str(SC21), "--only", "32 GPUs",
+                                    "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["summary"]["rows"] == 1 and doc["rows"][0]["metric"] == "tflops_per_gpu"
+    bad = tmp_path / "t.csv"
+    bad.write_text("a,b\n1,2\n")
+    res = CliRunner().invoke(main, ["validate", "published", str(bad)])
+    assert res.exit_code == 2 and "t.csv" in res.output and "Traceback" not in res.output
+    text = BRIDGE.read_text().splitlines()
+    bad.write_text("\n".join([text[0], text[1].replace("fp8-cs", "fp4")]) + "\n")
+    res = CliRunner().invoke(main, ["validate", "published", str(bad)])
+    assert res.exit_code == 2 and "precision" in res.output
+    with pytest.raises(InputError, match="file not found"):
+        read_table(tmp_path / "missing.csv")
