@@ -60,11 +60,13 @@ def check_path(topo, route, src, dst):
         assert first_nic.startswith("nic")
 
 
+@pytest.mark.parametrize("routing", ["adaptive", "ecmp"])
 @pytest.mark.parametrize("topology, levels", [("fat_tree", 1), ("fat_tree", 2), ("fat_tree", 3),
                                               ("spine_leaf", 2), ("rail_optimized", 2),
                                               ("rail_optimized", 3)])
-def test_routes_are_shortest_paths(topology, levels):
-    c = make(topology=topology, levels=levels, nics_per_leaf=4 if levels == 3 else 8)
+def test_routes_are_shortest_paths(topology, levels, routing):
+    c = make(topology=topology, levels=levels, nics_per_leaf=4 if levels == 3 else 8,
+             routing=routing)
     topo = Topology(c)
     router = Router(topo)
     graph = topo.to_networkx()
@@ -89,7 +91,7 @@ def test_routes_are_shortest_paths(topology, levels):
 
 
 def test_ecmp_is_deterministic_and_spreads():
-    c = make(levels=2)
+    c = make(levels=2, routing="ecmp")
     r1, r2 = Router(Topology(c)), Router(Topology(c))
     uplinks = set()
     topo = r1.topo
@@ -133,6 +135,24 @@ def test_fabric_sizes_and_oversubscription():
     sel = Topology(load_cluster("a100-selene"))
     assert sel.levels == 3 and sel.n_leaves == 20 * 8  # 20 scalable units x 8 rails
     assert sel.capacity[sel.nic_up].max() == 25.0  # 200 Gb/s
+
+
+@pytest.mark.parametrize("levels", [2, 3])
+def test_adaptive_routing_bundles_equal_cost_links(levels):
+    """Adaptive routing spreads every flow over all equal-cost uplinks: the topology models
+    a leaf's uplinks (and a pod's spine uplinks) as one link of their total capacity; ECMP
+    keeps each physical link. Capacities per leaf and per pod are the same either way."""
+    kw = {"topology": "fat_tree", "levels": levels, "nics_per_leaf": 4, "oversubscription": 2}
+    ad, ec = Topology(make(**kw)), Topology(make(routing="ecmp", **kw))
+    assert ad.bundled and not ec.bundled and ad.uplinks == ec.uplinks == 2
+    assert ad.leaf_up.shape == (ad.n_leaves, 1) and ec.leaf_up.shape == (ec.n_leaves, 2)
+    for t in (ad, ec):
+        assert t.capacity[t.leaf_up[0]].sum() == pytest.approx(4 * 25.0 / 2)
+        assert t.capacity[t.leaf_down[3]].sum() == pytest.approx(4 * 25.0 / 2)
+    if levels == 3:  # pods of 4 leaves: 2 spines x 4 core uplinks of 25 GB/s per pod
+        assert ad.spine_up.shape == (2, 1) and ec.spine_up.shape == (4, 4)
+        assert ad.capacity[ad.spine_up[0]].sum() == pytest.approx(ec.capacity[ec.spine_up[:2]].sum())
+    assert ad.n_links < ec.n_links
 
 
 @pytest.mark.parametrize("kind, links_per_gpu", [("nvlink_mesh", 3), ("nvlink_ring", 2), ("pcie", 1)])

@@ -6,7 +6,9 @@
 * Different nodes: source NIC -> leaf -> (spine -> (core -> spine ->)) leaf -> destination
   NIC, going only as high as the two leaves' lowest common level. Where several equal-cost
   uplinks exist, one is chosen by a fixed integer hash of (source GPU, destination GPU), as
-  a switch hashing a flow's header would: deterministic, spread, and the same on every run.
+  a switch hashing a flow's header would: deterministic, spread, and the same on every run
+  (``routing: ecmp``). With adaptive routing (the default) the topology bundles those
+  uplinks into one link, so there is nothing to choose.
 * Rail alignment (``rail_optimized`` fabrics): traffic leaves the source node on the NIC of
   the destination's rail, relayed over NVLink to the GPU owning that NIC when needed (what
   NCCL's PXN does), so it never has to cross rails in the fabric. A caller (a ring channel)
@@ -127,12 +129,12 @@ class Router:
         t = self.topo
         if la == lb or t.levels < 2:
             return []
-        u = t.uplinks
+        u = t.leaf_up.shape[1]  # 1 when adaptive routing bundles the uplinks
         j = h % u
         if t.levels == 2 or la // t.leaves_per_pod == lb // t.leaves_per_pod:
             return [int(t.leaf_up[la, j]), int(t.leaf_down[lb, j])]
         p = t.leaves_per_pod
-        m = (h // u) % p
+        m = (h // u) % t.spine_up.shape[1]
         sa = (la // p) * u + j
         sb = (lb // p) * u + j
         return [int(t.leaf_up[la, j]), int(t.spine_up[sa, m]), int(t.spine_down[sb, m]),

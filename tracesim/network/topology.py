@@ -18,7 +18,13 @@ Fabric construction (``inter_node``), with D = ``nics_per_leaf`` and o = ``overs
 * ``levels: 1``: one switch (``rail_optimized``: one switch per rail); ``levels: 2``: spine j
   joins uplink j of every leaf; ``levels: 3``: pods of D leaves with U spines each (spine j
   of a pod joins uplink j of the pod's leaves), spines have D uplinks, core (j, m) joins
-  uplink m of spine j of every pod (a folded Clos, non-blocking above the leaves).
+  uplink m of spine j of every pod (a folded Clos, non-blocking above the leaves);
+* ``routing: adaptive`` (the default) bundles parallel equal-cost links: a leaf's U uplinks
+  become one link of their total capacity to one spine vertex (per pod with three levels,
+  whose spines' uplinks likewise become one link to one core vertex). Adaptive routing
+  (InfiniBand's, which NCCL enables) or packet spraying spreads every flow over all the
+  uplinks, so they act as one pipe and no flow is stuck behind a hash collision.
+  ``routing: ecmp`` keeps every uplink and spine and pins each flow to one by a hash.
 
 GPU to NIC attachment: with k NICs and g GPUs per node, GPU a owns NICs
 ``[a*k/g, (a+1)*k/g)`` when k >= g, else shares NIC ``a // (g/k)``. The PCIe hop between a
@@ -50,7 +56,9 @@ class Topology:
         gpu_up[g], gpu_down[g]: GPU g's port to / from its node's switch (nvswitch, pcie).
         pair[node, a, b]: direct link local GPU a -> b (nvlink_mesh, nvlink_ring), -1 if none.
         nic_up[i], nic_down[i]: NIC i's port to / from its leaf.
-        leaf_of_nic[i]; leaf_up[l, j], leaf_down[l, j]; spine_up[s, m], spine_down[s, m].
+        leaf_of_nic[i]; leaf_up[l, j], leaf_down[l, j]; spine_up[s, m], spine_down[s, m]
+        (one column each when ``bundled``: adaptive routing, see the module docstring).
+        uplinks: physical uplinks per leaf.
     """
 
     def __init__(self, cluster: ClusterSpec):
@@ -116,7 +124,8 @@ class Topology:
         self.spine_up = np.zeros((0, 0), dtype=np.int64)
         self.spine_down = np.zeros((0, 0), dtype=np.int64)
         self.levels = 0
-        self.uplinks = 0
+        self.uplinks = 0  # physical uplinks per leaf (leaf_up has 1 column when bundled)
+        self.bundled = False
         self.leaves_per_pod = 1
         self.n_leaves = 0
         self.rail_optimized = False
@@ -163,9 +172,11 @@ class Topology:
             self.nic_down[i] = add(leaf_v0 + int(leaf[i]), nic_v0 + i, nic_bw, half, KIND_NIC)
         if self.levels < 2:
             return
-        u = max(1, math.ceil(d_ports / inter.oversubscription - 1e-9))
+        phys = max(1, math.ceil(d_ports / inter.oversubscription - 1e-9))
+        self.uplinks = phys
+        self.bundled = inter.routing == "adaptive"
+        u = 1 if self.bundled else phys  # uplinks modelled per leaf (spines per pod)
         up_bw = d_ports * nic_bw / (inter.oversubscription * u)
-        self.uplinks = u
         n_leaf = self.n_leaves
         self.leaf_up = np.full((n_leaf, u), -1, dtype=np.int64)
         self.leaf_down = np.full((n_leaf, u), -1, dtype=np.int64)
@@ -181,28 +192,30 @@ class Topology:
             return
         p = d_ports
         self.leaves_per_pod = p
+        pm = 1 if self.bundled else p  # spine uplinks modelled per spine
+        core_bw = up_bw * p / pm
         n_pods = math.ceil(n_leaf / p)
         n_spine = n_pods * u
         spine_v0 = n_vert
         self._vertex_kinds.append(("spine", spine_v0, n_spine))
         n_vert += n_spine
         core_v0 = n_vert
-        self._vertex_kinds.append(("core", core_v0, u * p))
-        n_vert += u * p
+        self._vertex_kinds.append(("core", core_v0, u * pm))
+        n_vert += u * pm
         for lf in range(n_leaf):
             pod = lf // p
             for j in range(u):
                 sv = spine_v0 + pod * u + j
                 self.leaf_up[lf, j] = add(leaf_v0 + lf, sv, up_bw, hop, KIND_FABRIC)
                 self.leaf_down[lf, j] = add(sv, leaf_v0 + lf, up_bw, hop, KIND_FABRIC)
-        self.spine_up = np.full((n_spine, p), -1, dtype=np.int64)
-        self.spine_down = np.full((n_spine, p), -1, dtype=np.int64)
+        self.spine_up = np.full((n_spine, pm), -1, dtype=np.int64)
+        self.spine_down = np.full((n_spine, pm), -1, dtype=np.int64)
         for s in range(n_spine):
             j = s % u
-            for m in range(p):
-                cv = core_v0 + j * p + m
-                self.spine_up[s, m] = add(spine_v0 + s, cv, up_bw, hop, KIND_FABRIC)
-                self.spine_down[s, m] = add(cv, spine_v0 + s, up_bw, hop, KIND_FABRIC)
+            for m in range(pm):
+                cv = core_v0 + j * pm + m
+                self.spine_up[s, m] = add(spine_v0 + s, cv, core_bw, hop, KIND_FABRIC)
+                self.spine_down[s, m] = add(cv, spine_v0 + s, core_bw, hop, KIND_FABRIC)
 
     # ------------------------------------------------------------------ queries
 
