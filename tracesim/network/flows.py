@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 import numpy as np
 import simpy
 
 from tracesim.network.flowstate import (
     NONE,
-    ROUTE_CACHE_MAX,
     SHARED,
     Batch,
     Buf,
     FlowRecord,
     Late,
     Route,
+    cached_route,
+    component,
+    lazy_step,
     ranges,
 )
 from tracesim.network.maxmin import max_min_sorted
@@ -47,7 +50,9 @@ class FlowNetwork:
 
     Args:
         capacity: capacity of every link in bytes/ns (== GB/s), indexed by link id.
-        record: keep a :class:`FlowRecord` per finished flow in ``records`` (tests, tools).
+        record: keep a :class:`FlowRecord` per finished flow in ``records`` (tests, tools),
+            and in ``segments`` the bytes each flow moved over each interval of constant
+            rate: arrays (flow ids, interval starts), the end (ns), bytes per flow.
         compact_min: drop finished flows from the arrays once more than this many (and more
             than half of all) flow slots are dead.
     """
@@ -59,6 +64,7 @@ class FlowNetwork:
         self.env: simpy.Environment | None = None
         self.record = record
         self.records: list[FlowRecord] = []
+        self.segments: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []
         #: bytes carried by each link by flows that have finished
         self.link_bytes = np.zeros(len(self.capacity))
         #: number of active flows crossing each link
@@ -92,6 +98,9 @@ class FlowNetwork:
         self._seq = 0
         self._timer_at: int | None = None
         self._gen = 0
+        #: links held by collectives of the fast path (:mod:`tracesim.network.fastpath`);
+        #: set by the network model, released into flows when another batch comes
+        self.reservations: Any = None
 
     # ------------------------------------------------------------------ public
 
@@ -122,7 +131,10 @@ class FlowNetwork:
             ev.succeed()
             return ev
         now = int(env.now)
-        rt = self._route(e_ptr, e_link)
+        rt = self.route_data(e_ptr, e_link)
+        res = self.reservations
+        if res is not None and res.count:
+            res.release_on(rt.links, now)  # fast-path collectives there become flows
         if rt.iso is not None and (self._owner[rt.links] == NONE).all():
             b = self._start_lazy(rt, nb, now, ev)
             if b is not None:
@@ -151,23 +163,35 @@ class FlowNetwork:
             Late(env).callbacks.append(self._on_kick)
         return ev
 
-    def _start_lazy(self, rt: Route, nb: np.ndarray, now: int, ev: simpy.Event) -> Batch | None:
+    def resume_lazy(self, rt: Route, nb: np.ndarray, t_start: int) -> simpy.Event:
+        """Start now a batch that has run alone since ``t_start`` (a fast-path collective,
+        :mod:`tracesim.network.fastpath`): ``rt.iso`` set, links free, flows end together."""
+        assert self.env is not None
+        ev = self.env.event()
+        if not len(nb):
+            ev.succeed()
+            return ev
+        b = self._start_lazy(rt, nb, int(self.env.now), ev, t_start)
+        assert b is not None
+        return ev
+
+    def _start_lazy(self, rt: Route, nb: np.ndarray, now: int, ev: simpy.Event,
+                    t0: int | None = None) -> Batch | None:
         """A batch alone on its links whose flows all end at the same nanosecond at the rates
         they had the last time they ran alone: its end is known now, so it takes no flow slots
         and no solve -- unless another batch comes onto one of its links before it ends
-        (then :meth:`_materialize` gives it slots with the bytes it has left)."""
+        (then :meth:`_materialize` gives it slots with the bytes it has left). ``t0``: when
+        its flows started (default now)."""
         iso = rt.iso
         assert iso is not None
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dt = np.where(iso > 0, nb / iso, np.inf)
-        dt[np.isinf(iso)] = 0.0
-        lo_dt, hi_dt = float(dt.min()), float(dt.max())
-        if not hi_dt - lo_dt <= 0.5 or not math.isfinite(hi_dt):
+        step = lazy_step(nb, iso)
+        if step is None:
             return None
+        t0 = now if t0 is None else t0
         n = len(nb)
         gid = self._next_group
         self._next_group += 1
-        b = Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, now)
+        b = Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, t0)
         b.n_alive = n
         b.lazy = nb
         self._next_fid += n
@@ -175,11 +199,14 @@ class FlowNetwork:
         np.add.at(self.link_flows, rt.e_link, 1)
         self._owner[rt.links] = gid
         self._batches[gid] = b
-        step = max(1, math.ceil(lo_dt - 1e-9)) if lo_dt > 0 else 0
         self._seq += 1
-        heapq.heappush(self._heap, (now + step, self._seq, gid, b.version))
+        heapq.heappush(self._heap, (t0 + step, self._seq, gid, b.version))
         self._reschedule(now)
         return b
+
+    def _segment(self, fids: np.ndarray, t_from: np.ndarray, now: int, nbytes: np.ndarray) -> None:
+        keep = nbytes > 0
+        self.segments.append((fids[keep], t_from[keep], now, nbytes[keep]))
 
     def _materialize(self, b: Batch, now: int) -> None:
         """Give a lazy batch its flow slots, with the bytes its flows have left at ``now``."""
@@ -187,6 +214,8 @@ class FlowNetwork:
         assert nb is not None and rt.iso is not None
         n = len(nb)
         sent = np.minimum(np.where(np.isinf(rt.iso), nb, rt.iso * (now - b.t0)), nb)
+        if self.record:
+            self._segment(np.arange(b.fid0, b.fid0 + n), np.full(n, b.t0), now, sent)
         lo, elo = self._rem.n, self._e_link.n
         self._rem.extend(nb - sent)
         self._rate.extend(rt.iso)
@@ -207,6 +236,7 @@ class FlowNetwork:
         np.subtract.at(self.link_flows, rt.e_link, 1)
         self._n_alive -= len(nb)
         if self.record:
+            self._segment(np.arange(b.fid0, b.fid0 + len(nb)), np.full(len(nb), b.t0), now, nb)
             for i, x in enumerate(nb.tolist()):
                 self.records.append(FlowRecord(b.fid0 + i, x, x, b.t0, now))
         b.n_alive = 0
@@ -214,7 +244,15 @@ class FlowNetwork:
 
     def busy(self, e_link: np.ndarray) -> bool:
         """Whether any of the links ``e_link`` carries an active flow now."""
+        res = self.reservations
+        if res is not None and res.count and len(e_link):
+            assert self.env is not None
+            res.release_on(e_link, int(self.env.now))
         return bool(len(e_link)) and bool(self.link_flows[e_link].any())
+
+    def idle(self, links: np.ndarray) -> bool:
+        """Whether no batch holds any of ``links`` (distinct link ids) now."""
+        return bool((self._owner[links] == NONE).all())
 
     # ------------------------------------------------------------------ events
 
@@ -247,15 +285,9 @@ class FlowNetwork:
         for b in lazy:  # in start order (the heap pops equal times in push order)
             b.event.succeed()
 
-    def _route(self, e_ptr: np.ndarray, e_link: np.ndarray) -> Route:
+    def route_data(self, e_ptr: np.ndarray, e_link: np.ndarray) -> Route:
         """What a batch needs from its route arrays, cached by their identity."""
-        key = (id(e_ptr), id(e_link))
-        rt = self._routes.get(key)
-        if rt is None or rt.ptr_in is not e_ptr or rt.link_in is not e_link:
-            if len(self._routes) >= ROUTE_CACHE_MAX:
-                self._routes.clear()
-            rt = self._routes[key] = Route(e_ptr, e_link)
-        return rt
+        return cached_route(self._routes, e_ptr, e_link)
 
     def _register(self, b: Batch) -> None:
         """Enter batch ``b`` on its links (vectorised for links no other batch uses)."""
@@ -293,32 +325,6 @@ class FlowNetwork:
                     del shared[lk]
         del self._batches[b.gid]
 
-    def _component(self, gid: int, seen: set[int]) -> list[int]:
-        """Batches connected to ``gid`` through shared links."""
-        comp = [gid]
-        seen.add(gid)
-        stack = [gid]
-        owner, shared, batches, visited = self._owner, self._shared, self._batches, self._visited
-        total = len(batches)
-        marked: list[np.ndarray] = []
-        while stack and len(comp) < total:
-            u = batches[stack.pop()].links
-            sl = u[owner[u] == SHARED]
-            sl = sl[~visited[sl]]  # each shared link is looked at once per search
-            if not len(sl):
-                continue
-            visited[sl] = True
-            marked.append(sl)
-            for lk in sl.tolist():
-                for g in shared[lk]:
-                    if g not in seen:
-                        seen.add(g)
-                        comp.append(g)
-                        stack.append(g)
-        for sl in marked:
-            visited[sl] = False
-        return comp
-
     def _process(self, gids: list[int]) -> None:
         """Advance, finish and re-solve the components of ``gids`` at the current time."""
         assert self.env is not None
@@ -327,7 +333,8 @@ class FlowNetwork:
         comps: list[list[int]] = []
         for gid in gids:
             if gid not in seen and gid in self._batches:
-                comps.append(self._component(gid, seen))
+                comps.append(component(gid, seen, self._owner, self._shared, self._batches,
+                                       self._visited))
         if comps:
             fired = self._step(comps, now)
             if self._n_dead > max(self.compact_min, self._rem.n // 2):
@@ -359,6 +366,9 @@ class FlowNetwork:
         # finish the flows that are done (within half a nanosecond's worth of bytes)
         rm = rem[idx]
         done = alive[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
+        if self.record:  # what each flow moved since its last update, and the last fraction
+            fids = ranges([b.fid0 for b in bl], [b.fid0 + b.hi - b.lo for b in bl])
+            self._segment(fids, now - dt, now, moved + np.where(done, rm, 0.0))
         fired: list[Batch] = []
         if done.any():
             fired = self._finish(bl, idx, done, now)

@@ -5,6 +5,7 @@ Used by :mod:`tracesim.network.flows`; see its docstring for how they fit togeth
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,60 @@ class Batch:
         #: bytes per flow while the batch runs alone at its cached rates without flow slots
         #: (see FlowNetwork._start_lazy); None once it has slots
         self.lazy: np.ndarray | None = None
+
+
+def cached_route(routes: dict[tuple[int, int], Route], e_ptr: np.ndarray,
+                 e_link: np.ndarray) -> Route:
+    """The :class:`Route` of the arrays ``e_ptr``, ``e_link`` from ``routes`` (keyed by
+    their identity, bounded by ROUTE_CACHE_MAX), made if missing."""
+    key = (id(e_ptr), id(e_link))
+    rt = routes.get(key)
+    if rt is None or rt.ptr_in is not e_ptr or rt.link_in is not e_link:
+        if len(routes) >= ROUTE_CACHE_MAX:
+            routes.clear()
+        rt = routes[key] = Route(e_ptr, e_link)
+    return rt
+
+
+def lazy_step(nb: np.ndarray, iso: np.ndarray) -> int | None:
+    """Whole nanoseconds until flows of ``nb`` bytes at rates ``iso`` all end, when they end
+    within half a nanosecond of each other (None otherwise: they need slots and solves)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dt = np.where(iso > 0, nb / iso, np.inf)
+    dt[np.isinf(iso)] = 0.0
+    lo_dt, hi_dt = float(dt.min()), float(dt.max())
+    if not hi_dt - lo_dt <= 0.5 or not math.isfinite(hi_dt):
+        return None
+    return max(1, math.ceil(lo_dt - 1e-9)) if lo_dt > 0 else 0
+
+
+def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dict[int, None]],
+              batches: dict[int, Batch], visited: np.ndarray) -> list[int]:
+    """Batches connected to batch ``gid`` through shared links (``owner``: link -> its one
+    batch or SHARED, then ``shared[link]`` lists them; ``visited``: all-False scratch, left
+    all False); adds them to ``seen``."""
+    comp = [gid]
+    seen.add(gid)
+    stack = [gid]
+    total = len(batches)
+    marked: list[np.ndarray] = []
+    while stack and len(comp) < total:
+        u = batches[stack.pop()].links
+        sl = u[owner[u] == SHARED]
+        sl = sl[~visited[sl]]  # each shared link is looked at once per search
+        if not len(sl):
+            continue
+        visited[sl] = True
+        marked.append(sl)
+        for lk in sl.tolist():
+            for g in shared[lk]:
+                if g not in seen:
+                    seen.add(g)
+                    comp.append(g)
+                    stack.append(g)
+    for sl in marked:
+        visited[sl] = False
+    return comp
 
 
 def ranges(los: list[int], his: list[int]) -> np.ndarray:

@@ -72,16 +72,22 @@ class Runner:
     __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
 
     def __init__(self, model: FlowModel, cc: CompiledCollective, collective: str, kind: str,
-                 n: int, msg_bytes: int):
+                 n: int, msg_bytes: int, *, resume: tuple[int, int, simpy.Event] | None = None):
         env = model._env()
         self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n
         self.msg = msg_bytes
-        self.t0 = int(env.now)
         self.i = 0
         self.left = -1
         self.now = 0
-        self.done = env.event()
-        self._round()
+        if resume is None:
+            self.t0 = int(env.now)
+            self.done = env.event()
+            self._round()
+        else:
+            # taken over from the fast path (tracesim.network.fastpath): phase i, all its
+            # steps in one round, the caller starts its latency or its flows
+            self.t0, self.i, self.done = resume
+            self.left = self.now = max(1, cc.phases[self.i].steps)
 
     def _round(self) -> None:
         m, cc = self.model, self.cc

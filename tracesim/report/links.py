@@ -5,12 +5,13 @@ every flow, the links it crossed, the bytes it moved and (through the network's 
 ``record=True`` flow records) when it started and ended. :func:`link_utilisation` turns that
 into ``links.parquet``: for each link that carried traffic and each of ``bins`` equal time
 bins of the iteration, the bytes carried and the utilisation (bytes over capacity x bin
-length). A flow's bytes are spread evenly over its own lifetime, so the figure is exact for
-each flow's average rate (max-min rates change during a flow's life; within a flow the
-split between bins is an average).
+length). The network records the bytes each flow moved over each interval at one max-min
+rate (``FlowNetwork.segments``), so the figure is exact: a bin's bytes are what the flows
+moved in it, and no link exceeds its capacity (up to the rounding of completion times to
+whole nanoseconds).
 
-Only a flow-level replay has flows: with the ``estimate`` network (the default from 64 GPUs
-up) there is nothing to record and the table is empty.
+Only a flow-level replay has flows: with the ``estimate`` network there is nothing to
+record and the table is empty.
 """
 
 from __future__ import annotations
@@ -54,31 +55,36 @@ class LinkRecorder(FlowNetwork):
         return ev
 
     def entries(self) -> pd.DataFrame:
-        """One row per (flow, link): ``link``, ``bytes``, ``start_ns``, ``end_ns``."""
-        if not self._linkrec_batches or not self.records:
+        """One row per (flow, interval of constant rate, link) of the flows that finished:
+        ``link``, ``bytes``, ``start_ns``, ``end_ns``."""
+        if not self._linkrec_batches or not self.records or not self.segments:
             return pd.DataFrame({"link": np.zeros(0, np.int64), "bytes": np.zeros(0),
                                  "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
         rec_fid = np.fromiter((r.flow_id for r in self.records), np.int64, len(self.records))
-        rec_s = np.fromiter((r.start_ns for r in self.records), np.int64, len(self.records))
-        rec_e = np.fromiter((r.end_ns for r in self.records), np.int64, len(self.records))
-        n_fid = int(rec_fid.max()) + 1
-        start = np.full(n_fid, -1, dtype=np.int64)
-        end = np.full(n_fid, -1, dtype=np.int64)
-        start[rec_fid], end[rec_fid] = rec_s, rec_e
-        links, nbytes, fids = [], [], []
-        for fid0, e_ptr, e_link, b in self._linkrec_batches:
-            lens = np.diff(e_ptr)
-            f = np.repeat(np.arange(len(b)), lens)
-            links.append(e_link)
-            nbytes.append(b[f])
-            fids.append(fid0 + f)
-        fid = np.concatenate(fids)
-        link = np.concatenate(links)
-        by = np.concatenate(nbytes)
-        ok = (fid < n_fid)
-        ok[ok] = end[fid[ok]] >= 0
-        return pd.DataFrame({"link": link[ok], "bytes": by[ok], "start_ns": start[fid[ok]],
-                             "end_ns": end[fid[ok]]})
+        n_fid = max(int(rec_fid.max()), max(f0 + len(e_ptr) - 1 for f0, e_ptr, _, _ in
+                                            self._linkrec_batches)) + 1
+        finished = np.zeros(n_fid, dtype=bool)
+        finished[rec_fid] = True
+        # the links of every flow, CSR by flow id
+        n_links = np.zeros(n_fid, dtype=np.int64)
+        for fid0, e_ptr, _, _ in self._linkrec_batches:
+            n_links[fid0 : fid0 + len(e_ptr) - 1] = np.diff(e_ptr)
+        ptr = np.r_[0, np.cumsum(n_links)]
+        link_of = np.zeros(int(ptr[-1]), dtype=np.int64)
+        for fid0, _, e_link, _ in self._linkrec_batches:
+            link_of[ptr[fid0] : ptr[fid0] + len(e_link)] = e_link
+        fid = np.concatenate([s[0] for s in self.segments])
+        t0 = np.concatenate([s[1] for s in self.segments])
+        t1 = np.concatenate([np.full(len(s[0]), s[2], dtype=np.int64) for s in self.segments])
+        by = np.concatenate([s[3] for s in self.segments])
+        ok = finished[fid]
+        fid, t0, t1, by = fid[ok], t0[ok], t1[ok], by[ok]
+        cnt = n_links[fid]
+        row = np.repeat(np.arange(len(fid)), cnt)
+        first = np.repeat(ptr[fid], cnt)
+        pos = first + np.arange(len(row)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        return pd.DataFrame({"link": link_of[pos], "bytes": by[row], "start_ns": t0[row],
+                             "end_ns": t1[row]})
 
 
 def link_utilisation(recorder: LinkRecorder | None, topology: Any, makespan_ns: int,

@@ -1,0 +1,121 @@
+"""The flow model's fast path (tracesim.network.fastpath) changes no time.
+
+An operation alone on its links runs as one timeout with its links reserved; when another
+batch comes onto them, or a collective asks whether they are busy, it is released into the
+flow state it would have had. Every operation here must end at the same nanosecond with and
+without the fast path: lone operations, operations joined in their latency, in their flows
+and in a later phase, rings of different groups crossing the same uplinks, and whole replays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from tests.helpers import retarget
+from tracesim.catalog import load_cluster
+from tracesim.network import model as netmodel
+from tracesim.network.model import NetworkModel
+
+MIB = 1 << 20
+
+
+CLUSTERS = {
+    "rail": lambda: load_cluster("h100x128"),
+    "ecmp-o2": lambda: load_cluster("h100x1024").with_inter_node(routing="ecmp", oversubscription=2),
+    "adaptive-o4": lambda: load_cluster("h100x1024").with_inter_node(oversubscription=4),
+}
+
+
+def _ends(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, fast: bool,
+          phases: str = "auto") -> tuple[list[int], int]:
+    """End time of each (start_ns, collective, ranks, bytes) and how many ran on the fast
+    path (``send_recv`` is a transfer ranks[0] -> ranks[1])."""
+    env = simpy.Environment()
+    model = NetworkModel(CLUSTERS[cluster](), phases=phases, fast_path=fast)
+    model.attach(env)
+    ends = [-1] * len(ops)
+
+    def go(i: int, t0: int, coll: str, ranks: tuple[int, ...], nbytes: int):  # noqa: ANN202
+        yield env.timeout(t0)
+        if coll == "send_recv":
+            ev = model.p2p(ranks[0], ranks[1], nbytes)
+        else:
+            ev = model.collective(coll, ranks, nbytes, "x")
+        yield ev
+        ends[i] = int(env.now)
+
+    for i, (t0, coll, ranks, nbytes) in enumerate(ops):
+        env.process(go(i, t0, coll, ranks, nbytes))
+    env.run()
+    return ends, model.flows.reservations._next
+
+
+def _workload(seed: int, gpus: int, n_ops: int) -> list[tuple[int, str, tuple[int, ...], int]]:
+    rng = np.random.default_rng(seed)
+    ops = []
+    node = 8
+    for _ in range(n_ops):
+        t0 = int(rng.integers(0, 400_000))
+        kind = rng.integers(0, 4)
+        nbytes = int(rng.choice([0, 4096, MIB, 16 * MIB, 64 * MIB]))
+        if kind == 0:  # TP inside a node
+            n0 = int(rng.integers(0, gpus // node)) * node
+            ops.append((t0, "all_reduce", tuple(range(n0, n0 + node)), nbytes))
+        elif kind == 1:  # a DP ring on one local index
+            t = int(rng.integers(0, node))
+            ops.append((t0, "all_reduce", tuple(range(t, gpus, node)), nbytes))
+        elif kind == 2:  # a transfer between nodes
+            a, b = rng.choice(gpus, 2, replace=False)
+            ops.append((t0, "send_recv", (int(a), int(b)), nbytes))
+        else:
+            t = int(rng.integers(0, node))
+            coll = str(rng.choice(["all_gather", "reduce_scatter", "all_to_all"]))
+            ops.append((t0, coll, tuple(range(t, gpus, node)), nbytes))
+    return ops
+
+
+@pytest.mark.parametrize("cluster", list(CLUSTERS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_overlaps_same_times(cluster: str, seed: int):
+    ops = _workload(seed, 64, 60)
+    slow, none = _ends(cluster, ops, fast=False)
+    fast, taken = _ends(cluster, ops, fast=True)
+    assert none == 0 and taken > 0
+    assert fast == slow
+
+
+def test_joined_in_latency_flows_and_later_phase():
+    ring = tuple(range(0, 64, 8))
+    base = [(0, "all_reduce", ring, 64 * MIB)]
+    alone, taken = _ends("ecmp-o2", base, fast=True)
+    assert taken == 1
+    t_end = alone[0]
+    # a transfer onto the ring's first link at several instants of its life
+    for t in (0, 1, 5_000, t_end // 3, t_end // 2, t_end - 1, t_end):
+        ops = [*base, (t, "send_recv", (0, 8), 16 * MIB)]
+        assert _ends("ecmp-o2", ops, fast=True)[0] == _ends("ecmp-o2", ops, fast=False)[0]
+
+
+def test_aggregate_phases_same_times():
+    ops = _workload(7, 64, 40)
+    assert (_ends("ecmp-o2", ops, fast=True, phases="aggregate")[0]
+            == _ends("ecmp-o2", ops, fast=False, phases="aggregate")[0])
+
+
+SMALL = {"model": "gpt3-1.7b", "cluster": "h100x128", "tp": 2, "pp": 2, "dp": 16,
+         "micro_batch": 1, "global_batch": 64, "network": "flow"}
+
+
+def test_replay_same_times(monkeypatch: pytest.MonkeyPatch):
+    fast = retarget({**SMALL, "full": True}).to_dict()
+    orig = netmodel.NetworkModel.__init__
+
+    def no_fast(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        orig(self, *a, **{**k, "fast_path": False})
+
+    monkeypatch.setattr(netmodel.NetworkModel, "__init__", no_fast)
+    slow = retarget({**SMALL, "full": True}).to_dict()
+    assert fast["iteration_time_s"] == slow["iteration_time_s"]
+    assert fast["breakdown"] == slow["breakdown"]

@@ -1,0 +1,168 @@
+"""The flow model's fast path: a collective alone on its links, timed without flows.
+
+Most operations of a replay run with no other traffic on their links (tensor-parallel
+all-reduces inside a node, rail-aligned rings, pipeline transfers). For such an operation
+the flow model's answer is known when it starts: each phase pays its latency, then its flows
+run at the rates they get alone (cached per route) and end together. So
+:class:`~tracesim.network.model.NetworkModel` runs it as one timeout (:class:`FastRun`) and
+*reserves* the links of all its phases in :class:`Reservations`.
+
+If another batch of flows comes onto a reserved link, or a collective asks whether one is
+busy, before the operation ends, the reservation is released into the state the flow model
+would be in at that instant: the operation's :class:`~tracesim.network.running.Runner` at
+its current phase, with either the rest of that phase's latency still to wait or its flows
+running as a lazy batch that started when the latency ended
+(:meth:`~tracesim.network.flows.FlowNetwork.resume_lazy`). From there on everything runs as
+if the fast path had never been taken, so the times are the same either way
+(``tests/test_network_fastpath.py``); a lone operation costs one timeout instead of a runner,
+a latency timeout, a batch and a flow timer.
+
+The fast path applies to operations whose every phase's flows end within half a nanosecond
+of each other when alone (rings, NVLS, direct, point-to-point; not trees with unequal
+branches), in the ``auto`` and ``aggregate`` phase modes, and not while flows are recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from tracesim.network.flowstate import Route, lazy_step
+from tracesim.network.maxmin import max_min_sorted
+from tracesim.network.running import CommRecord, CompiledCollective, Runner
+
+
+@dataclass(frozen=True)
+class Plan:
+    """When each phase of ``cc`` (for one message size) starts its latency and its flows,
+    in ns from the operation's start, if it runs alone; its links and flows."""
+
+    cc: CompiledCollective
+    links: np.ndarray
+    routes: tuple[Route, ...]
+    nbytes: tuple[np.ndarray, ...]
+    bounds: tuple[tuple[int, int], ...]
+    total_ns: int
+
+
+def isolated_rates(rt: Route, capacity: np.ndarray) -> np.ndarray:
+    """The max-min rates of a route's flows alone on the network (what a solve of that batch
+    alone gives: flows without links are unlimited)."""
+    iso = rt.rate0.copy()
+    ef = rt.e_flow
+    if len(ef):
+        starts = np.r_[True, ef[1:] != ef[:-1]]
+        iso[ef[starts]] = max_min_sorted(np.cumsum(starts) - 1, rt.e_link, capacity)
+    return iso
+
+
+def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: int) -> Plan | None:
+    """The plan of ``cc`` for ``msg_bytes`` on ``flows`` (a FlowNetwork), or None when a
+    phase's flows would not end together (then the operation always runs as flows)."""
+    t = 0
+    routes, nbytes, bounds, parts = [], [], [], []
+    for ph in cc.phases:
+        k = max(1, ph.steps)
+        lat = int(round(ph.latency_ns * k / k))  # as Runner._round computes it
+        nb = ph.wire_per_byte * (msg_bytes * k / k)
+        rt = flows.route_data(ph.e_ptr, ph.e_link)
+        step = 0
+        if len(nb):
+            if rt.iso is None:
+                rt.iso = isolated_rates(rt, flows.capacity)
+            got = lazy_step(nb, rt.iso)
+            if got is None:
+                return None
+            step = got
+        routes.append(rt)
+        nbytes.append(nb)
+        parts.append(rt.links)
+        bounds.append((t, t + lat))
+        t += lat + step
+    links = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return Plan(cc, links, tuple(routes), tuple(nbytes), tuple(bounds), t)
+
+
+class Reservations:
+    """Links held by operations on the fast path (``holder[link]``: its run's id or -1)."""
+
+    def __init__(self, n_links: int):
+        self.holder = np.full(n_links, -1, dtype=np.int64)
+        self.runs: dict[int, FastRun] = {}
+        self.count = 0
+        self._next = 0
+
+    def free(self, links: np.ndarray) -> bool:
+        return not self.count or bool((self.holder[links] < 0).all())
+
+    def hold(self, run: FastRun) -> int:
+        rid = self._next
+        self._next += 1
+        self.holder[run.plan.links] = rid
+        self.runs[rid] = run
+        self.count += 1
+        return rid
+
+    def drop(self, run: FastRun) -> None:
+        self.holder[run.plan.links] = -1
+        del self.runs[run.rid]
+        self.count -= 1
+
+    def release_on(self, links: np.ndarray, now: int) -> None:
+        """Hand the operations holding any of ``links`` over to the flow model (in the
+        order they started)."""
+        h = self.holder[links]
+        h = h[h >= 0]
+        if not len(h):
+            return
+        for rid in np.unique(h).tolist():
+            run = self.runs[rid]
+            self.drop(run)
+            run.release(now)
+
+
+class FastRun:
+    """One operation on the fast path (module docstring); ``done`` fires when it ends."""
+
+    __slots__ = ("model", "plan", "collective", "kind", "n", "msg", "t0", "done", "live", "rid")
+
+    def __init__(self, model: Any, plan: Plan, collective: str, kind: str, n: int,
+                 msg_bytes: int, res: Reservations):
+        env: simpy.Environment = model._env()
+        self.model, self.plan, self.collective, self.kind, self.n = model, plan, collective, kind, n
+        self.msg = msg_bytes
+        self.t0 = int(env.now)
+        self.done = env.event()
+        self.live = True
+        self.rid = res.hold(self)
+        env.timeout(plan.total_ns).callbacks.append(self._end)
+
+    def _end(self, _ev: Any) -> None:
+        if not self.live:
+            return
+        m = self.model
+        m.flows.reservations.drop(self)
+        if m.keep_records:
+            m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
+                                        self.plan.cc.algorithm, self.t0, self.t0 + self.plan.total_ns))
+        self.done.succeed()
+
+    def release(self, now: int) -> None:
+        """Continue as the flow model would from ``now`` (the reservation is dropped)."""
+        self.live = False
+        p, m = self.plan, self.model
+        off = now - self.t0
+        i = max(j for j, (lat0, _) in enumerate(p.bounds) if lat0 <= off) if p.bounds else 0
+        r = Runner(m, p.cc, self.collective, self.kind, self.n, self.msg,
+                   resume=(self.t0, i, self.done))
+        if not p.bounds:
+            r._round()
+            return
+        f0 = p.bounds[i][1]
+        if off < f0:  # in the phase's latency
+            m._env().timeout(f0 - off).callbacks.append(r._start)
+        else:  # its flows have run alone since t0 + f0
+            m.flows.resume_lazy(p.routes[i], p.nbytes[i], self.t0 + f0).callbacks.append(r._after)
