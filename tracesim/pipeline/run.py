@@ -162,9 +162,9 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         progress("build", 0, 1)
     b: Built = build(source, opts, per_op=bool(detail if opts.per_op is None else opts.per_op))
     graph, model, par, device = b.graph, b.model, b.par, b.device
-    # a symmetric replay defaults to the uncongested estimate (much faster); with
-    # network="flow" the representatives' operations run together with their copies' flows
-    network = opts.network or ("estimate" if b.symmetric else "flow")
+    # the flow network at every scale; in a symmetric replay the representatives'
+    # operations run together with their copies' flows (estimate: an explicit fast option)
+    network = opts.network or "flow"
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
     graph, perturbed = perturbation_step(
         graph, opts, lambda: _comm_model(b.cluster, graph, network, b.symmetric, False)[0])
