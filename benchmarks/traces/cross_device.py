@@ -19,7 +19,7 @@ datasheet ratio (``peak``: matrix peak for GEMM / attention, HBM bandwidth for t
 Usage: .venv/bin/python benchmarks/traces/cross_device.py [--parts tracelens vidur neusight]
 [--data DIR] [--json]. The tables in docs/accuracy.md ("Replaying a trace on another device")
 come from this script. A part whose device profile is not shipped yet is skipped with a
-message. Deterministic; about a minute on 2 cores (most of it the TraceLens traces).
+message. Deterministic; about 30 s on 2 cores (most of it the TraceLens traces).
 """
 
 from __future__ import annotations
