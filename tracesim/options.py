@@ -36,7 +36,7 @@ class Option:
     pairs), ``bool`` (``--x/--no-x``),
     ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
     ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
-    options in help and docs: what, where, layout, template, replay.
+    options in help and docs: what, where, layout, stack, template, replay.
     """
 
     help: str
@@ -60,6 +60,8 @@ RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 NETWORKS = ("flow", "estimate")
 ATTENTION = ("flash", "unfused")
+STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "eager")
+FP8_RECIPES = ("current", "delayed", "mxfp8")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -140,6 +142,50 @@ class ReplayOptions:
     moe_capacity_factor: float | None = _opt(
         "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "
         "dropped). Default: dropless, as Megatron-Core.", "float", metavar="X")
+    first_stage_layers: int | None = _opt(
+        "Transformer layers of the first pipeline stage (Megatron's decoder_first_pipeline_"
+        "num_layers); the stages without a given count split the rest evenly.", "int",
+        minimum=1)
+    last_stage_layers: int | None = _opt(
+        "Transformer layers of the last pipeline stage (Megatron's decoder_last_pipeline_"
+        "num_layers).", "int", minimum=1)
+    # the software stack: kernels and overlaps
+    stack: str | None = _opt(
+        "Software stack: the kernels the GPU runs and the overlaps set up by default "
+        "(docs/stacks.md). Default: megatron-core on a GPU, eager (the recorded op list) on "
+        "a CPU or for a source you recorded.", "choice", group="stack", choices=STACKS)
+    tp_comm_overlap: bool | None = _opt(
+        "Transformer Engine userbuffers TP overlap: sequence-parallel all-gathers and reduce-"
+        "scatters in chunks pipelined with the GEMM chunks, bulk overlap in the backward "
+        "(needs --sp and tp > 1). Default: the stack's.", "bool", group="stack")
+    tp_bwd_overlap: bool | None = _opt(
+        "A column-parallel linear's gradient all-reduce / reduce-scatter during its weight-"
+        "gradient GEMM and its input re-gather during the data-gradient GEMM (asynchronous "
+        "NCCL). Default: the stack's.", "bool", group="stack")
+    overlap_grad_reduce: bool | None = _opt(
+        "Megatron's name for --dp-overlap: reduce gradient buckets during the backward pass.",
+        "bool", group="stack")
+    overlap_param_gather: bool | None = _opt(
+        "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "
+        "the next iteration's first forward pass instead of after the step. Default: the "
+        "stack's.", "bool", group="stack")
+    overlap_p2p: bool | None = _opt(
+        "Pipeline sends overlap the next pass (Megatron's overlap_p2p_comm; the opposite of "
+        "--p2p-blocking). Default: the stack's (megatron-core: with the interleaved "
+        "schedule).", "bool", group="stack")
+    cp_overlap: bool | None = _opt(
+        "Ring attention's key/value exchange during the attention chunks. Default: on.",
+        "bool", group="stack")
+    comm_interference: bool | None = _opt(
+        "Communication kernels take SMs from the compute they overlap (docs/stacks.md). "
+        "Default: on for a GPU.", "bool", group="stack")
+    fp8_recipe: str | None = _opt(
+        "FP8 scaling with --dtype fp8: current (tensor-wise current scaling, Megatron-Bridge "
+        "fp8-cs), delayed, or mxfp8 (Blackwell). Default: the stack's first.", "choice",
+        group="stack", choices=FP8_RECIPES)
+    fp8_param_gather: bool | None = _opt(
+        "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
+        "for megatron-core with --dtype fp8.", "bool", group="stack")
     # the layer template
     template: str | None = _opt("Layer template: 'analytic' (first principles) or a bundle, "
                                 "trace or workload to take it from (default: the source, else "
@@ -224,7 +270,10 @@ class ReplayOptions:
 BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
               "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "template", "attention")
+              "moe_imbalance", "moe_capacity_factor", "template", "attention",
+              "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
+              "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
+              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:

@@ -30,7 +30,17 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.build import dpsync
 from tracesim.build.instantiate import REPORT_KIND, instantiate
+from tracesim.build.overlap import (
+    NCCL_SMS,
+    CommEstimateFn,
+    emit,
+    overlap_extra_ns,
+    overlaps_for,
+    stretch_cols,
+    stretched,
+)
 from tracesim.build.schedules import get_schedule
 from tracesim.build.units import Unit
 from tracesim.graph.taskgraph import TaskGraph
@@ -65,16 +75,18 @@ class _StageBuilder:
     """Builds the program (task columns + local edges) of one pipeline stage."""
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, res: Resolved, op_time: OpTimeFn,
-                 template: LayerTemplate, stage: int, merge: bool = False):
+                 template: LayerTemplate, stage: int, merge: bool = False, ov: Any = None):
         self.model, self.par, self.res, self.stage = model, par, res, stage
         self.merge = merge
         self.op_time, self.template = op_time, template
+        self.ov = ov if ov is not None else overlaps_for(par)
         self.split = stage_split(model, par)
         self.starts = np.concatenate([[0], np.cumsum(self.split)]).astype(int)
         self.n_chunks = len(self.split)
-        self.eb = DTYPE_BYTES[par.dtype]
+        self.eb = DTYPE_BYTES[par.act_dtype]
         self.grad_bytes = max(self.eb, 2)
-        self.param_bytes = max(self.eb, 2)
+        # FP8 parameters all-gathered as FP8 (one byte) with fp8_param_gather
+        self.param_bytes = 1 if par.dtype == "fp8" and par.fp8_param_gather else max(self.eb, 2)
         self.dpcp = par.dp * par.cp
         self.shard = par.shard_params and self.dpcp > 1
         kvh = model.kv_heads * model.head_dim
@@ -88,22 +100,28 @@ class _StageBuilder:
         return range(int(self.starts[g]), int(self.starts[g + 1]))
 
     def _emit(self, u: Unit, ops, layer: int, phase: str, prefix: str = "") -> None:
-        """Append resolved ops, turning the attention-core run into a ring when cp > 1."""
+        """Append resolved ops, turning the attention-core run into a ring when cp > 1 and
+        the other ops into the TP overlaps the layout switches on (:mod:`overlap`)."""
         cp = self.par.cp
         i = 0
         ops = list(ops)
+        plain: list = []
         while i < len(ops):
             r = ops[i]
             if cp > 1 and r.recompute and r.kind == "gpu":
+                emit(u, plain, self.ov, layer=layer, phase=phase, prefix=prefix)
+                plain = []
                 j = i
                 while j < len(ops) and ops[j].recompute and ops[j].kind == "gpu":
                     j += 1
                 msg = self.ring_msg * (2 if phase == "bwd" and not prefix else 1)
-                u.ring(ops[i:j], cp, msg, layer=layer, phase=phase, prefix=prefix)
+                u.ring(ops[i:j], cp, msg, layer=layer, phase=phase, prefix=prefix,
+                       overlap=self.par.cp_overlap)
                 i = j
                 continue
-            u.op(r, layer=layer, phase=phase, prefix=prefix)
+            plain.append(r)
             i += 1
+        emit(u, plain, self.ov, layer=layer, phase=phase, prefix=prefix)
 
     def _gather(self, u: Unit, params: float, layer: int, phase: str, prev_first: int) -> int:
         return u.async_comm(lane="comm:dp_ag", name="zero3.all_gather", collective="all_gather",
@@ -125,12 +143,26 @@ class _StageBuilder:
         segs += [(layer, res.layer(self.model, layer)) for layer in self._layers(g)]
         if g == self.n_chunks - 1:
             segs.append((-1, res.epilogue))
-        for layer, sec in segs:
+        for k, (layer, sec) in enumerate(segs):
             start = len(u)
             ag = self._gather(u, sec.params, layer, "fwd", prev_first) if self.shard and sec.params else -1
             self._emit(u, sec.fwd, layer, "fwd")
+            key = layer if layer >= 0 else (-1 if k == 0 and g == 0 else -2)
+            first = next((i for i in range(start, len(u)) if u.cols["lane"][i] == "compute"), -1)
+            if first >= 0:
+                u.layer_start[key] = first
             prev_first = self._link_first(u, start, ag) if ag >= 0 else prev_first
+            if ag >= 0:
+                self._fsdp_interference(u, start, sec.params * self.param_bytes, "all_gather")
+        u.close()
         return (u.compacted() if self.merge else u).freeze()
+
+    def _fsdp_interference(self, u: Unit, start: int, nbytes: float, collective: str) -> None:
+        """ZeRO-3 / FSDP: the segment's compute loses the SMs of its collective."""
+        est = self.ov.est(collective, "dpcp", int(nbytes))
+        if est:
+            busy = sum(u.cols["dur_ns"][i] for i in range(start, len(u)) if u.cols["lane"][i] == "compute")
+            stretch_cols(u, start, overlap_extra_ns(self.ov, est, busy, NCCL_SMS))
 
     def backward_unit(self, g: int) -> Unit:
         u = Unit()
@@ -148,12 +180,14 @@ class _StageBuilder:
             ag = self._gather(u, sec.params, layer, "bwd", prev_first) if self.shard and sec.params else -1
             if is_layer and self.par.recompute == "full":
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
-            done_selective = not (is_layer and self.par.recompute == "selective")
-            for r in sec.bwd:
-                if not done_selective and r.recompute and r.kind == "gpu":
-                    self._emit(u, [x for x in sec.fwd if x.recompute], layer, "bwd", prefix="recompute:")
-                    done_selective = True
-                self._emit(u, [r], layer, "bwd")
+            bwd = list(sec.bwd)
+            cut = len(bwd)
+            if is_layer and self.par.recompute == "selective":  # before the first recompute op
+                cut = next((k for k, r in enumerate(bwd) if r.recompute and r.kind == "gpu"), cut)
+            self._emit(u, bwd[:cut], layer, "bwd")
+            if cut < len(bwd):
+                self._emit(u, [x for x in sec.fwd if x.recompute], layer, "bwd", prefix="recompute:")
+                self._emit(u, bwd[cut:], layer, "bwd")
             u.marks[name] = u.tail
             if ag >= 0:
                 prev_first = self._link_first(u, start, ag)
@@ -161,6 +195,9 @@ class _StageBuilder:
                 u.async_comm(lane="comm:dp", name="zero3.reduce_scatter", collective="reduce_scatter",
                              gkind="dpcp", msg_bytes=int(sec.params * self.grad_bytes), layer=layer,
                              phase="bwd", after=u.tail)
+                self._fsdp_interference(u, start, sec.params * (self.param_bytes + self.grad_bytes),
+                                        "all_gather")
+        u.close()
         return (u.compacted() if self.merge else u).freeze()
 
 
@@ -232,6 +269,11 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     act_bytes = par.micro_batch * (par.seq_len / par.cp) * model.hidden * sb.eb
     p2p_bytes = int(act_bytes / tp)
     last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
+    first_f = {c: min(i for i, it in enumerate(items) if it.kind == "F" and it.chunk == c) for c in range(v)}
+    # the distributed optimizer's parameter all-gather in the first forward of each chunk
+    gather_early = (par.overlap_param_gather and 1 <= par.zero < 3 and not sb.shard
+                    and sb.dpcp > 1)
+    reduce_early = par.dp_overlap and not sb.shard and sb.dpcp > 1
     grad_sync: list[int] = []
     bucket = par.bucket_size_params()
     deferred: list[tuple[Unit, int, int]] = []
@@ -257,7 +299,16 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                                      collective="all_gather", gkind="tp", msg_bytes=int(act_bytes), key=f"{tag}|ppag")
                 prog.edge(entry_dep, ag)
                 entry_dep = ag
+        if it.kind == "F" and gather_early and idx == first_f[it.chunk]:
+            ns, _ = dpsync.bucket_comm_ns(sb, g, "all_gather", sb.param_bytes, True, unit)
+            unit = stretched(unit, 0, dpsync.interference(sb, unit, ns, 0))
+        elif it.kind == "B" and reduce_early and idx == last_b[it.chunk]:
+            ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
+                                              sb.grad_bytes, False, unit)
+            unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
         off = prog.add_unit(unit, tag)
+        if it.kind == "F" and gather_early and idx == first_f[it.chunk]:
+            dpsync.param_gathers(sb, prog, unit, off, g, bucket)
         for dep in (entry_dep, pending_send if par.p2p_blocking else None):
             if dep is not None:
                 for e in unit.entry:
@@ -272,11 +323,11 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
         if it.kind == "B" and idx == last_b[it.chunk] and not sb.shard and sb.dpcp > 1:
             deferred.append((unit, off, g))
             if par.dp_overlap:
-                grad_sync += _buckets(sb, prog, unit, off, g, bucket, None)
+                grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, None)
     if deferred and not par.dp_overlap:
         last_unit, last_off = prog.units[-1][0], prog.offsets[-1]
         for unit, off, g in deferred:
-            grad_sync += _buckets(sb, prog, unit, off, g, bucket, last_off + last_unit.tail)
+            grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, last_off + last_unit.tail)
     # tied embeddings: first and last stage all-reduce the word-embedding gradient
     emb_params = model.vocab * model.hidden / tp
     has_emb = bool(sb.template.select("prologue")) and bool(sb.template.select("epilogue"))
@@ -296,11 +347,13 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     edp = sb.dpcp // par.ep
     if par.zero >= 1 or sb.shard:
         local = (params - expert) / sb.dpcp + expert / edp
-    opt_flops = sum(evaluate(op.flops, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
-    opt_bytes = sum(evaluate(op.bytes, {**sb.res.env, "params": local}) for op in sb.res.optimizer)
-    opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, {**sb.res.env, "params": local}),
-                            evaluate(op.bytes, {**sb.res.env, "params": local}), op, 1.0)
-                 for op in sb.res.optimizer)
+    # the FP8 weight cast runs over the whole (gathered) local weights, the rest over the shard
+    envs = [(op, {**sb.res.env, "params": params if op.name == "fp8.weight_cast" else local})
+            for op in sb.res.optimizer]
+    opt_flops = sum(evaluate(op.flops, env) for op, env in envs)
+    opt_bytes = sum(evaluate(op.bytes, env) for op, env in envs)
+    opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, env), evaluate(op.bytes, env), op, 1.0)
+                 for op, env in envs)
     opt = prog.extra_task(lane="compute", kind="gpu", name="optimizer.step", op_class="optimizer", phase="opt",
                           flops=opt_flops, nbytes=opt_bytes, dur_ns=opt_ns)
     for gsync in grad_sync:
@@ -311,7 +364,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                   for i in (off + np.flatnonzero(u.arrays["lane"] == "comm:dp")).tolist()]  # type: ignore[index]
         if rs_idx:
             prog.edge(rs_idx[-1], opt)
-    if 1 <= par.zero < 3 and not par.fsdp and sb.dpcp > 1:
+    if 1 <= par.zero < 3 and not par.fsdp and sb.dpcp > 1 and not gather_early:
         for gk, n in (("dpcp", params - expert), ("edp", expert)):
             if n and (gk == "dpcp" or edp > 1):
                 ag = prog.extra_task(lane="comm:dp", kind="coll", name="zero.all_gather", phase="opt",
@@ -337,43 +390,6 @@ def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
     return params, expert
 
 
-def _buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int,
-             after: int | None) -> list[int]:
-    """Gradient buckets of chunk ``g`` after its last backward: dense params over DP x CP,
-    expert params over the expert-DP group, each bucket launched when its layers are done."""
-    par = sb.par
-    edp = sb.dpcp // par.ep
-    order: list[tuple[int, float, float]] = []  # (task that finishes the grads, dense, expert)
-    if g == sb.n_chunks - 1:
-        order.append((unit.marks['epilogue'], sb.res.epilogue.params, 0.0))
-    for layer in reversed(sb._layers(g)):
-        sec = sb.res.layer(sb.model, layer)
-        order.append((unit.layer_end[layer], sec.params - sec.expert_params, sec.expert_params))
-    if g == 0:
-        order.append((unit.tail, sb.res.prologue.params, 0.0))
-    out: list[int] = []
-    grad_bytes = sb.grad_bytes
-    coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
-    for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)):
-        if size <= 1:
-            continue
-        acc = 0.0
-        n = 0
-        for j, row in enumerate(order):
-            acc += row[col]
-            last = j == len(order) - 1
-            cap = par.first_bucket_params if n == 0 and g == sb.n_chunks - 1 and par.first_bucket_params else bucket
-            if acc > 0 and (acc >= cap or last):
-                t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
-                                    collective=coll, gkind=gk, msg_bytes=int(acc * grad_bytes),
-                                    key=f"g{g}|{gk}|{n}")
-                prog.edge(off + row[0] if after is None else after, t)
-                out.append(t)
-                acc = 0.0
-                n += 1
-    return out
-
-
 def build_graph(
     model: ModelSpec,
     par: ParallelSpec,
@@ -384,6 +400,9 @@ def build_graph(
     representatives: bool = False,
     gpus: int | None = None,
     merge_compute: bool = False,
+    sm_count: int = 0,
+    blackwell: bool = False,
+    comm_estimate: CommEstimateFn | None = None,
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -397,6 +416,12 @@ def build_graph(
         representatives: build one rank per pipeline stage only (see the module docstring).
         gpus: the cluster's GPU count, checked against ``par.world``.
         merge_compute: merge runs of consecutive compute tasks (:meth:`Unit.compacted`).
+        sm_count, blackwell: the device's SMs (0: unknown: overlapped compute is not slowed)
+            and whether it is a Blackwell GPU (its userbuffers settings), for the overlaps
+            of :mod:`tracesim.build.overlap`.
+        comm_estimate: uncongested time (ns) of a collective ``(collective, group kind,
+            bytes)``: how long an NCCL collective takes SMs from the compute it overlaps
+            (None: not charged).
     """
     validate_layout(model, par, gpus)
     placement = Placement(par)
@@ -404,8 +429,9 @@ def build_graph(
     ctime = comm_time or _free
     stage_progs = []
     infos = []
+    ov = overlaps_for(par, sm_count, blackwell, comm_estimate)
     for stage in range(par.pp):
-        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute)
+        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov)
         prog, info = _stage_program(sb, placement, comm_time is None)
         stage_progs.append(prog)
         infos.append(info)

@@ -40,7 +40,9 @@ class Unit:
     tail_lane: str = ""
     first_compute: int = -1
     layer_end: dict[int, int] = field(default_factory=dict)  # layer -> its last compute task
+    layer_start: dict[int, int] = field(default_factory=dict)  # segment -> its first compute task
     marks: dict[str, int] = field(default_factory=dict)  # section name -> its last chain task
+    joins: list[int] = field(default_factory=list)  # off-chain tasks the next chain task waits for
     arrays: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
@@ -74,12 +76,36 @@ class Unit:
             self.dst.append(b)
 
     def _chain(self, i: int, lane: str) -> None:
-        if self.tail < 0:
+        if self.tail < 0 and not self.joins:
             self.entry.append(i)
-        elif self.tail_lane != lane:
+        elif self.tail >= 0 and self.tail_lane != lane:
             self.edge(self.tail, i)
+        for j in self.joins:
+            self.edge(j, i)
+        self.joins = []
         self.tail = i
         self.tail_lane = lane
+
+    def close(self) -> None:
+        """End the chain on a task that follows every pending join (a zero-length compute
+        task), so that what waits for the unit's tail waits for them too."""
+        if self.joins:
+            self.compute_task("join", layer=-1, phase=self.cols["phase"][self.joins[-1]])
+
+    def compute_task(self, name: str, *, layer: int, phase: str, op_class: str = "other",
+                     flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0,
+                     chain: bool = True) -> int:
+        """A compute task (on the chain unless ``chain`` is False: then only explicit edges
+        order it)."""
+        i = self.add(lane="compute", kind="gpu", name=name, op_class=op_class, phase=phase,
+                     flops=flops, nbytes=nbytes, dur_ns=dur_ns, layer=layer)
+        if self.first_compute < 0:
+            self.first_compute = i
+        if chain:
+            self._chain(i, "compute")
+        if layer >= 0:
+            self.layer_end[layer] = i
+        return i
 
     def op(self, r: ROp, *, layer: int, phase: str | None = None, prefix: str = "") -> int:
         """Append a resolved op to the chain (compute on ``compute``, comm on its group lane)."""
@@ -100,9 +126,11 @@ class Unit:
         return i
 
     def ring(self, core: Sequence[ROp], steps: int, msg_bytes: int, *, layer: int,
-             phase: str, prefix: str = "") -> None:
+             phase: str, prefix: str = "", overlap: bool = True) -> None:
         """Ring attention over ``steps`` context-parallel ranks: the core ops run once per
-        step on 1/steps of the keys while the key/value block moves one rank on."""
+        step on 1/steps of the keys while the key/value block moves one rank on
+        (``overlap``; False: each step's core waits for that step's transfer too)."""
+        self.close()
         kv_ready = self.tail
         prev_recv = -1
         for j in range(steps):
@@ -117,6 +145,8 @@ class Unit:
                                 phase=phase, layer=layer, collective="recv", gkind="cp",
                                 msg_bytes=msg_bytes, peer_sel="cp_prev", key=pair)
                 self.edge(kv_ready if j == 0 else prev_recv, send)
+                if not overlap and j > 0:  # the transfer waits for the previous chunk
+                    self.edge(self.tail, send)
                 if self.tail < 0:
                     self.entry.append(send)
             for k, r in enumerate(core):
@@ -128,6 +158,8 @@ class Unit:
                 self._chain(i, "compute")
                 if k == 0 and prev_recv >= 0:
                     self.edge(prev_recv, i)
+                if k == 0 and not overlap and recv >= 0:
+                    self.edge(recv, i)  # serial: transfer, chunk, transfer, chunk, ...
                 self.layer_end[layer] = i
             prev_recv = recv
 
@@ -181,6 +213,7 @@ class Unit:
         out.tail = group[self.tail] if self.tail >= 0 else -1
         out.first_compute = group[self.first_compute] if self.first_compute >= 0 else -1
         out.layer_end = {k: group[v] for k, v in self.layer_end.items()}
+        out.layer_start = {k: group[v] for k, v in self.layer_start.items()}
         out.marks = {k: group[v] for k, v in self.marks.items()}
         return out
 

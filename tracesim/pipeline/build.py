@@ -2,8 +2,10 @@
 
 1. the model spec (``model``, else the source bundle's), the cluster spec and the layout
    (:func:`tracesim.specs.parallel.parallel_from_options`);
-2. the layer template (:func:`tracesim.template.choose.choose_template`): the source's, the
-   model family's stored bundle, or first principles;
+2. the software stack (:mod:`tracesim.template.stacks`; megatron-core on a GPU, eager on a
+   CPU or for a recorded source) and its defaults for the layout; the layer template: the
+   source's recorded ops, the model family's stored bundle (``eager``), or the stack's
+   kernels (:func:`tracesim.template.stacks.stack_template`), with FP8's GEMMs and casts;
 3. each template op's duration on the cluster's device (:mod:`tracesim.template.durations`):
    measured on the same device -> the measurement (scaled by the cost model's ratio when the
    shapes changed); measured on another GPU -> scaled; measured on a CPU or not measured ->
@@ -35,7 +37,17 @@ from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
 from tracesim.template.choose import choose_template
 from tracesim.template.durations import make_op_time
+from tracesim.template.fp8 import fp8_template
 from tracesim.template.layer import LayerTemplate
+from tracesim.template.stacks import (
+    Stack,
+    check_stack,
+    default_stack,
+    get_stack,
+    stack_defaults,
+    stack_info,
+    stack_template,
+)
 
 #: from this many GPUs up a replay simulates one representative rank per pipeline stage
 SYMMETRY_MIN_GPUS = 64
@@ -60,6 +72,7 @@ class Built:
     op_methods: Mapping[str, str]
     duration_methods: Mapping[str, int]
     warnings: tuple[str, ...] = field(default=())
+    stack: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def graph(self) -> TaskGraph:
@@ -146,10 +159,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         f"(ranks 0..{par.world - 1})")
     if model.is_moe and par.tp > 1 and par.sp and options.sp is None:
         warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
-    template, w = choose_template(source, model, options.template, options.attention,
-                                  default_bundle(model.family))
+    par, stack, template, w = _stack_and_template(source, options, model, par, device)
     warnings += w
-    op_time, methods = make_op_time(template, device, par.dtype)
+    op_time, methods = make_op_time(template, device, par.act_dtype)
     if cluster.host_contention is not None:  # co-located CPU ranks slow each other
         from tracesim.hardware.contention import scaled_op_time
 
@@ -159,9 +171,56 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
     built = build_graph(model, par, template, op_time, representatives=symmetric,
-                        merge_compute=merged)
+                        merge_compute=merged, sm_count=device.sm_count,
+                        blackwell="mxfp8" in device.peak_tflops,
+                        comm_estimate=_comm_estimate(cluster, par))
     return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,
-                 methods, tuple(warnings))
+                 methods, tuple(warnings), stack_info(stack, par, device, template))
+
+
+def _stack_and_template(source: str | Path | None, options: ReplayOptions, model: ModelSpec,
+                        par: ParallelSpec, device: DeviceProfile
+                        ) -> tuple[ParallelSpec, Stack, LayerTemplate, list[str]]:
+    """The software stack (``options.stack``, else :func:`default_stack`), the layout with
+    its defaults, and the layer template: the source's or a named template's recorded ops
+    (the user's own kernels) when one is given; the family's stored CPU recording with
+    ``eager``; else the stack's kernels (on a GPU they replace the stored eager CPU op list,
+    docs/stacks.md); FP8 adds its GEMMs and casts (:mod:`tracesim.template.fp8`)."""
+    recorded = bool(source) or options.template not in (None, "analytic")
+    stack = get_stack(options.stack or default_stack(device, recorded))
+    par = par.replace(**stack_defaults(stack, par, options.given(), device))
+    check_stack(stack, par, device)
+    warnings: list[str] = []
+    if recorded or stack.recorded:
+        template, w = choose_template(source, model, options.template, options.attention,
+                                      default_bundle(model.family))
+        warnings += w
+    else:
+        template = stack_template(model, stack, options.attention)
+    if par.dtype == "fp8":
+        template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype)
+    return par, stack, template, warnings
+
+
+def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, str, int], float]:
+    """Uncongested time (ns) of a collective on the first group of a kind (the cluster's
+    network model), for the compute an overlapped collective slows."""
+    from tracesim.network.model import NetworkModel
+    from tracesim.specs.placement import Placement
+
+    net = NetworkModel(cluster, keep_records=False)
+    placement = Placement(par)
+    cache: dict[tuple[str, str, int], float] = {}
+
+    def estimate(collective: str, gkind: str, nbytes: int) -> float:
+        key = (collective, gkind, int(nbytes))
+        if key not in cache:
+            groups = placement.groups(gkind)
+            ranks = groups[0] if groups else ()
+            cache[key] = net.estimate_ns(collective, ranks, int(nbytes)) if len(ranks) > 1 else 0.0
+        return cache[key]
+
+    return estimate
 
 
 def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dict[str, str]]:

@@ -188,6 +188,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         "memory": mem.to_dict(),
         "model_flops_per_iteration": flops,
         "template": dict(b.template.meta),
+        "stack": dict(b.stack),
         "duration_methods": b.duration_methods,
         "replay": {
             "symmetric": b.symmetric,

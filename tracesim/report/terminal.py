@@ -50,6 +50,12 @@ def headline(res: Mapping[str, Any]) -> str:
             + (f", {lay}" if lay else ""))
 
 
+#: how the stack line names the overlaps (tracesim.template.stacks.stack_info)
+_OVERLAP_WORDS = {"tp_comm_overlap": "tp comm", "tp_bwd_overlap": "tp backward",
+                  "overlap_grad_reduce": "grad reduce", "overlap_param_gather": "param gather",
+                  "overlap_p2p": "p2p", "cp_overlap": "cp ring", "fsdp_prefetch": "fsdp prefetch"}
+
+
 def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the headline metrics."""
     rows = [("iteration time", fmt_seconds(res.get("iteration_time_s")))]
@@ -73,6 +79,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     if isinstance(sc, Mapping) and sc.get("gpu_time_shares"):
         rows.append(("kernel times", ", ".join(f"{v:.0%} {k}" for k, v in
                                               sc["gpu_time_shares"].items())))
+    st = res.get("stack")
+    if isinstance(st, Mapping) and st.get("name"):
+        short = [_OVERLAP_WORDS.get(str(o), str(o)) for o in st.get("overlaps") or []]
+        fp8 = st.get("fp8")
+        rows.append(("stack", str(st["name"]) + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
+                     + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
         ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),

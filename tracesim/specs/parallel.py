@@ -22,9 +22,17 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.specs.model import DTYPES, ModelSpec
+from tracesim.specs.stages import (
+    check_split,
+    default_vpp,
+    stage_layer_counts,
+    stage_split,
+    vpp_basis,
+)
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+FP8_RECIPES = ("current", "delayed", "mxfp8")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -67,6 +75,33 @@ class ParallelSpec:
         moe_capacity_factor: expert capacity in multiples of the mean routed tokens per
             expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
             0 is dropless (Megatron-Core's default).
+        first_stage_layers, last_stage_layers: transformer layers of the first / last
+            pipeline stage (Megatron's ``decoder_first/last_pipeline_num_layers``); the other
+            stages split the rest evenly; 0: not given.
+        stack: the software stack the layout runs under (a name of
+            :data:`tracesim.template.stacks.STACKS`, "" when none was named); the builder
+            reads only the switches below, which the stack's defaults set.
+        tp_comm_overlap: Transformer Engine userbuffers (needs ``sp`` and ``tp > 1``): the
+            sequence-parallel all-gather / reduce-scatter around each linear split into
+            chunks pipelined with the GEMM's chunks, and the backward's bulk overlaps
+            (docs/stacks.md).
+        tp_bwd_overlap: a column-parallel linear's input-gradient all-reduce (reduce-scatter
+            with ``sp``) runs during its weight-gradient GEMM, and with ``sp`` the re-gather
+            of its input during its data-gradient GEMM (Megatron-Core / TE asynchronous NCCL
+            collectives; with ``tp_comm_overlap`` the userbuffers do it instead).
+        overlap_param_gather: the distributed optimizer's (``zero`` 1-2) parameter
+            all-gather runs per bucket in the next iteration's first forward passes, each
+            layer waiting for its bucket only (Megatron's ``--overlap-param-gather``); False:
+            after the optimizer step, exposed.
+        cp_overlap: ring attention's key/value exchange runs during the attention chunks
+            (every ring implementation does); False: each chunk waits for its exchange.
+        comm_interference: communication kernels that overlap compute take streaming
+            multiprocessors from it (the SM counts of :mod:`tracesim.build.overlap`); False:
+            overlapped compute runs at full speed.
+        fp8_recipe: FP8 scaling recipe with ``dtype`` fp8: ``current`` (tensor-wise current
+            scaling), ``delayed`` or ``mxfp8`` (Blackwell block scaling); "" for other dtypes.
+        fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
+            the bytes of BF16).
     """
 
     tp: int = 1
@@ -92,6 +127,28 @@ class ParallelSpec:
     dp_overlap: bool = True
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
+    stack: str = ""
+    tp_comm_overlap: bool = False
+    tp_bwd_overlap: bool = False
+    overlap_param_gather: bool = False
+    cp_overlap: bool = True
+    comm_interference: bool = False
+    fp8_recipe: str = ""
+    fp8_param_gather: bool = False
+
+    @property
+    def act_dtype(self) -> str:
+        """Dtype of activations, gradients between ops and non-GEMM kernels: the compute
+        dtype, except under FP8, where only the linears' GEMM operands are FP8 (BF16)."""
+        return "bf16" if self.dtype == "fp8" else self.dtype
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The cost-model dtype of an FP8 GEMM: ``mxfp8`` under the MXFP8 recipe, else the
+        compute dtype."""
+        return "mxfp8" if self.dtype == "fp8" and self.fp8_recipe == "mxfp8" else self.dtype
 
     @property
     def world(self) -> int:
@@ -151,26 +208,15 @@ def _err(message: str, where: str) -> InputError:
     return InputError(message, "layout", where)
 
 
-def stage_split(model: ModelSpec, par: ParallelSpec) -> tuple[int, ...]:
-    """Transformer layers per model chunk, in chunk order (``pp * chunks`` entries).
-
-    Chunk ``c`` (0-based, pipeline-order) runs on pipeline rank ``c % pp`` as its virtual
-    stage ``c // pp``. Without ``stage_layers`` the layers are split evenly (which
-    :func:`validate_layout` requires to be exact).
-    """
-    n = par.pp * par.chunks
-    if par.stage_layers:
-        return tuple(par.stage_layers)
-    return tuple([model.layers // n] * n)
-
-
 def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None) -> None:
     """Check that ``par`` can run ``model`` on ``gpus`` GPUs; InputError names the numbers.
 
     Checks: degrees and batch sizes positive; ``tp*pp*dp*cp == gpus``; heads, kv heads,
     ffn and (MoE) expert ffn divisible by ``tp``; experts divisible by ``ep``; ``ep``
-    divides ``dp``; layers at least the number of pipeline stages (times virtual stages)
-    and evenly divisible unless an uneven split is given (which must sum to the layers);
+    divides ``dp``; the pipeline split (:func:`tracesim.specs.stages.check_split`: layers divisible by ``pp``
+    unless ``stage_layers`` or ``first/last_stage_layers`` say otherwise, every stage and
+    model chunk with a layer); FP8 options with dtype fp8; the userbuffers TP overlap with
+    ``tp > 1`` and ``sp``;
     global batch divisible by ``micro_batch * dp``; sequence divisible by ``cp`` (by
     ``2 cp`` for load-balanced ring attention) and, with sequence parallelism, by ``tp``;
     interleaved schedules need ``vpp > 1`` and micro-batches divisible by ``pp``.
@@ -228,33 +274,14 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
             raise _err("the interleaved schedule needs pp >= 2", "pp")
     elif par.vpp != 1:
         raise _err(f"vpp {par.vpp} needs --schedule interleaved (got {par.schedule})", "vpp")
-    n_chunks = par.pp * par.chunks
-    if par.stage_layers:
-        if len(par.stage_layers) != n_chunks:
-            raise _err(
-                f"stage_layers has {len(par.stage_layers)} entries, expected pp x vpp = {n_chunks}",
-                "stage_layers",
-            )
-        if any(int(x) < 1 for x in par.stage_layers):
-            raise _err(f"every stage needs at least one layer, got {list(par.stage_layers)}", "stage_layers")
-        if sum(par.stage_layers) != model.layers:
-            raise _err(
-                f"stage_layers sum to {sum(par.stage_layers)}, the model has {model.layers} layers",
-                "stage_layers",
-            )
-    else:
-        if model.layers < n_chunks:
-            raise _err(
-                f"layers {model.layers} are fewer than pipeline stages pp {par.pp} x vpp "
-                f"{par.chunks} = {n_chunks}",
-                "pp",
-            )
-        if model.layers % n_chunks:
-            raise _err(
-                f"layers {model.layers} are not divisible by pp {par.pp} x vpp {par.chunks} "
-                f"= {n_chunks} (give stage_layers for an uneven split)",
-                "pp",
-            )
+    check_split(model, par)
+    if par.fp8_recipe and par.dtype != "fp8":
+        raise _err(f"fp8_recipe {par.fp8_recipe!r} needs dtype fp8 (got {par.dtype})", "fp8_recipe")
+    if par.fp8_recipe not in ("", *FP8_RECIPES):
+        raise _err(f"{par.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}", "fp8_recipe")
+    if par.tp_comm_overlap and not (par.tp > 1 and par.sp):
+        raise _err("the userbuffers TP overlap needs tp > 1 with sequence parallelism "
+                   f"(tp {par.tp}, sp {par.sp})", "tp_comm_overlap")
     per_step = par.micro_batch * par.dp
     if par.global_batch % per_step:
         raise _err(
@@ -274,24 +301,15 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"seq_len {s} is not divisible by tp {t} x cp {par.cp} (sequence parallel)", "sp")
 
 
-def default_vpp(layers: int, pp: int) -> int:
-    """Virtual stages per pipeline rank when ``--schedule interleaved`` has no ``--vpp``:
-    the smallest divisor > 1 of the layers per stage (2 when even), so each model chunk is
-    as large as possible while the bubble still shrinks (Narayanan et al. 2021 use 2+)."""
-    per = layers // pp if pp and layers % pp == 0 else 0
-    for v in range(2, per + 1):
-        if per % v == 0:
-            return v
-    return 1
-
-
 def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int | None) -> ParallelSpec:
     """Build a :class:`ParallelSpec` from CLI-style options (``None`` or missing = default).
 
     ``dp`` defaults to ``gpus / (tp * pp * cp)``; ``global_batch`` to ``micro_batch * dp``
     (one micro-batch per replica); ``seq_len`` to the model's; ``dtype`` to the model's.
     Sequence parallelism is switched on for a MoE model with ``tp > 1`` (Megatron-core
-    requires it) unless ``sp`` is given explicitly.
+    requires it) unless ``sp`` is given explicitly. ``overlap_p2p`` (Megatron's
+    ``overlap_p2p_comm``) is ``not p2p_blocking``. The stack's defaults
+    (:func:`tracesim.template.stacks.stack_defaults`) are applied by the caller.
     """
 
     def get(key: str, default: Any) -> Any:
@@ -321,7 +339,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
     if schedule == "interleaved" and pp == 1:
         schedule, vpp = "1f1b", 1  # one stage: nothing to interleave
     elif schedule == "interleaved" and opts.get("vpp") is None:
-        vpp = default_vpp(model.layers, pp)
+        vpp = default_vpp(vpp_basis(opts, model.layers, pp), 1)
     sp_opt = opts.get("sp")
     sp = bool(sp_opt) if sp_opt is not None else (model.is_moe and tp > 1)
     stage_layers = opts.get("stage_layers")
@@ -348,7 +366,30 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         tp_plan=tuple(plan),
         bucket_params=int(get("bucket_params", 0)),
         first_bucket_params=int(get("first_bucket_params", 0)),
-        dp_overlap=bool(get("dp_overlap", True)),
+        dp_overlap=_one_switch(opts, "dp_overlap", "overlap_grad_reduce", True),
         moe_imbalance=float(get("moe_imbalance", 1.0)),
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
+        first_stage_layers=int(get("first_stage_layers", 0)),
+        last_stage_layers=int(get("last_stage_layers", 0)),
+        p2p_blocking=not bool(get("overlap_p2p", not bool(get("p2p_blocking", True)))),
+        stack=str(get("stack", "")),
+        tp_comm_overlap=bool(get("tp_comm_overlap", False)),
+        tp_bwd_overlap=bool(get("tp_bwd_overlap", False)),
+        overlap_param_gather=bool(get("overlap_param_gather", False)),
+        cp_overlap=bool(get("cp_overlap", True)),
+        comm_interference=bool(get("comm_interference", False)),
+        fp8_recipe=str(get("fp8_recipe", "")),
+        fp8_param_gather=bool(get("fp8_param_gather", False)),
     )
+
+
+def _one_switch(opts: Mapping[str, Any], name: str, alias: str, default: bool) -> bool:
+    """A switch given under either of two names; InputError when they disagree."""
+    a, b = opts.get(name), opts.get(alias)
+    if a is not None and b is not None and bool(a) != bool(b):
+        raise _err(f"{name} {a} and {alias} {b} are one switch and disagree", alias)
+    return bool(a if a is not None else (b if b is not None else default))
+
+
+__all__ = ["FP8_RECIPES", "RECOMPUTE", "SCHEDULES", "TP_STYLES", "ParallelSpec", "default_vpp",
+           "parallel_from_options", "stage_layer_counts", "stage_split", "validate_layout"]

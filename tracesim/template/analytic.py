@@ -65,7 +65,7 @@ def _epilogue(model: ModelSpec) -> list[TemplateOp]:
         op("head", "epilogue", "gemm", f"2*{T}*h*vocab/tp",
             f"eb*({T}*h + h*vocab/tp + {T}*vocab/tp)", f"{T}*vocab",
             params="0" if model.tied_embeddings else "h*vocab/tp", shard="feature",
-            tp_style="colwise"),
+            tp_style="colwise", shape=f"1, {T}, vocab/tp, h"),
         op("loss", "epilogue", "softmax", f"5*{T}*vocab/tp", f"12*{T}*vocab/tp", f"{T}",
             shard="feature"),
         TemplateOp("loss.allreduce", "epilogue", "fwd", "comm", out=f"{T}", kind="comm",

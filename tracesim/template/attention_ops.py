@@ -43,7 +43,8 @@ def _core(flash: bool, qk: str, v: str, k_elems: str, v_elems: str) -> list[Temp
         q_o = f"2*{T}*{qk}" if qk == v else f"{T}*({qk}+{v})"
         kv = f"2*{k_elems}" if k_elems == v_elems else f"{k_elems} + {v_elems}"
         return [op("attn.core", "block", "attention", flops, f"eb*({q_o} + {kv})/tp",
-                   f"{T}*{v}", part="attn", shard="feature", recompute=True)]
+                   f"{T}*{v}", part="attn", shard="feature", recompute=True, causal=True,
+                   shape=f"b*heads/tp, s/cp, win, {qk}/heads")]
     probs = f"b*heads*{T}*s/tp"
     return [
         op("attn.scores", "block", "attention", f"2*{T}*s*{qk}/tp",
@@ -66,7 +67,7 @@ def _gqa_ops(model: ModelSpec, bias: bool, rotary: bool, flash: bool) -> list[Te
         op("attn.qkv", "block", "gemm", f"2*{T}*h*{qkv_w}/tp",
            f"eb*({T}*h + h*{qkv_w}/tp + {T}*{qkv_w}/tp)", f"{T}*{qkv_w}",
            params=f"(h*{qkv_w}{' + ' + qkv_w if bias else ''})/tp", part="attn",
-           shard="feature", tp_style="colwise"),
+           shard="feature", tp_style="colwise", shape=f"1, {T}, {qkv_w}/tp, h"),
     ]
     if rotary:
         ops.append(op("attn.rope", "block", "elementwise", f"6*{T}*(qd+kvh)/tp",
@@ -75,7 +76,7 @@ def _gqa_ops(model: ModelSpec, bias: bool, rotary: bool, flash: bool) -> list[Te
     ops += [
         op("attn.proj", "block", "gemm", f"2*{T}*qd*h/tp", f"eb*({T}*qd/tp + qd*h/tp + {T}*h)",
            f"{T}*h", params=f"qd*h/tp{' + h' if bias else ''}", part="attn", shard="feature",
-           tp_style="rowwise"),
+           tp_style="rowwise", shape=f"1, {T}, h, qd/tp"),
         residual("attn.residual", "attn", dropout=bias),
     ]
     return ops
@@ -87,9 +88,11 @@ def _gemm(name: str, k: str, n: str, *, seq: bool, **kw: object) -> TemplateOp:
     if seq:
         tok = f"{T}/tps"
         return op(name, "block", "gemm", f"2*{tok}*{k}*{n}", f"eb*({tok}*{k} + {k}*{n} + {tok}*{n})",
-                  f"{T}*{n}", params=f"{k}*{n}", part="attn", shard="sequence", **kw)
+                  f"{T}*{n}", params=f"{k}*{n}", part="attn", shard="sequence",
+                  shape=f"1, {tok}, {n}, {k}", **kw)
     return op(name, "block", "gemm", f"2*{T}*{k}*{n}/tp", f"eb*({T}*{k} + {k}*{n}/tp + {T}*{n}/tp)",
-              f"{T}*{n}", params=f"{k}*{n}/tp", part="attn", shard="feature", **kw)
+              f"{T}*{n}", params=f"{k}*{n}/tp", part="attn", shard="feature",
+              shape=f"1, {T}, {n}/tp, {k}", **kw)
 
 
 def _mla_ops(model: ModelSpec, flash: bool) -> list[TemplateOp]:
@@ -116,7 +119,8 @@ def _mla_ops(model: ModelSpec, flash: bool) -> list[TemplateOp]:
     ops += [
         op("attn.proj", "block", "gemm", f"2*{T}*heads*v_dim*h/tp",
            f"eb*({T}*heads*v_dim/tp + heads*v_dim*h/tp + {T}*h)", f"{T}*h",
-           params="heads*v_dim*h/tp", part="attn", shard="feature", tp_style="rowwise"),
+           params="heads*v_dim*h/tp", part="attn", shard="feature", tp_style="rowwise",
+           shape=f"1, {T}, h, heads*v_dim/tp"),
         residual("attn.residual", "attn", dropout=False),
     ]
     return ops

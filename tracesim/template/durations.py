@@ -9,7 +9,10 @@ measured duration (a trace-derived template):
 * recorded on a CPU while the target is not that CPU: the cost model alone (``model``): a
   CPU time says little about a GPU kernel.
 
-Ops without a measurement use the cost model (``model``). ``methods`` counts each outcome.
+Ops without a measurement use the cost model (``model``), with the op's own ``dtype`` where
+it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
+:func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
+that have one. ``methods`` counts each outcome.
 
 An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
 parameter: the trace-derived optimizer step) is split in two (:func:`split_calls_ns`): the
@@ -64,7 +67,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         # count with the recorded ones (``src_units``; 0 in templates written before)
         units = units if op.src_units > 0 else 1.0
         key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
-               op.src_units, op.calls, op.count)
+               op.src_units, op.calls, op.count, op.dtype, op.shape)
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
@@ -76,12 +79,26 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             else:
                 ns, method = scale_duration(int(op.measured_ns), src_dev, src, device, dst)
         else:
-            ns, method = op_time_ns(device, op_class, flops, nbytes, dtype, units), "model"
+            shape = _numeric_shape(op.shape)
+            kw = {"shape": shape} if shape else {}
+            ns, method = op_time_ns(device, op_class, flops, nbytes, op.dtype or dtype, units,
+                                    **kw), "model"
         cache[key] = (int(ns), method)  # type: ignore[assignment]
         methods[method] += 1
         return int(ns)
 
     return op_time, methods
+
+
+def _numeric_shape(shape: str) -> tuple[float, ...] | None:
+    """A resolved ``shape`` field (four numbers) as floats; None when empty or not numeric."""
+    if not shape:
+        return None
+    try:
+        vals = tuple(float(x) for x in shape.split(","))
+    except ValueError:
+        return None
+    return vals if len(vals) == 4 else None
 
 
 def split_calls_ns(op: TemplateOp, src_dev: Any, src: _Cost, dst_dev: Any, dst: _Cost) -> tuple[int, str]:

@@ -71,7 +71,8 @@ SYMBOLS: dict[str, str] = {
     "q_lora": "MLA query compression rank (0: none)",
     "kv_lora": "MLA key/value compression rank",
     "win": "keys per query of the layer's attention (min(s, sliding window), else s)",
-    "eb": "bytes per element of the compute dtype",
+    "eb": "bytes per element of the activations (the compute dtype; bf16 under FP8, whose "
+          "GEMM operands bind it to 1)",
     "tp": "tensor-parallel degree (1 where the op is replicated)",
     "tps": "sequence-parallel split (tp with --sp, else 1)",
     "cp": "context-parallel degree",
@@ -141,6 +142,18 @@ def evaluate(expr: str, env: Mapping[str, float]) -> float:
                          "template", "ops") from None
 
 
+def shape_parts(shape: str) -> tuple[str, ...]:
+    """The four expressions of a ``shape`` field (none when it is empty); ValueError when it
+    does not have four."""
+    if not shape:
+        return ()
+    parts = tuple(p.strip() for p in shape.split(","))
+    if len(parts) != 4 or not all(parts):
+        raise ValueError(f"shape {shape!r}: expected four comma-separated expressions "
+                         "(batch, m, n, k)")
+    return parts
+
+
 @dataclass(frozen=True)
 class TemplateOp:
     """One op of a template (see the module docstring for the expression conventions).
@@ -174,6 +187,16 @@ class TemplateOp:
             ``flops`` / ``bytes`` expressions, which hold the parallel split (``1/(cp*tp)``).
         fwd: for a backward op, the name of the forward op it differentiates ("" = ``name``).
         tensors: expression, parameter tensors owned by the op (forward ops with ``params``).
+        dtype: compute dtype of this op when it differs from the layout's activation dtype
+            ("" = the layout's): ``fp8`` / ``mxfp8`` marks a GEMM that runs at the device's
+            FP8 rate on FP8 operands (:mod:`tracesim.template.fp8`); its ``eb`` is 1.
+        shape: analytic GEMMs and fused attention: ``batch, m, n, k`` as four comma-separated
+            expressions (GEMM ``[m, k] x [k, n]`` per batch; attention ``batch x heads``, query
+            length, keys per query, head dim), for the cost model's shape-aware path and for
+            sizing the FP8 casts; "" = unknown.
+        causal: a fused attention kernel under a causal mask: it runs only the blocks on and
+            below the diagonal, half of the ``T x s`` square that ``flops`` counts (model
+            FLOPs keep the full square, as Narayanan et al. count them).
         calls: expression, the host calls (dispatches) the op stands for, whose per-call
             time does not grow with the op's size; "0" = none apart. The trace-derived
             optimizer step writes ``<calls per tensor>*tensors``; the resolver turns it into
@@ -207,6 +230,9 @@ class TemplateOp:
     fwd: str = ""
     tensors: str = "0"
     calls: str = "0"
+    dtype: str = ""
+    shape: str = ""
+    causal: bool = False
 
     @property
     def module(self) -> str:
@@ -227,7 +253,7 @@ class TemplateOp:
         if self.kind not in ("compute", "comm"):
             raise ValueError(f"op {self.name}: kind {self.kind!r}")
         for expr in (self.flops, self.bytes, self.out, self.params, self.msg_bytes, self.tensors,
-                     self.calls):
+                     self.calls, *shape_parts(self.shape)):
             compile_expr(expr)
 
 
@@ -317,6 +343,7 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
 
 
 _EXPR_FIELDS = ("flops", "bytes", "out", "params", "msg_bytes", "tensors", "calls")
+_DTYPE_FIELD_VALUES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
 
 
 def _checked_field(key: str, value: Any) -> Any:
@@ -332,6 +359,9 @@ def _checked_field(key: str, value: Any) -> Any:
         ok = number and value >= 0 and (isinstance(value, int) or not isinstance(default, int))
     else:
         ok = isinstance(value, str)
+    if ok and key == "dtype" and value not in _DTYPE_FIELD_VALUES:
+        raise ValueError(f"dtype: expected one of {', '.join(repr(x) for x in _DTYPE_FIELD_VALUES)}, "
+                         f"got {value!r}")
     if not ok:
         kind = type(default).__name__ if default is not dataclasses.MISSING else "str"
         raise ValueError(f"{key}: expected {kind}{' >= 0' if kind in ('int', 'float') else ''}, "
@@ -391,7 +421,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "q_lora": float(model.q_lora_rank),
         "kv_lora": float(model.kv_lora_rank),
         "win": float(par.seq_len),
-        "eb": float(DTYPE_BYTES[par.dtype]),
+        "eb": float(DTYPE_BYTES[getattr(par, "act_dtype", par.dtype)]),
         "tp": tp if tp_active else 1.0,
         "tps": tp if (par.sp and sp_active) else 1.0,
         "cp": float(par.cp),

@@ -41,7 +41,7 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
     ops += [
         op("moe.router", "block", "gemm", f"2*{T}/tps*h*experts",
            f"eb*({T}/tps*h + h*experts + {T}/tps*experts)", f"{T}*experts",
-           params="h*experts", part="moe", shard="sequence"),
+           params="h*experts", part="moe", shard="sequence", shape=f"1, {T}/tps, experts, h"),
         op("moe.topk", "block", "softmax", f"6*{T}/tps*experts", f"3*eb*{T}/tps*experts",
            f"{T}*top_k", part="moe", shard="sequence"),
         op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*h", f"{tk}*h",

@@ -69,14 +69,17 @@ def mlp(prefix: str, part: str, model: ModelSpec, width: str, tokens: str, bias:
     w2 = f"{param_scale}h*{width}/tp"
     p1 = f"({g}*h*{width} + {width})/tp" if bias else w1
     p2 = f"{w2} + h" if bias else w2
+    nb = f"({param_scale.rstrip('*')})" if param_scale else "1"
+    m = f"{tokens}/{nb}" if param_scale else tokens
     return [
         op(f"{prefix}.fc1", "block", "gemm", f"{2 * g}*{tokens}*h*{width}/tp",
            f"eb*({tokens}*h + {w1} + {g}*{tokens}*{width}/tp)", f"{g}*{tokens}*{width}",
-           params=p1, part=part, shard="feature", tp_style="colwise"),
+           params=p1, part=part, shard="feature", tp_style="colwise",
+           shape=f"{nb}, {m}, {g}*{width}/tp, h"),
         op(f"{prefix}.act", "block", "elementwise", f"{5 if gated else 8}*{tokens}*{width}/tp",
            f"{3 if gated else 2}*eb*{tokens}*{width}/tp", f"{tokens}*{width}", part=part,
            shard="feature"),
         op(f"{prefix}.fc2", "block", "gemm", f"2*{tokens}*{width}*h/tp",
            f"eb*({tokens}*{width}/tp + {w2} + {tokens}*h)", f"{tokens}*h", params=p2,
-           part=part, shard="feature", tp_style="rowwise"),
+           part=part, shard="feature", tp_style="rowwise", shape=f"{nb}, {m}, h, {width}/tp"),
     ]

@@ -36,7 +36,7 @@ from typing import Any
 
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
-from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, symbol_env
+from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
 from tracesim.template.moe_ops import is_expert_op
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
@@ -50,6 +50,14 @@ class ROp:
     ``kind`` is ``gpu`` (compute) or ``coll`` (collective); ``gkind`` is the placement
     group kind the collective runs on (``tp``, ``ep``, ...); ``msg_bytes`` follows the
     nccl-tests convention; ``recompute`` marks the selective-recompute set.
+
+    ``overlap`` marks a TP collective that can run beside a neighbouring GEMM
+    (:mod:`tracesim.build.overlap`): ``ag_next`` (an all-gather feeding the next GEMM, or its
+    data-gradient half in the backward), ``rs_prev`` (a reduce-scatter of the previous
+    GEMM's output), ``bulk_dgrad`` (beside the next backward GEMM's data gradient),
+    ``bulk_wgrad`` (beside the previous backward GEMM's weight gradient); ``ub`` names the
+    linear of a transformer layer for the userbuffers settings (``qkv``, ``proj``, ``fc1``,
+    ``fc2``; "" elsewhere).
     """
 
     name: str
@@ -64,6 +72,8 @@ class ROp:
     msg_bytes: int = 0
     recompute: bool = False
     params: float = 0.0
+    overlap: str = ""
+    ub: str = ""
 
     @property
     def is_comm(self) -> bool:
@@ -177,9 +187,38 @@ def op_units(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, fl
     return op_numbers_units(op, env, env_full, dtype)[2]
 
 
-def _comm(name: str, collective: str, gkind: str, msg: float, phase: str) -> ROp:
+def _comm(name: str, collective: str, gkind: str, msg: float, phase: str, overlap: str = "",
+          ub: str = "") -> ROp:
     return ROp(name=name, kind="coll", op_class="comm", phase=phase, collective=collective,
-               gkind=gkind, msg_bytes=int(round(msg)))
+               gkind=gkind, msg_bytes=int(round(msg)), overlap=overlap, ub=ub)
+
+
+_FP8 = ("fp8", "mxfp8")
+
+
+def _ub_role(op: TemplateOp, style: str) -> str:
+    """The userbuffers name of a transformer layer's linear (``qkv``, ``proj``, ``fc1``,
+    ``fc2``), "" for other ops (MoE experts, the LM head: Transformer Engine does not
+    overlap them)."""
+    if op.section != "block" or op.part not in ("attn", "mlp") or style not in ("colwise", "rowwise"):
+        return ""
+    if op.part == "attn":
+        return "qkv" if style == "colwise" else "proj"
+    return "fc1" if style == "colwise" else "fc2"
+
+
+def _timed(op: TemplateOp, env: Mapping[str, float], flops: float) -> tuple[TemplateOp, float]:
+    """``op`` as the duration function sees it, and the FLOPs its kernel runs: the shape
+    evaluated to numbers; a causal fused attention over the full sequence runs half of the
+    ``T x s`` square its ``flops`` count (the keys per query of its shape halved too)."""
+    frac = 0.5 if op.causal and env["win"] >= env["s"] else 1.0
+    parts = shape_parts(op.shape)
+    if not parts:
+        return op, flops * frac
+    vals = [max(evaluate(p, env), 1.0) for p in parts]
+    if op.op_class == "attention":
+        vals[2] = max(vals[2] * frac, 1.0)
+    return op.replace(shape=",".join(f"{v:.6g}" for v in vals)), flops * frac
 
 
 def _resolve_section(
@@ -191,8 +230,9 @@ def _resolve_section(
     *,
     end_full: bool,
     window: int = 0,
+    regather: bool = False,
 ) -> Section:
-    eb = DTYPE_BYTES[par.dtype]
+    eb = DTYPE_BYTES[par.act_dtype]
     env_tp = symbol_env(model, par)
     env_rep = symbol_env(model, par, tp_active=False)
     # model FLOPs: no split, and the routed tokens of a balanced, dropless router
@@ -220,9 +260,15 @@ def _resolve_section(
             state = "full"
             return
         if state == "partial":
-            fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", "tp", out_prev * eb, "fwd"))
+            # the partial sums of a row-parallel GEMM right before: its output can be
+            # reduce-scattered chunk by chunk, and its backward's gathered gradient fed in
+            prev = fwd[-1] if fwd and fwd[-1].kind == "gpu" else None
+            role = prev.ub if prev is not None and prev.op_class == "gemm" else ""
+            fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", "tp",
+                             out_prev * eb, "fwd", "rs_prev" if sp and role else "", role))
             if sp:
-                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", "tp", out_prev * eb, "bwd")))
+                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", "tp", out_prev * eb, "bwd",
+                                             "ag_next" if role else "", role)))
         elif state == "sharded":
             fwd.append(_comm(f"{name}.tp_gather", "all_gather", "tp", out_prev * eb, "fwd"))
         state = "full"
@@ -242,13 +288,19 @@ def _resolve_section(
                     fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd"))
             out_prev = evaluate(op.out, env_tp)
             continue
+        role = _ub_role(op, style)
         if style == "colwise":
             if state != "full":
                 to_full(i, op.name)
             if tp > 1:
                 if sp:
-                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", "tp", out_prev * eb, "fwd"))
-                bwd_inserts.append((i, _comm(f"{op.name}.tp_f", "reduce_scatter" if sp else "all_reduce", "tp", out_prev * eb, "bwd")))
+                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", "tp", out_prev * eb, "fwd",
+                                     "ag_next" if role else "", role))
+                    if regather:  # Megatron keeps the sharded input and gathers it again
+                        bwd_inserts.append((i + 1, _comm(f"{op.name}.tp_regather", "all_gather", "tp",
+                                                         out_prev * eb, "bwd", "bulk_dgrad", role)))
+                bwd_inserts.append((i, _comm(f"{op.name}.tp_f", "reduce_scatter" if sp else "all_reduce",
+                                             "tp", out_prev * eb, "bwd", "bulk_wgrad", role)))
             env = env_tp
             state = "sharded"
         elif style == "rowwise":
@@ -268,15 +320,13 @@ def _resolve_section(
         else:
             to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
         sharded_name[op.name] = env is env_tp
-        flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
         p = evaluate(op.params, env)
         params += p
         tensors += evaluate(op.tensors, env)
         if is_expert_op(op):
             expert_params += p
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
-        fwd.append(ROp(op.name, "gpu", op.op_class, "fwd", flops, nbytes,
-                       op_time(op.op_class, flops, nbytes, op, units), recompute=op.recompute, params=p))
+        fwd.append(_compute(op, "fwd", env, env_full, par, op_time, role, p))
         out_prev = evaluate(op.out, env_tp)
     if end_full:
         to_full(len(fwd_ops), "end")
@@ -295,11 +345,23 @@ def _resolve_section(
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
             continue
         env = env_tp if sharded_name.get(ref, False) else env_rep
-        flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
-        bwd.append(ROp(op.name, "gpu", op.op_class, "bwd", flops, nbytes,
-                       op_time(op.op_class, flops, nbytes, op, units), recompute=op.recompute))
+        bwd.append(_compute(op, "bwd", env, env_full, par, op_time,
+                            _ub_role(op, _plan_style(op, par)), 0.0))
     bwd.extend(c for _, c in pending)
     return Section(tuple(fwd), tuple(bwd), params, expert_params, model_flops, tensors)
+
+
+def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Mapping[str, float],
+             par: ParallelSpec, op_time: OpTimeFn, role: str, params: float) -> ROp:
+    """The resolved compute op: an FP8 GEMM's operands are one byte (``eb`` 1); the duration
+    of the kernel's own work (:func:`_timed`)."""
+    if op.dtype in _FP8:
+        env = {**env, "eb": 1.0}
+    flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
+    timed, run_flops = _timed(op, env, flops)
+    return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes,
+               op_time(op.op_class, run_flops, nbytes, timed, units), recompute=op.recompute,
+               params=params, ub=role)
 
 
 def resolve_template(
@@ -312,6 +374,7 @@ def resolve_template(
             template.select(section, "fwd", parts),
             template.select(section, "bwd", parts),
             model, par, op_time, end_full=end_full, window=window,
+            regather=bool(template.meta.get("sp_regather")),
         )
 
     has_moe = model.is_moe and bool(template.select("block", "fwd", ("moe",)))

@@ -1,0 +1,136 @@
+"""Data-parallel synchronisation of a stage program: gradient buckets and the distributed
+optimizer's parameter all-gather.
+
+* :func:`grad_buckets`: the gradients of a model chunk, reduced in buckets (all-reduce; a
+  reduce-scatter with ZeRO >= 1, Megatron's distributed optimizer) on the ``comm:dp`` lane,
+  each bucket launched when the last micro-batch's backward has produced it
+  (``dp_overlap``, Megatron's ``overlap_grad_reduce``) or after the whole backward;
+* :func:`param_gathers`: with ``overlap_param_gather`` (ZeRO 1-2) the updated parameters are
+  all-gathered per bucket at the start of the next iteration, on the ``comm:dp_ag`` lane, in
+  the order the forward needs them; the first forward pass of each model chunk waits at
+  each layer for that layer's bucket only (the prefetch of Megatron's forward pre-hooks,
+  ``align_param_gather``: all buckets are launched at the start);
+* :func:`interference`: the compute time a chunk's overlapped buckets take from the pass
+  they overlap (:func:`tracesim.build.overlap.overlap_extra_ns`).
+
+A bucket holds ``bucket_size_params()`` parameters (Megatron-Core's ``max(40M, 1M x dp)``,
+or ``bucket_params``); dense parameters reduce over DP x CP (``dpcp``), expert parameters
+over the expert-data-parallel group (``edp``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracesim.build.overlap import overlap_extra_ns
+from tracesim.build.units import Unit
+
+if TYPE_CHECKING:
+    from tracesim.build.builder import _Program, _StageBuilder
+
+
+def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tuple[int, float, float]]:
+    """(task of ``unit`` that starts (forward) / finishes (backward) the segment, dense
+    params, expert params) of chunk ``g``'s prologue, layers and epilogue, in pass order."""
+    res = sb.res
+    rows: list[tuple[int, float, float]] = []
+    if forward:
+        if g == 0:
+            rows.append((unit.layer_start.get(-1, -1), res.prologue.params, 0.0))
+        for layer in sb._layers(g):
+            sec = res.layer(sb.model, layer)
+            rows.append((unit.layer_start.get(layer, -1), sec.params - sec.expert_params,
+                         sec.expert_params))
+        if g == sb.n_chunks - 1:
+            rows.append((unit.layer_start.get(-2, -1), res.epilogue.params, 0.0))
+        return rows
+    if g == sb.n_chunks - 1:
+        rows.append((unit.marks["epilogue"], res.epilogue.params, 0.0))
+    for layer in reversed(sb._layers(g)):
+        sec = res.layer(sb.model, layer)
+        rows.append((unit.layer_end[layer], sec.params - sec.expert_params, sec.expert_params))
+    if g == 0:
+        rows.append((unit.tail, res.prologue.params, 0.0))
+    return rows
+
+
+def _groups(sb: _StageBuilder) -> list[tuple[str, int, int]]:
+    """(group kind, params column, group size) of the data-parallel groups with > 1 rank."""
+    edp = sb.dpcp // sb.par.ep
+    return [(gk, col, size) for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)) if size > 1]
+
+
+def grad_buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int,
+                 after: int | None) -> list[int]:
+    """Gradient buckets of chunk ``g`` after its last backward (module docstring); ``after``:
+    a task every bucket waits for (the end of the backward), None: each bucket waits for its
+    layers only."""
+    par = sb.par
+    order = _segments(sb, unit, g, forward=False)
+    out: list[int] = []
+    coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+    for gk, col, _ in _groups(sb):
+        acc = 0.0
+        n = 0
+        for j, row in enumerate(order):
+            acc += row[col]
+            last = j == len(order) - 1
+            cap = par.first_bucket_params if n == 0 and g == sb.n_chunks - 1 and par.first_bucket_params else bucket
+            if acc > 0 and (acc >= cap or last):
+                t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
+                                    collective=coll, gkind=gk, msg_bytes=int(acc * sb.grad_bytes),
+                                    key=f"g{g}|{gk}|{n}")
+                prog.edge(off + row[0] if after is None else after, t)
+                out.append(t)
+                acc = 0.0
+                n += 1
+    return out
+
+
+def param_gathers(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int,
+                  bucket: int) -> list[int]:
+    """The parameter all-gathers of chunk ``g`` in the next iteration's first forward of it
+    (unit copy at ``off``), each segment's first compute task waiting for its bucket's."""
+    order = _segments(sb, unit, g, forward=True)
+    out: list[int] = []
+    for gk, col, _ in _groups(sb):
+        acc = 0.0
+        waiting: list[int] = []
+        n = 0
+        for j, row in enumerate(order):
+            acc += row[col]
+            if row[col] > 0 and row[0] >= 0:
+                waiting.append(row[0])
+            if acc > 0 and (acc >= bucket or j == len(order) - 1):
+                t = prog.extra_task(lane="comm:dp_ag", kind="coll", name="dp.param_all_gather",
+                                    phase="fwd", collective="all_gather", gkind=gk,
+                                    msg_bytes=int(acc * sb.param_bytes), key=f"pag{g}|{gk}|{n}")
+                for w in waiting:
+                    prog.edge(t, off + w)
+                out.append(t)
+                acc, waiting, n = 0.0, [], n + 1
+    return out
+
+
+def bucket_comm_ns(sb: _StageBuilder, g: int, collective: str, nbytes_per_param: float,
+                   forward: bool, unit: Unit) -> tuple[float, int]:
+    """(estimated time of chunk ``g``'s buckets of ``collective``, index of the unit task
+    after which the first one starts), 0 time when there is no estimate."""
+    order = _segments(sb, unit, g, forward)
+    total = 0.0
+    for gk, col, _ in _groups(sb):
+        params = sum(r[col] for r in order)
+        if params > 0:
+            est = sb.ov.est(collective, gk, int(params * nbytes_per_param))
+            total += est or 0.0
+    first = 0 if forward else min((r[0] for r in order if r[0] >= 0), default=0)
+    return total, first
+
+
+def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int) -> float:
+    """Compute time lost by ``unit`` to ``comm_ns`` of NCCL collectives that overlap its
+    compute from task ``start`` on (:func:`tracesim.build.overlap.overlap_extra_ns`)."""
+    from tracesim.build.overlap import compute_ns
+
+    return overlap_extra_ns(sb.ov, comm_ns, compute_ns(unit, start))
+

@@ -1,0 +1,309 @@
+"""Communication overlaps as task-graph mechanisms (docs/stacks.md is the manual).
+
+Tensor parallelism (the ``ROp.overlap`` marks of :mod:`tracesim.template.resolve`):
+
+* **ring exchange** (Transformer Engine userbuffers ``ring_exchange``; the all-gather in
+  front of ``qkv`` / ``fc1`` forward and of ``proj`` / ``fc2`` data gradient, and with the
+  FP8 configurations the reduce-scatter after ``proj`` / ``fc2`` forward): the GEMM runs as
+  ``tp`` chunks along its tokens and the collective as ``tp - 1`` chunks on the TP lane;
+  chunk ``k`` of the GEMM waits for chunk ``k`` of the all-gather (the first chunk is the
+  rank's own shard), a reduce-scatter chunk waits for its GEMM chunk. A layer's exposed TP
+  time is then ``max(0, C - G (n-1)/n)`` for an all-gather of ``C`` before a GEMM of ``G``
+  (``n = tp``), and about one chunk of the reduce-scatter after it;
+* **pipeline** (``pipeline``, the BF16 configurations' reduce-scatter after ``proj`` /
+  ``fc2``): 4 GEMM chunks, each followed by the reduce-scatter of its output; the last
+  chunk's reduce-scatter is exposed;
+* **bulk** (``bulk``; and Megatron-Core / TE's asynchronous NCCL collectives without
+  userbuffers): in the backward of a column-parallel linear the re-gather of its input
+  runs during the data-gradient GEMM, and the reduce-scatter (all-reduce) of that gradient
+  during the weight-gradient GEMM; the backward GEMM (``2 x`` forward FLOPs) is its two
+  halves of equal FLOPs.
+
+A communication kernel beside a GEMM takes streaming multiprocessors from it
+(``comm_interference``): the GEMM runs on ``S - s`` of the device's ``S`` SMs, its time
+times ``S / (S - s)``. ``s`` is the userbuffers configuration's ``num_sm`` for the GEMM
+(:data:`UB_SMS`, from NVIDIA-NeMo/Megatron-Bridge v0.2.1 ``training/comm_overlap.py``: the
+H100 / B200 BF16 and FP8 configurations of the 25.11 recipes; ring exchange moves data
+with the copy engines and 1 SM), and :data:`NCCL_SMS` for an NCCL collective, charged only
+for the time it overlaps (its uncongested estimate, capped by the compute it overlaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracesim.build.units import Unit
+from tracesim.template.resolve import ROp
+
+#: SMs an NCCL collective occupies while it overlaps compute: the 16 SMs Transformer Engine's
+#: norm kernels leave free for concurrent communication in the Megatron-Bridge recipes
+#: (``NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16``, scripts/performance/perf_plugins.py @v0.2.1)
+NCCL_SMS = 16
+
+#: userbuffers method and SMs per (linear, pass): Megatron-Bridge v0.2.1
+#: ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192`` (``bf16``),
+#: ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192`` (``bf16-blackwell``) and
+#: ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`` (``fp8``; the B200 FP8 one is equal);
+#: ``ring`` is ring exchange (1 SM), ``pipe`` the 4-split pipelined reduce-scatter
+UB_SMS: dict[str, dict[str, tuple[str, int]]] = {
+    "bf16": {"qkv_dgrad": ("bulk", 4), "qkv_wgrad": ("bulk", 24), "fc1_dgrad": ("bulk", 2),
+             "fc1_wgrad": ("bulk", 4), "proj_fprop": ("pipe", 24), "fc2_fprop": ("pipe", 16)},
+    "bf16-blackwell": {"qkv_dgrad": ("bulk", 16), "qkv_wgrad": ("bulk", 24),
+                       "fc1_dgrad": ("bulk", 2), "fc1_wgrad": ("bulk", 4),
+                       "proj_fprop": ("pipe", 32), "fc2_fprop": ("pipe", 16)},
+    "fp8": {"qkv_dgrad": ("bulk", 4), "qkv_wgrad": ("bulk", 24), "fc1_dgrad": ("bulk", 2),
+            "fc1_wgrad": ("bulk", 4), "proj_fprop": ("ring", 1), "fc2_fprop": ("ring", 1)},
+}
+#: Transformer Engine's defaults for a linear the configurations above leave out
+UB_DEFAULT = {"fprop": ("ring", 1), "dgrad": ("ring", 1), "bulk": ("bulk", 16), "rs": ("pipe", 16)}
+PIPE_SPLITS = 4
+
+#: uncongested time (ns) of a collective: (collective, group kind, message bytes) -> ns
+CommEstimateFn = Callable[[str, str, int], float]
+
+
+@dataclass(frozen=True)
+class Overlaps:
+    """The overlap switches of a layout on a device (:func:`overlaps_for`)."""
+
+    tp: int = 1
+    ub: bool = False  # userbuffers TP overlap
+    tp_bwd: bool = False  # asynchronous NCCL backward overlap
+    interference: bool = False
+    sm_count: int = 0
+    config: str = "bf16"
+    estimate: CommEstimateFn | None = None
+
+    def ub_method(self, role: str, pass_: str) -> tuple[str, int]:
+        """(method, SMs) of the userbuffers overlap of linear ``role`` in ``pass_``
+        (``fprop`` | ``dgrad`` | ``wgrad``)."""
+        got = UB_SMS[self.config].get(f"{role}_{pass_}")
+        if got is not None:
+            return got
+        if pass_ == "wgrad" or (pass_ == "dgrad" and role in ("qkv", "fc1")):
+            return UB_DEFAULT["bulk"]
+        if pass_ == "fprop" and role in ("proj", "fc2"):
+            return UB_DEFAULT["rs"]
+        return UB_DEFAULT[pass_]
+
+    def slowed(self, dur_ns: float, sms: int, overlapped_ns: float | None = None) -> int:
+        """``dur_ns`` of compute with ``sms`` SMs taken for ``overlapped_ns`` of it (all of
+        it when None): the overlapped part runs at ``(S - s) / S`` of the speed."""
+        if not self.interference or self.sm_count <= sms or sms <= 0:
+            return int(round(dur_ns))
+        part = dur_ns if overlapped_ns is None else min(max(overlapped_ns, 0.0), dur_ns)
+        return int(round(dur_ns + part * sms / (self.sm_count - sms)))
+
+    def est(self, collective: str, gkind: str, msg_bytes: int) -> float | None:
+        return None if self.estimate is None else float(self.estimate(collective, gkind, msg_bytes))
+
+
+def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
+                 estimate: CommEstimateFn | None = None) -> Overlaps:
+    """:class:`Overlaps` of layout ``par`` (a ParallelSpec) on a device of ``sm_count``
+    SMs (0: unknown, no interference)."""
+    fp8 = getattr(par, "dtype", "") == "fp8"
+    return Overlaps(tp=int(getattr(par, "tp", 1)), ub=bool(getattr(par, "tp_comm_overlap", False)),
+                    tp_bwd=bool(getattr(par, "tp_bwd_overlap", False)),
+                    interference=bool(getattr(par, "comm_interference", False)),
+                    sm_count=int(sm_count),
+                    config="fp8" if fp8 else ("bf16-blackwell" if blackwell else "bf16"),
+                    estimate=estimate)
+
+
+def _is_tp(r: ROp, marks: tuple[str, ...]) -> bool:
+    return r.kind != "gpu" and r.gkind == "tp" and r.overlap in marks
+
+
+def emit(u: Unit, ops: Sequence[ROp], ov: Overlaps, *, layer: int, phase: str,
+         prefix: str = "") -> None:
+    """Append ``ops`` to ``u``'s chain, with the TP overlaps ``ov`` switches on (module
+    docstring); unmarked ops (and all of them with every overlap off) as :meth:`Unit.op`."""
+    ops = list(ops)
+    i, n = 0, len(ops)
+    bulk_on = ov.ub or ov.tp_bwd
+    while i < n:
+        r = ops[i]
+        pre_marks = (("ag_next",) if ov.ub else ()) + (("bulk_dgrad",) if bulk_on else ())
+        if _is_tp(r, pre_marks):
+            j = i + 1
+            while j < n and ops[j].kind == "gpu" and ops[j].op_class != "gemm":
+                j += 1
+            if j < n and ops[j].kind == "gpu" and ops[j].ub == r.ub:
+                for k in range(i + 1, j):  # quantize / cast kernels: before the comm (TE)
+                    u.op(ops[k], layer=layer, phase=phase, prefix=prefix)
+                post = _post(ops, j + 1, ov, bulk_on)
+                _pattern(u, r, ops[j], post, ov, layer=layer, phase=phase, prefix=prefix)
+                i = j + 1 + (post is not None)
+                continue
+        if r.kind == "gpu" and r.op_class == "gemm":
+            post = _post(ops, i + 1, ov, bulk_on)
+            if post is not None:
+                _pattern(u, None, r, post, ov, layer=layer, phase=phase, prefix=prefix)
+                i += 2
+                continue
+        u.op(r, layer=layer, phase=phase, prefix=prefix)
+        i += 1
+
+
+def _post(ops: Sequence[ROp], j: int, ov: Overlaps, bulk_on: bool) -> ROp | None:
+    marks = (("rs_prev",) if ov.ub else ()) + (("bulk_wgrad",) if bulk_on else ())
+    if j < len(ops) and _is_tp(ops[j], marks) and ops[j - 1].ub == ops[j].ub:
+        return ops[j]
+    return None
+
+
+def _comm(u: Unit, r: ROp, name: str, msg: float, layer: int, phase: str, prefix: str) -> int:
+    return u.add(lane="comm:tp", kind="coll", name=prefix + name, phase=phase, layer=layer,
+                 collective=r.collective, gkind="tp", msg_bytes=int(round(msg)))
+
+
+def _gemm(u: Unit, g: ROp, dur: float, frac: float, layer: int, phase: str, prefix: str,
+          chain: bool = True) -> int:
+    return u.compute_task(prefix + g.name, layer=layer, phase=phase, op_class=g.op_class,
+                          flops=g.flops * frac, nbytes=g.bytes * frac, dur_ns=int(round(dur)),
+                          chain=chain)
+
+
+def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *, layer: int,
+             phase: str, prefix: str) -> None:
+    """One GEMM with its overlapped collectives (module docstring)."""
+    backward = g.phase == "bwd"
+    if not backward:  # forward (also a recomputed forward): ring all-gather / reduce-scatter
+        if pre is not None:
+            _ring_in(u, pre, g, 1.0, ov, ov.tp, ov.ub_method(g.ub, "fprop")[1],
+                     layer=layer, phase=phase, prefix=prefix)
+        if post is not None:
+            method, sms = ov.ub_method(g.ub, "fprop")
+            if pre is None:
+                _chunks_out(u, g, post, ov, method, sms, layer=layer, phase=phase, prefix=prefix)
+            else:  # not in Megatron's layers: the reduce-scatter after the whole GEMM
+                u.op(post, layer=layer, phase=phase, prefix=prefix)
+        return
+    half = g.dur_ns / 2.0  # data and weight gradient: equal FLOPs
+    if pre is not None and pre.overlap == "ag_next":  # row-parallel: gathered gradient
+        _ring_in(u, pre, g, 0.5, ov, ov.tp, ov.ub_method(g.ub, "dgrad")[1],
+                 layer=layer, phase=phase, prefix=prefix, dur=half)
+        _gemm(u, g, half, 0.5, layer, phase, prefix)
+        if post is not None:
+            u.op(post, layer=layer, phase=phase, prefix=prefix)
+        return
+    # column-parallel backward: input re-gather beside dgrad, dgrad reduce-scatter beside wgrad
+    tail, joins = u.tail, list(u.joins)
+    ag = -1
+    if pre is not None:
+        ag = _comm(u, pre, pre.name, pre.msg_bytes, layer, phase, prefix)
+        u.edge(tail, ag)
+        for j in joins:
+            u.edge(j, ag)
+    ag_sms = ov.ub_method(g.ub, "dgrad")[1] if ov.ub else NCCL_SMS
+    rs_sms = ov.ub_method(g.ub, "wgrad")[1] if ov.ub else NCCL_SMS
+    ag_ns = None if ov.ub or pre is None else ov.est(pre.collective, "tp", pre.msg_bytes)
+    rs_ns = None if ov.ub or post is None else ov.est(post.collective, "tp", post.msg_bytes)
+    dgrad = _gemm(u, g, ov.slowed(half, ag_sms, ag_ns) if pre is not None else half, 0.5,
+                  layer, phase, prefix)
+    rs = -1
+    if post is not None:
+        rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix)
+        u.edge(dgrad, rs)
+    wgrad = _gemm(u, g, ov.slowed(half, rs_sms, rs_ns) if post is not None else half, 0.5,
+                  layer, phase, prefix)
+    u.edge(ag, wgrad)
+    if rs >= 0:
+        u.joins.append(rs)
+
+
+def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms: int, *,
+             layer: int, phase: str, prefix: str, dur: float | None = None) -> None:
+    """All-gather in ``n - 1`` chunks feeding ``n`` chunks of the GEMM (ring exchange)."""
+    n = max(n, 2)
+    total = g.dur_ns * frac if dur is None else dur
+    chunk = ov.slowed(total / n, sms)
+    tail, joins = u.tail, list(u.joins)
+    msg = comm.msg_bytes / (n - 1)
+    for k in range(n):
+        c = -1
+        if k >= 1:
+            c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix)
+            if k == 1:
+                u.edge(tail, c)
+                for j in joins:
+                    u.edge(j, c)
+        t = _gemm(u, g, chunk, frac / n, layer, phase, prefix)
+        u.edge(c, t)
+
+
+def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int, *,
+                layer: int, phase: str, prefix: str) -> None:
+    """GEMM chunks, each followed by the reduce-scatter of its output (``pipe``: 4 splits,
+    every chunk's; ``ring``: ``tp`` splits, all but the rank's own chunk's)."""
+    splits = PIPE_SPLITS if method == "pipe" else max(ov.tp, 2)
+    n_comm = splits if method == "pipe" else splits - 1
+    chunk = ov.slowed(g.dur_ns / splits, sms)
+    msg = comm.msg_bytes / n_comm
+    last_c = -1
+    for k in range(splits):
+        t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
+        if k < n_comm:
+            last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix)
+            u.edge(t, last_c)
+    u.joins.append(last_c)
+
+
+def _spread(dur: np.ndarray, extra_ns: float) -> np.ndarray:
+    """``dur`` (ns) lasting ``extra_ns`` longer in all, in proportion: each task ends where
+    the rounded, stretched running total of the durations does. A run of tasks stretched
+    this way lasts exactly as long as the one merged task of their summed durations
+    (:meth:`Unit.compacted` changes no simulated time)."""
+    total = float(dur.sum())
+    if total <= 0 or extra_ns <= 0:
+        return dur
+    ends = np.rint(np.cumsum(dur, dtype=np.float64) * (1.0 + extra_ns / total)).astype(np.int64)
+    return np.diff(ends, prepend=0).astype(dur.dtype)
+
+
+def stretched(unit: Unit, start: int, extra_ns: float) -> Unit:
+    """A copy of frozen ``unit`` whose compute tasks from index ``start`` on last
+    ``extra_ns`` longer in all, in proportion to their durations (a collective's SMs taken
+    from the compute it overlaps; :func:`_spread`)."""
+    a = unit.arrays
+    assert a is not None
+    if extra_ns <= 0:
+        return unit
+    dur = a["dur_ns"].copy()
+    sel = np.zeros(len(dur), dtype=bool)
+    sel[start:] = a["lane"][start:] == "compute"
+    if dur[sel].sum() <= 0:
+        return unit
+    dur[sel] = _spread(dur[sel], extra_ns)
+    return replace(unit, arrays={**a, "dur_ns": dur})
+
+
+def overlap_extra_ns(ov: Overlaps, comm_ns: float, compute_ns: float, sms: int = NCCL_SMS) -> float:
+    """Compute time lost to a collective of ``comm_ns`` overlapping ``compute_ns`` of
+    compute: the overlapped span (the shorter) at ``s / (S - s)``."""
+    if not ov.interference or ov.sm_count <= sms or comm_ns <= 0 or compute_ns <= 0:
+        return 0.0
+    return min(comm_ns, compute_ns) * sms / (ov.sm_count - sms)
+
+
+def stretch_cols(u: Unit, start: int, extra_ns: float) -> None:
+    """:func:`stretched` on an open unit (its columns), in place."""
+    if extra_ns <= 0:
+        return
+    c = u.cols
+    idx = [i for i in range(start, len(u)) if c["lane"][i] == "compute"]
+    dur = _spread(np.asarray([c["dur_ns"][i] for i in idx], dtype=np.int64), extra_ns)
+    for i, d in zip(idx, dur.tolist(), strict=True):
+        c["dur_ns"][i] = int(d)
+
+
+def compute_ns(unit: Unit, start: int = 0) -> float:
+    """Compute-lane time of a frozen ``unit`` from task ``start`` on."""
+    a = unit.arrays
+    assert a is not None
+    sel = a["lane"][start:] == "compute"
+    return float(a["dur_ns"][start:][sel].sum())

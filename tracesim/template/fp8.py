@@ -1,0 +1,88 @@
+"""FP8 training as Transformer Engine (and torchao's float8) runs it: which ops are FP8 and
+what the scaling costs.
+
+:func:`fp8_template` turns a template into its FP8 variant for a recipe:
+
+* the linears of the transformer layers (column- and row-parallel GEMMs of attention, MLP,
+  shared and routed experts) run at the device's FP8 rate (``dtype`` ``fp8``; ``mxfp8`` for
+  the MXFP8 recipe) on one-byte operands, forward and backward; everything else stays BF16:
+  attention, norms, softmax, the router, embeddings, the LM head and loss, the optimizer;
+* every FP8 GEMM quantizes its input in the forward and its output gradient in the backward,
+  memory-bound kernels sized by those tensors (``n`` elements, BF16 in):
+
+  ========== ==================================================== ===========
+  recipe     kernels                                               bytes
+  ========== ==================================================== ===========
+  current    amax pass (read 2n), cast (read 2n, write n),         6 n
+             transpose for the other GEMM layout (write n)
+  delayed    cast + transpose with the amax taken on the fly       4 n
+             (the scale comes from the amax history)
+  mxfp8      row- and column-wise 1x32 block quantization          4 n + n/16
+             (Blackwell; no global amax)
+  ========== ==================================================== ===========
+
+* the weights are cast once per step (Transformer Engine caches them over the
+  micro-batches): read 2, write 1 and its transpose 1 byte per parameter; with
+  ``fp8_param_gather`` the optimizer step writes FP8 parameters itself and only the transpose
+  of the gathered weights is left (2 bytes per parameter), and the data-parallel parameter
+  all-gather moves one byte per parameter (the builder).
+
+Not modelled: the per-tensor amax all-reduce over the TP group of current scaling (a few
+latency-bound collectives per layer), the amax-history update of delayed scaling (one small
+kernel per step), FP8 attention (``NVTE_FP8_DPA``) and FP8 communication of activations.
+"""
+
+from __future__ import annotations
+
+from tracesim.template.layer import LayerTemplate, TemplateOp, shape_parts
+from tracesim.template.moe_ops import is_expert_op
+
+#: bytes moved per element of the quantized tensor, by recipe (module docstring)
+CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625"}
+
+
+def is_fp8_gemm(op: TemplateOp) -> bool:
+    """A linear of a transformer layer (the GEMMs Transformer Engine runs in FP8)."""
+    return (op.op_class == "gemm" and op.section == "block"
+            and (op.tp_style in ("colwise", "rowwise") or is_expert_op(op)))
+
+
+def _elems(op: TemplateOp, operand: str) -> str:
+    """Elements of a GEMM's input (``operand`` ``a``: batch x m x k) or output gradient
+    (``c``: batch x m x n), from its shape; "" without a shape."""
+    parts = shape_parts(op.shape)
+    if not parts:
+        return ""
+    b, m, n, k = (f"({p})" for p in parts)
+    return f"{b}*{m}*{k}" if operand == "a" else f"{b}*{m}*{n}"
+
+
+def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
+                 gemm_dtype: str = "fp8") -> LayerTemplate:
+    """``template`` with its transformer-layer GEMMs in FP8 (``gemm_dtype``) and the
+    quantization kernels of ``recipe`` (module docstring)."""
+    per_elem = CAST_BYTES_PER_ELEM[recipe]
+    ops: list[TemplateOp] = []
+    for o in template.ops:
+        if not is_fp8_gemm(o) or o.kind != "compute":
+            ops.append(o)
+            continue
+        n = _elems(o, "a" if o.phase == "fwd" else "c")
+        if n:
+            # a column-parallel linear's input is quantized on the rank's sequence shard,
+            # before the (FP8) all-gather; the backward's cast sits with its GEMM
+            seq = o.phase == "fwd" and o.tp_style == "colwise"
+            n = f"{n}/tps" if seq else n
+            ops.append(TemplateOp(
+                name=f"{o.module}.fp8_cast", section=o.section, phase=o.phase,
+                op_class="elementwise", flops=f"2*{n}", bytes=f"{per_elem}*{n}", part=o.part,
+                shard="sequence" if seq else o.shard,
+                fwd=(o.fwd or o.name) if o.phase == "bwd" else ""))
+        ops.append(o.replace(dtype=gemm_dtype))
+    per_param = "2" if param_gather else "4"
+    ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
+                          flops="params", bytes=f"{per_param}*params"))
+    meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather}
+    tpl = LayerTemplate(tuple(ops), meta)
+    tpl.check()
+    return tpl

@@ -1,0 +1,284 @@
+"""Software stacks: which kernels the GPU runs and which overlaps the framework sets up.
+
+A :class:`Stack` is one training framework as people run it: the kernels of its transformer
+layer (fused or eager norms, activation and rotary embedding; flash or 2021-era unfused
+attention; fused or unfused cross-entropy; a multi-tensor optimizer step) and the defaults
+of its communication overlaps (sequence parallelism, distributed optimizer or FSDP,
+gradient reduction during the backward, parameter all-gather during the next forward,
+userbuffers TP overlap, overlapped pipeline transfers). :func:`stack_template` is the
+stack's layer template (the first-principles op list of :mod:`tracesim.template.analytic`
+with the stack's kernels); :func:`stack_defaults` its switches for a layout (the ones the
+user did not give); docs/stacks.md is the manual, with the sources of every default.
+
+Stacks, registered by :func:`register_stack`:
+
+* ``megatron-core`` (the default for a GPU target): Megatron-Core with Transformer Engine as
+  the Megatron-Bridge performance recipes run it (NVIDIA-NeMo/Megatron-Bridge v0.2.1,
+  ``scripts/performance``, ``training/comm_overlap.py``);
+* ``megatron-2021``: Megatron-LM as in Narayanan et al., SC'21 (unfused attention, no
+  overlaps, blocking pipeline transfers, no sequence parallelism);
+* ``torchtitan``: PyTorch-native: FSDP2 with prefetch, SDPA flash attention, eager BF16
+  norms / SwiGLU / rotary, fused AdamW, float8 from torchao;
+* ``deepspeed``: Megatron-DeepSpeed with ZeRO-1: flash attention, fused norms, eager SwiGLU
+  and rotary, gradient reduction overlapped (``overlap_comm``), parameter all-gather after
+  the step;
+* ``eager``: the op list recorded on the host CPU (the model family's stored bundle, fp32,
+  one kernel per PyTorch op, per-tensor Adam) with DDP's overlapped gradient all-reduce:
+  what tracesim replayed before stacks existed, and the default on a CPU target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracesim.errors import InputError
+from tracesim.specs.model import ModelSpec
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.layer import LayerTemplate, TemplateOp
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One software stack (module docstring).
+
+    Attributes:
+        name, summary: registry name and one line for the report.
+        attention: ``flash`` or ``unfused`` (the attention kernel of its template).
+        norm_passes, act_passes, rope_passes: memory traffic of the RMSNorm, the SwiGLU
+            activation and the rotary embedding over that of one fused kernel (1: fused;
+            eager PyTorch runs them as several kernels, each a pass over the tensor).
+        fused_ce: cross-entropy as one fused kernel pair (Transformer Engine / Megatron's
+            fused vocab-parallel cross-entropy) instead of an fp32 softmax, loss and backward.
+        sp_regather: with sequence parallelism a column-parallel linear keeps its input
+            sharded and all-gathers it again in the backward (Megatron-Core, TE).
+        fp8_recipes: FP8 recipes it runs, the first the default; () = no FP8.
+        defaults: ``(layout, device) -> {ParallelSpec field: value}``, the overlaps and
+            sharding it sets up unless the user says otherwise.
+        kernels: the kernels, in words, for the report and the docs.
+        recorded: its template is the family's stored bundle (``eager``).
+    """
+
+    name: str
+    summary: str
+    attention: str = "flash"
+    norm_passes: float = 1.0
+    act_passes: float = 1.0
+    rope_passes: float = 1.0
+    fused_ce: bool = False
+    sp_regather: bool = False
+    fp8_recipes: tuple[str, ...] = ()
+    defaults: Callable[[Any, Any], dict[str, Any]] = field(default=lambda par, dev: {})
+    kernels: Mapping[str, str] = field(default_factory=dict)
+    recorded: bool = False
+
+
+STACKS: dict[str, Stack] = {}
+
+
+def register_stack(stack: Stack) -> Stack:
+    """Register ``stack`` under its name (house style rule 5)."""
+    STACKS[stack.name] = stack
+    return stack
+
+
+def get_stack(name: str) -> Stack:
+    try:
+        return STACKS[name]
+    except KeyError:
+        raise InputError(f"unknown stack {name!r} (known: {', '.join(STACKS)})", "--stack") from None
+
+
+def _interleaved(par: Any) -> bool:
+    return par.schedule == "interleaved" and par.pp > 1
+
+
+def _megatron_core(par: Any, dev: Any) -> dict[str, Any]:
+    sp = par.tp > 1
+    return {"sp": sp, "zero": 1, "dp_overlap": True, "overlap_param_gather": True,
+            "tp_comm_overlap": sp, "tp_bwd_overlap": par.tp > 1,
+            "p2p_blocking": not _interleaved(par), "comm_interference": True}
+
+
+def _megatron_2021(par: Any, dev: Any) -> dict[str, Any]:
+    return {"dp_overlap": False, "p2p_blocking": True, "comm_interference": True}
+
+
+def _torchtitan(par: Any, dev: Any) -> dict[str, Any]:
+    return {"sp": par.tp > 1, "fsdp": par.dp * par.cp > 1, "dp_overlap": True,
+            "p2p_blocking": False, "comm_interference": True}
+
+
+def _deepspeed(par: Any, dev: Any) -> dict[str, Any]:
+    return {"zero": 1, "dp_overlap": True, "p2p_blocking": True, "comm_interference": True}
+
+
+def _eager(par: Any, dev: Any) -> dict[str, Any]:
+    # recorded kernel times already hold the slowdown of the communication that overlapped
+    # them: charging it again would count it twice
+    return {"dp_overlap": True, "p2p_blocking": True, "comm_interference": False}
+
+
+register_stack(Stack(
+    "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
+    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8"),
+    defaults=_megatron_core,
+    kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
+             "fused bias-SwiGLU / bias-GeLU", "rotary": "fused RoPE (apply_rope_fusion)",
+             "cross_entropy": "TE fused vocab-parallel cross-entropy",
+             "optimizer": "distributed fused Adam (multi-tensor)"}))
+register_stack(Stack(
+    "megatron-2021", "Megatron-LM 2021 (Narayanan et al., SC'21)", attention="unfused",
+    defaults=_megatron_2021,
+    kernels={"norm": "apex fused LayerNorm", "activation": "fused bias-GeLU",
+             "rotary": "-", "cross_entropy": "vocab-parallel cross-entropy (fp32 softmax)",
+             "optimizer": "apex FusedAdam (multi-tensor)"}))
+register_stack(Stack(
+    "torchtitan", "torchtitan (FSDP2, SDPA, eager BF16 kernels, torchao float8)",
+    norm_passes=2.5, act_passes=5 / 3, rope_passes=3.0, fp8_recipes=("current", "mxfp8"),
+    defaults=_torchtitan,
+    kernels={"norm": "eager RMSNorm (pow, mean, rsqrt, mul, mul: 5 passes for the fused 2)",
+             "activation": "eager SiLU x up (5 passes for the fused 3)",
+             "rotary": "eager complex multiply (3x the fused traffic)",
+             "cross_entropy": "torch cross_entropy (fp32 log-softmax)",
+             "optimizer": "fused AdamW over FSDP2 shards"}))
+register_stack(Stack(
+    "deepspeed", "Megatron-DeepSpeed with ZeRO-1", act_passes=5 / 3, rope_passes=3.0,
+    fp8_recipes=("delayed", "current"), defaults=_deepspeed,
+    kernels={"norm": "fused LayerNorm/RMSNorm", "activation": "eager SwiGLU (fused bias-GeLU)",
+             "rotary": "eager rotary", "cross_entropy": "vocab-parallel cross-entropy",
+             "optimizer": "DeepSpeed FusedAdam over ZeRO-1 shards"}))
+register_stack(Stack(
+    "eager", "eager PyTorch op list recorded on the host CPU (the family's stored bundle)",
+    recorded=True, defaults=_eager,
+    kernels={"ops": "one kernel per recorded PyTorch op (fp32 RMSNorm as pow/mean/rsqrt/mul, "
+             "unfused SwiGLU and rotary, per-tensor Adam), timed by the cost model"}))
+
+STACK_NAMES = tuple(STACKS)
+
+
+def default_stack(device: Any, recorded_source: bool) -> str:
+    """``megatron-core`` for a GPU target built from first principles; ``eager`` for a CPU
+    target (its recorded kernels) and for a source the user recorded (its own kernels
+    are kept; a named stack adds that stack's overlaps)."""
+    if getattr(device, "kind", "gpu") == "cpu" or recorded_source:
+        return "eager"
+    return "megatron-core"
+
+
+def stack_defaults(stack: Stack, par: Any, given: Any, device: Any) -> dict[str, Any]:
+    """The ParallelSpec fields ``stack`` sets for layout ``par`` that ``given`` (the
+    option names the user gave) leaves open, with the stack's name. ``overlap_p2p`` and
+    ``p2p_blocking`` are one switch; the distributed optimizer (``zero``) and FSDP are
+    left alone when either is given; the TP overlaps only exist with ``tp > 1`` (the
+    userbuffers also need ``sp``)."""
+    out = dict(stack.defaults(par, device))
+    given = set(given)
+    if "overlap_p2p" in given:
+        given.add("p2p_blocking")
+    if "overlap_grad_reduce" in given:
+        given.add("dp_overlap")
+    if "zero" in given or "fsdp" in given:
+        out.pop("zero", None)
+        out.pop("fsdp", None)
+    if par.dp * par.cp <= 1:
+        out.pop("zero", None)
+    out = {k: v for k, v in out.items() if k not in given}
+    sp = out.get("sp", par.sp)
+    if "tp_comm_overlap" in out:
+        out["tp_comm_overlap"] = bool(out["tp_comm_overlap"]) and par.tp > 1 and bool(sp)
+    if par.dtype == "fp8":
+        if "fp8_recipe" not in given and stack.fp8_recipes:
+            out["fp8_recipe"] = stack.fp8_recipes[0]
+        if "fp8_param_gather" not in given and stack.name == "megatron-core":
+            out["fp8_param_gather"] = True  # Megatron-Bridge's FP8 precision configs
+    out["stack"] = stack.name
+    return out
+
+
+def check_stack(stack: Stack, par: Any, device: Any) -> None:
+    """InputError when ``stack`` cannot run ``par`` on ``device``: FP8 on a stack without
+    FP8 kernels, on a device without FP8 tensor cores, or MXFP8 off Blackwell."""
+    if par.dtype != "fp8":
+        return
+    if not stack.fp8_recipes:
+        raise InputError(f"stack {stack.name} has no FP8 kernels (FP8 needs Transformer Engine or "
+                         "torchao: megatron-core, torchtitan, deepspeed)", "--dtype")
+    peaks = getattr(device, "peak_tflops", {})
+    if "fp8" not in peaks:
+        raise InputError(f"device {device.name} has no FP8 tensor cores", "--dtype")
+    if par.fp8_recipe not in stack.fp8_recipes:
+        raise InputError(f"stack {stack.name} runs FP8 recipes {', '.join(stack.fp8_recipes)}, "
+                         f"not {par.fp8_recipe!r}", "--fp8-recipe")
+    if par.fp8_recipe == "mxfp8" and "mxfp8" not in peaks:
+        raise InputError(f"mxfp8 (MX block scaling) needs Blackwell tensor cores; device "
+                         f"{device.name} has none (use current or delayed)", "--fp8-recipe")
+
+
+def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
+    """The attention kernel, in words: the device profile's attention class is the flash
+    generation of that GPU (FA2 on Ampere, FA3 / cuDNN on Hopper, cuDNN / FA4 on
+    Blackwell)."""
+    if attention == "unfused":
+        return "unfused (scores, scale-mask-softmax, dropout, context)"
+    name = str(getattr(device, "name", ""))
+    gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "FlashAttention-3 / cuDNN",
+           "h200": "FlashAttention-3 / cuDNN", "b200": "cuDNN / FlashAttention-4",
+           "gb200": "cuDNN / FlashAttention-4", "gb300": "cuDNN / FlashAttention-4"}.get(name, "flash")
+    return f"{gen} (causal blocks only; the {name} profile's attention curve)"
+
+
+def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None) -> LayerTemplate:
+    """The first-principles template with ``stack``'s kernels (``attention`` overrides the
+    stack's attention kernel)."""
+    att = attention or stack.attention
+    base = first_principles_template(model, att)
+    swiglu = model.activation == "swiglu"
+    rms = model.norm == "rmsnorm"
+    ops = tuple(_kernel(o, stack, swiglu, rms) for o in base.ops)
+    meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
+            "attention": att}
+    tpl = LayerTemplate(ops, meta)
+    tpl.check()
+    return tpl
+
+
+def _times(expr: str, k: float) -> str:
+    return expr if k == 1 or expr in ("", "0") else f"{k:g}*({expr})"
+
+
+def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
+    """``o`` as ``stack`` runs it (memory passes of eager kernels, the fused cross-entropy)."""
+    if o.op_class == "norm" and rms and stack.norm_passes != 1:
+        return o.replace(bytes=_times(o.bytes, stack.norm_passes))
+    if o.module.endswith(".act") and swiglu and stack.act_passes != 1:
+        return o.replace(bytes=_times(o.bytes, stack.act_passes))
+    if o.module.endswith(".rope") and stack.rope_passes != 1:
+        return o.replace(bytes=_times(o.bytes, stack.rope_passes))
+    if o.module == "loss" and o.kind == "compute" and stack.fused_ce:
+        # one pass for max and sum-exp, one that writes the gradient in place (forward);
+        # the backward scales that gradient by the loss's (a read and a write)
+        passes = 3 if o.phase == "fwd" else 2
+        return o.replace(bytes=f"{passes}*eb*(b*s/cp)*vocab/tp")
+    return o
+
+
+def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> dict[str, Any]:
+    """What the report says about the stack: its kernels and the overlaps switched on."""
+    att = str(template.meta.get("attention", stack.attention))
+    recorded = template.meta.get("source") not in (None, "first-principles")
+    kernels = ({"ops": f"recorded ({template.meta.get('source')})"} if recorded
+               else {**dict(stack.kernels), "attention": attention_kernel(stack, att, device)})
+    overlaps = [name for name, on in (
+        ("tp_comm_overlap", par.tp_comm_overlap), ("tp_bwd_overlap", par.tp_bwd_overlap),
+        ("overlap_grad_reduce", par.dp_overlap and par.dp * par.cp > 1),
+        ("overlap_param_gather", par.overlap_param_gather and 1 <= par.zero < 3),
+        ("overlap_p2p", not par.p2p_blocking and par.pp > 1),
+        ("cp_overlap", par.cp_overlap and par.cp > 1),
+        ("fsdp_prefetch", par.shard_params)) if on]
+    out: dict[str, Any] = {"name": stack.name, "summary": stack.summary, "kernels": kernels,
+                           "overlaps": overlaps, "comm_interference": par.comm_interference}
+    if par.dtype == "fp8":
+        out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather}
+    return out
