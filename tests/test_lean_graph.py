@@ -12,6 +12,8 @@ from tracesim.build.builder import build_graph
 from tracesim.catalog import load_model
 from tracesim.engine.replay import replay
 from tracesim.graph.taskgraph import TaskGraph, column_codes
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.build import build
 from tracesim.report.breakdown import rank_breakdowns
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
@@ -98,7 +100,17 @@ def test_full_replay_merges_only_without_per_op_output() -> None:
     assert m["replay"]["merged_compute"] and not p["replay"]["merged_compute"]
     assert not detail.to_dict()["replay"]["merged_compute"]
     assert detail.graph.n_tasks == per_op.graph.n_tasks
-    assert m["replay"]["tasks"] * 2 < p["replay"]["tasks"]
+    # merging touches compute runs only: every communication task is kept. With the
+    # megatron-core stack (sequence parallelism: four TP collectives per layer forward, GEMMs
+    # in chunks that each wait for a chunk of their overlapped collective) the runs between
+    # two dependencies are short, so the gain is smaller than on the eager op list below
+    mk, pk = merged.graph.tasks["kind"], per_op.graph.tasks["kind"]
+    assert int((mk != "gpu").sum()) == int((pk != "gpu").sum())
+    assert (mk == "gpu").sum() * 4 < (pk == "gpu").sum() * 3
+    eager = {**opts, "stack": "eager"}
+    n_merged = build(None, ReplayOptions.from_mapping(eager)).graph.n_tasks
+    n_per_op = build(None, ReplayOptions.from_mapping(eager), per_op=True).graph.n_tasks
+    assert n_merged * 2 < n_per_op
     # merging changes no simulated time: identical to the nanosecond, same breakdown
     assert merged.makespan_ns == per_op.makespan_ns
     flat = [(k, v) for k, v in m["breakdown"].items() if k != "exposed_comm_s"]
