@@ -96,7 +96,7 @@ class Reservations:
         self._next = 0
 
     def free(self, links: np.ndarray) -> bool:
-        return not self.count or bool((self.holder[links] < 0).all())
+        return not self.count or not np.count_nonzero(self.holder[links] >= 0)
 
     def hold(self, run: FastRun) -> int:
         rid = self._next

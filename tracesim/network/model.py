@@ -194,12 +194,14 @@ class NetworkModel:
     ) -> simpy.Event:
         """Start ``collective`` over global ``ranks`` now; the event fires when it is done."""
         env = self._env()
-        ranks = tuple(int(r) for r in ranks)
+        if type(ranks) is not tuple:
+            ranks = tuple(int(r) for r in ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (collective, ranks, msg_bytes)
+        key = (collective, ranks, msg_bytes)  # numpy integers hash and compare as ints
         cc = self._chosen.get(key)
         if cc is None:
+            ranks = tuple(int(r) for r in ranks)
             if collective not in COLLECTIVES:
                 raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
             self._check_ranks(ranks)
