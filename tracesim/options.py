@@ -178,7 +178,8 @@ class ReplayOptions:
         "bool", group="stack")
     comm_interference: bool | None = _opt(
         "Communication kernels take SMs from the compute they overlap (docs/stacks.md). "
-        "Default: on for a GPU.", "bool", group="stack")
+        "Default: the stack's (on, except for eager, whose recorded times hold it).", "bool",
+        group="stack")
     fp8_recipe: str | None = _opt(
         "FP8 scaling with --dtype fp8: current (tensor-wise current scaling, Megatron-Bridge "
         "fp8-cs), delayed, or mxfp8 (Blackwell). Default: the stack's first.", "choice",
