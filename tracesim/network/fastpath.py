@@ -87,16 +87,36 @@ def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: int) -> Plan | None
 
 
 class Reservations:
-    """Links held by operations on the fast path (``holder[link]``: its run's id or -1)."""
+    """Links held by operations on the fast path (``holder[link]``: its run's id or -1).
+
+    Plans are registered once (:meth:`register`: an id and the ids of the plans sharing a
+    link with it), so admission is a set test against the plans running now."""
 
     def __init__(self, n_links: int):
         self.holder = np.full(n_links, -1, dtype=np.int64)
         self.runs: dict[int, FastRun] = {}
         self.count = 0
         self._next = 0
+        self._overlap: list[set[int]] = []  # plan id -> ids of the plans sharing a link
+        self._link_plans: dict[int, list[int]] = {}
+        self._active: dict[int, int] = {}  # plan id -> its runs holding links now
 
-    def free(self, links: np.ndarray) -> bool:
-        return not self.count or not np.count_nonzero(self.holder[links] >= 0)
+    def register(self, links: np.ndarray) -> int:
+        """An id for a plan over ``links`` (distinct link ids)."""
+        pid = len(self._overlap)
+        conf = {pid}
+        for lk in links.tolist():
+            lst = self._link_plans.setdefault(lk, [])
+            conf.update(lst)
+            lst.append(pid)
+        for q in conf - {pid}:
+            self._overlap[q].add(pid)
+        self._overlap.append(conf)
+        return pid
+
+    def free(self, pid: int) -> bool:
+        """Whether no running operation holds a link of plan ``pid``."""
+        return not self.count or self._overlap[pid].isdisjoint(self._active)
 
     def hold(self, run: FastRun) -> int:
         rid = self._next
@@ -104,12 +124,18 @@ class Reservations:
         self.holder[run.plan.links] = rid
         self.runs[rid] = run
         self.count += 1
+        self._active[run.pid] = self._active.get(run.pid, 0) + 1
         return rid
 
     def drop(self, run: FastRun) -> None:
         self.holder[run.plan.links] = -1
         del self.runs[run.rid]
         self.count -= 1
+        left = self._active[run.pid] - 1
+        if left:
+            self._active[run.pid] = left
+        else:
+            del self._active[run.pid]
 
     def release_on(self, links: np.ndarray, now: int) -> None:
         """Hand the operations holding any of ``links`` over to the flow model (in the
@@ -127,12 +153,14 @@ class Reservations:
 class FastRun:
     """One operation on the fast path (module docstring); ``done`` fires when it ends."""
 
-    __slots__ = ("model", "plan", "collective", "kind", "n", "msg", "t0", "done", "live", "rid")
+    __slots__ = ("model", "plan", "pid", "collective", "kind", "n", "msg", "t0", "done", "live",
+                 "rid")
 
-    def __init__(self, model: Any, plan: Plan, collective: str, kind: str, n: int,
+    def __init__(self, model: Any, plan: Plan, pid: int, collective: str, kind: str, n: int,
                  msg_bytes: int, res: Reservations):
         env: simpy.Environment = model._env()
         self.model, self.plan, self.collective, self.kind, self.n = model, plan, collective, kind, n
+        self.pid = pid
         self.msg = msg_bytes
         self.t0 = int(env.now)
         self.done = env.event()

@@ -252,7 +252,7 @@ class FlowNetwork:
 
     def idle(self, links: np.ndarray) -> bool:
         """Whether no batch holds any of ``links`` (distinct link ids) now."""
-        return not np.count_nonzero(self._owner[links] != NONE)
+        return not self._batches or not np.count_nonzero(self._owner[links] != NONE)
 
     # ------------------------------------------------------------------ events
 

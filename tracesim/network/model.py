@@ -179,7 +179,8 @@ class NetworkModel:
         self._chosen: dict[tuple[str, tuple[int, ...], int], CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
         self._images: dict[tuple[int, str, int], tuple[object, CompiledCollective | None]] = {}
-        self._plans: dict[tuple[int, int], tuple[CompiledCollective, Plan | None]] = {}
+        # the fast path's plan of (compiled collective, bytes) and its id in the reservations
+        self._plans: dict[tuple[int, int], tuple[CompiledCollective, Plan | None, int]] = {}
 
     # ------------------------------------------------------------------ CommModel
 
@@ -188,6 +189,7 @@ class NetworkModel:
         self.env = env
         self.flows.attach(env)
         self.flows.reservations = Reservations(len(self.topology.capacity))
+        self._plans.clear()  # plan ids belong to the reservations
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
@@ -382,13 +384,15 @@ class NetworkModel:
         if self.fast_path and self.phases != "steps" and not fl.record:
             key = (id(cc), msg_bytes)
             hit = self._plans.get(key)
+            res = fl.reservations
             if hit is None or hit[0] is not cc:
                 if len(self._plans) >= 1 << 16:
                     self._plans.clear()
-                hit = self._plans[key] = (cc, make_plan(fl, cc, msg_bytes))
+                plan = make_plan(fl, cc, msg_bytes)
+                hit = self._plans[key] = (cc, plan, -1 if plan is None else res.register(plan.links))
             plan = hit[1]
-            if plan is not None and fl.reservations.free(plan.links) and fl.idle(plan.links):
-                return FastRun(self, plan, collective, kind, n, msg_bytes, fl.reservations).done
+            if plan is not None and res.free(hit[2]) and fl.idle(plan.links):
+                return FastRun(self, plan, hit[2], collective, kind, n, msg_bytes, res).done
         return Runner(self, cc, collective, kind, n, msg_bytes).done
 
 
