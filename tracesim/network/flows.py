@@ -41,8 +41,8 @@ from tracesim.network.flowstate import (
     component,
     lazy_step,
     ranges,
+    solve_rates,
 )
-from tracesim.network.maxmin import max_min_sorted
 
 
 class FlowNetwork:
@@ -92,6 +92,7 @@ class FlowNetwork:
         self._shared: dict[int, dict[int, None]] = {}
         self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
         self._routes: dict[tuple[int, int], Route] = {}
+        self._solved: dict[tuple[int, ...], tuple[tuple[Route, ...], np.ndarray]] = {}
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
         self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)
@@ -409,16 +410,9 @@ class FlowNetwork:
         return fired
 
     def _solve(self, solve: list[Batch]) -> None:
-        """One max-min solve over the alive, routed flows of ``solve``."""
-        eidx = ranges([b.elo for b in solve], [b.ehi for b in solve])
-        ef = self._e_flow.a[eidx]
-        keep = self._alive.a[ef]
-        ef, el = ef[keep], self._e_link.a[eidx][keep]
-        if not len(ef):
-            return
-        starts = np.r_[True, ef[1:] != ef[:-1]]
-        local = np.cumsum(starts) - 1
-        self._rate.a[ef[starts]] = max_min_sorted(local, el, self.capacity)
+        """One max-min solve over the alive, routed flows of ``solve`` (cached by routes)."""
+        solve_rates(solve, self._e_flow.a, self._e_link.a, self._alive.a, self._rate.a,
+                    self.capacity, self._solved)
 
     def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int) -> list[Batch]:
         fin = idx[done]

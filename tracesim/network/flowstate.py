@@ -12,6 +12,8 @@ import numpy as np
 import simpy
 from simpy.events import EventPriority
 
+from tracesim.network.maxmin import max_min_sorted
+
 #: bound on the cache of route data (keyed by the identity of the caller's route arrays)
 ROUTE_CACHE_MAX = 1 << 16
 #: link owner codes (a link with exactly one batch holds that batch's gid)
@@ -150,6 +152,35 @@ def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dic
     for sl in marked:
         visited[sl] = False
     return comp
+
+
+def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, alive: np.ndarray,
+                rate: np.ndarray, capacity: np.ndarray,
+                cache: dict[tuple[int, ...], tuple[tuple[Route, ...], np.ndarray]]) -> None:
+    """Max-min rates of the alive, routed flows of the batches ``solve`` into ``rate`` (flow
+    slots; ``e_flow``, ``e_link``: the entries). When every flow of every batch is alive the
+    rates depend only on the batches' routes, in order: they are kept in ``cache``, so the
+    same batches of the same routes meeting again (a forward and a backward pipeline
+    transfer on one NIC) take the rates of the last solve."""
+    full = all(b.n_alive == b.hi - b.lo for b in solve)
+    if full:
+        key = tuple(id(b.key) for b in solve)
+        hit = cache.get(key)
+        if hit is not None and all(r is b.key for r, b in zip(hit[0], solve, strict=True)):
+            rate[ranges([b.lo for b in solve], [b.hi for b in solve])] = hit[1]
+            return
+    eidx = ranges([b.elo for b in solve], [b.ehi for b in solve])
+    ef = e_flow[eidx]
+    keep = alive[ef]
+    ef, el = ef[keep], e_link[eidx][keep]
+    if len(ef):
+        starts = np.r_[True, ef[1:] != ef[:-1]]
+        rate[ef[starts]] = max_min_sorted(np.cumsum(starts) - 1, el, capacity)
+    if full:
+        if len(cache) >= ROUTE_CACHE_MAX:
+            cache.clear()
+        idx = ranges([b.lo for b in solve], [b.hi for b in solve])
+        cache[key] = (tuple(b.key for b in solve), rate[idx].copy())
 
 
 def ranges(los: list[int], his: list[int]) -> np.ndarray:
