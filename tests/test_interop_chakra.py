@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tracesim.build.builder import build_graph
@@ -489,3 +490,27 @@ def test_every_node_type_and_attribute_golden(tmp_path):
         ("k0", "gpu", 1000, "", "compute"), ("ag", "coll", 9000, "coll||0", "comm:pg0"),
         ("recv", "recv", 1000, "p2p|0|2|4|0", "recv"), ("cpu", "cpu", 1000, "", "cpu"),
         ("k1", "gpu", 2000, "", "compute")]
+
+
+def test_cycle_check_per_distinct_rank_graph(built, tmp_path):
+    """The import's acyclicity check (one rank graph of each shape) agrees with the full one:
+    a cycle inside one rank is found, an edge between ranks leaves it to the full check."""
+    from tracesim.interop.chakra_ranks import Ranks, _ranks_acyclic
+
+    graph, _ = built
+    export_chakra(graph, tmp_path / "wl")
+    back = import_chakra(tmp_path / "wl")
+    src, dst = back.edges["src"].to_numpy(), back.edges["dst"].to_numpy()
+    assert (src >= dst).any()  # the per-rank check is what decides, not task order
+    assert _ranks_acyclic(back, src, dst)
+    r3 = np.flatnonzero(back.tasks["rank"].to_numpy() == 3)
+    lane = back.tasks["lane"].to_numpy()
+    on = r3[lane[r3] == lane[r3[0]]]  # rank 3's first lane: program order on[0] -> on[-1]
+    for a, b, ok in ((on[-1], on[0], False), (r3[0], r3[0] - 1, False), (on[0], on[-1], True)):
+        e = pd.concat([back.edges, back.edges.iloc[:1].assign(src=a, dst=b)], ignore_index=True)
+        g = back.replace(edges=e)
+        s, d = e["src"].to_numpy(), e["dst"].to_numpy()
+        assert _ranks_acyclic(g, s, d) == ok, (a, b)
+        if (a, b) == (on[-1], on[0]):
+            with pytest.raises(ValueError, match="cycle"):
+                Ranks.check(g)

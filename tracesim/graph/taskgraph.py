@@ -245,10 +245,18 @@ def lane_order_edges(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
 
 def topological_order(graph: TaskGraph) -> np.ndarray | None:
     """A topological order of all tasks (explicit plus lane-order edges), or None on a cycle."""
-    n = graph.n_tasks
-    ls, ld = lane_order_edges(graph)
-    src = np.concatenate([graph.edges["src"].to_numpy(), ls])
-    dst = np.concatenate([graph.edges["dst"].to_numpy(), ld])
+    return order_of(graph.n_tasks, graph.tasks["lane"].to_numpy(),
+                    graph.edges["src"].to_numpy(), graph.edges["dst"].to_numpy())
+
+
+def order_of(n: int, lanes: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+    """:func:`topological_order` of ``n`` tasks given as arrays: each task's lane, and the
+    explicit edges ``src`` -> ``dst`` (task positions); None on a cycle."""
+    ids = np.arange(n, dtype=np.int64)
+    order = np.lexsort((ids, lanes))
+    same = lanes[order][1:] == lanes[order][:-1]
+    src = np.concatenate([src, order[:-1][same]])
+    dst = np.concatenate([dst, order[1:][same]])
     indeg = np.bincount(dst, minlength=n)
     order_idx = np.argsort(src, kind="stable")
     s_sorted = src[order_idx]
@@ -257,7 +265,6 @@ def topological_order(graph: TaskGraph) -> np.ndarray | None:
     stack = list(np.flatnonzero(indeg == 0)[::-1])
     out = np.empty(n, dtype=np.int64)
     k = 0
-    indeg = indeg.copy()
     while stack:
         v = stack.pop()
         out[k] = v

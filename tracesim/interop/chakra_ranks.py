@@ -14,6 +14,7 @@ would report it.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from tracesim.graph.taskgraph import (
     categorical,
     code_dtype,
     make_lanes,
+    order_of,
 )
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra_decode import NodeTable
@@ -268,15 +270,56 @@ class Ranks:
     def check(graph: TaskGraph) -> None:
         """What :meth:`TaskGraph.validate` checks, by construction or with array operations:
         ids, edge ends and lanes are right by construction; the graph is acyclic when every
-        edge runs forward in task order (lane order does). Otherwise (a file whose order
-        breaks a dependency, a comm task without a match key) the full validation decides."""
+        edge runs forward in task order (lane order does), or when every rank's own graph is
+        (:func:`_ranks_acyclic`). Otherwise (a cycle, a comm task without a match key) the
+        full validation decides and raises."""
         src = graph.edges["src"].to_numpy()
         dst = graph.edges["dst"].to_numpy()
         kind = graph.tasks["kind"]
         comm = kind.isin(COMM_KINDS).to_numpy()
         no_key = comm & (graph.tasks["match_key"] == "").to_numpy()
-        if np.any(src >= dst) or no_key.any():
+        if no_key.any() or (np.any(src >= dst) and not _ranks_acyclic(graph, src, dst)):
             graph.validate()
+
+
+def _ranks_acyclic(graph: TaskGraph, src: np.ndarray, dst: np.ndarray) -> bool:
+    """True when no rank's tasks form a cycle, each distinct rank graph checked once.
+
+    An ET has no edge between ranks, and the ranks of one workload repeat a few programs:
+    ranks with the same number of tasks, the same edges relative to their first task and the
+    same lane partition have the same graph. False (the caller's full validation decides)
+    when a rank's graph has a cycle, the ranks' tasks are not contiguous, or an edge or a
+    lane leaves its rank."""
+    rank = graph.tasks["rank"].to_numpy()
+    lane = graph.tasks["lane"].to_numpy()
+    n = len(rank)
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    end = np.r_[first[1:], n]
+    if len(np.unique(rank[first])) != len(first):
+        return False
+    if np.any(graph.lanes["rank"].to_numpy()[lane] != rank):  # a lane shared by ranks
+        return False
+    seg = np.searchsorted(first, src, side="right") - 1
+    if np.any(dst < first[seg]) or np.any(dst >= end[seg]):
+        return False
+    by_seg = np.argsort(seg, kind="stable")
+    bounds = np.searchsorted(seg[by_seg], np.arange(len(first) + 1))
+    seen: set[bytes] = set()
+    for i, (a, b) in enumerate(zip(first.tolist(), end.tolist(), strict=True)):
+        e = by_seg[bounds[i] : bounds[i + 1]]
+        ls = src[e].astype(np.int64) - a
+        ld = dst[e].astype(np.int64) - a
+        o = np.lexsort((ld, ls))
+        ls, ld = ls[o], ld[o]
+        lanes = np.unique(lane[a:b], return_inverse=True)[1].astype(np.int64)
+        key = hashlib.blake2b(b"".join((np.int64(b - a).tobytes(), ls.tobytes(), ld.tobytes(),
+                                         lanes.tobytes()))).digest()
+        if key in seen:
+            continue
+        seen.add(key)
+        if order_of(b - a, lanes, ls, ld) is None:
+            return False
+    return True
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

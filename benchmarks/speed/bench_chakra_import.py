@@ -1,0 +1,120 @@
+"""Benchmark: importing and replaying a Chakra ET of every rank against the native replay.
+
+Writes the Chakra ET of a model and layout with ``tracesim convert --model M --cluster C
+--tp T --dp D --to chakra -o DIR/w`` (skipped when ``DIR/w.json`` exists), then measures,
+each in a fresh process (wall time and peak RSS from ``wait4``'s ``ru_maxrss``, CPU time
+user + system):
+
+* ``import``: ``tracesim.interop.chakra_import.import_chakra(DIR/w)``, the task graph of
+  every rank read from the ET files;
+* ``import + replay``: the same, then ``tracesim.pipeline.replay_graph(graph, C)`` (the flow
+  network), what ``tracesim convert DIR/w --to tracesim --replay-on C`` does before it writes
+  its output;
+* ``native --full``: ``tracesim replay --model M --cluster C --tp T --dp D --full --json``, the
+  built workload with every rank simulated (compute runs merged); ``--per-op`` adds the
+  same with one task per template op, as the ET holds.
+
+Usage::
+
+    .venv/bin/python benchmarks/speed/bench_chakra_import.py [--model gpt3-175b]
+        [--cluster h100x1024] [--tp 8] [--dp 128] [--dir /tmp/chakra_et] [--per-op] [--no-native] [--json]
+
+The ET files take about 3.3 MB per rank of GPT-3 175B TP8 (3.4 GB for 1,024 ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACESIM = [str(Path(sys.executable).parent / "tracesim")]
+
+_IMPORT = r"""
+import json, sys, time
+from tracesim.interop.chakra_import import import_chakra
+t0 = time.perf_counter()
+g = import_chakra(sys.argv[1])
+out = {"tasks": len(g.tasks), "edges": len(g.edges), "ranks": len(g.ranks),
+       "import_s": time.perf_counter() - t0}
+if len(sys.argv) > 2:
+    from tracesim.pipeline import replay_graph
+    t1 = time.perf_counter()
+    p = replay_graph(g, sys.argv[2])
+    out["replay_s"] = time.perf_counter() - t1
+    out["iteration_time_s"] = p.iteration_time_s
+print(json.dumps(out))
+"""
+
+
+def measure(cmd: list[str]) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh process under ``/usr/bin/time``: wall s, CPU s, peak RSS MiB
+    and the last line it printed."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
+        proc = subprocess.run(["/usr/bin/time", "-o", f.name, "-f", "%e %U %S %M", *cmd],
+                              cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        wall, user, system, rss_kib = f.read().split()[-4:]
+    out = proc.stdout.strip()
+    return {"wall_s": float(wall), "cpu_s": round(float(user) + float(system), 2),
+            "peak_rss_MiB": round(int(rss_kib) / 1024), "out": out}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    ap.add_argument("--model", default="gpt3-175b")
+    ap.add_argument("--cluster", default="h100x1024")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--dp", type=int, default=128)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/chakra_et"),
+                    help="where the ET files are written (kept for reuse)")
+    ap.add_argument("--per-op", action="store_true", help="also the native --full --per-op")
+    ap.add_argument("--no-native", action="store_true", help="only the import rows")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args(argv)
+    layout = ["--model", a.model, "--cluster", a.cluster, "--tp", str(a.tp), "--dp", str(a.dp)]
+    prefix = a.dir / "w"
+    rows: dict[str, dict[str, Any]] = {}
+    if not prefix.with_suffix(".json").exists():
+        a.dir.mkdir(parents=True, exist_ok=True)
+        rows["convert --to chakra"] = measure([*TRACESIM, "convert", *layout, "--to", "chakra",
+                                               "-o", str(prefix)])
+    rows["import"] = measure([sys.executable, "-c", _IMPORT, str(prefix)])
+    rows["import + replay"] = measure([sys.executable, "-c", _IMPORT, str(prefix), a.cluster])
+    if not a.no_native:
+        rows["native --full"] = measure([*TRACESIM, "replay", *layout, "--full", "--json"])
+    if a.per_op and not a.no_native:
+        rows["native --full --per-op"] = measure([*TRACESIM, "replay", *layout, "--full",
+                                                  "--per-op", "--json"])
+    for r in rows.values():
+        try:
+            o = json.loads(r.pop("out") or "{}")
+        except json.JSONDecodeError:
+            o = {}
+        rep = o.get("replay", {})
+        r["tasks"] = o.get("tasks", rep.get("tasks"))
+        r["iteration_time_s"] = o.get("iteration_time_s")
+    if a.json:
+        print(json.dumps({"layout": layout, "rows": rows}, indent=1))
+        return 0
+    print(f"{' '.join(layout)}; ET in {a.dir}")
+    print("| run | wall s | CPU s | peak RSS MiB | tasks | iteration s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        it = r.get("iteration_time_s")
+        tasks = "" if r["tasks"] is None else f"{r['tasks']:,}"
+        print(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_MiB']:,} | "
+              f"{tasks} | {'' if it is None else f'{it:.4f}'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
