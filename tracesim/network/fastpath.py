@@ -87,31 +87,34 @@ def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: int) -> Plan | None
 
 
 class Reservations:
-    """Links held by operations on the fast path (``holder[link]``: its run's id or -1).
+    """Links held by operations on the fast path.
 
-    Plans are registered once (:meth:`register`: an id and the ids of the plans sharing a
-    link with it), so admission is a set test against the plans running now."""
+    Plans are registered once (:meth:`register`: an id, its links as a set, the ids of the
+    plans sharing a link with it); at most one operation of a plan runs at a time (its own
+    links are not free), so admission is a set test against the plans running now."""
 
     def __init__(self, n_links: int):
-        self.holder = np.full(n_links, -1, dtype=np.int64)
-        self.runs: dict[int, FastRun] = {}
+        self.n_links = n_links
         self.count = 0
         self._next = 0
         self._overlap: list[set[int]] = []  # plan id -> ids of the plans sharing a link
+        self._links: list[frozenset[int]] = []  # plan id -> its links
         self._link_plans: dict[int, list[int]] = {}
-        self._active: dict[int, int] = {}  # plan id -> its runs holding links now
+        self._active: dict[int, FastRun] = {}  # plan id -> its operation holding links now
 
     def register(self, links: np.ndarray) -> int:
         """An id for a plan over ``links`` (distinct link ids)."""
         pid = len(self._overlap)
         conf = {pid}
-        for lk in links.tolist():
+        ls = links.tolist()
+        for lk in ls:
             lst = self._link_plans.setdefault(lk, [])
             conf.update(lst)
             lst.append(pid)
         for q in conf - {pid}:
             self._overlap[q].add(pid)
         self._overlap.append(conf)
+        self._links.append(frozenset(ls))
         return pid
 
     def free(self, pid: int) -> bool:
@@ -121,31 +124,21 @@ class Reservations:
     def hold(self, run: FastRun) -> int:
         rid = self._next
         self._next += 1
-        self.holder[run.plan.links] = rid
-        self.runs[rid] = run
+        self._active[run.pid] = run
         self.count += 1
-        self._active[run.pid] = self._active.get(run.pid, 0) + 1
         return rid
 
     def drop(self, run: FastRun) -> None:
-        self.holder[run.plan.links] = -1
-        del self.runs[run.rid]
+        del self._active[run.pid]
         self.count -= 1
-        left = self._active[run.pid] - 1
-        if left:
-            self._active[run.pid] = left
-        else:
-            del self._active[run.pid]
 
     def release_on(self, links: np.ndarray, now: int) -> None:
         """Hand the operations holding any of ``links`` over to the flow model (in the
         order they started)."""
-        h = self.holder[links]
-        h = h[h >= 0]
-        if not len(h):
-            return
-        for rid in np.unique(h).tolist():
-            run = self.runs[rid]
+        ls = set(links.tolist())
+        plans = self._links
+        hit = [run for pid, run in self._active.items() if not plans[pid].isdisjoint(ls)]
+        for run in sorted(hit, key=lambda r: r.rid):
             self.drop(run)
             run.release(now)
 
