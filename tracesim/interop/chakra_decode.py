@@ -20,6 +20,7 @@ that is not a number) gets an error message instead, raised when a rank reaches 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -238,7 +239,7 @@ class NodeTable:
 
     def patch(self, uid: int, like: bytes, body: bytes, diff: list[int]) -> int | None:
         """The uid of ``body``, a node message that differs from ``like`` (the message of
-        row ``uid``, as long) at the byte positions ``diff``, derived from that row when
+        row ``uid``, as long) at the byte positions ``diff`` (ascending), derived from that row when
         the only differences are inside the values of its ``pg_name`` and
         ``tracesim.match_key`` attributes (plain strings, each named once); None when
         it has to be parsed (:meth:`add`)."""
@@ -251,13 +252,16 @@ class NodeTable:
         if not spans or base[_AT["err"]] >= 0:
             return None
         new: dict[str, str] = {}
+        inside = 0  # ``diff`` is ascending: count the positions inside each value by bisection
         for name, (lo, hi) in spans.items():
-            if any(lo <= d < hi for d in diff):
+            k = bisect_left(diff, hi) - bisect_left(diff, lo)
+            if k:
+                inside += k
                 try:
                     new[name] = body[lo:hi].decode("utf-8")
                 except UnicodeDecodeError:
                     return None
-        if sum(lo <= d < hi for d in diff for lo, hi in spans.values()) != len(diff):
+        if inside != len(diff):
             return None  # bytes outside the two values differ
         row = list(base)
         if "pg_name" in new:
