@@ -202,10 +202,11 @@ class ReplayOptions:
         "layer template built into the model's layout; needs a model spec). Default: template "
         "when the source has a model spec or a layout flag other than --dp is given, else "
         "trace.", "choice", group="replay", choices=("trace", "template"))
-    network: str | None = _opt("Network model: flow (flow-level max-min sharing) or estimate "
-                               "(uncongested closed forms, faster). Default: flow below 64 GPUs "
-                               "or with --full, estimate for a symmetry-reduced replay from 64 "
-                               "GPUs up.", "choice", group="replay", choices=NETWORKS)
+    network: str | None = _opt("Network model: flow (flow-level max-min sharing of links; in a "
+                               "symmetry-reduced replay the absent ranks' copies load the links "
+                               "they share) or estimate (each collective's uncongested time, "
+                               "faster, blind to contention). Default: flow.", "choice",
+                               group="replay", choices=NETWORKS)
     full: bool = _opt("Simulate every rank (no symmetry reduction).", "flag", group="replay",
                       default=False)
     strict: bool = _opt("Error (not warn) when the layout does not fit in the device's memory.",

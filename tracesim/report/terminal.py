@@ -91,6 +91,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("MFU", _f(res.get("mfu"), ".1%")),
         ("memory per GPU", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
     ]
+    rep = res.get("replay")
+    if isinstance(rep, Mapping) and rep.get("network"):
+        net = {"flow": "flow-level (max-min link sharing)",
+               "estimate": "estimate (uncongested, no contention)"}.get(str(rep["network"]),
+                                                                       str(rep["network"]))
+        rows.append(("network", net + (", symmetry-reduced" if rep.get("symmetric") else ", every rank")))
     return rows
 
 
