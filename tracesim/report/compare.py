@@ -115,8 +115,11 @@ def default_labels(results: Sequence[Mapping[str, Any]], fallback: Sequence[str]
     for p in ps:
         bits = []
         for k in keys:
-            pre = short.get(k, k)
-            bits.append(f"{pre}{p.get(k)}" if pre else str(p.get(k)))
+            pre, v = short.get(k, k), p.get(k)
+            if v in ("True", "False"):  # a switch: its name, or "no-" and its name
+                bits.append(k if v == "True" else f"no-{k}")
+            else:
+                bits.append(f"{pre}{v}" if pre else str(v))
         labels.append(" ".join(bits))
     if not keys or len(set(labels)) != len(labels):
         return list(fallback)
