@@ -1,4 +1,5 @@
-"""docs/notebooks/nic_bandwidth.ipynb and layout_llama70b.ipynb execute top to bottom, and
+"""docs/notebooks/nic_bandwidth.ipynb, layout_llama70b.ipynb and fabric_sensitivity.ipynb
+execute top to bottom, and
 their key numbers hold (each notebook's last cell prints ``SUMMARY <json>``)."""
 
 from __future__ import annotations
@@ -61,3 +62,32 @@ def test_layout_notebook():
     pp = s["bubble_by_pp"]
     assert pp["2"] < pp["4"] < pp["8"]
     print(f"best layout that fits: {best}")
+
+
+@pytest.mark.slow
+def test_fabric_sensitivity_notebook():
+    s, outputs = _run("fabric_sensitivity.ipynb")
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3
+    assert s["networks"] == ["flow"] and min(s["gpus"]) >= 1024
+    it, dp = s["iteration_s"], s["exposed_dp_s"]
+    for lay in ("PP-heavy", "DP-heavy"):
+        sl = [it[f"{lay}|spine_leaf oversubscription|{o}"] for o in (1, 2, 4, 8)]
+        rail = [it[f"{lay}|rail_optimized oversubscription|{o}"] for o in (1, 2, 4, 8)]
+        nic = [it[f"{lay}|NIC Gb/s|{n}"] for n in (100, 200, 400, 800)]
+        # oversubscription never helps; rails keep rings off the spine (within 1%)
+        assert all(a <= b * (1 + 1e-9) for a, b in zip(sl, sl[1:], strict=False))
+        assert max(rail) <= rail[0] * 1.01
+        assert all(a > b for a, b in zip(nic, nic[1:], strict=False))  # a faster NIC is faster
+        ecmp, adaptive = it[f"{lay}|routing|ecmp"], it[f"{lay}|routing|adaptive"]
+        assert ecmp >= adaptive
+        assert it[f"{lay}|rail_optimized routing|ecmp"] <= rail[0] * 1.01
+    # the DP rings: a blocking spine (o = 8) and ECMP collisions slow them, 400 -> 200 Gb/s doubles them
+    assert it["DP-heavy|spine_leaf oversubscription|8"] > 1.5 * it["DP-heavy|spine_leaf oversubscription|1"]
+    assert it["DP-heavy|routing|ecmp"] > 2 * it["DP-heavy|routing|adaptive"]
+    assert dp["DP-heavy|NIC Gb/s|200"] > 1.8 * dp["DP-heavy|NIC Gb/s|400"]
+    # an NVL72 domain keeps most of a DP ring on NVLink
+    nv8, nv72 = it["PP-heavy|NVLink domain|8 (144 x 8)"], it["PP-heavy|NVLink domain|72 (16 x NVL72)"]
+    assert nv72 < nv8
+    assert dp["PP-heavy|NVLink domain|72 (16 x NVL72)"] < dp["PP-heavy|NVLink domain|8 (144 x 8)"]
+    print(f"DP-heavy: o=8 {it['DP-heavy|spine_leaf oversubscription|8']:.3f} s, "
+          f"ecmp {it['DP-heavy|routing|ecmp']:.3f} s, adaptive {it['DP-heavy|routing|adaptive']:.3f} s")
