@@ -47,24 +47,6 @@ def _body(data: bytes | bytearray, starts: np.ndarray, bodies: np.ndarray, k: in
     return bytes(data[int(bodies[k]) : end])
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, position after it) of the length prefix at ``pos``; ValueError as
-    :func:`tracesim.interop.chakra_schema.iter_delimited` raises it."""
-    start, n = pos, len(data)
-    length = shift = 0
-    while True:
-        if pos >= n:
-            raise ValueError(f"truncated length prefix at byte {start}")
-        b = data[pos]
-        pos += 1
-        length |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return length, pos
-        if shift > 63:
-            raise ValueError(f"malformed length prefix at byte {start}")
-
-
 def _parse_meta(body: bytes, path: Path) -> Any:
     meta = pb.GlobalMetadata()
     try:
@@ -79,7 +61,7 @@ def _scan_all(data: bytes, table: NodeTable, path: Path) -> ScannedFile:
     n = len(data)
     if not n:
         raise InputError("empty ET file (no GlobalMetadata)", path)
-    ln, body = _varint(data, 0)
+    ln, body = pb.read_length_prefix(data, 0)
     pos = body + ln
     if pos > n:
         raise ValueError(f"message at byte 0 claims {ln} bytes, file ends first")
@@ -96,7 +78,7 @@ def _scan_all(data: bytes, table: NodeTable, path: Path) -> ScannedFile:
         elif pos + 1 < n and data[pos + 1] < 0x80:
             ln, body = (b & 0x7F) | (data[pos + 1] << 7), pos + 2
         else:
-            ln, body = _varint(data, pos)
+            ln, body = pb.read_length_prefix(data, pos)
         end = body + ln
         if end > n:
             raise ValueError(f"message at byte {pos} claims {ln} bytes, file ends first")

@@ -170,19 +170,7 @@ def iter_delimited(data: bytes) -> Iterator[tuple[int, bytes]]:
     n = len(data)
     while pos < n:
         start = pos
-        length = 0
-        shift = 0
-        while True:
-            if pos >= n:
-                raise ValueError(f"truncated length prefix at byte {start}")
-            b = data[pos]
-            pos += 1
-            length |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-            if shift > 63:
-                raise ValueError(f"malformed length prefix at byte {start}")
+        length, pos = read_length_prefix(data, pos)
         if pos + length > n:
             raise ValueError(f"message at byte {start} claims {length} bytes, file ends first")
         yield start, data[pos : pos + length]
@@ -214,3 +202,21 @@ COMM_TYPES = {
 }
 COMM_NAMES = {v: k for k, v in COMM_TYPES.items()}
 COMM_NAMES[COLLECTIVE_TYPES["REDUCE_SCATTER_BLOCK"]] = "reduce_scatter"
+
+
+def read_length_prefix(data: bytes | bytearray, pos: int) -> tuple[int, int]:
+    """(value, position after it) of the varint length prefix at ``pos``; ValueError when
+    the data ends inside it or it runs past 64 bits."""
+    start, n = pos, len(data)
+    length = shift = 0
+    while True:
+        if pos >= n:
+            raise ValueError(f"truncated length prefix at byte {start}")
+        b = data[pos]
+        pos += 1
+        length |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return length, pos
+        if shift > 63:
+            raise ValueError(f"malformed length prefix at byte {start}")
