@@ -148,3 +148,25 @@ def test_every_profile_loads_and_no_plateau_beats_the_peak() -> None:
     # MXFP8 runs at the FP8 rate on Blackwell; Hopper has no MX peak and falls back to FP8
     assert get_device("b200").peak_flops("mxfp8") == get_device("b200").peak_flops("fp8")
     assert get_device("h100").peak_flops("mxfp8") == pytest.approx(1979e12)
+
+
+@pytest.mark.parametrize(("profile", "dtype", "mamf_tflops"),
+                         [("gb200", "fp8", 3615.6), ("b200", "fp8", 3432.5), ("b200", "bf16", 1745.0),
+                          ("h100", "fp8", 1402.6)])
+def test_no_gemm_beats_the_mamf(profile: str, dtype: str, mamf_tflops: float) -> None:
+    """The plateau is solved at the MAMF shape (often short k); longer k must not run faster
+    than the sweep's best (Llama 3 8B's MLP GEMMs at 8k tokens x 2: 16384 x 28672 x 4096 and
+    its weight gradient 4096 x 28672 x 16384), nor a GEMM far larger than any swept. The
+    ceiling is the MAMF kernel's rate less the 2.5 us launch overhead (as the plateau counts
+    the MAMF time), so a long GEMM may come out up to 3% above the MAMF's TFLOP/s."""
+    dev = get_device(profile)
+    for m, n, k in ((16384, 28672, 4096), (4096, 28672, 16384), (65536, 65536, 65536)):
+        flops = 2.0 * m * n * k
+        t = op_time_ns(dev, "gemm", flops, 0.0, dtype, shape=(1, m, n, k))
+        assert flops / t / 1e3 <= mamf_tflops * 1.035
+    # a large GEMM on Blackwell is held at the ceiling (the uncapped plateau gave 0.85-0.87
+    # of the FP8 peak on GB200)
+    if profile == "gb200":
+        flops = 2.0 * 16384 * 28672 * 4096
+        t = op_time_ns(dev, "gemm", flops, 0.0, dtype, shape=(1, 16384, 28672, 4096))
+        assert flops / t / 1e3 == pytest.approx(mamf_tflops, rel=0.03)

@@ -129,6 +129,9 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
     "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
     "gb300": {"default": "GB200", "fp8": "GB200"}, "mi300x": {"default": "MI300X"},
 }
+#: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
+#: BF16 and FP8 rows, and MXFP8 at FP8's (as its plateau)
+CEILING_DTYPES = ("default", "fp8", "mxfp8")
 #: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
 MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
                "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
@@ -168,6 +171,25 @@ _UNIT_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]
 def _peak(spec: dict[str, Any], dtype: str) -> float:
     p = spec["peak_tflops"]
     return float(p.get(dtype) or p.get("fp8" if dtype == "mxfp8" else "bf16") or p["bf16"])
+
+
+def gemm_ceilings(name: str) -> dict[str, float]:
+    """The shape model's ``ceiling`` per dtype (:data:`CEILING_DTYPES`): the compute-part
+    rate (fraction of peak, launch overhead taken out) of the device's MAMF row, so that the
+    capped model reproduces the row; a dtype without a row of its own takes the one its
+    plateau is derived from (FP8 without a row: BF16's; MXFP8: FP8's)."""
+    spec = SPECS[name]
+    rows = MAMF_ROWS[name]
+    out: dict[str, float] = {}
+    for dt in CEILING_DTYPES:
+        if dt != "default" and dt not in spec["peak_tflops"]:
+            continue
+        src = dt if dt in rows else ("fp8" if dt == "mxfp8" and "fp8" in rows else "default")
+        row = kf.mamf_row(rows[src], "bf16" if src == "default" else src)
+        t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
+        flops = 2.0 * float(row["batch"]) * float(row["m"]) * float(row["n"]) * float(row["k"])
+        out[dt] = round(flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
+    return out
 
 
 def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
@@ -327,7 +349,8 @@ def profile(name: str) -> dict[str, Any]:
     }
     gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "tf32", "fp32")
                               if k in plateau},
-                  "tiles": [list(t) for t in kf.TILES], **shared}
+                  "tiles": [list(t) for t in kf.TILES], **shared,
+                  "ceiling": gemm_ceilings(name)}
     out: dict[str, Any] = {
         "name": name, "kind": "gpu", "source": spec["source"], "aliases": spec["aliases"],
         "patterns": spec["patterns"], "peak_tflops": peaks, "hbm_GBps": spec["hbm_GBps"],
@@ -351,6 +374,15 @@ def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], cur
             f"{list(kf.CALIBRATION_K)} (41 shapes; data/gemm.csv, source XLA100), the table's own "
             "level fitted alongside, no shipped plateau above 1 (benchmarks/kernels/kernel_fit.py); "
             "tiles: CUTLASS / cuBLAS tensor-core tile shapes, not fitted"),
+        "shape_model.gemm.ceiling": (
+            "no GEMM faster than the best rate torch.matmul / torch._scaled_mm (cuBLAS / "
+            "cuBLASLt, the library Transformer Engine calls) reached in the brute-force MAMF "
+            "shape sweep, per dtype (data/gemm.csv, source "
+            "MLE-MAMF; " + "; ".join(f"{k}: {gsrc[k]}" for k in CEILING_DTYPES if k in gsrc)
+            + "), the launch overhead taken out of the MAMF time (the capped model, launch "
+            "included, reproduces each MAMF row). Without it the plateau, solved at the MAMF shape, extrapolates above the MAMF "
+            "for longer k (GB200 FP8 at 16384 x 28672 x 4096: 0.85 of peak against the MAMF's "
+            "0.72)"),
         "efficiency.gemm.compute (size path)": (
             f"E = MAMF / peak per dtype ({ {k: curve_e[k] for k in curve_e} }), t_ramp "
             f"{kf.FITTED['gemm_curve_t_ramp_us']} us fitted by FLOPs alone on the same 41 shapes"

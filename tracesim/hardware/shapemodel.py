@@ -18,6 +18,11 @@ all tiles spread evenly over the SMs, as cuBLAS does on Hopper and Blackwell) if
 
     t_sk   = fixed + tiles / S * (2 tm tn (k + k_overhead) / R_tile + wave_overhead) + wave_overhead
 
+and never faster than the library's best measured rate (``ceiling[dtype]``, a fraction of
+peak, where the profile gives one)::
+
+    t      = max(t, 2 b m n k / (peak[dtype] * ceiling[dtype]))
+
 ``I(tm, tn) = tm tn / (tm + tn)`` is a tile's arithmetic intensity (FLOPs per element loaded
 per k step), so smaller tiles run slower per SM; the first listed tile is the full-rate one.
 Partial waves (wave quantisation) and tile padding (tile quantisation) both show as
@@ -39,7 +44,7 @@ from the rest of ``tracesim.hardware`` (device.py parses profiles with it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -63,10 +68,18 @@ class GemmShapeModel:
     wave_overhead_us: float
     split_k_min: float
     fixed_us: float
+    #: best rate (fraction of peak) the library reached on this device in a brute-force
+    #: sweep of shapes (MAMF), per dtype; a GEMM never runs faster. Empty: no cap.
+    ceiling: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def efficiency(self, dtype: str) -> float:
         """Mainloop efficiency (fraction of peak) of a full-rate tile for ``dtype``."""
         return float(self.plateau.get(dtype, self.plateau["default"]))
+
+    def max_efficiency(self, dtype: str) -> float | None:
+        """The ceiling for ``dtype`` (``default``'s for a dtype it does not list), or None."""
+        c = self.ceiling.get(dtype, self.ceiling.get("default"))
+        return None if c is None else float(c)
 
     def time_s(self, peak_flops: float, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
         """Seconds of the compute part (no launch overhead) of GEMMs of ``shape`` (n x 4)."""
@@ -87,7 +100,11 @@ class GemmShapeModel:
             t_sk = tiles / s * full + self.wave_overhead_us * 1e-6
             t = np.where((k >= self.split_k_min) & (tiles >= s), np.minimum(t, t_sk), t)
             best = np.minimum(best, t)
-        return best + self.fixed_us * 1e-6
+        best = best + self.fixed_us * 1e-6
+        cap = self.max_efficiency(dtype)
+        if cap is not None:
+            best = np.maximum(best, 2.0 * b * m * n * k / (peak_flops * cap))
+        return best
 
 
 @dataclass(frozen=True)
@@ -153,7 +170,7 @@ def _fraction(v: Any, file: str | Path | None, where: str) -> float:
 
 def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
     check_keys(data, ("plateau", "tiles", "k_overhead", "wave_overhead_us", "split_k_min",
-                      "fixed_us"), ("source",), file=file, where=where)
+                      "fixed_us"), ("ceiling", "source"), file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     tiles = data["tiles"]
     if (not isinstance(tiles, list) or not tiles
@@ -163,10 +180,16 @@ def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
                          f"{where}.tiles")
     num = {k: get_number(data, k, file=file, where=where, allow_zero=k != "split_k_min")
            for k in ("k_overhead", "wave_overhead_us", "split_k_min", "fixed_us")}
+    ceiling: Mapping[str, float] = MappingProxyType({})
+    if "ceiling" in data:
+        cap = data["ceiling"]
+        check_keys(cap, (), ("default",) + PLATEAU_DTYPES, file=file, where=f"{where}.ceiling")
+        ceiling = MappingProxyType({str(k): _fraction(v, file, f"{where}.ceiling.{k}")
+                                    for k, v in cap.items()})
     return GemmShapeModel(
         plateau=MappingProxyType({str(k): _fraction(v, file, f"{where}.plateau.{k}")
                                   for k, v in plat.items()}),
-        tiles=tuple((int(t[0]), int(t[1])) for t in tiles), **num)
+        tiles=tuple((int(t[0]), int(t[1])) for t in tiles), **num, ceiling=ceiling)
 
 
 def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShapeModel:
