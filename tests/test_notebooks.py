@@ -53,7 +53,7 @@ def test_layout_notebook():
     best = s["best_fit"]
     fits = [r for r in rows if r["fits"]]
     assert best["memory_GiB"] <= 80.0
-    assert best["iteration_s"] == min(r["iteration_s"] for r in fits)
+    assert best["iteration_s"] == pytest.approx(min(r["iteration_s"] for r in fits), rel=1e-12)
     for r in rows:
         assert r["tp"] * r["pp"] * r["dp"] == 256
     # larger TP exposes more TP communication; deeper pipelines have a larger bubble
