@@ -116,3 +116,21 @@ def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "precision" in res.output
     with pytest.raises(InputError, match="file not found"):
         read_table(tmp_path / "missing.csv")
+
+
+def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> None:
+    """Expert parallelism folded over TP x DP (ep 32 on tp 2 x dp 16) is not expressible
+    (experts split over DP ranks only): the row says so and the others still count."""
+    text = BRIDGE.read_text().splitlines()
+    keep = [ln for ln in text[1:] if ln.startswith("DGX-H100,qwen3-235b-a22b,256,")]
+    keep += [ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,")]
+    assert len(keep) == 2
+    t = tmp_path / "rows.csv"
+    t.write_text("\n".join([text[0], *keep]) + "\n")
+    got = list(validate_rows([t]))
+    assert [bool(r.error) for r in got] == [True, False]
+    assert "ep 32" in got[0].error and got[0].published == 1575.0
+    s = summary(got)
+    assert s["rows"] == 1 and s["not_replayed"] == 1
+    res = CliRunner().invoke(main, ["validate", "published", str(t)])
+    assert res.exit_code == 0 and "not replayed: " in res.output and "1 not replayed" in res.output

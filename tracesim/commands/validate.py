@@ -85,7 +85,11 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
         click.echo("-" * 101)
     for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None):
         rows.append(r)
-        if not as_json:
+        if as_json:
+            continue
+        if r.error:
+            click.echo(f"{r.label[:62]:<62} not replayed: {r.error}")
+        else:
             click.echo(f"{r.label[:62]:<62} {r.published:>10.1f} {r.predicted:>10.1f} "
                        f"{r.rel_error * 100:>+7.1f}% {r.wall_s:>7.1f}")
     s = summary(rows)
@@ -95,4 +99,5 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
     if s["rows"]:
         click.echo(f"\n{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}%, "
                    f"largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
-                   f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s")
+                   f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s"
+                   + (f"; {s['not_replayed']} not replayed" if s.get("not_replayed") else ""))
