@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.kernels.datasheet import _FLOP_SIZES
 from benchmarks.kernels.gemm_shape import is_implicit_gemm_conv
+from benchmarks.kernels.sizes import FLOP_SIZES
 from tracesim.hardware.calibrate import saturating_curve
 from tracesim.hardware.device import DeviceProfile, get_device, parse_profile
 
@@ -76,7 +76,7 @@ CONV_TF32_E_MAX: dict[str, float] = {
 def conv_tf32_curve(e_max: float, peak_flops: float,
                     t_ramp_us: float = CONV_T_RAMP_US) -> list[list[float]]:
     """[FLOPs, efficiency] points of the implicit-GEMM convolution curve (peak in FLOP/s)."""
-    return saturating_curve(e_max, peak_flops * e_max * t_ramp_us * 1e-6, _FLOP_SIZES)
+    return saturating_curve(e_max, peak_flops * e_max * t_ramp_us * 1e-6, FLOP_SIZES)
 
 
 def conv_tf32_profile(device: DeviceProfile | str, e_max: float | None = None) -> DeviceProfile | None:

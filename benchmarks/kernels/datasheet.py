@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kernels import kernel_fit as kf
+from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
+from benchmarks.kernels.sizes import FLOP_SIZES
 from tracesim.hardware.calibrate import saturating_curve
 
 MLE = "stas00/ml-engineering@744d01e compute/accelerator/README.md"
@@ -163,7 +165,7 @@ A100_TF32_FROM_TRACE: dict[str, Any] = {
     "spread": 0.311,
 }
 
-_FLOP_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]   # 1e5 .. 1e14
+_FLOP_SIZES = FLOP_SIZES  # 1e5 .. 1e14, every half decade
 _BYTE_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(6, 23)]    # 1e3 .. 1e11
 _UNIT_SIZES = [float(f"{10.0 ** (e / 2):.4g}") for e in range(10, 29)]
 
@@ -194,8 +196,6 @@ def gemm_ceilings(name: str) -> dict[str, float]:
 
 def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
     """(shape-model plateau per dtype, size-curve E per dtype, source per dtype) of a GPU."""
-    from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
-
     spec, shared = SPECS[name], kf.FITTED["gemm_shared"]
     plateau: dict[str, float] = {}
     curve: dict[str, float] = {}
