@@ -12,6 +12,8 @@ from tracesim.specs.model import ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 
+from .helpers import build, op_time
+
 GPT = ModelSpec(name="t", family="gpt", layers=4, hidden=256, heads=8, vocab=1024, seq_len=128,
                 kv_heads=8, ffn_hidden=1024, dtype="bf16")
 LLAMA = ModelSpec(name="l", family="llama", layers=4, hidden=256, heads=8, vocab=1024, seq_len=128,
@@ -19,16 +21,6 @@ LLAMA = ModelSpec(name="l", family="llama", layers=4, hidden=256, heads=8, vocab
                   tied_embeddings=False)
 MOE = LLAMA.replace(name="m", family="moe", experts=4, top_k=2, moe_ffn_hidden=384)
 EB = 2  # bf16
-
-
-def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
-    return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
-
-
-def build(model: ModelSpec, **kw: object):
-    kw.setdefault("seq_len", 128)
-    par = ParallelSpec(**kw)  # type: ignore[arg-type]
-    return build_graph(model, par, first_principles_template(model), op_time)
 
 
 def rank_tasks(b, rank: int = 0) -> pd.DataFrame:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tracesim.build.builder import build_graph
 from tracesim.catalog import load_model
 from tracesim.hardware.device import get_device
 from tracesim.report.memory import layer_activation_bytes
@@ -17,7 +16,7 @@ from tracesim.template.analytic import first_principles_template
 from tracesim.template.durations import make_op_time
 from tracesim.template.resolve import model_flops_per_iteration, resolve_template
 
-from .helpers import retarget
+from .helpers import build, retarget
 
 #: a small DeepSeek-style model: MLA, 8 routed experts top-2, 1 shared expert, first layer dense
 TINY = ModelSpec(name="ds-tiny", family="moe", layers=4, hidden=256, heads=4, kv_heads=4,
@@ -26,16 +25,6 @@ TINY = ModelSpec(name="ds-tiny", family="moe", layers=4, hidden=256, heads=4, kv
                  first_k_dense=1, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32,
                  qk_rope_head_dim=16, v_head_dim=32)
 EB = 2  # bf16
-
-
-def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
-    return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
-
-
-def build(model: ModelSpec, **kw: object):
-    kw.setdefault("seq_len", 128)
-    par = ParallelSpec(**kw)  # type: ignore[arg-type]
-    return build_graph(model, par, first_principles_template(model), op_time)
 
 
 def rank0(b) -> pd.DataFrame:

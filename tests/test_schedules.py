@@ -17,13 +17,10 @@ from tracesim.specs.model import ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 
+from .helpers import op_time
+
 MODEL = ModelSpec(name="t", family="gpt", layers=16, hidden=256, heads=8, vocab=1000, seq_len=128,
                   kv_heads=8, ffn_hidden=1024)
-
-
-def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
-    """A fixed roofline (100 TFLOP/s, 1 TB/s, 1 us per op): a parameter, not a mock."""
-    return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))

@@ -16,11 +16,9 @@ from tracesim.template.layer import compile_expr, evaluate, load_template, symbo
 from tracesim.template.resolve import model_flops_per_iteration, op_numbers, resolve_template
 from tracesim.template.scopes import dim_expressions, repeating_period
 
+from .helpers import op_time
+
 BUNDLES = Path(__file__).resolve().parents[1] / "workloads" / "bundles"
-
-
-def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
-    return int(flops / 100e12 * 1e9 + nbytes / 1e12 * 1e9) + 1000
 
 
 @pytest.mark.parametrize("bad", ["__import__('os')", "h.real", "foo*2", "[h]", "'a'", "lambda: 1"])
