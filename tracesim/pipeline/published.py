@@ -205,9 +205,8 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                 label = f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}"
             if only is not None and not only(label):
                 continue
-            metric, col = (("tokens_per_s_per_gpu", "tokens_per_s_per_gpu") if fmt == "bridge"
-                            else ("tflops_per_gpu", "tflops_per_gpu"))
-            published = float(row[col])
+            metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
+            published = float(row[metric])
             t0 = time.perf_counter()
             ro = ReplayOptions.from_mapping(opts, p, f"row {k + 2}")
             try:
