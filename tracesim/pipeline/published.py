@@ -32,6 +32,7 @@ from typing import Any
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
@@ -41,6 +42,9 @@ SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "globa
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene"}
 #: precision column -> (dtype, FP8 recipe)
+#: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
+#: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
+NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
 PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
               "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
 
@@ -53,6 +57,8 @@ class PublishedRow:
     ``rel_error`` = predicted / published - 1. ``wall_s``: the replay's wall time.
     ``error``: why the row was not replayed (a layout tracesim cannot express), else "";
     such a row has no prediction and is left out of :func:`summary`'s errors.
+    ``unmodelled``: settings of the row's recipe the replay has no mechanism for
+    (:func:`tracesim.pipeline.recipes.unmodelled`).
     """
 
     table: str
@@ -66,13 +72,15 @@ class PublishedRow:
     wall_s: float
     warnings: tuple[str, ...] = ()
     error: str = ""
+    unmodelled: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "row": self.label, "options": _jsonable(self.options),
                 "metric": self.metric, "published": self.published,
                 "predicted": self.predicted, "rel_error": self.rel_error,
                 "iteration_time_s": self.iteration_time_s, "wall_s": self.wall_s,
-                "warnings": list(self.warnings), "error": self.error}
+                "warnings": list(self.warnings), "error": self.error,
+                "unmodelled": list(self.unmodelled)}
 
 
 def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
@@ -124,8 +132,11 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     cp, ep = _int(row, "cp", path, k, 1), _int(row, "ep", path, k, 1)
     vp, fsdp = _int(row, "vp", path, k, 1), _int(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
+    run = find_recipe(system, row["model"].strip(), prec)
+    per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
     opts: dict[str, Any] = {
-        "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": row["model"].strip(),
+        "cluster": cluster_with_nodes(SYSTEMS[system], gpus, per_domain),
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
         "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
@@ -135,14 +146,23 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_recipe"] = recipe
     if vp > 1:
         opts["vpp"] = vp
-    split = pipeline_split(load_model(opts["model"]).layers, pp, max(vp, 1))
+    layers = load_model(opts["model"]).layers
+    split = pipeline_split(layers, pp, max(vp, 1))
     if split is not None:
         opts["stage_layers"] = split
     if fsdp > 0:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
-    return opts
+    return recipe_options(run, opts, layers) if run is not None else opts
+
+
+def row_unmodelled(row: dict[str, str], opts: dict[str, Any]) -> tuple[str, ...]:
+    """The settings of the row's recipe that the replay cannot express (recipes.py)."""
+    run = find_recipe(row["system"].strip(), row["model"].strip(), row["precision"].strip())
+    if run is None:
+        return ()
+    return unmodelled(run, load_model(opts["model"]).layers, opts["pp"], opts.get("vpp", 1))
 
 
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -196,8 +216,10 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
+            gaps: tuple[str, ...] = ()
             if fmt == "bridge":
                 opts = bridge_options(row, p, k)
+                gaps = row_unmodelled(row, opts)
                 label = (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
                          f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}")
             else:
@@ -214,7 +236,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
             except InputError as exc:  # a layout tracesim cannot express: said, not fatal
                 yield PublishedRow(p.name, label, opts, metric, published, float("nan"),
                                    float("nan"), float("nan"), time.perf_counter() - t0, (),
-                                   str(exc))
+                                   str(exc), gaps)
                 continue
             wall = time.perf_counter() - t0
             it = res.iteration_time_s
@@ -224,7 +246,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                 predicted = sc21_flops(row) / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
             yield PublishedRow(p.name, label, opts, metric, published, predicted,
                                predicted / published - 1.0 if published else 0.0, it, wall,
-                               tuple(res.warnings))
+                               tuple(res.warnings), "", gaps)
 
 
 def summary(rows: list[PublishedRow]) -> dict[str, Any]:
