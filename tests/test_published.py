@@ -203,6 +203,8 @@ def test_recipe_settings_reach_the_replay_options() -> None:
     assert ds["vpp"] == 8 and ds["stage_layers"] == layout_chunks("Et*3|(t*4|)*14ttL")
     assert ds["overlap_param_gather"] is False  # "keeping this enabled causes NaN grad norm"
     assert ds["cluster"].gpus_per_node == 64 and ds["cluster"].nodes == 4
+    # every run: NCCL_NVLS_ENABLE=0 (executors.py PERF_ENV_VARS)
+    assert not any(o["cluster"].intra_node.nvls for o in opts.values())
     assert opts["DGX-GB200", "deepseek-v3", "bf16"]["vpp"] == 4
     assert "overlap_param_gather" not in opts["DGX-GB200", "deepseek-v3", "bf16"]
     assert opts["DGX-H100", "qwen3-235b-a22b", "fp8-cs"]["tp_comm_overlap"] is False

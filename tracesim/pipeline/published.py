@@ -10,19 +10,24 @@ Two table formats are read (the columns decide):
   ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
-  (:func:`pipeline_split`).
+  (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
+  sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
+  a pipeline layout string, the overlaps the recipe turns off, NVLink SHARP off
+  (``NCCL_NVLS_ENABLE=0``) and, on GB200 / GB300 past 18 trays, 64 GPUs per NVL72 rack
+  (slurm segments of 16 trays); the recipe settings without a mechanism are listed per row.
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, gradients reduced
   after the backward pass, full recomputation, interleaved schedule, micro-batch 1).
 
-Nothing here is fitted: each row's options follow from the row and the stack. The same
+Nothing here is fitted: each row's options follow from the row, its recipe and the stack. The same
 rules apply to tables not in the repository.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -134,9 +139,12 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     dtype, recipe = PRECISIONS[prec]
     run = find_recipe(system, row["model"].strip(), prec)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
+    cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
+    # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
+    # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
+    cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
     opts: dict[str, Any] = {
-        "model": row["model"].strip(),
-        "cluster": cluster_with_nodes(SYSTEMS[system], gpus, per_domain),
+        "model": row["model"].strip(), "cluster": cluster,
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
         "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
