@@ -215,7 +215,7 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
     pipeline layout (its chunks decide the chunks per rank, as in Megatron-Core, where a
     layout of ``pp x v`` stages gives ``v`` virtual stages), TP overlap and the parameter
     all-gather overlap where the recipe turns them off, and full recomputation where the
-    recipe recomputes every layer of every stage."""
+    recipe recomputes every layer of every stage, and its CUDA-graph scopes."""
     out = dict(opts)
     if recipe.pp_layout is not None:
         chunks = layout_chunks(recipe.pp_layout)
@@ -231,6 +231,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         out["tp_comm_overlap"] = recipe.tp_comm_overlap
     if recipe.overlap_param_gather is not None and not out.get("fsdp"):
         out["overlap_param_gather"] = recipe.overlap_param_gather
+    if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
+        out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full-block:") and int(recipe.recompute.split(":")[1]) >= max(
             out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
         out["recompute"] = "full"
@@ -248,8 +250,6 @@ def unmodelled(recipe: Recipe, layers: int, pp: int, vpp: int) -> tuple[str, ...
         out.append(f"selective recompute of {recipe.recompute.split(':')[1]}")
     if recipe.cpu_offload_layers:
         out.append(f"activation offload to the host ({recipe.cpu_offload_layers} layers)")
-    if recipe.cuda_graph:
-        out.append(f"CUDA graphs ({recipe.cuda_graph})")
     if recipe.dispatcher != "alltoall":
         out.append(f"flex token dispatcher ({recipe.dispatcher})")
     if recipe.a2a_overlap:
