@@ -103,10 +103,12 @@ def test_real_rows_replay() -> None:
         assert r.predicted > 0 and r.iteration_time_s > 0 and r.wall_s > 0
         assert r.rel_error == pytest.approx(r.predicted / r.published - 1)
         # Llama 3 8B recipes: whole-iteration CUDA graphs on Blackwell (--cuda-graphs), 5
-        # recomputed layers on H100 (not expressible); SC'21 rows have no recipe
-        assert bool(r.unmodelled) == ("DGX-H100" in r.label)
+        # recomputed layers on H100 (--recompute-layers); SC'21 rows have no recipe
+        assert not r.unmodelled
         if "DGX-GB" in r.label or "DGX-B200" in r.label:
             assert r.options["cuda_graphs"] == "full_iteration"
+        elif r.table == BRIDGE.name:
+            assert (r.options["recompute"], r.options["recompute_layers"]) == ("full", 5)
     s = summary(got)
     assert s["rows"] == 5 and s["within_10pct"] <= s["within_20pct"] <= 5
     # a faster GPU of the same layout is predicted faster: GB300 > GB200 >= B200 > H100
@@ -214,9 +216,10 @@ def test_recipe_settings_reach_the_replay_options() -> None:
     assert opts["DGX-GB300", "llama3-70b", "fp8-cs"]["cluster"].gpus_per_node == 72
     assert opts["DGX-B200", "deepseek-v3", "fp8-mx"]["stage_layers"][-1] == 1  # + MTP + loss
     h8 = opts["DGX-H100", "llama3-8b", "fp8-cs"]
-    assert "recompute" not in h8  # 5 of 32 layers: not every layer, so not --recompute full
-    gaps = unmodelled(_recipe("DGX-H100", "llama3-8b", "fp8-cs"), 32, 1, 1)
-    assert gaps == ("recompute 5 of each stage's layers (full, block)",)
+    assert (h8["recompute"], h8["recompute_layers"]) == ("full", 5)  # 5 of 32 layers, block
+    assert unmodelled(_recipe("DGX-H100", "llama3-8b", "fp8-cs"), 32, 1, 1) == ()
+    ds = opts["DGX-GB300", "deepseek-v3", "bf16"]
+    assert (ds["recompute"], ds["recompute_modules"]) == ("selective", "mlp,moe_act")
     assert unmodelled(_recipe("DGX-H100", "llama3-70b", "fp8-cs"), 80, 8, 5) == ()
     q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"), 48, 1, 1)
     assert not any("CUDA graphs" in g for g in q) and any("hybridep" in g for g in q)

@@ -116,6 +116,14 @@ class ReplayOptions:
     seq_len: int | None = _opt("Sequence length in tokens (default: the model's).", "int", minimum=1)
     schedule: str | None = _opt("Pipeline schedule.", "choice", choices=SCHEDULES)
     recompute: str | None = _opt("Activation recomputation.", "choice", choices=RECOMPUTE)
+    recompute_modules: str | None = _opt(
+        "With --recompute selective: the modules recomputed, comma-separated, as Megatron-Core's "
+        "--recompute-modules: core_attn, mlp, moe_act, moe, shared_experts, layernorm, "
+        "mla_up_proj. Default: core_attn.", "str", metavar="MODULES")
+    recompute_layers: int | None = _opt(
+        "With --recompute full: recompute only the first N transformer layers of each model "
+        "chunk on a stage (Megatron's --recompute-method block --recompute-num-layers N). "
+        "Default: every layer.", "int", minimum=1, metavar="N")
     dtype: str | None = _opt("Compute dtype (default: the model's).", "choice", choices=DTYPES)
     stage_layers: tuple[int, ...] | None = _opt(
         "Transformer layers per pipeline stage, an uneven split (pp numbers, or pp x vpp in model-"
@@ -280,7 +288,8 @@ class ReplayOptions:
 
 #: the fields whose presence makes a replay a retarget (built from a layer template)
 BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
-              "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
+              "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
+              "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",

@@ -42,6 +42,7 @@ from tracesim.build.overlap import (
     stretch_cols,
     stretched,
 )
+from tracesim.build.recompute import recomputed
 from tracesim.build.schedules import get_schedule
 from tracesim.build.units import Unit
 from tracesim.graph.taskgraph import TaskGraph
@@ -189,19 +190,23 @@ class _StageBuilder:
         if g == 0:
             segs.append((-1, res.prologue, False))
         prev_first = -1
+        first_layer = int(self.starts[g])
+        n_full = self.par.recompute_layers or len(self._layers(g))
         for layer, sec, is_layer in segs:
             start = len(u)
             name = "layer" if is_layer else ("epilogue" if sec is res.epilogue else "prologue")
             ag = self._gather(u, sec.params, layer, "bwd", prev_first) if self.shard and sec.params else -1
-            if is_layer and self.par.recompute == "full":
+            if is_layer and self.par.recompute == "full" and layer - first_layer < n_full:
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
             bwd = list(sec.bwd)
             cut = len(bwd)
-            if is_layer and self.par.recompute == "selective":  # before the first recompute op
-                cut = next((k for k, r in enumerate(bwd) if r.recompute and r.kind == "gpu"), cut)
+            again = [x for x in sec.fwd if recomputed(self.par, x)] if is_layer else []
+            if again and self.par.recompute == "selective":  # before the first recomputed op's backward
+                names = {x.name for x in again}
+                cut = next((k for k, r in enumerate(bwd) if r.name in names), cut)
             self._emit(u, bwd[:cut], layer, "bwd")
             if cut < len(bwd):
-                self._emit(u, [x for x in sec.fwd if x.recompute], layer, "bwd", prefix="recompute:")
+                self._emit(u, again, layer, "bwd", prefix="recompute:")
                 self._emit(u, bwd[cut:], layer, "bwd")
             u.marks[name] = u.tail
             if ag >= 0:

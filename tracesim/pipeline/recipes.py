@@ -215,7 +215,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
     pipeline layout (its chunks decide the chunks per rank, as in Megatron-Core, where a
     layout of ``pp x v`` stages gives ``v`` virtual stages), TP overlap and the parameter
     all-gather overlap where the recipe turns them off, and full recomputation where the
-    recipe recomputes every layer of every stage, and its CUDA-graph scopes."""
+    recipe's recomputation (full, of the first N layers of each chunk with the block method;
+    selective, by module), and its CUDA-graph scopes."""
     out = dict(opts)
     if recipe.pp_layout is not None:
         chunks = layout_chunks(recipe.pp_layout)
@@ -233,21 +234,20 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         out["overlap_param_gather"] = recipe.overlap_param_gather
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
-    if recipe.recompute.startswith("full-block:") and int(recipe.recompute.split(":")[1]) >= max(
-            out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
+    if recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk
         out["recompute"] = "full"
+        n = int(recipe.recompute.split(":")[1])
+        if n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
+            out["recompute_layers"] = n
+    elif recipe.recompute.startswith("selective:"):  # Megatron-Core's recompute_modules
+        out["recompute"] = "selective"
+        out["recompute_modules"] = recipe.recompute.split(":", 1)[1]
     return out
 
 
 def unmodelled(recipe: Recipe, layers: int, pp: int, vpp: int) -> tuple[str, ...]:
     """The recipe's settings that no replay option expresses (module docstring)."""
     out = []
-    if recipe.recompute.startswith("full-block:"):
-        n = int(recipe.recompute.split(":")[1])
-        if n < layers // (pp * vpp):
-            out.append(f"recompute {n} of each stage's layers (full, block)")
-    elif recipe.recompute:
-        out.append(f"selective recompute of {recipe.recompute.split(':')[1]}")
     if recipe.cpu_offload_layers:
         out.append(f"activation offload to the host ({recipe.cpu_offload_layers} layers)")
     if recipe.dispatcher != "alltoall":

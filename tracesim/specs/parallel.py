@@ -53,6 +53,10 @@ class ParallelSpec:
         seq_len: sequence length in tokens.
         schedule: ``gpipe`` | ``1f1b`` | ``interleaved``.
         recompute: activation recomputation ``none`` | ``selective`` | ``full``.
+        recompute_modules: with ``selective``, the modules recomputed (Megatron-Core's
+            names, :data:`RECOMPUTE_MODULES`).
+        recompute_layers: with ``full``, only the first N layers of each model chunk
+            (0: all; Megatron's block method).
         dtype: compute dtype ``fp32`` | ``bf16`` | ``fp16`` | ``fp8``.
         stage_layers: optional uneven split, transformer layers per pipeline stage
             (length ``pp``, or ``pp * vpp`` for interleaved, in model-chunk order).
@@ -120,6 +124,8 @@ class ParallelSpec:
     seq_len: int = 2048
     schedule: str = "1f1b"
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    recompute_layers: int = 0
     dtype: str = "bf16"
     stage_layers: tuple[int, ...] | None = None
     tp_plan: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -365,6 +371,8 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         seq_len=int(get("seq_len", model.seq_len)),
         schedule=schedule,
         recompute=str(get("recompute", "none")),
+        recompute_modules=recompute_modules(get("recompute_modules", "core_attn")),
+        recompute_layers=int(get("recompute_layers", 0) or 0),
         dtype=str(get("dtype", model.dtype)),
         stage_layers=tuple(int(x) for x in stage_layers) if stage_layers else None,
         tp_plan=tuple(plan),
@@ -387,6 +395,23 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         host_launch=bool(get("host_launch", False)),
         cuda_graphs=graph_scopes(get("cuda_graphs", "")),
     )
+
+
+#: the --recompute-modules names (Megatron-Core's --recompute-modules); tracesim.build.builder
+#: says which template ops each recomputes
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "moe", "shared_experts", "layernorm",
+                     "mla_up_proj")
+
+
+def recompute_modules(value: Any) -> tuple[str, ...]:
+    """``--recompute-modules`` (a comma list or a sequence) as checked module names."""
+    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
+    items = [x for x in items if x]
+    bad = [x for x in items if x not in RECOMPUTE_MODULES]
+    if bad or not items:
+        raise InputError(f"unknown module {(bad or [value])[0]!r} (known: {', '.join(RECOMPUTE_MODULES)})",
+                         "--recompute-modules")
+    return tuple(dict.fromkeys(items))
 
 
 #: the --cuda-graphs scopes (Megatron-Core's cuda_graph_scope / --cuda-graph-modules);
