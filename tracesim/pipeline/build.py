@@ -32,6 +32,7 @@ from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
@@ -147,7 +148,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                          "--model")
     if not options.cluster:
         raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
-    cluster = load_cluster(options.cluster)
+    cluster = fabric_cluster(load_cluster(options.cluster), options)
     device = get_device(options.device or cluster.device, where="--device")
     par = parallel_from_options(options.given(), model, cluster.gpus)
     if par.world > cluster.gpus:
@@ -167,7 +168,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
 
         op_time = scaled_op_time(op_time, cluster.host_contention.factor(min(par.world, cluster.gpus_per_node)))
     op_time, by_name = _method_recorder(op_time, methods)
-    perturbed = bool(options.straggler or options.jitter)  # every rank differs
+    # every rank differs (a slow rank, a degraded link, traffic from outside on some links)
+    perturbed = bool(options.straggler or options.jitter) or cluster.healthy is not cluster
     symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
     built = build_graph(model, par, template, op_time, representatives=symmetric,
