@@ -258,7 +258,7 @@ def replay(
     member_ptr, members = cm.member_ptr, cm.members
     ready: list[int] = []  # tasks whose lane may proceed now (in order)
     n_events = 0
-    n_live = 0  # timeouts and operations of the job in flight (see bind_activity below)
+    n_live: int = 0  # timeouts and operations of the job in flight (see bind_activity below)
     timeout = env.timeout
 
     def release(t: int, now: int) -> None:

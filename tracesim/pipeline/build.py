@@ -175,7 +175,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
-                        comm_estimate=_comm_estimate(cluster, par))
+                        comm_estimate=_comm_estimate(cluster.healthy, par))
     return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,
                  methods, tuple(warnings), stack_info(stack, par, device, template))
 
@@ -206,7 +206,9 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
 
 def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, str, int], float]:
     """Uncongested time (ns) of a collective on the first group of a kind (the cluster's
-    network model), for the compute an overlapped collective slows."""
+    network model), for the compute an overlapped collective slows. Sized on the healthy
+    fabric (the caller passes ``cluster.healthy``), so that degraded links and background
+    traffic change only the network's times, against a reference of the same graph."""
     from tracesim.network.model import NetworkModel
     from tracesim.specs.placement import Placement
 

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from tracesim.catalog import load_cluster
-from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.result import Prediction
 from tracesim.transform.comms import GroupComm, network_comms
 from tracesim.transform.retime import retime

@@ -168,7 +168,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
     graph, perturbed = perturbation_step(
         graph, opts, b.cluster,
-        lambda c: _comm_model(c, graph, network, b.symmetric, False)[0])
+        lambda c: _comm_model(c or b.cluster, graph, network, b.symmetric, False)[0])
     result, t_rep = _engine(graph, comm, progress)
     warnings = list(b.warnings)
     iter_s = result.makespan_ns * 1e-9
