@@ -117,3 +117,30 @@ def test_bad_background_options_exit_2_naming_the_option(flags, words):
     r = _cli(*flags)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--background" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_background_traffic_stops_when_the_job_ends_or_stalls():
+    from tests.helpers import graph
+    from tracesim.engine.replay import replay as engine_replay
+    from tracesim.errors import ReplayError
+    from tracesim.network.model import NetworkModel
+
+    c = with_bg(cluster(2, 2), "all_reduce:size=64M:gpus=1+3:every=1ms")
+
+    def T(rank, dur, kind="cpu", name="op", **kw):
+        return {"rank": rank, "lane": rank // 2, "kind": kind, "name": name, "dur_ns": dur, **kw}
+
+    # a job of 5 ms of compute and one all-reduce: the background's 1 ms instances stop
+    # after it (the replay returns), about 5 of them
+    job = graph([T(0, 5_000_000), T(0, 0, "coll", "ar", collective="all_reduce", match_key="x", group=0, msg_bytes=1 << 20),
+                 T(2, 5_000_000), T(2, 0, "coll", "ar", collective="all_reduce", match_key="x", group=0, msg_bytes=1 << 20)],
+                groups=[(0, 2)])
+    net = NetworkModel(c)
+    res = engine_replay(job, net)
+    assert res.makespan_ns > 5_000_000
+    assert 4 <= net.background.jobs[0].instances <= 7
+    # a collective with a missing member: an error, not a hang
+    stuck = graph([T(0, 1000), T(0, 0, "coll", "ar", collective="all_reduce", match_key="x", group=0, msg_bytes=8)],
+                  groups=[(0, 2)])
+    with pytest.raises(ReplayError, match="deadlocked"):
+        engine_replay(stuck, NetworkModel(c))

@@ -229,15 +229,15 @@ class ReplayOptions:
                             minimum=0)
     degrade_link: tuple[str, ...] | None = _opt(
         "A degraded or failed link: NAME:FACTOR (0.5: half its bandwidth, 0: failed), NAME as "
-        "gpuN, gpuA-gpuB, nicN, leafL.up[J], spineS or spineS.up[M] (docs/network.md, 'Degraded "
-        "links'); repeatable or comma-separated. Failed links are routed around. Every rank is "
-        "then simulated; the report gives the impact against the healthy fabric.", "links",
-        group="replay", metavar="NAME:FACTOR")
+        "gpuN, gpuA-gpuB, nicN, leafL.up[J], spineS or spineS.up[M] (docs/network.md, "
+        "'Degraded links and background traffic'); repeatable or comma-separated. Failed "
+        "links are routed around. Every rank is then simulated; the report gives the impact "
+        "against the healthy fabric.", "links", group="replay", metavar="NAME:FACTOR")
     background: tuple[str, ...] | None = _opt(
         "Traffic from outside the job on the same fabric (repeatable): a second job's "
         "collective, e.g. all_reduce:size=1G:nodes=8-15:every=20ms, shared max-min with the "
         "job's flows, or a constant-rate load, e.g. load:fraction=0.3:on=fabric (docs/"
-        "network.md, 'Background traffic'). Every rank is then simulated.", "background",
+        "network.md, 'Degraded links and background traffic'). Every rank is then simulated.", "background",
         group="replay", metavar="SPEC")
 
     def __post_init__(self) -> None:

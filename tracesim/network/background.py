@@ -16,6 +16,7 @@ timed with ``collective_time_ns``) it runs for as long as the simulation does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -87,11 +88,15 @@ class BackgroundTraffic:
 
     def report(self) -> list[dict[str, Any]]:
         """Per job: its spec, finished instances, their mean time and the time one takes
-        alone on the fabric (s)."""
+        alone on the same fabric (simulated without the replayed job), in s."""
+        from tracesim.network.model import collective_time_ns
+
+        alone_on = dataclasses.replace(self.model.cluster, background=())
         out = []
         for job in self.jobs:
             s = job.spec
-            alone = self.model.estimate_ns(s.collective, s.ranks, s.msg_bytes)
+            alone = collective_time_ns(alone_on, s.collective, s.ranks, s.msg_bytes,
+                                       self.model.algo or None)
             out.append({"spec": s.spec, "instances": job.instances,
                         "mean_time_s": job.busy_ns / job.instances * 1e-9 if job.instances else 0.0,
                         "alone_time_s": alone * 1e-9})
