@@ -89,14 +89,15 @@ class BackgroundTraffic:
     def report(self) -> list[dict[str, Any]]:
         """Per job: its spec, finished instances, their mean time and the time one takes
         alone on the same fabric (simulated without the replayed job), in s."""
-        from tracesim.network.model import collective_time_ns
-
         alone_on = dataclasses.replace(self.model.cluster, background=())
         out = []
         for job in self.jobs:
             s = job.spec
-            alone = collective_time_ns(alone_on, s.collective, s.ranks, s.msg_bytes,
-                                       self.model.algo or None)
+            env = simpy.Environment()
+            lone = type(self.model)(alone_on, self.model.algo)  # the same model, no job
+            lone.attach(env)
+            env.run(until=lone.collective(s.collective, s.ranks, s.msg_bytes))
+            alone = int(env.now)
             out.append({"spec": s.spec, "instances": job.instances,
                         "mean_time_s": job.busy_ns / job.instances * 1e-9 if job.instances else 0.0,
                         "alone_time_s": alone * 1e-9})
