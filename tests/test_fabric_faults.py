@@ -157,3 +157,11 @@ def test_bad_degrade_link_options_exit_2_naming_the_option(flags, words):
     r = _cli(*flags)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--degrade-link" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_degraded_link_without_a_cluster_exits_2():
+    trace = "tests/data/traces/hta-v100-2rank-r1-many-allreduce"
+    r = subprocess.run([sys.executable, "-m", "tracesim.cli", "replay", trace, "--degrade-link",
+                        "gpu1:0.5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--degrade-link" in r.stderr and "--cluster" in r.stderr, r.stderr

@@ -97,6 +97,9 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
         progress("extract", 0, 1)
     src, graph, overhead = load_recorded(source)
     cluster = fabric_cluster(load_cluster(opts.cluster), opts) if opts.cluster else None
+    if cluster is None and (opts.degrade_link or opts.background):
+        raise InputError("a degraded link or background traffic needs a network: give --cluster",
+                         "--degrade-link" if opts.degrade_link else "--background")
     src_dev = recorded_device(src.device or str((src.meta or {}).get("device", "")),
                               opts.source_device)
     dst_dev = (get_device(opts.device, where="--device") if opts.device
