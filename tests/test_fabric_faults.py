@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -160,7 +161,7 @@ def test_bad_degrade_link_options_exit_2_naming_the_option(flags, words):
 
 
 def test_a_degraded_link_without_a_cluster_exits_2():
-    trace = "tests/data/traces/hta-v100-2rank-r1-many-allreduce"
+    trace = str(Path(__file__).parent / "data" / "traces" / "hta-v100-2rank-r1-many-allreduce")
     r = subprocess.run([sys.executable, "-m", "tracesim.cli", "replay", trace, "--degrade-link",
                         "gpu1:0.5"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
