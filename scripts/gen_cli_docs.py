@@ -129,6 +129,8 @@ def _option_type(type_text: str, opt: Option) -> str:
         return f"`{py}` > 0"
     if opt.kind == "stragglers":
         return f"`{py}` of (rank, factor); CLI `{opt.metavar}`"
+    if opt.kind in ("links", "background"):
+        return f"`{py}` (specs as on the CLI); CLI `{opt.metavar}`, repeatable"
     if opt.kind == "choice":
         return f"`{py}`: " + " \\| ".join(f"`{c}`" for c in opt.choices)
     if opt.kind == "ints":

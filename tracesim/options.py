@@ -24,6 +24,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.fabric import parse_background, parse_link_faults
 from tracesim.specs.model import ModelSpec
 
 
@@ -33,7 +34,8 @@ class Option:
 
     ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int``
     (``minimum`` / ``maximum``), ``float`` (a number > 0), ``stragglers`` (RANK:FACTOR
-    pairs), ``bool`` (``--x/--no-x``),
+    pairs), ``links`` / ``background`` (repeatable link-fault / background specs,
+    :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``),
     ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
     ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
     options in help and docs: what, where, layout, stack, template, replay.
@@ -243,6 +245,18 @@ class ReplayOptions:
         "Every rank is then simulated.", "float", group="replay", metavar="CV")
     seed: int | None = _opt("Seed of the --jitter draw (default 0).", "int", group="replay",
                             minimum=0)
+    degrade_link: tuple[str, ...] | None = _opt(
+        "A degraded or failed link: NAME:FACTOR (0.5: half its bandwidth, 0: failed), NAME as "
+        "gpuN, gpuA-gpuB, nicN, leafL.up[J], spineS or spineS.up[M] (docs/network.md, "
+        "'Degraded links and background traffic'); repeatable or comma-separated. Failed "
+        "links are routed around. Every rank is then simulated; the report gives the impact "
+        "against the healthy fabric.", "links", group="replay", metavar="NAME:FACTOR")
+    background: tuple[str, ...] | None = _opt(
+        "Traffic from outside the job on the same fabric (repeatable): a second job's "
+        "collective, e.g. all_reduce:size=1G:nodes=8-15:every=20ms, shared max-min with the "
+        "job's flows, or a constant-rate load, e.g. load:fraction=0.3:on=fabric (docs/"
+        "network.md, 'Degraded links and background traffic'). Every rank is then simulated.", "background",
+        group="replay", metavar="SPEC")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -278,6 +292,9 @@ class ReplayOptions:
             out["stage_layers"] = list(out["stage_layers"])
         if "tp_plan" in out:
             out["tp_plan"] = dict(out["tp_plan"])
+        for k in ("degrade_link", "background"):
+            if k in out:
+                out[k] = list(out[k])
         return out
 
     @property
@@ -354,6 +371,16 @@ def check_value(name: str, value: Any, file: str | Path | None = None, where: st
             raise InputError(f"expected RANK:FACTOR pairs (rank >= 0, factor > 0), got {value!r}",
                              src, place if file else None)
         return tuple((int(r), float(f)) for r, f in pairs)
+    if opt.kind in ("links", "background"):
+        items = (value,) if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not items or not all(isinstance(x, str) for x in items):
+            raise InputError(f"expected a string or a list of strings, got {value!r}", src,
+                             place if file else None)
+        if opt.kind == "links":
+            return tuple(f.text() for x in items for f in parse_link_faults(x, src, place if file else None))
+        for x in items:  # the form; node and GPU ranges are checked against the cluster
+            parse_background(x, 1, 1 << 40, src, place if file else None)
+        return tuple(x.strip() for x in items)
     if opt.kind == "choice":
         if value not in opt.choices:
             raise InputError(f"{value!r} is not one of {', '.join(opt.choices)}", src,

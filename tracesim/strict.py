@@ -6,6 +6,7 @@ for misspelt keys.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,29 @@ def get_str(
         if value not in choices:
             raise InputError(f"{value!r} is not one of {', '.join(choices)}", file, place)
     return value
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_TIME_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s)\s*$")
+
+
+def size_bytes(text: str, file: str | Path | None, where: str | None = None) -> int:
+    """``"8"``, ``"64K"``, ``"1M"``, ``"8G"`` (binary units, optional B / iB) -> bytes;
+    InputError naming ``file`` and ``where`` otherwise."""
+    m = _SIZE.match(text)
+    if not m:
+        raise InputError(f"bad size {text!r} (examples: 8, 64K, 1M, 8G)", file, where)
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not value.is_integer():
+        raise InputError(f"size {text!r} is not a whole number of bytes", file, where)
+    return int(value)
+
+
+def time_ns(text: str, file: str | Path | None, where: str | None = None) -> int:
+    """``"250us"``, ``"20ms"``, ``"1.5s"``, ``"0ns"`` -> integer ns (a unit is required)."""
+    m = _TIME.match(text)
+    if not m:
+        raise InputError(f"bad duration {text!r} (a number and ns, us, ms or s: 20ms)", file, where)
+    return int(round(float(m.group(1)) * _TIME_NS[m.group(2)]))

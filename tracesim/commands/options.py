@@ -26,6 +26,8 @@ def _click_option(name: str, opt: Option, default: Any) -> Callable:
         kw["type"] = click.FloatRange(min=0.0, min_open=True, max=float("inf"), max_open=True)
     elif opt.kind == "choice":
         kw["type"] = click.Choice(opt.choices)
+    elif opt.kind in ("links", "background"):  # repeatable
+        return click.option(flag, name, multiple=True, **kw)
     return click.option(flag, name, default=None, **kw)
 
 
@@ -47,4 +49,5 @@ def replay_flags(exclude: Iterable[str] = (), only: Iterable[str] | None = None)
 def options_from(params: Mapping[str, Any]) -> ReplayOptions:
     """The :class:`ReplayOptions` of a command's parsed flags (flags not given are None)."""
     names = {name for name, _, _ in option_fields()}
-    return ReplayOptions(**{k: v for k, v in params.items() if k in names and v is not None})
+    return ReplayOptions(**{k: v for k, v in params.items()
+                            if k in names and v is not None and v != ()})

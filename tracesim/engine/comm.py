@@ -4,6 +4,11 @@ The engine calls a :class:`CommModel` when every member of a collective (or both
 send/recv pair) is ready; the model returns a SimPy event that fires when the operation has
 finished on the simulated network. Ranks are global ranks; rank ``r`` runs on GPU ``r`` of
 the cluster (node ``r // gpus_per_node``). Sizes are bytes; simulated time is integer ns.
+
+A model may also have ``bind_activity(active)``: the engine then passes it a callable that
+says whether the job has anything in flight (timeouts or operations), so that traffic the
+model generates on its own (a second job's collectives, :mod:`tracesim.network.background`)
+stops when the job has ended or stalled instead of running forever.
 """
 
 from __future__ import annotations

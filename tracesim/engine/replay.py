@@ -243,6 +243,9 @@ def replay(
     env = simpy.Environment()
     if comm is not None:
         comm.attach(env)
+        bind = getattr(comm, "bind_activity", None)
+        if bind is not None:  # traffic from outside the job stops when the job has ended
+            bind(lambda: n_live > 0)
     dur, gap, nxt = _view(np.ascontiguousarray(dur_np)), _view(gap_np), _idx(nxt_np)
     coll = _view(cm.coll_id)  # operation of a communication task (no copy); see _Comms
     kind = _view(kind_np)  # int8 codes (_KIND_CODES)
@@ -255,6 +258,7 @@ def replay(
     member_ptr, members = cm.member_ptr, cm.members
     ready: list[int] = []  # tasks whose lane may proceed now (in order)
     n_events = 0
+    n_live: int = 0  # timeouts and operations of the job in flight (see bind_activity below)
     timeout = env.timeout
 
     def release(t: int, now: int) -> None:
@@ -272,9 +276,10 @@ def replay(
 
     def run_lane(t: int, gap_done: bool, now: int) -> None:
         """Advance a lane from task ``t`` at ``now`` (the previous task on the lane has ended)."""
-        nonlocal n_events
+        nonlocal n_events, n_live
         while t >= 0:
             if not gap_done and gap[t]:
+                n_live += 1
                 timeout(gap[t]).callbacks.append(gap_cb(t))
                 return
             gap_done = False
@@ -310,6 +315,7 @@ def replay(
                 t = nxt[t]
                 continue
             n_events += 1
+            n_live += 1
             timeout(e - now).callbacks.append(_Done(t, chain, e))
             return
 
@@ -331,6 +337,8 @@ def replay(
             self.t, self.chain, self.e = t, chain, e  # e: when the run ends (env.now then)
 
         def __call__(self, _ev: simpy.Event) -> None:
+            nonlocal n_live
+            n_live -= 1
             t, now = self.t, self.e
             if self.chain:
                 for c in self.chain:
@@ -342,8 +350,9 @@ def replay(
 
     def gap_cb(t: int) -> Callable[[simpy.Event], None]:
         def cb(_ev: simpy.Event) -> None:
-            nonlocal n_events
+            nonlocal n_events, n_live
             n_events += 1
+            n_live -= 1
             now = int(env.now)
             run_lane(t, True, now)
             drain(now)
@@ -351,6 +360,7 @@ def replay(
         return cb
 
     def begin_comm(t: int) -> None:
+        nonlocal n_live
         c = coll[t]
         got = arrived[c] + 1
         arrived[c] = got
@@ -370,14 +380,16 @@ def replay(
         else:
             s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
             done = comm.p2p(s_rank, d_rank, int(msg[t]))
+        n_live += 1
         done.callbacks.append(finish_members([members[k] for k in range(lo, hi)]))
 
     def finish_members(ms: list[int]) -> Callable[[simpy.Event], None]:
         """Callback of a finished communication operation: release its members ``ms``."""
 
         def finished(_ev: simpy.Event) -> None:
-            nonlocal n_events
+            nonlocal n_events, n_live
             n_events += len(ms)
+            n_live -= 1
             now = int(env.now)
             for m in ms:
                 release(m, now)
@@ -415,6 +427,7 @@ def replay(
                 ms = sb.arrived(c, member_ptr, members, start, end)
                 expected[c] = FORCED  # later arrivals run alone too, at the next stall
                 sb.count("collective-unmatched" if kind[t] == 2 else "p2p-unmatched")
+                n_live += 1
                 timeout(min(dur[m] for m in ms)).callbacks.append(finish_members(ms))
             env.run()
         fallbacks = sb.counts

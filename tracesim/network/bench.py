@@ -7,18 +7,16 @@ all_to_all, as nccl-tests defines it.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.network.model import NetworkModel, collective_time_ns
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.strict import size_bytes
 
 NETBENCH_COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv",
 )
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -32,13 +30,7 @@ def bus_factor(collective: str, n: int) -> float:
 
 def parse_size(text: str) -> int:
     """``"8"``, ``"64K"``, ``"1M"``, ``"8G"`` (binary units, optional B / iB) -> bytes."""
-    m = _SIZE.match(text)
-    if not m:
-        raise InputError(f"bad size {text!r} (examples: 8, 64K, 1M, 8G)", "--sizes")
-    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-    if not value.is_integer():
-        raise InputError(f"size {text!r} is not a whole number of bytes", "--sizes")
-    return int(value)
+    return size_bytes(text, "--sizes")
 
 
 def parse_sizes(text: str) -> list[int]:

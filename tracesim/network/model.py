@@ -19,12 +19,13 @@ applicable algorithm with the smallest predicted uncongested time for that group
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import simpy
 
 from tracesim.errors import InputError
+from tracesim.network.background import BackgroundTraffic
 from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
@@ -169,6 +170,8 @@ class NetworkModel:
             raise ValueError(f"phases must be auto, aggregate or steps, not {phases!r}")
         self.phases = phases
         self.env: simpy.Environment | None = None
+        #: the cluster's background collectives, once attached (tracesim.network.background)
+        self.background: BackgroundTraffic | None = None
         self.flows = FlowNetwork(self.topology.capacity)
         self.records: list[CommRecord] = []
         self.keep_records = keep_records
@@ -190,6 +193,14 @@ class NetworkModel:
         self.flows.attach(env)
         self.flows.reservations = Reservations(len(self.topology.capacity))
         self._plans.clear()  # plan ids belong to the reservations
+        jobs = [b for b in self.cluster.background if not b.is_load]
+        self.background = BackgroundTraffic(self, env, jobs) if jobs else None
+
+    def bind_activity(self, active: Callable[[], bool]) -> None:
+        """The engine's ``active()``: whether the replayed job has anything in flight (the
+        cluster's background collectives stop when it has not)."""
+        if self.background is not None:
+            self.background.bind(active)
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""

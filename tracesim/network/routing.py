@@ -14,6 +14,12 @@
   NCCL's PXN does), so it never has to cross rails in the fabric. A caller (a ring channel)
   may also pin the rail explicitly.
 
+* Failed links (a cluster's ``degraded_links`` at factor 0) are routed around: the ECMP
+  hash picks among the uplinks / spines left; a failed NIC's traffic leaves on the next
+  rail's NIC of the node (over NVLink to the GPU owning it, as PXN); a failed NVLink of a
+  mesh or ring takes the fewest-hop detour through other GPUs. Where nothing is left
+  (a GPU's only NVSwitch port, every uplink of a leaf), routing raises an InputError.
+
 Routes are numpy arrays of link ids, cached per (source, destination, rail).
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracesim.errors import InputError
 from tracesim.network.topology import KIND_NIC, Topology
 
 _MASK = (1 << 64) - 1
@@ -43,6 +50,8 @@ class Router:
     def __init__(self, topology: Topology):
         self.topo = topology
         self._cache: dict[tuple[int, int, int], np.ndarray] = {}
+        #: some link failed: routes avoid the links that are not ``topology.alive``
+        self.faulted = not bool(topology.alive.all())
         self._lat_cache: dict[tuple[int, int, int], float] = {}
 
     def route(self, src: int, dst: int, rail: int | None = None) -> np.ndarray:
@@ -93,6 +102,8 @@ class Router:
             else:
                 s_nics = t.nics_of_gpu(src)
                 s_nic = s_nics[(h >> 8) % len(s_nics)]
+        if self.faulted:
+            s_nic, d_nic = self._live_nics(src, dst, s_nic, d_nic)
         path: list[int] = []
         relay = t.gpu_of_nic(s_nic)
         if s_nic not in t.nics_of_gpu(src):
@@ -104,7 +115,64 @@ class Router:
             path += self._intra(t.gpu_of_nic(d_nic), dst)
         return path
 
+    def _live_nics(self, src: int, dst: int, s_nic: int, d_nic: int) -> tuple[int, int]:
+        """NICs in place of failed ones, on the same nodes: the next rails in order (the
+        traffic reaches the NIC over NVLink, as NCCL's PXN does); on a rail-optimised
+        fabric both ends move to the same rail, so the traffic stays on one rail."""
+        t = self.topo
+        k, alive = t.nics_per_node, t.alive
+        if alive[t.nic_up[s_nic]] and alive[t.nic_down[d_nic]]:
+            return s_nic, d_nic
+        s0, d0 = s_nic - s_nic % k, d_nic - d_nic % k
+        if t.rail_optimized:
+            for i in range(k):
+                r = (s_nic + i) % k
+                if alive[t.nic_up[s0 + r]] and alive[t.nic_down[d0 + r]]:
+                    return s0 + r, d0 + r
+        else:
+            s_ok = [s0 + (s_nic + i) % k for i in range(k) if alive[t.nic_up[s0 + (s_nic + i) % k]]]
+            d_ok = [d0 + (d_nic + i) % k for i in range(k) if alive[t.nic_down[d0 + (d_nic + i) % k]]]
+            if s_ok and d_ok:
+                return s_ok[0], d_ok[0]
+        raise self._no_path(src, dst, "every NIC pair between their nodes has a failed NIC")
+
+    def _no_path(self, src: int, dst: int, why: str) -> InputError:
+        return InputError(f"no path from gpu{src} to gpu{dst} on cluster {self.topo.cluster.name}: "
+                          f"{why}", "--degrade-link")
+
     def _intra(self, src: int, dst: int) -> list[int]:
+        path = self._intra_default(src, dst)
+        if self.faulted and not self.topo.alive[path].all():
+            return self._intra_detour(src, dst)
+        return path
+
+    def _intra_detour(self, src: int, dst: int) -> list[int]:
+        """The fewest-hop path over the node's live links (breadth first, lowest GPU first)."""
+        t = self.topo
+        if t.cluster.intra_node.kind in ("nvswitch", "pcie"):
+            raise self._no_path(src, dst, "a failed port on the node's switch")
+        g = t.cluster.gpus_per_node
+        node = src // g
+        prev = {src % g: -1}
+        frontier = [src % g]
+        while frontier and dst % g not in prev:
+            nxt = []
+            for a in frontier:
+                for b in range(g):
+                    lk = t.pair[node, a, b]
+                    if lk >= 0 and t.alive[lk] and b not in prev:
+                        prev[b] = a
+                        nxt.append(b)
+            frontier = nxt
+        if dst % g not in prev:
+            raise self._no_path(src, dst, "failed NVLinks cut them apart")
+        hops, b = [], dst % g
+        while prev[b] >= 0:
+            hops.append(int(t.pair[node, prev[b], b]))
+            b = prev[b]
+        return hops[::-1]
+
+    def _intra_default(self, src: int, dst: int) -> list[int]:
         t = self.topo
         if src == dst:
             return []
@@ -130,8 +198,11 @@ class Router:
         if la == lb or t.levels < 2:
             return []
         u = t.leaf_up.shape[1]  # 1 when adaptive routing bundles the uplinks
+        one_pod = t.levels == 2 or la // t.leaves_per_pod == lb // t.leaves_per_pod
+        if self.faulted:
+            return self._fabric_live(la, lb, h, one_pod)
         j = h % u
-        if t.levels == 2 or la // t.leaves_per_pod == lb // t.leaves_per_pod:
+        if one_pod:
             return [int(t.leaf_up[la, j]), int(t.leaf_down[lb, j])]
         p = t.leaves_per_pod
         m = (h // u) % t.spine_up.shape[1]
@@ -139,3 +210,28 @@ class Router:
         sb = (lb // p) * u + j
         return [int(t.leaf_up[la, j]), int(t.spine_up[sa, m]), int(t.spine_down[sb, m]),
                 int(t.leaf_down[lb, j])]
+
+    def _fabric_live(self, la: int, lb: int, h: int, one_pod: bool) -> list[int]:
+        """:meth:`_fabric` over live links only: the hash picks among the equal-cost choices
+        that are left (a switch drops a failed member from its ECMP group); with every link
+        alive it picks what :meth:`_fabric` does."""
+        t = self.topo
+        alive, u, p = t.alive, t.leaf_up.shape[1], t.leaves_per_pod
+        options: list[list[int]] = []
+        for j in range(u):
+            up, down = int(t.leaf_up[la, j]), int(t.leaf_down[lb, j])
+            if one_pod:
+                options.append([up, down])
+                continue
+            pm = t.spine_up.shape[1]
+            sa, sb = (la // p) * u + j, (lb // p) * u + j
+            options += [[up, int(t.spine_up[sa, m]), int(t.spine_down[sb, m]), down]
+                        for m in range(pm)]
+        live = [o for o in options if alive[o].all()]
+        if not live:
+            raise InputError(f"no path from leaf{la} to leaf{lb} on cluster {t.cluster.name}: "
+                             "their uplinks or spines failed", "--degrade-link")
+        if len(live) == len(options):  # as the healthy fabric: j = h % u, m = (h // u) % pm
+            j = h % u
+            return options[j] if one_pod else options[j * t.spine_up.shape[1] + (h // u) % t.spine_up.shape[1]]
+        return live[h % len(live)]

@@ -26,6 +26,9 @@ Fabric construction (``inter_node``), with D = ``nics_per_leaf`` and o = ``overs
   uplinks, so they act as one pipe and no flow is stuck behind a hash collision.
   ``routing: ecmp`` keeps every uplink and spine and pins each flow to one by a hash.
 
+Degraded and failed links (a cluster's ``degraded_links``) and steady background loads
+scale ``capacity`` and clear ``alive`` (:mod:`tracesim.network.faults`).
+
 GPU to NIC attachment: with k NICs and g GPUs per node, GPU a owns NICs
 ``[a*k/g, (a+1)*k/g)`` when k >= g, else shares NIC ``a // (g/k)``. The PCIe hop between a
 GPU and its NIC is not a capacity constraint (the NIC port is).
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.network.faults import apply_fabric
 from tracesim.specs.cluster import ClusterSpec
 
 #: link kinds
@@ -59,6 +63,7 @@ class Topology:
         leaf_of_nic[i]; leaf_up[l, j], leaf_down[l, j]; spine_up[s, m], spine_down[s, m]
         (one column each when ``bundled``: adaptive routing, see the module docstring).
         uplinks: physical uplinks per leaf.
+        alive: False for a failed link (no route crosses it); healthy_capacity: before faults.
     """
 
     def __init__(self, cluster: ClusterSpec):
@@ -139,6 +144,10 @@ class Topology:
         self.capacity = np.asarray(cap, dtype=np.float64)
         self.latency_ns = np.asarray(lat, dtype=np.float64)
         self.kind = np.asarray(kind, dtype=np.int8)
+        #: capacities before degraded links and steady loads; False: a failed link
+        self.healthy_capacity = self.capacity
+        self.alive = np.ones(len(self.capacity), dtype=bool)
+        apply_fabric(self)
 
     # ------------------------------------------------------------------ fabric
 

@@ -32,6 +32,7 @@ from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
@@ -147,7 +148,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                          "--model")
     if not options.cluster:
         raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
-    cluster = load_cluster(options.cluster)
+    cluster = fabric_cluster(load_cluster(options.cluster), options)
     device = get_device(options.device or cluster.device, where="--device")
     par = parallel_from_options(options.given(), model, cluster.gpus)
     if par.world > cluster.gpus:
@@ -167,13 +168,14 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
 
         op_time = scaled_op_time(op_time, cluster.host_contention.factor(min(par.world, cluster.gpus_per_node)))
     op_time, by_name = _method_recorder(op_time, methods)
-    perturbed = bool(options.straggler or options.jitter)  # every rank differs
+    # every rank differs (a slow rank, a degraded link, traffic from outside on some links)
+    perturbed = bool(options.straggler or options.jitter) or cluster.healthy is not cluster
     symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
-                        comm_estimate=_comm_estimate(cluster, par))
+                        comm_estimate=_comm_estimate(cluster.healthy, par))
     info = stack_info(stack, par, device, template)
     if par.host_launch:
         from tracesim.build.host import LAUNCH_US_BWD, LAUNCH_US_FWD
@@ -213,7 +215,9 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
 
 def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, str, int], float]:
     """Uncongested time (ns) of a collective on the first group of a kind (the cluster's
-    network model), for the compute an overlapped collective slows."""
+    network model), for the compute an overlapped collective slows. Sized on the healthy
+    fabric (the caller passes ``cluster.healthy``), so that degraded links and background
+    traffic change only the network's times, against a reference of the same graph."""
     from tracesim.network.model import NetworkModel
     from tracesim.specs.placement import Placement
 

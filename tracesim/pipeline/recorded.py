@@ -29,6 +29,7 @@ from tracesim.engine.replay import replay
 from tracesim.errors import InputError
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.result import Prediction
 from tracesim.transform.comms import GroupComm, network_comms
 from tracesim.transform.retime import retime
@@ -95,7 +96,10 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     if progress:
         progress("extract", 0, 1)
     src, graph, overhead = load_recorded(source)
-    cluster = load_cluster(opts.cluster) if opts.cluster else None
+    cluster = fabric_cluster(load_cluster(opts.cluster), opts) if opts.cluster else None
+    if cluster is None and (opts.degrade_link or opts.background):
+        raise InputError("a degraded link or background traffic needs a network: give --cluster",
+                         "--degrade-link" if opts.degrade_link else "--background")
     src_dev = recorded_device(src.device or str((src.meta or {}).get("device", "")),
                               opts.source_device)
     dst_dev = (get_device(opts.device, where="--device") if opts.device
@@ -135,7 +139,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
                      ["iteration_time_s"])
 
     graph, perturbed = perturbation_step(
-        graph, opts, lambda: _network(cluster, opts.network, comms.groups) if comms else None,
+        graph, opts, cluster, lambda c: _network(c, opts.network, comms.groups) if comms else None,
         _iteration)
     t0 = time.perf_counter()
     result = replay(graph, comm)
@@ -181,7 +185,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     if transplanted is not None:
         details["transplant"] = transplanted.summary()
     if perturbed is not None:
-        details["perturbation"] = perturbed.report(graph, result, it)
+        details["perturbation"] = perturbed.report(graph, result, it, net=comm)
     if comms is not None:
         details["communication"] = {"operations": dict(comms.counts),
                                     "kept_recorded_s": comms.kept_ns / 1e9,

@@ -75,7 +75,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
 
 #: options a recorded run is replayed with by its own graph (no model spec needed)
 TRACE_KEYS = ("cluster", "device", "source_device", "host_speed", "dp", "network", "straggler",
-              "jitter", "seed")
+              "jitter", "seed", "degrade_link", "background")
 
 
 def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:
@@ -167,7 +167,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     network = opts.network or "flow"
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
     graph, perturbed = perturbation_step(
-        graph, opts, lambda: _comm_model(b.cluster, graph, network, b.symmetric, False)[0])
+        graph, opts, b.cluster,
+        lambda c: _comm_model(c or b.cluster, graph, network, b.symmetric, False)[0])
     result, t_rep = _engine(graph, comm, progress)
     warnings = list(b.warnings)
     iter_s = result.makespan_ns * 1e-9
@@ -202,7 +203,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         "per_stage_breakdown": {str(k): v for k, v in per_rank.items()} if b.symmetric else {},
     }
     if perturbed is not None:
-        details["perturbation"] = perturbed.report(graph, result)
+        details["perturbation"] = perturbed.report(graph, result, net=net)
     return Prediction(
         mode="retarget", iteration_time_s=iter_s, gpus=par.world, cluster=b.cluster.name,
         device=device.name, breakdown=mean_breakdown(per_rank),

@@ -71,10 +71,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                      + (f" ({m / it:.2f}x faster here)" if it > 0 else "")))
     pt = res.get("perturbation")
     if isinstance(pt, Mapping) and pt.get("unperturbed_iteration_time_s"):
-        who = pt.get("waited_for") or []
-        rows.append(("slow ranks", f"{float(pt['impact']) * 100:+.1f}% against "
-                     f"{fmt_seconds(pt['unperturbed_iteration_time_s'])} unperturbed"
-                     + (f"; the others waited most for rank {who[0][0]}" if who else "")))
+        rows += _perturbation_rows(pt)
     sc = res.get("scaling")
     if isinstance(sc, Mapping) and sc.get("gpu_time_shares"):
         rows.append(("kernel times", ", ".join(f"{v:.0%} {k}" for k, v in
@@ -232,3 +229,35 @@ class Progress:
             self.stream.write("\r" + " " * 60 + "\r")
             self.stream.flush()
             self._shown = False
+
+
+def _perturbation_rows(pt: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Rows of a perturbed replay: the impact, who was waited for, the impaired fabric."""
+    who = pt.get("waited_for") or []
+    fabric = bool(pt.get("degraded_links") or pt.get("background"))
+    slow = bool(pt.get("stragglers") or pt.get("jitter"))
+    label = "slow ranks" if slow and not fabric else "impaired fabric" if fabric and not slow \
+        else "perturbed"
+    rows = [(label, f"{float(pt['impact']) * 100:+.1f}% against "
+             f"{fmt_seconds(pt['unperturbed_iteration_time_s'])} "
+             + ("on the healthy fabric" if fabric and not slow else "unperturbed")
+             + (f"; the others waited most for rank {who[0][0]}" if who else ""))]
+    links = [f"{d['link']} at {d['factor']:g}" + (f" (rank {','.join(map(str, d['ranks']))})"
+                                                  if d.get("ranks") else "")
+             for d in pt.get("degraded_links") or []]
+    if links:
+        rows.append(("degraded links", "; ".join(links)))
+    for b in pt.get("background") or []:
+        if b.get("instances") is not None:
+            rows.append(("background", f"{b['spec']}: {b['instances']} run(s), "
+                         f"{fmt_seconds(b['mean_time_s'])} each ({fmt_seconds(b['alone_time_s'])} "
+                         "alone)"))
+        else:
+            rows.append(("background", str(b["spec"])))
+    ops = pt.get("slowed_operations") or []
+    if ops:
+        o = ops[0]
+        rows.append(("slowed most", f"{o['group_kind'] or 'comm'} {o['collective']} over ranks "
+                     f"{o['ranks']}: {fmt_seconds(o['unperturbed_s'])} -> "
+                     f"{fmt_seconds(o['perturbed_s'])} in {o['operations']} operation(s)"))
+    return rows

@@ -25,6 +25,8 @@ A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.m
       select: {all_reduce: [nvls, ring]}          # per collective: auto or preference list
       algorithms:
         ring: {efficiency: {intra: 0.80, inter: 0.94}, step_latency_us: 0.5}
+    degraded_links: [nic3:0.5]  # optional: links below their capacity (tracesim/specs/fabric.py)
+    background: []             # optional: traffic from outside the job (same module)
 
 Unknown keys, non-positive bandwidths, GPUs that do not fill the nodes and NIC counts that do
 not divide the GPUs raise :class:`~tracesim.errors.InputError` naming the file and the key.
@@ -42,6 +44,7 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict
 from tracesim.hardware.device import get_device
+from tracesim.specs.fabric import BackgroundJob, LinkFault, parse_background, parse_link_faults
 from tracesim.strict import check_keys, get_number, get_str
 
 INTRA_KINDS = ("nvswitch", "nvlink_mesh", "nvlink_ring", "pcie")
@@ -176,6 +179,9 @@ class ClusterSpec:
     sources: tuple[str, ...] = ()
     #: co-located ranks slowing each other (CPU hosts; tracesim/hardware/contention.py)
     host_contention: HostContention | None = None
+    #: degraded or failed links and traffic from outside the job (tracesim/specs/fabric.py)
+    degraded_links: tuple[LinkFault, ...] = ()
+    background: tuple[BackgroundJob, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -194,6 +200,19 @@ class ClusterSpec:
         new = dataclasses.replace(self, **changes)
         checked = cluster_from_dict(new.to_dict(), "ClusterSpec.replace")
         return checked
+
+    @property
+    def healthy(self) -> ClusterSpec:
+        """This cluster with no degraded links and no background traffic."""
+        if not self.degraded_links and not self.background:
+            return self
+        return dataclasses.replace(self, degraded_links=(), background=())
+
+    def with_fabric(self, degraded_links: tuple[LinkFault, ...] = (),
+                    background: tuple[BackgroundJob, ...] = ()) -> ClusterSpec:
+        """A copy with ``degraded_links`` and ``background`` added to the spec's own."""
+        return dataclasses.replace(self, degraded_links=self.degraded_links + tuple(degraded_links),
+                                   background=self.background + tuple(background))
 
     def with_nic_Gbps(self, nic_Gbps: float) -> ClusterSpec:
         """A copy whose NICs run at ``nic_Gbps`` (for bandwidth sweeps)."""
@@ -242,6 +261,10 @@ class ClusterSpec:
             d["sources"] = list(self.sources)
         if self.host_contention is not None:
             d["host_contention"] = self.host_contention.to_dict()
+        if self.degraded_links:
+            d["degraded_links"] = [f.text() for f in self.degraded_links]
+        if self.background:
+            d["background"] = [b.spec for b in self.background]
         return d
 
     def key(self) -> str:
@@ -253,7 +276,7 @@ class ClusterSpec:
 
 _TOP_REQUIRED = ("name", "gpus_per_node", "device", "intra_node")
 _TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources",
-                 "host_contention")
+                 "host_contention", "degraded_links", "background")
 _INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
 _INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
 _INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us", "routing")
@@ -425,4 +448,16 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         sources=sources,
         host_contention=(contention_from_dict(data["host_contention"], file)
                          if data.get("host_contention") is not None else None),
+        degraded_links=tuple(f for i, text in enumerate(_strings(data, "degraded_links", file))
+                             for f in parse_link_faults(text, file, f"degraded_links[{i}]")),
+        background=tuple(parse_background(text, gpn, nodes * gpn, file, f"background[{i}]")
+                         for i, text in enumerate(_strings(data, "background", file))),
     )
+
+
+def _strings(data: Mapping[str, Any], key: str, file: Any) -> list[str]:
+    """The list of strings under ``key`` (absent: empty)."""
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise InputError(f"expected a list of strings, got {value!r}", file, key)
+    return value
