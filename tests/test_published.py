@@ -224,3 +224,22 @@ def test_recipe_settings_reach_the_replay_options() -> None:
     q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"), 48, 1, 1)
     assert not any("CUDA graphs" in g for g in q) and any("hybridep" in g for g in q)
     assert opts["DGX-GB300", "qwen3-30b-a3b", "fp8-mx"]["cuda_graphs"] == "moe_router,moe_preprocess"
+
+
+@pytest.mark.parametrize("opts", [
+    {"model": "gpt3-1.7b", "cluster": "h100x8", "pp": 2, "dp": 4, "micro_batch": 1,
+     "global_batch": 64, "seq_len": 2048, "vpp": 2},
+    {"model": "qwen3-30b-a3b", "cluster": "dgx-b200", "pp": 2, "ep": 4, "dp": 4, "micro_batch": 1,
+     "global_batch": 64, "seq_len": 2048, "dtype": "fp8", "fp8_recipe": "mxfp8"},
+])
+def test_many_micro_batches_extrapolate_to_the_full_replay(opts: dict) -> None:
+    """Past the schedule's warm-up each micro-batch adds the same period: the two-sample
+    extrapolation of a row with 16 micro-batches per pipeline equals its full replay."""
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.published import steady_iteration_s
+    from tracesim.pipeline.run import predict
+
+    full = predict(None, ReplayOptions.from_mapping(opts)).iteration_time_s
+    got, warns = steady_iteration_s(opts, BRIDGE, "row")
+    assert "extrapolated from 4 and 6 of its 16" in warns[-1]
+    assert got == pytest.approx(full, rel=1e-9)

@@ -218,7 +218,6 @@ def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
                   ) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
-    from tracesim.pipeline.run import predict
 
     for path in paths:
         p = Path(path)
@@ -238,23 +237,55 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
             metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
             published = float(row[metric])
             t0 = time.perf_counter()
-            ro = ReplayOptions.from_mapping(opts, p, f"row {k + 2}")
             try:
-                res = predict(None, ro)
+                it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
             except InputError as exc:  # a layout tracesim cannot express: said, not fatal
                 yield PublishedRow(p.name, label, opts, metric, published, float("nan"),
                                    float("nan"), float("nan"), time.perf_counter() - t0, (),
                                    str(exc), gaps)
                 continue
             wall = time.perf_counter() - t0
-            it = res.iteration_time_s
             if fmt == "bridge":
-                predicted = (res.tokens_per_s or 0.0) / int(row["gpus"])
+                predicted = int(opts["global_batch"]) * int(opts["seq_len"]) / it / int(row["gpus"])
             else:
                 predicted = sc21_flops(row) / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
             yield PublishedRow(p.name, label, opts, metric, published, predicted,
                                predicted / published - 1.0 if published else 0.0, it, wall,
-                               tuple(res.warnings), "", gaps)
+                               warns, "", gaps)
+
+
+#: a row with more micro-batches per pipeline than ``SAMPLE_FACTOR`` x the larger sample is
+#: replayed at two sample counts and extrapolated (:func:`steady_iteration_s`)
+SAMPLE_FACTOR = 2
+
+
+def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[float, tuple[str, ...]]:
+    """The iteration time (s) of a row and the replay's warnings. A row with many
+    micro-batches per pipeline (``m``) is replayed at ``m1 = 2 pp`` and ``m2 = 3 pp`` (4 and 8
+    without a pipeline) and extrapolated linearly, ``T(m) = T(m1) + (m - m1) (T(m2) - T(m1)) /
+    (m2 - m1)``: past the schedule's warm-up every further micro-batch adds the same steady
+    period to the step (the warm-up, the cool-down, the last gradient reduction and the
+    optimizer step are in both samples); tests/test_published.py compares it with the full
+    replay. Rows with fewer micro-batches are replayed whole."""
+    from tracesim.pipeline.run import predict
+
+    pp = int(opts.get("pp", 1))
+    per = int(opts["micro_batch"]) * int(opts["dp"])
+    m = int(opts["global_batch"]) // per if per else 0
+    m1, m2 = (2 * pp, 3 * pp) if pp > 1 else (4, 8)
+    if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per:
+        res = predict(None, ReplayOptions.from_mapping(opts, file, where))
+        return res.iteration_time_s, tuple(res.warnings)
+    t = []
+    warns: list[str] = []
+    for mb in (m1, m2):
+        res = predict(None, ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, file, where))
+        t.append(res.iteration_time_s)
+        warns += [w for w in res.warnings if w not in warns and "global batch" not in w]
+    it = t[0] + (m - m1) * (t[1] - t[0]) / (m2 - m1)
+    warns.append(f"iteration time extrapolated from {m1} and {m2} of its {m} micro-batches per "
+                 "pipeline (steady state of the schedule)")
+    return it, tuple(warns)
 
 
 def summary(rows: list[PublishedRow]) -> dict[str, Any]:
