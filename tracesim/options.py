@@ -101,7 +101,13 @@ class ReplayOptions:
     dp: int | None = _opt("Data-parallel degree (default: the GPUs the other degrees leave).",
                           "int", minimum=1)
     cp: int | None = _opt("Context-parallel degree.", "int", minimum=1)
-    ep: int | None = _opt("Expert-parallel degree (divides dp).", "int", minimum=1)
+    ep: int | None = _opt("Expert-parallel degree (divides dp; with --etp, ep x etp divides "
+                          "tp x cp x dp).", "int", minimum=1)
+    etp: int | None = _opt(
+        "Expert tensor-parallel degree (Megatron's expert_tensor_parallel_size): the routed "
+        "experts use etp x ep x edp ranks of each pipeline stage, MoE parallel folding "
+        "(docs/moe.md). Default: the experts use the TP group and EP the DP ranks.", "int",
+        minimum=1)
     sp: bool | None = _opt("Sequence parallelism with TP (default: on for MoE with tp > 1).", "bool")
     vpp: int | None = _opt("Virtual stages (model chunks) per pipeline rank, for the interleaved "
                            "schedule.", "int", minimum=1)
@@ -279,8 +285,8 @@ class ReplayOptions:
 
 
 #: the fields whose presence makes a replay a retarget (built from a layer template)
-BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
-              "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
+BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp", "zero", "fsdp",
+              "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",

@@ -173,7 +173,7 @@ def estimate_memory(
     wb = gb = max(eb, 2)
     ob = 8 if par.dtype == "fp32" else 12
     dpcp = par.dp * par.cp
-    edp = max(dpcp // par.ep, 1)
+    edp = par.edp
     split = stage_split(model, par)
     totals = []
     rows = []
