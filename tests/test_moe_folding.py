@@ -15,6 +15,7 @@ from tracesim.catalog import load_model
 from tracesim.errors import InputError
 from tracesim.pipeline.published import bridge_options
 from tracesim.pipeline.recipes import find_recipe
+from tracesim.report.memory import layer_activation_bytes
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options, validate_layout
 from tracesim.specs.placement import Placement
 
@@ -157,3 +158,14 @@ def test_the_h100_qwen3_235b_row_folds_ep_over_tp_and_dp() -> None:
     validate_layout(model, par, 256)
     assert (par.ep, par.expert_tp, par.edp) == (32, 1, 1)
     assert find_recipe("DGX-H100", "llama3-70b", "fp8-cs").expert_tp is None  # type: ignore[union-attr]
+
+
+def test_memory_counts_the_ranks_own_routed_tokens_with_etp_1() -> None:
+    """TP 2 (SP), ETP 1: the experts' input holds the rank's T/2 routed copies, not the T
+    gathered over TP; the expert features are T/2 tokens at full width = T at half width."""
+    par = ParallelSpec(tp=2, sp=True, dp=4, ep=4, seq_len=128, global_batch=4)
+    layer = 1  # a MoE layer of TINY
+    base = layer_activation_bytes(TINY, par, layer, flash=True)
+    folded = layer_activation_bytes(TINY, par.replace(etp=1), layer, flash=True)
+    assert base - folded == pytest.approx(128 * TINY.hidden * TINY.top_k)  # 2 bytes x sbhk/2
+    assert par.replace(etp=1).expert_token_split == 2.0 and par.expert_token_split == 1.0

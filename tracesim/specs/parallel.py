@@ -181,6 +181,15 @@ class ParallelSpec:
         return max(self.tp * self.cp * self.dp // (self.ep * self.expert_tp), 1)
 
     @property
+    def expert_token_split(self) -> float:
+        """A rank's routed token copies at the expert GEMMs are ``T * top_k`` over this: 1
+        when the experts use the TP group (gathered over it), else ``tps / etp`` (the rank's
+        own ``T / tps`` tokens gathered over the expert-TP group)."""
+        if self.expert_tp == self.tp:
+            return 1.0
+        return (self.tp if self.sp else 1) / self.expert_tp
+
+    @property
     def num_micro(self) -> int:
         """Micro-batches per pipeline per iteration (gradient accumulation steps)."""
         return self.global_batch // (self.micro_batch * self.dp)

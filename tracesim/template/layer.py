@@ -398,14 +398,6 @@ def load_template(path: str | Path) -> LayerTemplate:
     return template_from_dict(read_yaml(path), path)
 
 
-def _expert_token_split(par: Any) -> float:
-    """``ets`` of :data:`SYMBOLS`: 1 unless the routed experts' TP degree differs from TP."""
-    etp = int(getattr(par, "etp", 0) or 0)
-    if not etp or etp == par.tp:
-        return 1.0
-    return (par.tp if par.sp else 1) / etp
-
-
 def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool = True) -> dict[str, float]:
     """Bind :data:`SYMBOLS` for ``model`` (a ModelSpec) and ``par`` (a ParallelSpec)."""
     from tracesim.specs.model import DTYPE_BYTES
@@ -439,7 +431,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "tps": tp if (par.sp and sp_active) else 1.0,
         "cp": float(par.cp),
         "ep": float(par.ep),
-        "ets": _expert_token_split(par),
+        "ets": float(getattr(par, "expert_token_split", 1.0)),
         "params": 0.0,
         "tensors": 0.0,
     }
