@@ -285,14 +285,14 @@ class ReplayOptions:
 
 
 #: the fields whose presence makes a replay a retarget (built from a layer template)
-BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "etp", "sp", "vpp", "zero", "fsdp",
-              "micro_batch", "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
+BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
+              "global_batch", "seq_len", "schedule", "recompute", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",
-              "host_launch", "cuda_graphs")
+              "host_launch", "cuda_graphs", "etp")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:
