@@ -135,17 +135,18 @@ def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
 
 
 def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> None:
-    """Expert parallelism folded over TP x DP (ep 32 on tp 2 x dp 16) is not expressible
-    (experts split over DP ranks only): the row says so and the others still count."""
+    """A row whose expert layout does not fit a pipeline stage (the H100 Qwen3 235B row with
+    ep 64 x etp 1 on tp 2 x dp 16 = 32 ranks) says so and the others still count."""
     text = BRIDGE.read_text().splitlines()
-    keep = [ln for ln in text[1:] if ln.startswith("DGX-H100,qwen3-235b-a22b,256,")]
+    keep = [ln.replace(",4,32,128,", ",4,64,128,") for ln in text[1:]
+            if ln.startswith("DGX-H100,qwen3-235b-a22b,256,")]
     keep += [ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,")]
     assert len(keep) == 2
     t = tmp_path / "rows.csv"
     t.write_text("\n".join([text[0], *keep]) + "\n")
     got = list(validate_rows([t]))
     assert [bool(r.error) for r in got] == [True, False]
-    assert "ep 32" in got[0].error and got[0].published == 1575.0
+    assert "--ep 64 x --etp 1" in got[0].error and got[0].published == 1575.0
     s = summary(got)
     assert s["rows"] == 1 and s["not_replayed"] == 1
     res = CliRunner().invoke(main, ["validate", "published", str(t)])

@@ -103,7 +103,13 @@ class ReplayOptions:
     dp: int | None = _opt("Data-parallel degree (default: the GPUs the other degrees leave).",
                           "int", minimum=1)
     cp: int | None = _opt("Context-parallel degree.", "int", minimum=1)
-    ep: int | None = _opt("Expert-parallel degree (divides dp).", "int", minimum=1)
+    ep: int | None = _opt("Expert-parallel degree (divides dp; with --etp, ep x etp divides "
+                          "tp x cp x dp).", "int", minimum=1)
+    etp: int | None = _opt(
+        "Expert tensor-parallel degree (Megatron's expert_tensor_parallel_size): the routed "
+        "experts use etp x ep x edp ranks of each pipeline stage, MoE parallel folding "
+        "(docs/moe.md). Default: the experts use the TP group and EP the DP ranks.", "int",
+        minimum=1)
     sp: bool | None = _opt("Sequence parallelism with TP (default: on for MoE with tp > 1).", "bool")
     vpp: int | None = _opt("Virtual stages (model chunks) per pipeline rank, for the interleaved "
                            "schedule.", "int", minimum=1)
@@ -312,7 +318,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",
-              "host_launch", "cuda_graphs")
+              "host_launch", "cuda_graphs", "etp")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:

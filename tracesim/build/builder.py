@@ -365,7 +365,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     if emb_params and model.tied_embeddings and pp > 1 and stage == pp - 1:
         params += emb_params
     local = params - expert
-    edp = sb.dpcp // par.ep
+    edp = par.edp
     if par.zero >= 1 or sb.shard:
         local = (params - expert) / sb.dpcp + expert / edp
     # the FP8 weight cast runs over the whole (gathered) local weights, the rest over the shard

@@ -56,7 +56,7 @@ def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tupl
 
 def _groups(sb: _StageBuilder) -> list[tuple[str, int, int]]:
     """(group kind, params column, group size) of the data-parallel groups with > 1 rank."""
-    edp = sb.dpcp // sb.par.ep
+    edp = sb.par.edp
     return [(gk, col, size) for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)) if size > 1]
 
 

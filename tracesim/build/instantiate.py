@@ -26,14 +26,14 @@ from tracesim.graph.taskgraph import (
 )
 from tracesim.specs.placement import Placement
 
-REPORT_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
+REPORT_KIND = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
 
 
 def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
                     comm_time: Callable[[str, str, int, int], int]) -> np.ndarray:
     dur = prog["dur_ns"].copy()
     comm = np.flatnonzero(prog["kind"] != "gpu")
-    sizes = {k: len(placement.groups(k)[0]) for k in ("tp", "cp", "ep", "dpcp", "edp", "emb")}
+    sizes = {k: len(placement.groups(k)[0]) for k in ("tp", "etp", "cp", "ep", "dpcp", "edp", "emb")}
     sizes["pp"] = 2
     for i in comm:
         gk = prog["gkind"][i]

@@ -24,8 +24,8 @@ COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_n
            "collective", "gkind", "msg_bytes", "peer_sel", "key")
 
 #: lane per communication group kind
-COMM_LANE = {"tp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp", "edp": "comm:dp",
-             "emb": "comm:dp"}
+COMM_LANE = {"tp": "comm:tp", "etp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp",
+             "edp": "comm:dp", "emb": "comm:dp"}
 
 
 @dataclass

@@ -234,7 +234,7 @@ def _placement(graph: TaskGraph) -> Placement | None:
         return None
     try:
         spec = ParallelSpec(tp=int(par["tp"]), pp=int(par["pp"]), dp=int(par["dp"]),
-                            cp=int(par["cp"]), ep=int(par["ep"]))
+                            cp=int(par["cp"]), ep=int(par["ep"]), etp=int(par.get("etp") or 0))
     except (KeyError, TypeError, ValueError):
         return None
     return Placement(spec)

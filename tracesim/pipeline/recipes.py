@@ -83,6 +83,11 @@ class Recipe:
     mtp_layers: int = 0
     fsdp_notes: str = ""
 
+    @property
+    def expert_tp(self) -> int | None:
+        """Expert tensor-parallel degree the config sets (None: Megatron's default, = TP)."""
+        return 1 if self.source.split(":", 1)[1] in _ETP1 else None
+
 
 _L8 = "scripts/performance/configs/llama3/workload_base_configs.py"
 _L8V2 = "scripts/performance/configs/llama/llama3_workload_base_configs.py"
@@ -92,6 +97,10 @@ _DS = "scripts/performance/configs/deepseek/workload_base_configs.py"
 _OSS = "scripts/performance/configs/gpt_oss/workload_base_configs.py"
 _QW = "scripts/performance/configs/qwen3/workload_base_configs.py"
 _QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+#: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_
+#: CONFIG, BASE_GPT_OSS_120B_CONFIG, BASE_QWEN3_235B_A22B_CONFIG, BASE_QWEN3_30B_A3B_CONFIG at
+#: all three commits; qwen/qwen3_workload_base_configs.py at v2-configs)
+_ETP1 = (_DS, _OSS, _QW, _QWV2)
 _DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
@@ -232,6 +241,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         out["tp_comm_overlap"] = recipe.tp_comm_overlap
     if recipe.overlap_param_gather is not None and not out.get("fsdp"):
         out["overlap_param_gather"] = recipe.overlap_param_gather
+    if recipe.expert_tp is not None:
+        out["etp"] = recipe.expert_tp
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk

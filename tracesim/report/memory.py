@@ -23,7 +23,9 @@ latent attention, MoE and context parallelism (the sequence split over ``cp``)::
                or, SwiGLU: 2sbh + 6sbf
     MoE        2sbh (router / shared-expert input) + 6sb (top_k load moe_ffn + shared_ffn)
                (SwiGLU) + 2sbh top_k load (the routed copies, the grouped GEMMs' input:
-               gathered over TP, never split)
+               gathered over TP, never split); with ``--etp`` other than TP the routed
+               copies and expert features are those of ``ParallelSpec.expert_token_split``
+               and the expert TP degree
     norms      4sbh
 
 with ``load`` the busiest expert's tokens over the mean (``--moe-imbalance``).
@@ -108,8 +110,9 @@ def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
     if not model.moe_layer(layer):
         return per_f * s * b * model.ffn_hidden, 2 * sbh, 0.0
     routed = model.top_k * par.moe_load
-    f = model.moe_ffn * routed + model.shared_ffn
-    return per_f * s * b * f, 2 * sbh, 2 * sbh * routed
+    ets = par.expert_token_split  # 1 unless --etp folds the experts (then fewer tokens, wider)
+    f = model.moe_ffn * routed * (par.tp / (ets * par.expert_tp)) + model.shared_ffn
+    return per_f * s * b * f, 2 * sbh, 2 * sbh * routed / ets
 
 
 def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:
@@ -173,7 +176,7 @@ def estimate_memory(
     wb = gb = max(eb, 2)
     ob = 8 if par.dtype == "fp32" else 12
     dpcp = par.dp * par.cp
-    edp = max(dpcp // par.ep, 1)
+    edp = par.edp
     split = stage_split(model, par)
     totals = []
     rows = []

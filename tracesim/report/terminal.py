@@ -43,8 +43,9 @@ def headline(res: Mapping[str, Any]) -> str:
     mname = model.get("name") if isinstance(model, Mapping) else model
     raw = res.get("parallel")
     par: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    lay = " ".join(f"{k.upper()}{par[k]}" for k in ("tp", "pp", "dp", "cp", "ep")
-                   if k in par and (k in ("tp", "pp", "dp") or par[k] not in (None, 1)))
+    lay = " ".join(f"{k.upper()}{par[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "etp")
+                   if k in par and (k in ("tp", "pp", "dp") or par[k] not in (None, 1, 0)
+                                    or (k == "etp" and par[k] == 1)))
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
             f"{res.get('cluster')} ({res.get('gpus')} GPU(s), {res.get('device', '') or '?'})"
             + (f", {lay}" if lay else ""))

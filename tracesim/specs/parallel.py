@@ -8,9 +8,12 @@ dtype. :func:`validate_layout` checks a spec against a model and a GPU count and
 :class:`~tracesim.errors.InputError` naming the numbers that disagree.
 
 Conventions (Megatron-LM): ``world = tp * pp * dp * cp``; expert parallelism is carved out of
-the data-parallel ranks (``ep`` divides ``dp``); ``global_batch = micro_batch * dp *
-num_micro``, where ``num_micro`` is the number of micro-batches per pipeline and iteration
-(gradient accumulation steps).
+the data-parallel ranks (``ep`` divides ``dp``) unless an expert tensor-parallel degree
+``etp`` is given: then the MoE layers fold ``etp x ep x edp`` over the ``tp x cp x dp`` ranks
+of each pipeline stage (MoE parallel folding, Megatron-Core's expert rank generator;
+``ep * etp`` divides ``tp * cp * dp``); ``global_batch = micro_batch * dp * num_micro``, where
+``num_micro`` is the number of micro-batches per pipeline and iteration (gradient
+accumulation steps).
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ class ParallelSpec:
     """A parallel layout and the training options that shape the per-rank task graphs.
 
     Attributes:
-        tp, pp, dp, cp, ep: parallel degrees (GPU counts per dimension); ``ep`` divides ``dp``.
+        tp, pp, dp, cp, ep: parallel degrees (GPU counts per dimension); ``ep`` divides ``dp``
+            (without ``etp``).
+        etp: expert tensor-parallel degree (Megatron's ``expert_tensor_parallel_size``);
+            0: not given, the routed experts are split over the TP group and EP over DP ranks.
+            Given: MoE parallel folding, the routed experts' layers use ``etp x ep x edp``
+            ranks of each pipeline stage (:attr:`edp`), ETP fastest, then EP, then EDP
+            (:mod:`tracesim.specs.placement`).
         sp: Megatron sequence parallelism (norms / dropout sharded over the TP group,
             all-gather / reduce-scatter instead of all-reduce).
         vpp: virtual pipeline stages (model chunks) per pipeline rank, for ``interleaved``.
@@ -115,6 +124,7 @@ class ParallelSpec:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int = 0
     sp: bool = False
     vpp: int = 1
     zero: int = 0
@@ -164,6 +174,26 @@ class ParallelSpec:
     def world(self) -> int:
         """Number of GPUs (``tp * pp * dp * cp``)."""
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the routed experts: ``etp``, else ``tp``."""
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree, the ranks that reduce one expert's gradients:
+        ``tp * cp * dp / (ep * expert_tp)`` (``cp * dp / ep`` without ``etp``)."""
+        return max(self.tp * self.cp * self.dp // (self.ep * self.expert_tp), 1)
+
+    @property
+    def expert_token_split(self) -> float:
+        """A rank's routed token copies at the expert GEMMs are ``T * top_k`` over this: 1
+        when the experts use the TP group (gathered over it), else ``tps / etp`` (the rank's
+        own ``T / tps`` tokens gathered over the expert-TP group)."""
+        if self.expert_tp == self.tp:
+            return 1.0
+        return (self.tp if self.sp else 1) / self.expert_tp
 
     @property
     def num_micro(self) -> int:
@@ -222,8 +252,10 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
     """Check that ``par`` can run ``model`` on ``gpus`` GPUs; InputError names the numbers.
 
     Checks: degrees and batch sizes positive; ``tp*pp*dp*cp == gpus``; heads, kv heads,
-    ffn and (MoE) expert ffn divisible by ``tp``; experts divisible by ``ep``; ``ep``
-    divides ``dp``; the pipeline split (:func:`tracesim.specs.stages.check_split`: layers divisible by ``pp``
+    ffn divisible by ``tp``, (MoE) expert ffn by the expert TP degree; experts divisible by
+    ``ep``; ``ep`` divides ``dp``, or with ``etp`` given ``ep * etp`` divides ``tp * cp * dp``
+    (``etp`` other than ``tp`` needs ``sp`` when ``tp > 1``, as Megatron-Core's MoE); the
+    pipeline split (:func:`tracesim.specs.stages.check_split`: layers divisible by ``pp``
     unless ``stage_layers`` or ``first/last_stage_layers`` say otherwise, every stage and
     model chunk with a layer); FP8 options with dtype fp8; the userbuffers TP overlap with
     ``tp > 1`` and ``sp``;
@@ -263,14 +295,16 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"ffn_hidden {model.ffn_hidden} is not divisible by tp {t}", "tp")
     if model.is_moe:
         ef = model.moe_ffn_hidden or model.ffn_hidden
-        if ef % t:
-            raise _err(f"moe_ffn_hidden {ef} is not divisible by tp {t}", "tp")
+        if ef % par.expert_tp:
+            key = "etp" if par.etp else "tp"
+            raise _err(f"moe_ffn_hidden {ef} is not divisible by {key} {par.expert_tp}", key)
         if model.experts % par.ep:
             raise _err(f"experts {model.experts} are not divisible by ep {par.ep}", "ep")
-    elif par.ep > 1:
-        raise _err(f"ep {par.ep} > 1 needs a model with experts ({model.name} has none)", "ep")
-    if par.dp % par.ep:
-        raise _err(f"ep {par.ep} must divide dp {par.dp} (experts are split over DP ranks)", "ep")
+    elif par.ep > 1 or par.etp > 1:
+        key = "ep" if par.ep > 1 else "etp"
+        raise _err(f"{key} {getattr(par, key)} > 1 needs a model with experts ({model.name} has "
+                   "none)", key)
+    _check_experts(par)
     if not par.moe_imbalance >= 1.0:
         raise _err(f"the busiest expert's tokens over the mean are at least 1, got "
                    f"{par.moe_imbalance!r}", "moe_imbalance")
@@ -309,6 +343,25 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"seq_len {s} is not divisible by 2 x cp = {2 * par.cp} (ring attention)", "cp")
     if par.sp and s % (t * par.cp):
         raise _err(f"seq_len {s} is not divisible by tp {t} x cp {par.cp} (sequence parallel)", "sp")
+
+
+def _check_experts(par: ParallelSpec) -> None:
+    """The expert layout: EP inside DP, or folded over a stage's ranks with ``etp``."""
+    if not par.etp:
+        if par.dp % par.ep:
+            raise _err(f"ep {par.ep} must divide dp {par.dp} (experts are split over DP ranks; "
+                       "--etp folds EP over tp x cp x dp)", "ep")
+        return
+    if not isinstance(par.etp, int) or isinstance(par.etp, bool) or par.etp < 0:
+        raise _err(f"must be a positive integer, got {par.etp!r}", "etp")
+    stage = par.tp * par.cp * par.dp
+    if stage % (par.ep * par.etp):
+        raise _err(f"--ep {par.ep} x --etp {par.etp} = {par.ep * par.etp} must divide the "
+                   f"{stage} ranks of a pipeline stage (tp {par.tp} x cp {par.cp} x dp {par.dp})",
+                   "etp")
+    if par.etp != par.tp and par.tp > 1 and not par.sp:
+        raise _err(f"--etp {par.etp} other than tp {par.tp} needs sequence parallelism (--sp), "
+                   "as Megatron-Core's MoE with TP", "etp")
 
 
 def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int | None) -> ParallelSpec:
@@ -362,6 +415,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         dp=dp,
         cp=cp,
         ep=int(get("ep", 1)),
+        etp=int(get("etp", 0)),
         sp=sp,
         vpp=vpp,
         zero=int(get("zero", 0)),

@@ -5,15 +5,22 @@ Global rank ``r`` of a layout with degrees ``tp, cp, dp, pp`` has coordinates
 one node whenever ``tp`` divides the GPUs per node, where NVLink / NVSwitch serves it),
 then CP, then DP replicas, and pipeline stages are outermost (they exchange the least data
 and cross nodes). Expert parallelism is carved out of DP (Megatron-core's
-``tp-cp-ep-dp-pp`` order): an EP group is ``ep`` consecutive DP indices.
+``tp-cp-ep-dp-pp`` order): an EP group is ``ep`` consecutive DP indices. With an expert
+tensor-parallel degree given (``ParallelSpec.etp``, MoE parallel folding), the MoE layers
+re-split the ``tp * cp * dp`` ranks of each pipeline stage as Megatron-Core's expert rank
+generator does (``RankGenerator(tp=etp, ep=ep, dp=edp, cp=1, order="tp-cp-ep-dp-pp")`` in
+megatron/core/parallel_state.py): stage-local rank ``l = e_t + etp * (e_e + ep * e_d)``, ETP
+fastest, then EP, then EDP. With ``cp == 1`` and ``etp == tp`` both orders give the same
+groups.
 
 Group kinds (:data:`GROUP_KINDS`):
 
 * ``tp``, ``cp``, ``dp``, ``pp``, ``ep``: vary one coordinate, keep the others;
+* ``etp``: the routed experts' tensor-parallel group (the TP group without ``etp``);
 * ``dpcp``: DP and CP together, where dense gradients are reduced (CP ranks hold the same
   weights but see different tokens);
 * ``edp``: expert data parallel, where expert gradients are reduced (same EP index, all
-  DP blocks and CP ranks);
+  DP blocks and CP ranks; folded: same ETP and EP index);
 * ``emb``: first and last pipeline stage with the same (t, c, d), where tied word-embedding
   gradients are all-reduced.
 """
@@ -27,7 +34,7 @@ import numpy as np
 
 from tracesim.specs.parallel import ParallelSpec
 
-GROUP_KINDS = ("tp", "cp", "dp", "pp", "ep", "dpcp", "edp", "emb")
+GROUP_KINDS = ("tp", "cp", "dp", "pp", "ep", "dpcp", "edp", "emb", "etp")
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Coord:
     cp: int
     dp: int
     pp: int
-    ep: int = 0  # index inside the expert-parallel group (dp % ep)
+    ep: int = 0  # index inside the expert-parallel group (dp % ep; folded: (l // etp) % ep)
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,8 @@ class Placement:
         c = (rank // p.tp) % p.cp
         d = (rank // (p.tp * p.cp)) % p.dp
         s = rank // (p.tp * p.cp * p.dp)
-        return Coord(t, c, d, s, d % p.ep)
+        e = (rank % (p.tp * p.cp * p.dp)) // p.etp % p.ep if p.etp else d % p.ep
+        return Coord(t, c, d, s, e)
 
     def stage_of(self, ranks: np.ndarray) -> np.ndarray:
         """Pipeline stage of each rank (vectorised)."""
@@ -89,6 +97,10 @@ class Placement:
             arr = g.transpose(1, 2, 3, 0).reshape(-1, p.pp)
         elif kind == "dpcp":
             arr = g.transpose(0, 3, 1, 2).reshape(-1, p.dp * p.cp)
+        elif p.etp and kind in ("ep", "edp", "etp"):
+            arr = self._folded(kind)
+        elif kind == "etp":
+            arr = g.reshape(-1, p.tp)
         elif kind == "ep":
             e = p.ep
             # (pp, dp/e, e, cp, tp) -> groups over the e axis
@@ -107,6 +119,16 @@ class Placement:
         out = [tuple(int(x) for x in sorted(row)) for row in arr]
         self._cache[kind] = out
         return out
+
+    def _folded(self, kind: str) -> np.ndarray:
+        """Rows of the ``ep`` / ``edp`` / ``etp`` groups of a folded layout (module docstring)."""
+        p = self.par
+        g = self.grid.reshape(p.pp, p.edp, p.ep, p.etp)
+        if kind == "ep":
+            return g.transpose(0, 1, 3, 2).reshape(-1, p.ep)
+        if kind == "edp":
+            return g.transpose(0, 2, 3, 1).reshape(-1, p.edp)
+        return g.reshape(-1, p.etp)
 
     def group_index(self, kind: str) -> np.ndarray:
         """``idx[rank]`` = index into :meth:`groups` of the ``kind`` group holding ``rank``."""

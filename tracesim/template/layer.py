@@ -16,7 +16,9 @@ Each :class:`TemplateOp` has ``flops``, ``bytes``, ``out`` (output elements) and
 an op marked ``shard="feature"`` is the tensor-parallel split of its features (the builder
 sets it to 1 where a plan keeps the op replicated), ``tps`` in a ``shard="sequence"`` op is
 the sequence-parallel split (``tp`` with ``--sp``, else 1), ``cp`` splits the sequence over
-context-parallel ranks and ``ep`` the experts over expert-parallel ranks.
+context-parallel ranks and ``ep`` the experts over expert-parallel ranks. Between a MoE
+block's dispatch and combine (the routed experts) ``tp`` is the expert TP degree and ``ets``
+the split of the routed tokens (:mod:`tracesim.template.resolve`).
 
 ``tp_style`` marks linears (``colwise`` / ``rowwise``) or ``vocab`` (a vocab-parallel
 embedding, whose output is a partial sum); the builder places the TP communication from
@@ -77,6 +79,9 @@ SYMBOLS: dict[str, str] = {
     "tps": "sequence-parallel split (tp with --sp, else 1)",
     "cp": "context-parallel degree",
     "ep": "expert-parallel degree",
+    "ets": "split of a rank's routed tokens at the expert GEMMs: 1 when the experts use the "
+           "TP group, else tps / etp (a rank runs its own T / tps routed tokens gathered "
+           "over the expert-TP group)",
     "params": "the rank's local parameters (optimizer ops only)",
     "tensors": "the rank's parameter tensors before any pipeline or ZeRO split (optimizer ops only)",
 }
@@ -426,6 +431,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "tps": tp if (par.sp and sp_active) else 1.0,
         "cp": float(par.cp),
         "ep": float(par.ep),
+        "ets": float(getattr(par, "expert_token_split", 1.0)),
         "params": 0.0,
         "tensors": 0.0,
     }

@@ -10,14 +10,20 @@ local experts: ``fc1`` (gate and up with SwiGLU), activation, ``fc2``), ``combin
 Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
 
 * dispatch and combine: ``T/tps * top_k * h * eb * moe_kept`` bytes per rank and direction
-  (``msg_bytes`` in the nccl-tests convention), forward and backward;
+  (``msg_bytes`` in the nccl-tests convention), forward and backward: each rank sends its own
+  (sequence-parallel) tokens;
 * the grouped GEMMs run ``experts/ep`` local experts with ``ep * T * top_k / experts *
-  moe_load`` tokens each, ``T * top_k * moe_load`` in all, and read every local expert's
-  weights; ``moe_load`` (``--moe-imbalance``, capped by ``--moe-capacity-factor``) is the
-  busiest expert's tokens over the mean, so the GEMMs are those of the rank that gates the
-  combine all-to-all;
-* with TP > 1 (expert tensor parallelism = TP, sequence parallelism on) the dispatched tokens
-  are all-gathered over the TP group before ``fc1`` and reduce-scattered after ``fc2``.
+  moe_load / ets`` tokens each, ``T * top_k * moe_load / ets`` in all, and read every local
+  expert's weights (``1/tp`` of each, ``tp`` bound to the expert TP degree there);
+  ``moe_load`` (``--moe-imbalance``, capped by ``--moe-capacity-factor``) is the busiest
+  expert's tokens over the mean, so the GEMMs are those of the rank that gates the combine
+  all-to-all;
+* with expert tensor parallelism > 1 (``--etp``, by default = TP, sequence parallelism on)
+  the dispatched tokens are all-gathered over the expert-TP group before ``fc1`` and
+  reduce-scattered after ``fc2`` (:mod:`tracesim.template.resolve`); ``ets`` (the token
+  split) is 1 when the experts use the TP group, else ``tps / etp``: with ``--etp 1`` and
+  TP 2 a rank's experts run only its own ``T/2`` routed tokens, with no expert-TP
+  communication and whole expert weights.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from tracesim.template.primitives import T, mlp, norm_op, op, residual
 
 #: routed token copies of a rank's micro-batch, and those its local experts run (gated rank)
 ROUTED = f"{T}*top_k"
-EXPERT_TOKENS = f"{T}*top_k*moe_load"
+EXPERT_TOKENS = f"{T}*top_k*moe_load/ets"
 
 
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:

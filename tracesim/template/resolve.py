@@ -20,8 +20,11 @@ imply:
   gradient backward).
 
 The backward communication sits between the backward ops of the two forward ops it
-separates. Plans (``ParallelSpec.tp_plan``: module-name glob -> ``colwise`` | ``rowwise`` |
-``replicate``) override the template's marks.
+separates. Between a MoE block's EP dispatch and combine (the routed experts) the same rules
+run on the expert tensor-parallel group: with ``ParallelSpec.etp`` other than ``tp`` its
+degree is ``etp``, its group kind ``etp`` and its gathers the sequence-parallel kind (each
+rank dispatched distinct tokens). Plans (``ParallelSpec.tp_plan``: module-name glob ->
+``colwise`` | ``rowwise`` | ``replicate``) override the template's marks.
 """
 
 from __future__ import annotations
@@ -236,26 +239,34 @@ def _resolve_section(
     env_tp = symbol_env(model, par)
     env_rep = symbol_env(model, par, tp_active=False)
     # model FLOPs: no split, and the routed tokens of a balanced, dropless router
-    env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1, moe_imbalance=1.0,
+    env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1, etp=0, moe_imbalance=1.0,
                                              moe_capacity_factor=0.0))
+    folded = par.expert_tp != par.tp
+    env_etp = {**env_tp, "tp": float(par.expert_tp)} if folded else env_tp
     if window > 0:  # a sliding-window layer: ``win`` keys per query
-        for env_ in (env_tp, env_rep, env_full):
+        for env_ in (env_tp, env_rep, env_full, env_etp):
             env_["win"] = float(min(window, par.seq_len))
-    tp = par.tp
-    sp = par.sp
     state = "full"
+    in_experts = False  # between the EP dispatch and combine
     out_prev = 0.0
     fwd: list[ROp] = []
     fwd_index: dict[str, int] = {}
     bwd_inserts: list[tuple[int, ROp]] = []  # (fwd boundary index, comm) in fwd order
-    sharded_name: dict[str, bool] = {}
+    env_of: dict[str, dict[str, float]] = {}
     params = 0.0
     expert_params = 0.0
     model_flops = 0.0
     tensors = 0.0
 
+    def group() -> tuple[int, bool, str, dict[str, float]]:
+        """(degree, sequence-parallel, group kind, env) of the TP group in use."""
+        if in_experts and folded:
+            return par.expert_tp, True, "etp", env_etp
+        return par.tp, par.sp, "tp", env_tp
+
     def to_full(i: int, name: str) -> None:
         nonlocal state
+        tp, sp, gk, _ = group()
         if tp == 1:
             state = "full"
             return
@@ -264,28 +275,31 @@ def _resolve_section(
             # reduce-scattered chunk by chunk, and its backward's gathered gradient fed in
             prev = fwd[-1] if fwd and fwd[-1].kind == "gpu" else None
             role = prev.ub if prev is not None and prev.op_class == "gemm" else ""
-            fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", "tp",
+            fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", gk,
                              out_prev * eb, "fwd", "rs_prev" if sp and role else "", role))
             if sp:
-                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", "tp", out_prev * eb, "bwd",
+                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", gk, out_prev * eb, "bwd",
                                              "ag_next" if role else "", role)))
         elif state == "sharded":
-            fwd.append(_comm(f"{name}.tp_gather", "all_gather", "tp", out_prev * eb, "fwd"))
+            fwd.append(_comm(f"{name}.tp_gather", "all_gather", gk, out_prev * eb, "fwd"))
         state = "full"
 
     for i, op in enumerate(fwd_ops):
         fwd_index.setdefault(op.name, i)
         style = _plan_style(op, par)
         env = env_rep
+        tp, sp, gk, env_x = group()
         if op.kind == "comm":
             if op.group_kind == "tp":
                 if tp > 1 and state == "sharded":
-                    fwd.append(_comm(op.name, op.collective, "tp", evaluate(op.msg_bytes, env_tp), "fwd"))
+                    fwd.append(_comm(op.name, op.collective, gk, evaluate(op.msg_bytes, env_x), "fwd"))
             else:
                 to_full(i, op.name)
                 size = {"ep": par.ep, "cp": par.cp, "dp": par.dp}.get(op.group_kind, 1)
                 if size > 1:
                     fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd"))
+                if op.group_kind == "ep":  # the dispatch enters the routed experts, the combine leaves
+                    in_experts = not in_experts
             out_prev = evaluate(op.out, env_tp)
             continue
         role = _ub_role(op, style)
@@ -294,21 +308,21 @@ def _resolve_section(
                 to_full(i, op.name)
             if tp > 1:
                 if sp:
-                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", "tp", out_prev * eb, "fwd",
+                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", gk, out_prev * eb, "fwd",
                                      "ag_next" if role else "", role))
                     if regather:  # Megatron keeps the sharded input and gathers it again
-                        bwd_inserts.append((i + 1, _comm(f"{op.name}.tp_regather", "all_gather", "tp",
+                        bwd_inserts.append((i + 1, _comm(f"{op.name}.tp_regather", "all_gather", gk,
                                                          out_prev * eb, "bwd", "bulk_dgrad", role)))
                 bwd_inserts.append((i, _comm(f"{op.name}.tp_f", "reduce_scatter" if sp else "all_reduce",
-                                             "tp", out_prev * eb, "bwd", "bulk_wgrad", role)))
-            env = env_tp
+                                             gk, out_prev * eb, "bwd", "bulk_wgrad", role)))
+            env = env_x
             state = "sharded"
         elif style == "rowwise":
             if state == "partial":
                 to_full(i, op.name)
             if state == "full" and tp > 1:
-                bwd_inserts.append((i, _comm(f"{op.name}.tp_slice", "all_gather", "tp", out_prev * eb, "bwd")))
-            env = env_tp
+                bwd_inserts.append((i, _comm(f"{op.name}.tp_slice", "all_gather", gk, out_prev * eb, "bwd")))
+            env = env_x
             state = "partial"
         elif style == "vocab":
             env = env_tp
@@ -316,10 +330,10 @@ def _resolve_section(
         elif style == "replicate":
             to_full(i, op.name)
         elif op.shard == "feature":
-            env = env_tp if state == "sharded" else env_rep
+            env = env_x if state == "sharded" else env_rep
         else:
             to_full(i, op.name)  # sequence ops: tps (bound in env_rep) is the SP split
-        sharded_name[op.name] = env is env_tp
+        env_of[op.name] = env
         p = evaluate(op.params, env)
         params += p
         tensors += evaluate(op.tensors, env)
@@ -327,7 +341,7 @@ def _resolve_section(
             expert_params += p
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(_compute(op, "fwd", env, env_full, par, op_time, role, p))
-        out_prev = evaluate(op.out, env_tp)
+        out_prev = evaluate(op.out, env_x)
     if end_full:
         to_full(len(fwd_ops), "end")
 
@@ -340,11 +354,11 @@ def _resolve_section(
         while pending and idx < pending[0][0]:
             bwd.append(pending.pop(0)[1])
         if op.kind == "comm":
-            size = {"ep": par.ep, "cp": par.cp, "dp": par.dp, "tp": tp}.get(op.group_kind, 1)
+            size = {"ep": par.ep, "cp": par.cp, "dp": par.dp, "tp": par.tp}.get(op.group_kind, 1)
             if size > 1:
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
             continue
-        env = env_tp if sharded_name.get(ref, False) else env_rep
+        env = env_of.get(ref, env_rep)
         bwd.append(_compute(op, "bwd", env, env_full, par, op_time,
                             _ub_role(op, _plan_style(op, par)), 0.0))
     bwd.extend(c for _, c in pending)
