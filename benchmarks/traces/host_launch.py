@@ -8,8 +8,10 @@ training loop: its launches are not inside ``autograd::engine::evaluate_function
 per launch is the median gap between consecutive launch calls (``cudaLaunchKernel``,
 ``hipLaunchKernel``, ``cudaLaunchKernelExC``, ``hipExtModuleLaunchKernel``, ...): the Python,
 dispatch and launch work the program spends on one kernel, which sets how fast the host can
-feed the GPU when its kernels are short. The constants of ``tracesim.build.host`` are the
-medians over traces of these per-trace medians.
+feed the GPU when its kernels are short. ``call`` is the median duration of the launch call
+itself: what a kernel costs the host when C++ code issues it without Python in between (a
+Transformer Engine module launching the chunks of an overlapped GEMM). The constants of
+``tracesim.build.host`` are the medians over traces of these per-trace medians.
 
     .venv/bin/python benchmarks/traces/host_launch.py [--traces DIR]
 """
@@ -56,6 +58,9 @@ def thread_gaps(path: Path) -> dict[str, float]:
         if s and inside > len(ts) / 2:
             bwd_tids.add(tid)
     out: dict[str, list[float]] = {}
+    calls = [float(e["dur"]) for e in launches]
+    if len(calls) >= 50:
+        out["call"] = [statistics.median(calls)]
     for tid, ts in by_tid.items():
         if len(ts) < 50:
             continue
@@ -80,8 +85,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--traces", default=str(Path(__file__).resolve().parents[3] / "shared/traces/public"))
     args = ap.parse_args()
-    rows: dict[str, list[float]] = {"fwd": [], "bwd": []}
-    print(f"{'trace':60s} {'fwd us':>8s} {'bwd us':>8s}")
+    rows: dict[str, list[float]] = {"fwd": [], "bwd": [], "call": []}
+    print(f"{'trace':60s} {'fwd us':>8s} {'bwd us':>8s} {'call us':>8s}")
     seen_jobs = set()
     for p in traces(Path(args.traces)):
         job = p.parent.name if p.parent.name != "public" else re.sub(r"_r\d+\.json\.gz$", "", p.name)
@@ -97,8 +102,8 @@ def main() -> int:
         for k, v in g.items():
             rows[k].append(v)
         print(f"{str(p.relative_to(Path(args.traces)))[:60]:60s} {g.get('fwd', float('nan')):8.1f} "
-              f"{g.get('bwd', float('nan')):8.1f}")
-    for k in ("fwd", "bwd"):
+              f"{g.get('bwd', float('nan')):8.1f} {g.get('call', float('nan')):8.1f}")
+    for k in ("fwd", "bwd", "call"):
         if rows[k]:
             print(f"median over {len(rows[k])} traces, {k}: {statistics.median(rows[k]):.1f} us per launch")
     return 0

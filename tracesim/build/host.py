@@ -22,10 +22,13 @@ each micro-batch), else the host runs ahead and the GPU never waits.
 
 Host time per launch: the medians over the public real GPU traces of the median gap between
 consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
-(backward) thread, 30 us (``benchmarks/traces/host_launch.py``; docs/stacks.md). Kernels per
-task: one, except the routed experts' grouped GEMMs and their FP8 casts: Transformer
-Engine's ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in
-the backward (data and weight gradients).
+(backward) thread, 30 us; the chunks of an op that C++ code issues (an overlapped GEMM's
+pieces and their userbuffers transfers, the tasks :mod:`tracesim.build.overlap` splits an op
+into) cost the launch call alone, 5.3 us, the median launch-call duration of the same
+traces (``benchmarks/traces/host_launch.py``; docs/stacks.md). Kernels per task: one, except
+the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
+``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
+backward (data and weight gradients).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from dataclasses import dataclass
 #: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
 LAUNCH_US_FWD = 37.0
 LAUNCH_US_BWD = 30.0
+#: the launch call alone (us): a kernel that C++ code issues without Python in between (the
+#: chunks of a Transformer Engine overlapped GEMM and their userbuffers transfers)
+LAUNCH_US_CALL = 5.3
 #: a device-to-host copy of a few bytes and a stream synchronisation (us); order of a PCIe
 #: round trip plus the CUDA event wait (NCCL src/graph/tuning.cc puts a kernel launch round
 #: trip at a few us); small next to the launch times above
@@ -60,6 +66,7 @@ class HostModel:
 
     launch_us_fwd: float = LAUNCH_US_FWD
     launch_us_bwd: float = LAUNCH_US_BWD
+    launch_us_call: float = LAUNCH_US_CALL
     sync_us: float = SYNC_US
     graph_launch_us: float = GRAPH_LAUNCH_US
     graphs: tuple[str, ...] = ()
@@ -82,12 +89,15 @@ class HostModel:
             return self.local_experts * (2 if phase == "bwd" and ".fp8_cast" not in base else 1)
         return 1
 
-    def issue_ns(self, name: str, phase: str, prev_scope: str) -> tuple[float, str]:
+    def issue_ns(self, name: str, phase: str, prev_scope: str, chunk: bool = False) -> tuple[float, str]:
         """Host time (ns) to issue task ``name`` and its scope (a graph launch is paid when
-        a captured scope starts)."""
+        a captured scope starts); a ``chunk`` (a further piece of the op before it, issued
+        by C++ code) costs the launch call alone."""
         sc = self.scope(name)
         if sc:
             return (self.graph_launch_us * 1e3 if sc != prev_scope else 0.0), sc
+        if chunk:
+            return self.launch_us_call * 1e3, ""
         per = self.launch_us_bwd if phase == "bwd" else self.launch_us_fwd
         return per * 1e3 * self.launches(name, phase), ""
 
@@ -105,7 +115,9 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
     issue = []
     prev = ""
     for i in range(n):
-        h, prev = host.issue_ns(names[i], phases[i], prev)
+        # a chunk: a comm piece ``name#k`` or a compute task repeating the one before it
+        chunk = "#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
+        h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
         issue.append(h)
     syncs = [i for i in range(n) if is_sync(names[i], phases[i])]
     sync_set = set(syncs)
