@@ -30,9 +30,16 @@ from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
-from tracesim.network.running import CommRecord, CompiledCollective, CompiledPhase, Runner
+from tracesim.network.running import (
+    CommRecord,
+    CompiledCollective,
+    CompiledPhase,
+    Runner,
+    merge_compiled,
+)
 from tracesim.network.topology import Topology
-from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
+from tracesim.network.variants import PhaseLatency, build, predicted, protocols_for, shape
+from tracesim.specs.cluster import AlgorithmParams, ClusterSpec, parse_protocols
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
 COLLECTIVES = (
@@ -49,6 +56,8 @@ class _Shared:
         self.topo = Topology(cluster)
         self.router = Router(self.topo)
         self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
+        self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
+        self.variants: dict[tuple[str, str, str, tuple[int, ...], int], CompiledCollective] = {}
         self.groups: dict[tuple[int, ...], Group] = {}
 
     def params(self, algo: Algorithm) -> AlgorithmParams:
@@ -77,6 +86,7 @@ class _Shared:
         assert p.efficiency_intra and p.efficiency_inter and p.step_latency_us is not None
         step_ns = p.step_latency_us * 1000.0
         phases = []
+        lat_parts = []
         fixed = 0.0
         per_byte = 0.0
         for ph in algo.phases(grp, collective):
@@ -91,13 +101,42 @@ class _Shared:
             lat_inter = float(lats[inter].max()) if inter.any() else 0.0
             lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
             n_inter = min(ph.inter_steps, ph.steps)
-            latency = (ph.steps - n_inter) * (step_ns + lat_intra) + n_inter * (step_ns + lat_inter)
-            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, latency)
+            pl = PhaseLatency(ph.steps - n_inter, n_inter, lat_intra, lat_inter, step_ns)
+            lat_parts.append(pl)
+            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, pl.total())
             phases.append(cp)
             fixed += cp.latency_ns
             per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
         cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
         self.compiled[key] = cc
+        self.latencies[key] = tuple(lat_parts)
+        return cc
+
+    def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
+                  msg_bytes: int) -> tuple[float, float]:
+        """(fixed_ns, ns_per_byte) of ``algo`` with ``proto`` as NCCL's tuner rates it."""
+        base = self.compile(algo, collective, ranks)
+        if algo.name not in ("ring", "tree"):
+            return base.fixed_ns, base.ns_per_byte
+        grp = self.group(ranks)
+        s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
+        return predicted(base, self.latencies[(algo.name, collective, ranks)], s, proto, msg_bytes)
+
+    def variant(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
+                msg_bytes: int) -> CompiledCollective:
+        """``algo``'s compiled collective run with ``proto`` at ``msg_bytes`` (cached)."""
+        base = self.compile(algo, collective, ranks)
+        if algo.name not in ("ring", "tree"):
+            return base
+        key = (algo.name, proto, collective, ranks, int(msg_bytes))
+        cc = self.variants.get(key)
+        if cc is None:
+            if len(self.variants) >= 1 << 16:
+                self.variants.clear()
+            grp = self.group(ranks)
+            s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
+            cc = self.variants[key] = build(base, self.latencies[(algo.name, collective, ranks)],
+                                            s, proto, msg_bytes)
         return cc
 
 
@@ -147,6 +186,8 @@ class NetworkModel:
             replay finishes about two million operations).
         fast_path: time operations alone on their links without flows
             (:mod:`tracesim.network.fastpath`; the same times, fewer events).
+        protocol: the NCCL protocols ring and tree may use (``"LL128"``, ``"LL,Simple"``,
+            ``"auto"``; as NCCL_PROTO); default: the spec's ``collectives.protocol``, else all.
     """
 
     def __init__(
@@ -157,6 +198,7 @@ class NetworkModel:
         phases: str = "auto",
         keep_records: bool = True,
         fast_path: bool = True,
+        protocol: str | Sequence[str] | None = None,
     ):
         self.cluster = cluster
         self._shared = _shared(cluster)
@@ -165,6 +207,13 @@ class NetworkModel:
         self.algo = dict(algo or {})
         for coll, names in self.algo.items():
             _validate_choice(coll, names)
+        if protocol is None:
+            self.protocols = cluster.collectives.protocol
+        else:
+            try:
+                self.protocols = parse_protocols(protocol if isinstance(protocol, str) else tuple(protocol))
+            except ValueError as e:
+                raise InputError(str(e), "--protocol") from None
         if phases not in ("auto", "aggregate", "steps"):
             raise ValueError(f"phases must be auto, aggregate or steps, not {phases!r}")
         self.phases = phases
@@ -265,8 +314,8 @@ class NetworkModel:
                 if algo.check(self._shared.group(tuple(g)), collective) is not None:
                     parts = []
                     break
-                parts.append(self._shared.compile(algo, collective, tuple(g)))
-            cc = _merge(parts) if parts else None
+                parts.append(self._shared.variant(algo, first.protocol, collective, tuple(g), msg_bytes))
+            cc = merge_compiled(parts) if parts else None
             self._images[key] = (groups, cc)
         if cc is None:  # copies that do not compile alike: run them side by side
             return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind)
@@ -284,7 +333,7 @@ class NetworkModel:
             cc = hit[1]
         else:
             parts = [c for c in (self._compiled_p2p(int(a), int(b)) for a, b in pairs) if c is not None]
-            cc = _merge(parts) if parts else None
+            cc = merge_compiled(parts) if parts else None
             self._images[key] = (pairs, cc)
         if cc is None:
             return env.timeout(0)
@@ -328,31 +377,40 @@ class NetworkModel:
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
         prefs = self._preferences(collective)
-        grp = self._shared.group(ranks)
+        sh = self._shared
+        grp = sh.group(ranks)
         reasons = []
         for name in prefs:
             if name == "auto":
-                cands = {
-                    algo.name: self._shared.compile(algo, collective, ranks)
-                    for algo in ALGORITHMS.values()
-                    if collective in algo.auto and algo.check(grp, collective) is None
-                }
-                terms = {k: (cc.fixed_ns, cc.ns_per_byte) for k, cc in cands.items()}
-                best: CompiledCollective | None = None
-                best_ns = 0.0
-                for k, cc in cands.items():  # registry order breaks ties
-                    t = ALGORITHMS[k].selection_ns(grp, cc.fixed_ns, cc.ns_per_byte, msg_bytes, terms)
+                algos = [a for a in ALGORITHMS.values()
+                         if collective in a.auto and a.check(grp, collective) is None]
+            else:
+                algo = ALGORITHMS[name]
+                why = algo.check(grp, collective)
+                if why is not None:
+                    reasons.append(why)
+                    continue
+                algos = [algo]
+            bases = {a.name: sh.compile(a, collective, ranks) for a in algos}
+            terms = {k: (cc.fixed_ns, cc.ns_per_byte) for k, cc in bases.items()}
+            best: tuple[Algorithm, str] | None = None
+            best_ns = 0.0
+            for a in algos:  # registry order, then protocol order, breaks ties
+                cc = bases[a.name]
+                # NCCL's own rating of the algorithm's bandwidth (e.g. trees), as a factor
+                adj = (a.selection_ns(grp, 0.0, cc.ns_per_byte, 1.0, terms) / cc.ns_per_byte
+                       if cc.ns_per_byte > 0 else 1.0)
+                for proto in protocols_for(a.name, self.protocols):
+                    fixed, per_byte = sh.predicted(a, proto, collective, ranks, msg_bytes)
+                    t = fixed + per_byte * adj * msg_bytes
                     if best is None or t < best_ns:
-                        best, best_ns = cc, t
-                if best is not None:
-                    return best
+                        best, best_ns = (a, proto), t
+            if best is not None:
+                return sh.variant(best[0], best[1], collective, ranks, msg_bytes)
+            if name == "auto":
                 reasons.append(f"no algorithm implements {collective}")
-                continue
-            algo = ALGORITHMS[name]
-            why = algo.check(grp, collective)
-            if why is None:
-                return self._shared.compile(algo, collective, ranks)
-            reasons.append(why)
+            else:
+                reasons.append(f"{name} cannot run protocol {','.join(self.protocols)}")
         raise InputError(
             f"no applicable algorithm for {collective} on {len(ranks)} ranks over "
             f"{len(grp.nodes)} node(s) from {', '.join(prefs)}: {'; '.join(reasons)}",
@@ -396,27 +454,6 @@ class NetworkModel:
         return Runner(self, cc, collective, kind, n, msg_bytes).done
 
 
-def _merge(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:
-    """One compiled collective whose phase i holds the flows of phase i of every part (None
-    when the parts differ in their phases' number or steps); latency: the largest."""
-    first = parts[0]
-    if any(len(p.phases) != len(first.phases) for p in parts):
-        return None
-    phases = []
-    for i, ph in enumerate(first.phases):
-        ps = [p.phases[i] for p in parts]
-        if any(q.steps != ph.steps for q in ps):
-            return None
-        lens = np.concatenate([np.diff(q.e_ptr) for q in ps])
-        e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(lens, out=e_ptr[1:])
-        phases.append(CompiledPhase(e_ptr, np.concatenate([q.e_link for q in ps]).astype(np.int64),
-                                    np.concatenate([q.wire_per_byte for q in ps]), ph.steps,
-                                    max(q.latency_ns for q in ps)))
-    return CompiledCollective(first.algorithm, tuple(phases), max(p.fixed_ns for p in parts),
-                              max(p.ns_per_byte for p in parts))
-
-
 def _split(value: str | Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(v.strip() for v in value.split(",") if v.strip())
@@ -439,11 +476,13 @@ def collective_time_ns(
     n_ranks_or_ranks: int | Sequence[int],
     msg_bytes: int,
     algo: str | Mapping[str, str] | None = None,
+    protocol: str | None = None,
 ) -> int:
     """Time (ns) of one collective running alone on ``cluster``, simulated in a fresh env.
 
     ``n_ranks_or_ranks``: a rank count (ranks 0..n-1) or the ranks themselves. ``algo``: an
     algorithm name (or preference list) for this collective, or a per-collective mapping.
+    ``protocol``: the NCCL protocols allowed (as NCCL_PROTO; default: the spec's, else all).
     """
     if isinstance(n_ranks_or_ranks, int):
         ranks = tuple(range(n_ranks_or_ranks))
@@ -452,7 +491,7 @@ def collective_time_ns(
     if isinstance(algo, str):
         algo = {collective: algo}
     env = simpy.Environment()
-    model = NetworkModel(cluster, algo)
+    model = NetworkModel(cluster, algo, protocol=protocol)
     model.attach(env)
     ev = model.collective(collective, ranks, msg_bytes)
     env.run(until=ev)
