@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tracesim.catalog import load_model
+from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.cli import cli as main
 from tracesim.errors import InputError
 from tracesim.pipeline.published import (
@@ -26,6 +26,15 @@ from tracesim.pipeline.published import (
     sc21_options,
     summary,
     validate_rows,
+)
+from tracesim.pipeline.recipes import (
+    COMMITS,
+    RECIPES,
+    Recipe,
+    find_recipe,
+    layout_chunks,
+    segment_gpus,
+    unmodelled,
 )
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -93,6 +102,11 @@ def test_real_rows_replay() -> None:
     for r in got:
         assert r.predicted > 0 and r.iteration_time_s > 0 and r.wall_s > 0
         assert r.rel_error == pytest.approx(r.predicted / r.published - 1)
+        # Llama 3 8B recipes: whole-iteration CUDA graphs on Blackwell (--cuda-graphs), 5
+        # recomputed layers on H100 (not expressible); SC'21 rows have no recipe
+        assert bool(r.unmodelled) == ("DGX-H100" in r.label)
+        if "DGX-GB" in r.label or "DGX-B200" in r.label:
+            assert r.options["cuda_graphs"] == "full_iteration"
     s = summary(got)
     assert s["rows"] == 5 and s["within_10pct"] <= s["within_20pct"] <= 5
     # a faster GPU of the same layout is predicted faster: GB300 > GB200 >= B200 > H100
@@ -134,3 +148,76 @@ def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path
     assert s["rows"] == 1 and s["not_replayed"] == 1
     res = CliRunner().invoke(main, ["validate", "published", str(t)])
     assert res.exit_code == 0 and "not replayed: " in res.output and "1 not replayed" in res.output
+
+
+def test_pipeline_layout_strings_become_chunks() -> None:
+    """Megatron pipeline_model_parallel_layout: the DeepSeek-V3 GB200 / GB300 layout and the
+    B200 one (with MTP) of the recipes, 61 decoder layers each."""
+    got = layout_chunks("Et*3|(t*4|)*14ttL")
+    assert got == (3,) + (4,) * 14 + (2,) and sum(got) == 61
+    got = layout_chunks("Et*4|(t*4|)*14tmL")
+    assert got == (4,) * 15 + (1,) and sum(got) == 61
+    assert layout_chunks("Et|(tt|)*30mL") == (1,) + (2,) * 30 + (0,)
+    with pytest.raises(InputError, match="pipeline layout"):
+        layout_chunks("Ex*3|tL")
+
+
+def test_nvl72_jobs_use_slurm_segments_of_16_trays() -> None:
+    """executors.py: segment = the largest divisor of the node count up to 18 trays, only
+    past 18 trays; 256 GPUs = 64 trays -> 16-tray segments = 64 GPUs per rack."""
+    assert segment_gpus(256) == 64
+    assert segment_gpus(8) is None and segment_gpus(64) is None and segment_gpus(72) is None
+    assert segment_gpus(4 * 19) == 4  # 19 trays: prime, one tray per segment
+    assert segment_gpus(4 * 36) == 72
+    full = cluster_with_nodes("gb200-nvl72", 256)
+    used = cluster_with_nodes("gb200-nvl72", 256, 64)
+    assert (full.nodes, full.gpus_per_node) == (4, 72)
+    assert (used.nodes, used.gpus_per_node, used.gpus) == (4, 64, 256)
+    assert used.inter_node is not None and used.inter_node.nics_per_node == 64
+    assert used.intra_node.bandwidth_GBps == full.intra_node.bandwidth_GBps
+    # rank 64 starts the second rack (the first 64 ranks share one NVLink domain)
+    assert (used.node_of(63), used.node_of(64)) == (0, 1) and full.node_of(64) == 0
+    with pytest.raises(InputError, match="GPUs used per node"):
+        cluster_with_nodes("dgx-b200", 16, 9)
+
+
+def test_every_bridge_row_has_its_recipe() -> None:
+    _, rows = read_table(BRIDGE)
+    for row in rows:
+        run = find_recipe(row["system"], row["model"], row["precision"])
+        assert run is not None, row
+        assert run.source.split(":")[0] in COMMITS and run.config
+    assert len(RECIPES) == len(rows)
+
+
+def _recipe(system: str, model: str, precision: str) -> Recipe:
+    run = find_recipe(system, model, precision)
+    assert run is not None
+    return run
+
+
+def test_recipe_settings_reach_the_replay_options() -> None:
+    _, rows = read_table(BRIDGE)
+    opts = {(r["system"], r["model"], r["precision"]): bridge_options(r, BRIDGE, k)
+            for k, r in enumerate(rows)}
+    ds = opts["DGX-GB300", "deepseek-v3", "fp8-mx"]
+    # the layout's 16 chunks on pp 2: 8 per rank, 3 + 4 x 14 + 2 layers
+    assert ds["vpp"] == 8 and ds["stage_layers"] == layout_chunks("Et*3|(t*4|)*14ttL")
+    assert ds["overlap_param_gather"] is False  # "keeping this enabled causes NaN grad norm"
+    assert ds["cluster"].gpus_per_node == 64 and ds["cluster"].nodes == 4
+    # every run: NCCL_NVLS_ENABLE=0 (executors.py PERF_ENV_VARS)
+    assert not any(o["cluster"].intra_node.nvls for o in opts.values())
+    assert opts["DGX-GB200", "deepseek-v3", "bf16"]["vpp"] == 4
+    assert "overlap_param_gather" not in opts["DGX-GB200", "deepseek-v3", "bf16"]
+    assert opts["DGX-H100", "qwen3-235b-a22b", "fp8-cs"]["tp_comm_overlap"] is False
+    assert "tp_comm_overlap" not in opts["DGX-H100", "llama3-70b", "fp8-cs"]  # the stack's
+    assert opts["DGX-GB300", "llama3-70b", "fp8-cs"]["cluster"].gpus_per_node == 72
+    assert opts["DGX-B200", "deepseek-v3", "fp8-mx"]["stage_layers"][-1] == 1  # + MTP + loss
+    h8 = opts["DGX-H100", "llama3-8b", "fp8-cs"]
+    assert "recompute" not in h8  # 5 of 32 layers: not every layer, so not --recompute full
+    gaps = unmodelled(_recipe("DGX-H100", "llama3-8b", "fp8-cs"), 32, 1, 1)
+    assert gaps == ("recompute 5 of each stage's layers (full, block)",)
+    assert unmodelled(_recipe("DGX-H100", "llama3-70b", "fp8-cs"), 80, 8, 5) == ()
+    q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"), 48, 1, 1)
+    assert not any("CUDA graphs" in g for g in q) and any("hybridep" in g for g in q)
+    assert opts["DGX-GB300", "qwen3-30b-a3b", "fp8-mx"]["cuda_graphs"] == "moe_router,moe_preprocess"

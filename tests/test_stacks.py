@@ -27,8 +27,9 @@ from tracesim.template.resolve import ROp
 from tracesim.template.stacks import STACKS, default_stack
 
 ROOT = Path(__file__).resolve().parents[1]
+# short kernels: the host would gate them; these tests are about the GPU side (test_host.py)
 SMALL = {"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "dp": 4, "global_batch": 8,
-         "micro_batch": 1, "seq_len": 512}
+         "micro_batch": 1, "seq_len": 512, "host_launch": False}
 
 
 def _built(**extra):

@@ -97,15 +97,30 @@ def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
     return cluster_mapping(data, path)
 
 
-def cluster_with_nodes(name_or_path: str | Path, gpus: int) -> ClusterSpec:
+def cluster_with_nodes(name_or_path: str | Path, gpus: int,
+                       gpus_used_per_node: int | None = None) -> ClusterSpec:
     """A shipped (or YAML) cluster spec with as many nodes as ``gpus`` GPUs need (its
-    ``nodes`` replaced; node count is what the shipped specs are meant to be scaled by)."""
+    ``nodes`` replaced; node count is what the shipped specs are meant to be scaled by).
+
+    ``gpus_used_per_node``: the job uses only that many GPUs of each node (NVLink domain),
+    e.g. 64 of an NVL72 rack's 72 when a scheduler places it in segments of 16 trays: the
+    spec then describes the GPUs in use (``gpus_per_node`` = that count, the NICs of the
+    unused GPUs left out where the spec has one per GPU), so rank ``r`` sits in domain
+    ``r // gpus_used_per_node``."""
     path = _named(name_or_path, clusters_dir(), known_clusters(), "cluster", "--cluster")
     data = read_yaml(path)
     if not isinstance(data, Mapping) or "gpus_per_node" not in data:
         raise InputError("not a tracesim cluster spec (no gpus_per_node)", path)
     gpn = int(data["gpus_per_node"])
     out = {k: v for k, v in data.items() if k != "gpus"}
+    if gpus_used_per_node is not None and gpus_used_per_node != gpn:
+        if not 1 <= gpus_used_per_node < gpn:
+            raise InputError(f"{gpus_used_per_node} GPUs used per node: the node has {gpn}",
+                             path, "gpus_per_node")
+        inter = out.get("inter_node")
+        if isinstance(inter, Mapping) and inter.get("nics_per_node") == gpn:
+            out["inter_node"] = {**inter, "nics_per_node": gpus_used_per_node}
+        out["gpus_per_node"] = gpn = gpus_used_per_node
     out["nodes"] = max(1, -(-int(gpus) // gpn))
     return cluster_mapping(out, path)
 

@@ -187,6 +187,16 @@ class ReplayOptions:
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
         "for megatron-core with --dtype fp8.", "bool", group="stack")
+    host_launch: bool | None = _opt(
+        "Model the host that launches the kernels: the GPU waits when the CPU issues kernels "
+        "more slowly than they run, and at the MoE dispatcher's device-to-host sync (docs/"
+        "stacks.md, \"Host launch time and CUDA graphs\"). Default: on for the named GPU "
+        "stacks, off for eager.", "bool", group="stack")
+    cuda_graphs: str | None = _opt(
+        "CUDA-graph scopes, comma-separated: attn, mlp, moe, moe_router, moe_preprocess "
+        "(Transformer Engine per-layer graphs) or full_iteration; a captured scope costs one "
+        "graph launch on the host instead of its kernels. Default: none.", "str",
+        group="stack", metavar="SCOPES")
     # the layer template
     template: str | None = _opt("Layer template: 'analytic' (first principles) or a bundle, "
                                 "trace or workload to take it from (default: the source, else "
@@ -275,7 +285,8 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_imbalance", "moe_capacity_factor", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
-              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather")
+              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",
+              "host_launch", "cuda_graphs")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:

@@ -328,6 +328,12 @@ def profile(name: str) -> dict[str, Any]:
     ramp = kf.FITTED["gemm_curve_t_ramp_us"]
     plateau, curve_e, gsrc = gemm_plateaus(name)
     att, asrc = attention_params(name)
+    fa2 = name.startswith("a100")
+    att["backward"] = kf.FITTED["attention"]["fa2_bwd_ratio" if fa2 else "fa3_bwd_ratio"]
+    asrc += (f"; backward: {'FlashAttention-2' if fa2 else 'FlashAttention-3'}'s backward / "
+             "forward rate per head dim (64, 128) and length on H100, non-causal (FA3 paper's "
+             "backward and forward charts, data/attention.csv, sources FA3-BWD and FA3)"
+             + ("" if name == "h100" else "; the same ratios on this GPU (derived)"))
     mem_e, msrc = memory_fraction(name)
     memory = saturating_curve(mem_e, spec["hbm_GBps"] * 1e9 * MEMORY_T_RAMP_US * 1e-6, _BYTE_SIZES)
     compute: dict[str, Any] = {}
@@ -357,7 +363,8 @@ def profile(name: str) -> dict[str, Any]:
         "hbm_GiB": spec["hbm_GiB"], "launch_overhead_us": LAUNCH_OVERHEAD_US,
         "sm_count": spec["sm_count"], **({"l2_GBps": spec["l2_GBps"]} if "l2_GBps" in spec else {}),
         "efficiency": eff,
-        "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"]}},
+        "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"],
+                                                         "backward": att["backward"]}},
     }
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
     return out

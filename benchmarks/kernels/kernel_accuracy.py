@@ -19,6 +19,8 @@ import numpy as np
 
 from benchmarks.kernels import kernel_fit as kf
 from tracesim.hardware.costmodel import op_time_ns
+from tracesim.hardware.device import get_device
+from tracesim.template.durations import backward_attention_ns
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,15 @@ def attention_cases() -> list[Case]:
 
 
 def predict_fwd_bwd_s(c: Case, shaped: bool = True) -> float:
-    """Forward + backward (2.5x the forward FLOPs, tracesim.ops.rules) of an attention case."""
+    """Forward + backward (2.5x the forward FLOPs, tracesim.ops.rules) of an attention case,
+    the backward at the profile's backward / forward rate ratio on the shape path (as
+    :func:`tracesim.template.durations.make_op_time` times a backward op)."""
     bwd = Case(**{**c.__dict__, "flops": 2.5 * c.flops, "nbytes": 2 * c.nbytes})
-    return c.predicted_s(shaped) + bwd.predicted_s(shaped)
+    t_bwd = bwd.predicted_s(shaped)
+    if shaped and c.shape is not None:
+        t_bwd = backward_attention_ns(get_device(c.profile), int(round(t_bwd * 1e9)),
+                                       tuple(float(x) for x in c.shape)) * 1e-9
+    return c.predicted_s(shaped) + t_bwd
 
 
 def memory_cases() -> list[tuple[str, float, float]]:

@@ -17,6 +17,9 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
 * **Attention**: per dtype, ``kv_half`` and the plateau at head dims 64 / 128 / 256 fitted on
   the FlashAttention-3 paper's H100 *non-causal* forward rows; FlashAttention-2 on H100 the
   same way (the shape of the A100 curve, see :func:`attention_fits`).
+* **Attention backward**: the backward kernel's rate over the forward's, per head dim (64,
+  128) and length, read off FlashAttention-3's H100 non-causal backward and forward rows
+  (:func:`backward_ratios`; measured ratios, nothing fitted).
 * **Memory**: achieved / datasheet bandwidth of FluidX3D (FP32/FP32) per device.
 
 Everything not listed (held-out GEMM shapes and devices, causal attention, in-step attention)
@@ -58,6 +61,15 @@ FITTED: dict[str, Any] = {
         "fa3_bf16": {"kv_half": 256.0, "plateau": [[64.0, 0.5261], [128.0, 0.7141], [256.0, 0.805]]},
         "fa3_fp8": {"kv_half": 728.0, "plateau": [[64.0, 0.3334], [256.0, 0.6409]]},
         "fa2_bf16": {"kv_half": 80.0, "plateau": [[64.0, 0.3412], [128.0, 0.3876], [256.0, 0.3427]]},
+        "fa3_bwd_ratio": [
+            [64.0, [[512.0, 0.8168], [1024.0, 0.926], [2048.0, 0.9174], [4096.0, 0.9517],
+                    [8192.0, 0.9516], [16384.0, 0.9537]]],
+            [128.0, [[512.0, 0.6767], [1024.0, 0.7504], [2048.0, 0.8016], [4096.0, 0.8495],
+                     [8192.0, 0.8653], [16384.0, 0.8657]]]],
+
+        "fa2_bwd_ratio": [
+            [64.0, [[512.0, 0.7021], [1024.0, 0.7778], [2048.0, 0.8302], [4096.0, 0.8692], [8192.0, 0.8913], [16384.0, 0.8981]]],
+            [128.0, [[512.0, 0.6926], [1024.0, 0.7429], [2048.0, 0.8039], [4096.0, 0.8424], [8192.0, 0.8595], [16384.0, 0.8703]]]],
     },
 }
 
@@ -237,11 +249,29 @@ def fit_attention(impl: str, dtype: str, peak_tflops: float = 989.4, sm: int = 1
     return best[1]
 
 
+def backward_ratios(impl: str = "FlashAttention-3", dtype: str = "bf16",
+                    device: str = "H100-SXM5") -> list[list[Any]]:
+    """The backward kernel's rate over the forward's at the same head dim and length (both
+    non-causal; the backward's TFLOP/s counted on 2.5x the forward FLOPs, as the source
+    does): ``[[head_dim, [[seq, ratio], ...]], ...]``. Measured ratios, no fitted form."""
+    fwd = {(float(r["head_dim"]), float(r["seq_len"])): float(r["tflops"])
+           for r in attention_rows(impl=impl, dtype=dtype, causal="false", device=device, **{"pass": "fwd"})}
+    out: dict[float, list[list[float]]] = {}
+    for r in attention_rows(impl=impl, dtype=dtype, causal="false", device=device, **{"pass": "bwd"}):
+        key = (float(r["head_dim"]), float(r["seq_len"]))
+        if key in fwd:
+            out.setdefault(key[0], []).append([key[1], round(float(r["tflops"]) / fwd[key], 4)])
+    return [[d, sorted(pts)] for d, pts in sorted(out.items())]
+
+
 def attention_fits() -> dict[str, Any]:
-    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16)."""
+    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16) and FA3's
+    backward / forward rate ratios."""
     return {"fa3_bf16": fit_attention("FlashAttention-3", "bf16"),
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
-            "fa2_bf16": fit_attention("FlashAttention-2", "bf16")}
+            "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
+            "fa3_bwd_ratio": backward_ratios(),
+            "fa2_bwd_ratio": backward_ratios("FlashAttention-2")}
 
 
 # --------------------------------------------------------------------------- memory

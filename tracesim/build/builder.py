@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.build import dpsync
+from tracesim.build.host import HostModel, host_bound
 from tracesim.build.instantiate import REPORT_KIND, instantiate
 from tracesim.build.overlap import (
     NCCL_SMS,
@@ -94,6 +95,19 @@ class _StageBuilder:
         if model.is_mla:  # MLA's keys and values after the up projection, every head
             kv_width = model.heads * (model.qk_head_dim + model.v_dim)
             self.ring_msg = int(par.micro_batch * (par.seq_len / par.cp) * kv_width / par.tp * self.eb)
+        self.host = (HostModel(graphs=par.cuda_graphs,
+                               local_experts=max(1, model.experts // par.ep) if model.is_moe else 1)
+                     if par.host_launch else None)
+        self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
+
+    def _host(self, u: Unit, phase: str) -> None:
+        """The GPU's waits for the host launching the unit's kernels (:mod:`host`)."""
+        if self.host is None:
+            return
+        c = u.cols
+        chain = [i for i in range(len(u)) if (c["kind"][i] == "gpu" and c["lane"][i] == "compute")
+                 or (c["kind"][i] == "coll" and c["lane"][i] in ("comm:tp", "comm:ep"))]
+        self.host_wait_ns[phase] += host_bound(c, chain, self.host)
 
     # ---- units -------------------------------------------------------------------------
     def _layers(self, g: int) -> range:
@@ -155,6 +169,7 @@ class _StageBuilder:
             if ag >= 0:
                 self._fsdp_interference(u, start, sec.params * self.param_bytes, "all_gather")
         u.close()
+        self._host(u, "fwd")
         return (u.compacted() if self.merge else u).freeze()
 
     def _fsdp_interference(self, u: Unit, start: int, nbytes: float, collective: str) -> None:
@@ -198,6 +213,7 @@ class _StageBuilder:
                 self._fsdp_interference(u, start, sec.params * (self.param_bytes + self.grad_bytes),
                                         "all_gather")
         u.close()
+        self._host(u, "bwd")
         return (u.compacted() if self.merge else u).freeze()
 
 
@@ -371,7 +387,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                                      collective="all_gather", gkind=gk, msg_bytes=int(n * sb.param_bytes),
                                      key=f"zag|{gk}")
                 prog.edge(opt, ag)
-    info = {"params": params, "expert_params": expert, "items": len(items)}
+    info = {"params": params, "expert_params": expert, "items": len(items),
+            "host_wait_ns": dict(sb.host_wait_ns)}
     return prog.arrays(), info
 
 

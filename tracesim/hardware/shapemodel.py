@@ -36,6 +36,9 @@ query (``seq_kv``; about half of it for causal attention, :mod:`tracesim.ops.sha
     fill = q_tiles / (ceil(q_tiles / S) * S),  q_tiles = batch * heads * ceil(seq_q / tile_q)
 
 ``plateau`` is interpolated in log2(head_dim) between the listed head dims and held beyond.
+A backward op runs at ``eff * backward_ratio(head_dim, kv)`` where the profile lists the
+backward kernel's measured rate over the forward's (``backward``; applied by
+:func:`tracesim.template.durations.make_op_time`, which knows an op's pass).
 
 This module holds the parsed parameters and the vectorised formulas only; it imports nothing
 from the rest of ``tracesim.hardware`` (device.py parses profiles with it).
@@ -114,6 +117,20 @@ class AttentionShapeModel:
     plateau: Mapping[str, tuple[tuple[float, float], ...]]
     kv_half: Mapping[str, float]
     tile_q: int = 128
+    #: backward rate over forward rate: ``((head_dim, ((kv, ratio), ...)), ...)``; empty:
+    #: the backward runs at the forward's efficiency
+    backward: tuple[tuple[float, tuple[tuple[float, float], ...]], ...] = ()
+
+    def backward_ratio(self, head_dim: float, kv: float) -> float:
+        """The backward kernel's rate over the forward's at ``head_dim`` and mean key length
+        ``kv``: interpolated in log2(kv) within each listed head dim and in log2(head_dim)
+        between them, held beyond the ends; 1.0 without backward data."""
+        if not self.backward:
+            return 1.0
+        per_dim = [float(np.interp(np.log2(max(kv, 1.0)), np.log2([p[0] for p in pts]),
+                                   [p[1] for p in pts])) for _, pts in self.backward]
+        dims = np.log2([d for d, _ in self.backward])
+        return float(np.interp(np.log2(max(head_dim, 1.0)), dims, per_dim))
 
     def efficiency(self, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
         """Efficiency (fraction of peak, <= 1) of attention ops of ``shape`` (n x 4)."""
@@ -193,7 +210,7 @@ def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
 
 
 def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShapeModel:
-    check_keys(data, ("plateau", "kv_half"), ("tile_q", "source"), file=file, where=where)
+    check_keys(data, ("plateau", "kv_half"), ("tile_q", "backward", "source"), file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     out: dict[str, tuple[tuple[float, float], ...]] = {}
     for key, pts in plat.items():
@@ -212,7 +229,34 @@ def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShape
         plateau=MappingProxyType(out),
         kv_half=MappingProxyType({str(k): get_number(halves, k, file=file, where=f"{where}.kv_half",
                                                      allow_zero=True) for k in halves}),
-        tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128))
+        tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128),
+        backward=_backward(data.get("backward", []), file, f"{where}.backward"))
+
+
+def _backward(data: Any, file: str | Path | None, where: str
+              ) -> tuple[tuple[float, tuple[tuple[float, float], ...]], ...]:
+    """``[[head_dim, [[kv, ratio], ...]], ...]`` (head dims and lengths increasing, ratios in
+    (0, 1])."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+    if not isinstance(data, list):
+        raise InputError(f"expected a list of [head_dim, [[kv, ratio], ...]], got {data!r}", file, where)
+    out = []
+    for k, item in enumerate(data):
+        place = f"{where}[{k}]"
+        if not (isinstance(item, list) and len(item) == 2 and number(item[0])
+                and isinstance(item[1], list) and item[1]
+                and all(isinstance(p, list) and len(p) == 2 and number(p[0]) for p in item[1])):
+            raise InputError(f"expected [head_dim, [[kv, ratio], ...]], got {item!r}", file, place)
+        kvs = [float(p[0]) for p in item[1]]
+        if kvs != sorted(set(kvs)):
+            raise InputError("key lengths must be increasing", file, place)
+        out.append((float(item[0]), tuple((float(p[0]), _fraction(p[1], file, place)) for p in item[1])))
+    dims = [d for d, _ in out]
+    if dims != sorted(set(dims)):
+        raise InputError("head dims must be increasing", file, where)
+    return tuple(out)
 
 
 def parse_shape_model(data: Any, file: str | Path | None = None,

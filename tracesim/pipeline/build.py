@@ -174,8 +174,17 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster, par))
+    info = stack_info(stack, par, device, template)
+    if par.host_launch:
+        from tracesim.build.host import LAUNCH_US_BWD, LAUNCH_US_FWD
+
+        waits = [st.get("host_wait_ns", {}) for st in built.info["stages"]]
+        worst = max((sum(w.values()) for w in waits), default=0.0)
+        info["host"] = {"launch_us": {"fwd": LAUNCH_US_FWD, "bwd": LAUNCH_US_BWD},
+                        "cuda_graphs": list(par.cuda_graphs),
+                        "wait_s_per_microbatch": worst * 1e-9}
     return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,
-                 methods, tuple(warnings), stack_info(stack, par, device, template))
+                 methods, tuple(warnings), info)
 
 
 def _stack_and_template(source: str | Path | None, options: ReplayOptions, model: ModelSpec,

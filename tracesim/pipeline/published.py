@@ -10,19 +10,24 @@ Two table formats are read (the columns decide):
   ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
-  (:func:`pipeline_split`).
+  (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
+  sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
+  a pipeline layout string, the overlaps the recipe turns off, NVLink SHARP off
+  (``NCCL_NVLS_ENABLE=0``) and, on GB200 / GB300 past 18 trays, 64 GPUs per NVL72 rack
+  (slurm segments of 16 trays); the recipe settings without a mechanism are listed per row.
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, gradients reduced
   after the backward pass, full recomputation, interleaved schedule, micro-batch 1).
 
-Nothing here is fitted: each row's options follow from the row and the stack. The same
+Nothing here is fitted: each row's options follow from the row, its recipe and the stack. The same
 rules apply to tables not in the repository.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +37,7 @@ from typing import Any
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
+from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
@@ -41,6 +47,9 @@ SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "globa
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene"}
 #: precision column -> (dtype, FP8 recipe)
+#: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
+#: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
+NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
 PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
               "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
 
@@ -53,6 +62,8 @@ class PublishedRow:
     ``rel_error`` = predicted / published - 1. ``wall_s``: the replay's wall time.
     ``error``: why the row was not replayed (a layout tracesim cannot express), else "";
     such a row has no prediction and is left out of :func:`summary`'s errors.
+    ``unmodelled``: settings of the row's recipe the replay has no mechanism for
+    (:func:`tracesim.pipeline.recipes.unmodelled`).
     """
 
     table: str
@@ -66,13 +77,15 @@ class PublishedRow:
     wall_s: float
     warnings: tuple[str, ...] = ()
     error: str = ""
+    unmodelled: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "row": self.label, "options": _jsonable(self.options),
                 "metric": self.metric, "published": self.published,
                 "predicted": self.predicted, "rel_error": self.rel_error,
                 "iteration_time_s": self.iteration_time_s, "wall_s": self.wall_s,
-                "warnings": list(self.warnings), "error": self.error}
+                "warnings": list(self.warnings), "error": self.error,
+                "unmodelled": list(self.unmodelled)}
 
 
 def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
@@ -124,8 +137,14 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     cp, ep = _int(row, "cp", path, k, 1), _int(row, "ep", path, k, 1)
     vp, fsdp = _int(row, "vp", path, k, 1), _int(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
+    run = find_recipe(system, row["model"].strip(), prec)
+    per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
+    cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
+    # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
+    # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
+    cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
     opts: dict[str, Any] = {
-        "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": row["model"].strip(), "cluster": cluster,
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
         "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
@@ -135,14 +154,23 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_recipe"] = recipe
     if vp > 1:
         opts["vpp"] = vp
-    split = pipeline_split(load_model(opts["model"]).layers, pp, max(vp, 1))
+    layers = load_model(opts["model"]).layers
+    split = pipeline_split(layers, pp, max(vp, 1))
     if split is not None:
         opts["stage_layers"] = split
     if fsdp > 0:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
-    return opts
+    return recipe_options(run, opts, layers) if run is not None else opts
+
+
+def row_unmodelled(row: dict[str, str], opts: dict[str, Any]) -> tuple[str, ...]:
+    """The settings of the row's recipe that the replay cannot express (recipes.py)."""
+    run = find_recipe(row["system"].strip(), row["model"].strip(), row["precision"].strip())
+    if run is None:
+        return ()
+    return unmodelled(run, load_model(opts["model"]).layers, opts["pp"], opts.get("vpp", 1))
 
 
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -196,8 +224,10 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
+            gaps: tuple[str, ...] = ()
             if fmt == "bridge":
                 opts = bridge_options(row, p, k)
+                gaps = row_unmodelled(row, opts)
                 label = (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
                          f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}")
             else:
@@ -214,7 +244,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
             except InputError as exc:  # a layout tracesim cannot express: said, not fatal
                 yield PublishedRow(p.name, label, opts, metric, published, float("nan"),
                                    float("nan"), float("nan"), time.perf_counter() - t0, (),
-                                   str(exc))
+                                   str(exc), gaps)
                 continue
             wall = time.perf_counter() - t0
             it = res.iteration_time_s
@@ -224,7 +254,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                 predicted = sc21_flops(row) / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
             yield PublishedRow(p.name, label, opts, metric, published, predicted,
                                predicted / published - 1.0 if published else 0.0, it, wall,
-                               tuple(res.warnings))
+                               tuple(res.warnings), "", gaps)
 
 
 def summary(rows: list[PublishedRow]) -> dict[str, Any]:

@@ -85,6 +85,11 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         fp8 = st.get("fp8")
         rows.append(("stack", str(st["name"]) + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
                      + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
+        host = st.get("host")
+        if isinstance(host, Mapping):
+            graphs = ", ".join(host.get("cuda_graphs") or []) or "none"
+            rows.append(("host launches", f"GPU waits {fmt_seconds(host.get('wait_s_per_microbatch'))} "
+                         f"per micro-batch (slowest stage); CUDA graphs: {graphs}"))
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
         ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),

@@ -100,6 +100,8 @@ class ParallelSpec:
             overlapped compute runs at full speed.
         fp8_recipe: FP8 scaling recipe with ``dtype`` fp8: ``current`` (tensor-wise current
             scaling), ``delayed`` or ``mxfp8`` (Blackwell block scaling); "" for other dtypes.
+        host_launch: model the host that launches the kernels (tracesim.build.host).
+        cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
             the bytes of BF16).
     """
@@ -137,6 +139,8 @@ class ParallelSpec:
     comm_interference: bool = False
     fp8_recipe: str = ""
     fp8_param_gather: bool = False
+    host_launch: bool = False
+    cuda_graphs: tuple[str, ...] = ()
 
     @property
     def act_dtype(self) -> str:
@@ -380,7 +384,26 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         comm_interference=bool(get("comm_interference", False)),
         fp8_recipe=str(get("fp8_recipe", "")),
         fp8_param_gather=bool(get("fp8_param_gather", False)),
+        host_launch=bool(get("host_launch", False)),
+        cuda_graphs=graph_scopes(get("cuda_graphs", "")),
     )
+
+
+#: the --cuda-graphs scopes (Megatron-Core's cuda_graph_scope / --cuda-graph-modules);
+#: tracesim.build.host says which template ops each captures
+GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+
+
+def graph_scopes(value: Any) -> tuple[str, ...]:
+    """``--cuda-graphs`` (a comma list or a sequence) as checked scope names; ``none`` or
+    empty: none."""
+    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
+    items = [x for x in items if x and x != "none"]
+    bad = [x for x in items if x not in GRAPH_SCOPES]
+    if bad:
+        raise InputError(f"unknown CUDA-graph scope {bad[0]!r} (known: {', '.join(GRAPH_SCOPES)}, none)",
+                         "--cuda-graphs")
+    return tuple(dict.fromkeys(items))
 
 
 def _one_switch(opts: Mapping[str, Any], name: str, alias: str, default: bool) -> bool:

@@ -12,7 +12,8 @@ measured duration (a trace-derived template):
 Ops without a measurement use the cost model (``model``), with the op's own ``dtype`` where
 it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 :func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
-that have one. ``methods`` counts each outcome.
+that have one; a backward attention op runs at the profile's measured backward / forward
+rate ratio (:func:`backward_attention_ns`). ``methods`` counts each outcome.
 
 An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
 parameter: the trace-derived optimizer step) is split in two (:func:`split_calls_ns`): the
@@ -83,11 +84,25 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             kw = {"shape": shape} if shape else {}
             ns, method = op_time_ns(device, op_class, flops, nbytes, op.dtype or dtype, units,
                                     **kw), "model"
+            if shape and op_class == "attention" and op.phase == "bwd":
+                ns = backward_attention_ns(device, int(ns), shape)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
         methods[method] += 1
         return int(ns)
 
     return op_time, methods
+
+
+def backward_attention_ns(device: Any, ns: int, shape: tuple[float, ...]) -> int:
+    """A backward attention op's model time: the forward-efficiency time less the launch
+    overhead, divided by the profile's backward / forward rate ratio at the op's head dim
+    and mean key length (:meth:`AttentionShapeModel.backward_ratio`)."""
+    att = device.shape_model.attention if device.shape_model is not None else None
+    if att is None or not att.backward:
+        return ns
+    launch = int(round(float(device.launch_overhead_us) * 1e3))
+    ratio = att.backward_ratio(shape[3], shape[2])
+    return launch + int(round(max(ns - launch, 0) / ratio))
 
 
 def _numeric_shape(shape: str) -> tuple[float, ...] | None:

@@ -98,20 +98,21 @@ def _megatron_core(par: Any, dev: Any) -> dict[str, Any]:
     sp = par.tp > 1
     return {"sp": sp, "zero": 1, "dp_overlap": True, "overlap_param_gather": True,
             "tp_comm_overlap": sp, "tp_bwd_overlap": par.tp > 1,
-            "p2p_blocking": not _interleaved(par), "comm_interference": True}
+            "p2p_blocking": not _interleaved(par), "comm_interference": True, "host_launch": True}
 
 
 def _megatron_2021(par: Any, dev: Any) -> dict[str, Any]:
-    return {"dp_overlap": False, "p2p_blocking": True, "comm_interference": True}
+    return {"dp_overlap": False, "p2p_blocking": True, "comm_interference": True, "host_launch": True}
 
 
 def _torchtitan(par: Any, dev: Any) -> dict[str, Any]:
     return {"sp": par.tp > 1, "fsdp": par.dp * par.cp > 1, "dp_overlap": True,
-            "p2p_blocking": False, "comm_interference": True}
+            "p2p_blocking": False, "comm_interference": True, "host_launch": True}
 
 
 def _deepspeed(par: Any, dev: Any) -> dict[str, Any]:
-    return {"zero": 1, "dp_overlap": True, "p2p_blocking": True, "comm_interference": True}
+    return {"zero": 1, "dp_overlap": True, "p2p_blocking": True, "comm_interference": True,
+            "host_launch": True}
 
 
 def _eager(par: Any, dev: Any) -> dict[str, Any]:

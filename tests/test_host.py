@@ -1,0 +1,103 @@
+"""The host that launches the kernels (tracesim.build.host): closed forms of the two-stage
+flow, sync points, CUDA-graph scopes, and what it does to replays."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import retarget
+from tracesim.build.host import HostModel, host_waits, is_sync
+
+
+def _uniform(n: int, g_ns: int, h_us: float) -> list[float]:
+    host = HostModel(launch_us_fwd=h_us, launch_us_bwd=h_us)
+    return host_waits([f"op{i}" for i in range(n)], ["fwd"] * n, [g_ns] * n, host)
+
+
+def test_long_kernels_never_wait_for_the_host() -> None:
+    assert sum(_uniform(50, 100_000, 37.0)) == 0.0  # 100 us kernels, 37 us launches
+
+
+def test_short_kernels_wait_for_each_launch() -> None:
+    # h > g: the first kernel waits h, every later one h - g (the host is the bottleneck)
+    n, g, h = 40, 5_000, 30.0
+    waits = _uniform(n, g, h)
+    assert waits[0] == pytest.approx(h * 1e3)
+    assert waits[1:] == pytest.approx([h * 1e3 - g] * (n - 1))
+    # GPU span = n launches end to end + the last kernel
+    assert sum(waits) + n * g == pytest.approx(n * h * 1e3 + g)
+
+
+def test_a_sync_point_drains_the_queue() -> None:
+    # long kernels, but the MoE dispatch waits for the GPU: the kernels after it wait for
+    # the sync round trip and their own launches
+    names = ["ln2", "moe.router", "moe.topk", "moe.permute", "moe.dispatch", "moe.fc1", "moe.act"]
+    gpu = [100_000, 100_000, 100_000, 100_000, 0, 100_000, 100_000]
+    host = HostModel(launch_us_fwd=20.0, sync_us=10.0, local_experts=4)
+    assert is_sync("moe.dispatch", "fwd") and not is_sync("moe.dispatch", "bwd")
+    assert is_sync("recompute:moe.dispatch", "bwd")
+    waits = host_waits(names, ["fwd"] * len(names), gpu, host)
+    # at the dispatch: sync 10 us + its own launch 20 us; then fc1: 4 expert GEMMs = 80 us
+    assert waits[4] == pytest.approx(30_000)
+    assert waits[5] == pytest.approx(80_000)
+    assert waits[6] == 0.0  # the 100 us GEMMs let the host run ahead again
+    assert waits[:4] == [0.0] * 4  # wrapped around: the host caught up before the next layer
+
+
+def test_cuda_graphs_launch_a_scope_once() -> None:
+    names = ["ln1", "attn.qkv", "attn.core", "attn.proj", "ln2", "mlp.fc1"]
+    plain = HostModel(launch_us_fwd=30.0)
+    graphed = HostModel(launch_us_fwd=30.0, graph_launch_us=10.0, graphs=("attn",))
+    cost = [plain.issue_ns(n, "fwd", "")[0] for n in names]
+    prev, got = "", []
+    for n in names:
+        ns, prev = graphed.issue_ns(n, "fwd", prev)
+        got.append(ns)
+    assert cost == [30_000.0] * 6
+    assert got == [10_000.0, 0.0, 0.0, 0.0, 30_000.0, 30_000.0]
+    full = HostModel(graphs=("full_iteration",))
+    assert full.scope("moe.fc1") == "full_iteration"
+
+
+def test_expert_gemms_launch_per_local_expert() -> None:
+    host = HostModel(local_experts=16)
+    assert host.launches("moe.fc1", "fwd") == 16
+    assert host.launches("moe.fc1", "bwd") == 32  # data and weight gradients
+    assert host.launches("moe.fc2.fp8_cast", "bwd") == 16
+    assert host.launches("moe.shared.fc1", "fwd") == 1
+    assert host.launches("attn.qkv", "fwd") == 1
+
+
+MOE = {"model": "qwen3-30b-a3b", "cluster": "dgx-b200", "ep": 8, "dp": 8, "micro_batch": 1,
+       "global_batch": 16, "seq_len": 4096, "dtype": "fp8", "fp8_recipe": "mxfp8"}
+
+
+def test_moe_replay_is_host_bound_and_graphs_help() -> None:
+    on = retarget(MOE)
+    off = retarget({**MOE, "host_launch": False})
+    graphs = retarget({**MOE, "cuda_graphs": "attn,moe_router,moe_preprocess"})
+    full = retarget({**MOE, "cuda_graphs": "full_iteration"})
+    assert on.iteration_time_s > 1.5 * off.iteration_time_s  # many short expert kernels
+    assert off.iteration_time_s < graphs.iteration_time_s < on.iteration_time_s
+    assert full.iteration_time_s < graphs.iteration_time_s
+    host = on.details["stack"]["host"]
+    assert host["wait_s_per_microbatch"] > 0 and host["cuda_graphs"] == []
+    assert off.details["stack"].get("host") is None
+
+
+def test_compute_bound_dense_step_does_not_change() -> None:
+    dense = {"model": "llama3-8b", "cluster": "h100x8", "dp": 8, "micro_batch": 2,
+             "global_batch": 16, "seq_len": 8192}
+    on, off = retarget(dense), retarget({**dense, "host_launch": False})
+    assert on.iteration_time_s == pytest.approx(off.iteration_time_s, rel=1e-3)
+
+
+def test_unknown_graph_scope_exits_2() -> None:
+    p = subprocess.run([sys.executable, "-m", "tracesim.cli", "replay", "--model", "gpt3-1.7b",
+                        "--cluster", "h100x8", "--dp", "8", "--cuda-graphs", "attn,decoder"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "--cuda-graphs" in p.stderr and "decoder" in p.stderr and "Traceback" not in p.stderr

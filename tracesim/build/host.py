@@ -1,0 +1,159 @@
+"""The host that launches the kernels: when kernels are short, the GPU waits for the CPU.
+
+A training step's GPU kernels are issued one by one by the host: the Python module code,
+PyTorch's dispatcher and the CUDA launch call cost host time per kernel. The host runs ahead
+of the GPU (kernels queue on their stream) except where the program waits for the GPU: a
+device-to-host copy that sizes later work. Megatron-Core's MoE all-to-all token dispatcher
+is such a point: the number of tokens each expert receives is copied to the host before the
+dispatch all-to-all can be sized (``MoEAlltoAllTokenDispatcher``: the split sizes go to the
+CPU, then a stream synchronisation), once per MoE layer in every forward pass. CUDA graphs
+(``--cuda-graphs``) replay captured scopes with one launch each.
+
+:func:`host_bound` walks the chain of one unit (one pass of one model chunk) in program order
+as a two-stage flow: the host issues task ``i`` ``h_i`` after issuing task ``i - 1``; the GPU
+starts it at ``max(end of i - 1, issue of i)``. What the GPU waits is added to the compute
+task it delays, or, before a communication task, to the compute task before that (the wait
+then shows as compute time of that layer: it is the GPU idling in that layer). Communication tasks count as launches of zero GPU time (their duration is the
+network's), which can only overstate the waits after them. A sync point puts the host
+``sync_us`` after the GPU's arrival there. The scan starts at the unit's first sync point
+and wraps around (the unit repeats every micro-batch); a unit without one is host-bound
+only when its host time exceeds its GPU time (the host then falls behind by the difference
+each micro-batch), else the host runs ahead and the GPU never waits.
+
+Host time per launch: the medians over the public real GPU traces of the median gap between
+consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
+(backward) thread, 30 us (``benchmarks/traces/host_launch.py``; docs/stacks.md). Kernels per
+task: one, except the routed experts' grouped GEMMs and their FP8 casts: Transformer
+Engine's ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in
+the backward (data and weight gradients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
+LAUNCH_US_FWD = 37.0
+LAUNCH_US_BWD = 30.0
+#: a device-to-host copy of a few bytes and a stream synchronisation (us); order of a PCIe
+#: round trip plus the CUDA event wait (NCCL src/graph/tuning.cc puts a kernel launch round
+#: trip at a few us); small next to the launch times above
+SYNC_US = 10.0
+#: one CUDA graph launch (us): a captured scope costs this once instead of its kernels
+GRAPH_LAUNCH_US = 10.0
+
+#: the template ops each --cuda-graphs scope captures (tracesim.specs.parallel.GRAPH_SCOPES);
+#: "full_iteration" captures every op
+_SCOPE_PREFIX = {
+    "attn": ("ln1", "attn."),
+    "mlp": ("ln2", "mlp."),
+    "moe_router": ("moe.router", "moe.topk"),
+    "moe_preprocess": ("moe.permute",),
+    "moe": ("moe.",),
+}
+_EXPERT_OPS = ("moe.fc1", "moe.fc2")
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """Host launch costs (us) and the CUDA-graph scopes of a replay (module docstring)."""
+
+    launch_us_fwd: float = LAUNCH_US_FWD
+    launch_us_bwd: float = LAUNCH_US_BWD
+    sync_us: float = SYNC_US
+    graph_launch_us: float = GRAPH_LAUNCH_US
+    graphs: tuple[str, ...] = ()
+    local_experts: int = 1
+
+    def scope(self, name: str) -> str:
+        """The captured scope ``name`` (a task name) belongs to, or ""."""
+        base = name.split(":", 1)[-1]
+        if "full_iteration" in self.graphs:
+            return "full_iteration"
+        for s in self.graphs:
+            if any(base.startswith(p) for p in _SCOPE_PREFIX.get(s, ())):
+                return s
+        return ""
+
+    def launches(self, name: str, phase: str) -> int:
+        """Kernel launches of one task (module docstring)."""
+        base = name.split(":", 1)[-1]
+        if base.startswith(_EXPERT_OPS):
+            return self.local_experts * (2 if phase == "bwd" and ".fp8_cast" not in base else 1)
+        return 1
+
+    def issue_ns(self, name: str, phase: str, prev_scope: str) -> tuple[float, str]:
+        """Host time (ns) to issue task ``name`` and its scope (a graph launch is paid when
+        a captured scope starts)."""
+        sc = self.scope(name)
+        if sc:
+            return (self.graph_launch_us * 1e3 if sc != prev_scope else 0.0), sc
+        per = self.launch_us_bwd if phase == "bwd" else self.launch_us_fwd
+        return per * 1e3 * self.launches(name, phase), ""
+
+
+def is_sync(name: str, phase: str) -> bool:
+    """Whether the host waits for the GPU before issuing task ``name``: the forward MoE
+    dispatch all-to-all (its split sizes come from the GPU), recomputed forwards included."""
+    return name.split(":", 1)[-1].startswith("moe.dispatch") and (phase == "fwd" or name.startswith("recompute:"))
+
+
+def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: HostModel) -> list[float]:
+    """What the GPU waits for the host before each task (ns), for tasks in program order
+    with their GPU times (0 for communication); module docstring."""
+    n = len(names)
+    issue = []
+    prev = ""
+    for i in range(n):
+        h, prev = host.issue_ns(names[i], phases[i], prev)
+        issue.append(h)
+    syncs = [i for i in range(n) if is_sync(names[i], phases[i])]
+    sync_set = set(syncs)
+    waits = [0.0] * n
+    if not syncs:
+        if sum(issue) <= sum(gpu_ns):
+            return waits  # the host runs ahead
+        order = list(range(n))
+        host_t = gpu_t = 0.0
+    else:
+        order = list(range(syncs[0], n)) + list(range(syncs[0]))
+        host_t = gpu_t = 0.0
+    for i in order:
+        if i in sync_set:
+            host_t = max(host_t, gpu_t) + host.sync_us * 1e3
+        host_t += issue[i]
+        start = max(gpu_t, host_t)
+        waits[i] = start - gpu_t
+        gpu_t = start + gpu_ns[i]
+    return waits
+
+
+def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> float:
+    """Add the GPU's waits for the host (:func:`host_waits`) over the ``chain`` tasks of a
+    unit's columns ``cols`` to the compute task before each wait (the first compute task
+    for a wait before any); returns the total added (ns)."""
+    if not chain:
+        return 0.0
+    names = [str(cols["name"][i]) for i in chain]
+    phases = [str(cols["phase"][i]) for i in chain]
+    gpu = [int(cols["dur_ns"][i]) if cols["kind"][i] == "gpu" else 0 for i in chain]
+    waits = host_waits(names, phases, gpu, host)
+    computes = [k for k, i in enumerate(chain) if cols["kind"][i] == "gpu"]
+    if not computes:
+        return 0.0
+    total = 0.0
+    last = -1
+    for k, w in enumerate(waits):
+        if cols["kind"][chain[k]] == "gpu":
+            last = k
+        if w <= 0:
+            continue
+        target = last if last >= 0 and cols["kind"][chain[k]] != "gpu" else k
+        if cols["kind"][chain[target]] != "gpu":
+            target = computes[0]
+        if target == k:  # the wait comes before this compute task starts: charge it there
+            cols["dur_ns"][chain[k]] += int(round(w))
+        else:
+            cols["dur_ns"][chain[target]] += int(round(w))
+        total += w
+    return total

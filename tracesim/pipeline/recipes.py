@@ -1,0 +1,259 @@
+"""The Megatron-Bridge performance recipes behind the 25.11 performance table, row by row.
+
+Each row of ``megatron_bridge_25_11.csv`` (system, model, precision) was measured with a
+Megatron-Bridge performance recipe (``scripts/performance``) that sets much more than the
+table's columns. :data:`RECIPES` holds, per row, what that recipe sets, read from the
+repository NVIDIA-NeMo/Megatron-Bridge at the commit named in ``source`` (docs/published_configs.md
+gives every row with its file and config name). Three commits are used:
+
+* ``7af9601c`` = tag v0.2.0 (2025-11-26), the release in the NeMo 25.11 container;
+* ``4a82e165`` = branch ``gaod/r0.2.0_test`` (2025-12-06): r0.2.0 plus the GB200 / GB300
+  DeepSeek-V3 and GPT-OSS configs whose layout and batch are the table's (PP2 x EP32 and
+  GBS 4096 on GB300, no MTP, pipeline layout ``Et*3|(t*4|)*14ttL``; GPT-OSS GBS 1280 at 8192
+  tokens);
+* ``e940d997`` (2026-01-12, "support multiple perf configs"): the ``_V2`` configs, the
+  table's larger runs (Llama 3 70B GBS 256, Llama 3.1 405B on 256 GB200/GB300 GPUs with GBS
+  1536, Qwen3 235B on 256 GPUs with GBS 8192).
+
+:func:`recipe_options` turns what tracesim can express into replay options;
+:func:`unmodelled` names, per row, the settings tracesim has no mechanism for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tracesim.errors import InputError
+
+#: the commits (NVIDIA-NeMo/Megatron-Bridge) the recipes are read from
+COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
+           "r0.2.0-test": "4a82e165124ad4bd2e77155ee8f964f241f0bbbd",
+           "v2-configs": "e940d997d7bdb7810f621f5b32bf70255b5aa2d9"}
+
+#: GPUs one job uses per GB200 / GB300 NVL72 rack: scripts/performance/utils/executors.py
+#: (v0.2.0) passes ``--segment`` = the largest divisor of the node count up to 18 when a
+#: 4-GPU-node job has more than 18 nodes; 64 nodes (256 GPUs) -> segments of 16 trays = 64
+#: GPUs per NVLink domain. Jobs of up to 18 nodes get no segment (placement not constrained).
+NVL72_TRAYS = 18
+
+
+def segment_gpus(gpus: int, gpus_per_tray: int = 4) -> int | None:
+    """GPUs per NVLink domain of a GB200 / GB300 job of ``gpus`` GPUs as the performance
+    scripts place it (``slurm --segment``), or None when they set no segment."""
+    nodes = -(-gpus // gpus_per_tray)
+    if nodes <= NVL72_TRAYS:
+        return None
+    seg = next(s for s in range(NVL72_TRAYS, 0, -1) if nodes % s == 0)
+    return seg * gpus_per_tray
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a row's performance recipe sets beyond the table's columns.
+
+    ``config``: the config name in ``source``'s ``workload_base_configs.py``;
+    ``differs``: where that config's layout / batch differs from the table row (the table
+    is replayed as published; the run overrode them on the command line);
+    ``recompute``: ``""`` (none), ``"full-block:N"`` (N layers per stage recomputed whole),
+    or ``"selective:"`` + Megatron recompute modules;
+    ``cpu_offload_layers``: layers whose activations are offloaded to host memory;
+    ``cuda_graph``: ``""``, ``"local:full_iteration"`` or ``"te:"`` + TE graph scopes;
+    ``dispatcher``: MoE token dispatcher (``alltoall``, ``hybridep`` or ``deepep``, the
+    last two through Megatron's ``flex`` dispatcher; flex sets moe_shared_expert_overlap
+    off); ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute;
+    ``tp_comm_overlap`` / ``overlap_param_gather``: None where the recipe keeps the
+    megatron-core default (userbuffers TP overlap with tp > 1; parameter all-gather
+    overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``:
+    DeepSeek multi-token-prediction layers.
+    """
+
+    source: str
+    config: str
+    differs: str = ""
+    recompute: str = ""
+    cpu_offload_layers: int = 0
+    cuda_graph: str = ""
+    dispatcher: str = "alltoall"
+    a2a_overlap: bool = False
+    tp_comm_overlap: bool | None = None
+    overlap_param_gather: bool | None = None
+    pp_layout: str | None = None
+    mtp_layers: int = 0
+    fsdp_notes: str = ""
+
+
+_L8 = "scripts/performance/configs/llama3/workload_base_configs.py"
+_L8V2 = "scripts/performance/configs/llama/llama3_workload_base_configs.py"
+_L405 = "scripts/performance/configs/llama31/workload_base_configs.py"
+_L405V2 = "scripts/performance/configs/llama/llama31_workload_base_configs.py"
+_DS = "scripts/performance/configs/deepseek/workload_base_configs.py"
+_OSS = "scripts/performance/configs/gpt_oss/workload_base_configs.py"
+_QW = "scripts/performance/configs/qwen3/workload_base_configs.py"
+_QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
+_DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
+_FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
+_TE_MOE = "te:moe_router,moe_preprocess"
+_TE_ATTN_MOE = "te:attn,moe_router,moe_preprocess"
+
+#: (system, model, precision column) -> the recipe the row ran
+RECIPES: dict[tuple[str, str, str], Recipe] = {
+    # DGX-GB300
+    ("DGX-GB300", "llama3-8b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L8}", "LLAMA3_8B_GB300_FP8_CS_BASE_CONFIG", "mbs 4 (table 2)",
+        cuda_graph="local:full_iteration"),
+    ("DGX-GB300", "llama3-70b", "fp8-cs"): Recipe(
+        f"v2-configs:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2",
+        cpu_offload_layers=20, fsdp_notes=_FSDP),
+    ("DGX-GB300", "llama3.1-405b", "fp8-cs"): Recipe(
+        f"v2-configs:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2"),
+    ("DGX-GB300", "deepseek-v3", "bf16"): Recipe(
+        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB300_BF16_BASE_CONFIG",
+        "16-chunk layout on pp 2: 8 chunks per rank (table vp 4)",
+        recompute="selective:mlp,moe_act", cuda_graph=_TE_MOE, dispatcher="hybridep",
+        pp_layout=_DS_LAYOUT),
+    ("DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
+        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB300_FP8_MX_BASE_CONFIG",
+        "16-chunk layout on pp 2: 8 chunks per rank (table vp 4)",
+        recompute="selective:mlp,moe_act", cuda_graph=_TE_MOE, dispatcher="hybridep",
+        overlap_param_gather=False, pp_layout=_DS_LAYOUT),
+    ("DGX-GB300", "gpt-oss-120b", "bf16"): Recipe(
+        f"r0.2.0-test:{_OSS}", "GPT_OSS_120B_GB300_BF16_BASE_CONFIG",
+        cuda_graph=_TE_ATTN_MOE),
+    ("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_GB300_FP8_MX_BASE_CONFIG", "mbs 8 (table 4)",
+        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+    ("DGX-GB300", "qwen3-235b-a22b", "bf16"): Recipe(
+        f"v2-configs:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2",
+        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+    # DGX-GB200
+    ("DGX-GB200", "llama3-8b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L8}", "LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
+    ("DGX-GB200", "llama3-70b", "fp8-cs"): Recipe(
+        f"v2-configs:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2",
+        cpu_offload_layers=40, fsdp_notes=_FSDP),
+    ("DGX-GB200", "llama3.1-405b", "fp8-cs"): Recipe(
+        f"v2-configs:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"),
+    ("DGX-GB200", "deepseek-v3", "bf16"): Recipe(
+        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB200_BF16_BASE_CONFIG",
+        recompute="selective:mla_up_proj", cuda_graph=_TE_MOE, dispatcher="hybridep",
+        pp_layout=_DS_LAYOUT),
+    ("DGX-GB200", "deepseek-v3", "fp8-mx"): Recipe(
+        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB200_FP8_MX_BASE_CONFIG",
+        "config pp 4 ep 64 (table pp 8 ep 32); 16-chunk layout on pp 8: 2 per rank (table vp 4)",
+        recompute="selective:mla_up_proj", cuda_graph=_TE_MOE, dispatcher="hybridep",
+        overlap_param_gather=False, pp_layout=_DS_LAYOUT),
+    ("DGX-GB200", "gpt-oss-120b", "bf16"): Recipe(
+        f"r0.2.0-test:{_OSS}", "GPT_OSS_120B_GB200_BF16_BASE_CONFIG",
+        recompute="selective:layernorm,moe_act", dispatcher="hybridep"),
+    ("DGX-GB200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG",
+        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+    ("DGX-GB200", "qwen3-235b-a22b", "bf16"): Recipe(
+        f"v2-configs:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2",
+        "config pp 8 vp 1 ep 8 (table vp 3 ep 32)",
+        cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep"),
+    # DGX-B200
+    ("DGX-B200", "llama3-8b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L8}", "LLAMA3_8B_B200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
+    ("DGX-B200", "llama3.1-405b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L405}", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG"),
+    ("DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
+        f"v0.2.0:{_DS}", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG",
+        recompute="selective:mla_up_proj", pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    ("DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
+        f"v0.2.0:{_OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
+        recompute="selective:layernorm,moe_act"),
+    ("DGX-B200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG", cuda_graph=_TE_MOE),
+    ("DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", "vp 4 (table 2)",
+        a2a_overlap=True, overlap_param_gather=False),
+    # DGX-H100
+    ("DGX-H100", "llama3-8b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L8}", "LLAMA3_8B_H100_FP8_CS_BASE_CONFIG",
+        "no FSDP in the config (table FSDP; the recipe sets nccl_ub when FSDP is on)",
+        recompute="full-block:5"),
+    ("DGX-H100", "llama3-70b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L8}", "LLAMA3_70B_H100_FP8_CS_BASE_CONFIG"),
+    ("DGX-H100", "llama3.1-405b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_L405}", "LLAMA31_405B_H100_FP8_CS_BASE_CONFIG"),
+    ("DGX-H100", "gpt-oss-120b", "bf16"): Recipe(
+        f"v0.2.0:{_OSS}", "GPT_OSS_120B_H100_BF16_BASE_CONFIG", "mbs 1 (table 4)",
+        recompute="selective:layernorm,moe_act"),
+    ("DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG", "mbs 1 vp 12 (table 2, 24)",
+        a2a_overlap=True),
+    ("DGX-H100", "qwen3-235b-a22b", "fp8-cs"): Recipe(
+        f"v0.2.0:{_QW}", "QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG", a2a_overlap=True,
+        tp_comm_overlap=False),
+}
+
+
+def find_recipe(system: str, model: str, precision: str) -> Recipe | None:
+    return RECIPES.get((system, model, precision))
+
+
+def layout_chunks(layout: str) -> tuple[int, ...]:
+    """Transformer layers per model chunk of a Megatron ``pipeline_model_parallel_layout``
+    string: ``|`` separates chunks, ``t`` is a decoder layer, ``E`` / ``m`` / ``L`` the
+    embedding, an MTP layer and the loss, ``X*N`` and ``(...)*N`` repeat.
+    ``Et*3|(t*4|)*14ttL`` -> (3, 4 x 14, 2)."""
+    text = layout.replace(" ", "").replace(",", "")
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while group.search(text):
+        text = group.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    if set(text) - set("EtmL|"):
+        raise InputError(f"not a pipeline layout: {layout!r}", "pp_layout")
+    return tuple(chunk.count("t") for chunk in text.split("|"))
+
+
+def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[str, Any]:
+    """``opts`` (a row's replay options, of a model of ``layers`` layers) with what tracesim can express of ``recipe``: the
+    pipeline layout (its chunks decide the chunks per rank, as in Megatron-Core, where a
+    layout of ``pp x v`` stages gives ``v`` virtual stages), TP overlap and the parameter
+    all-gather overlap where the recipe turns them off, and full recomputation where the
+    recipe recomputes every layer of every stage, and its CUDA-graph scopes."""
+    out = dict(opts)
+    if recipe.pp_layout is not None:
+        chunks = layout_chunks(recipe.pp_layout)
+        if len(chunks) % out["pp"]:
+            raise InputError(f"layout of {len(chunks)} chunks does not split over pp "
+                             f"{out['pp']}", "pp_layout")
+        vpp = len(chunks) // out["pp"]
+        out.pop("vpp", None)
+        if vpp > 1:
+            out["vpp"] = vpp
+        out["stage_layers"] = chunks
+    if recipe.tp_comm_overlap is not None and out["tp"] > 1:
+        out["tp_comm_overlap"] = recipe.tp_comm_overlap
+    if recipe.overlap_param_gather is not None and not out.get("fsdp"):
+        out["overlap_param_gather"] = recipe.overlap_param_gather
+    if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
+        out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
+    if recipe.recompute.startswith("full-block:") and int(recipe.recompute.split(":")[1]) >= max(
+            out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
+        out["recompute"] = "full"
+    return out
+
+
+def unmodelled(recipe: Recipe, layers: int, pp: int, vpp: int) -> tuple[str, ...]:
+    """The recipe's settings that no replay option expresses (module docstring)."""
+    out = []
+    if recipe.recompute.startswith("full-block:"):
+        n = int(recipe.recompute.split(":")[1])
+        if n < layers // (pp * vpp):
+            out.append(f"recompute {n} of each stage's layers (full, block)")
+    elif recipe.recompute:
+        out.append(f"selective recompute of {recipe.recompute.split(':')[1]}")
+    if recipe.cpu_offload_layers:
+        out.append(f"activation offload to the host ({recipe.cpu_offload_layers} layers)")
+    if recipe.dispatcher != "alltoall":
+        out.append(f"flex token dispatcher ({recipe.dispatcher})")
+    if recipe.a2a_overlap:
+        out.append("EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)")
+    if recipe.mtp_layers:
+        out.append(f"{recipe.mtp_layers} MTP layer(s)")
+    return tuple(out)
