@@ -25,11 +25,10 @@ import numpy as np
 import simpy
 
 from tracesim.errors import InputError
-from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
+from tracesim.network.collectives import ALGORITHMS, Algorithm
+from tracesim.network.compiler import shared
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
-from tracesim.network.maxmin import max_min_sorted
-from tracesim.network.routing import Router
 from tracesim.network.running import (
     CommRecord,
     CompiledCollective,
@@ -37,134 +36,14 @@ from tracesim.network.running import (
     Runner,
     merge_compiled,
 )
-from tracesim.network.topology import Topology
-from tracesim.network.variants import PhaseLatency, build, predicted, protocols_for, shape
-from tracesim.specs.cluster import AlgorithmParams, ClusterSpec, parse_protocols
+from tracesim.network.variants import protocols_for
+from tracesim.specs.cluster import ClusterSpec, parse_protocols
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
 COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "send_recv", "barrier",
 )
-
-
-class _Shared:
-    """Topology, router and compiled collectives of one cluster spec (shared by models)."""
-
-    def __init__(self, cluster: ClusterSpec):
-        self.cluster = cluster
-        self.topo = Topology(cluster)
-        self.router = Router(self.topo)
-        self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
-        self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
-        self.variants: dict[tuple[str, str, str, tuple[int, ...], int], CompiledCollective] = {}
-        self.groups: dict[tuple[int, ...], Group] = {}
-
-    def params(self, algo: Algorithm) -> AlgorithmParams:
-        over = self.cluster.collectives.params(algo.name)
-        d = algo.defaults
-        return AlgorithmParams(
-            d.efficiency_intra if over.efficiency_intra is None else over.efficiency_intra,
-            d.efficiency_inter if over.efficiency_inter is None else over.efficiency_inter,
-            d.step_latency_us if over.step_latency_us is None else over.step_latency_us,
-        )
-
-    def group(self, ranks: tuple[int, ...]) -> Group:
-        grp = self.groups.get(ranks)
-        if grp is None:
-            grp = Group(self.topo, self.router, ranks)
-            self.groups[ranks] = grp
-        return grp
-
-    def compile(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> CompiledCollective:
-        key = (algo.name, collective, ranks)
-        cc = self.compiled.get(key)
-        if cc is not None:
-            return cc
-        grp = self.group(ranks)
-        p = self.params(algo)
-        assert p.efficiency_intra and p.efficiency_inter and p.step_latency_us is not None
-        step_ns = p.step_latency_us * 1000.0
-        phases = []
-        lat_parts = []
-        fixed = 0.0
-        per_byte = 0.0
-        for ph in algo.phases(grp, collective):
-            lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
-            e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
-            np.cumsum(lens, out=e_ptr[1:])
-            e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
-            inter = np.array([self.router.crosses_nic(r) for r in ph.routes], dtype=bool)
-            eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
-            wire = np.asarray(ph.weights, dtype=np.float64) / eff
-            lats = np.array([self.router.latency_ns(r) for r in ph.routes])
-            lat_inter = float(lats[inter].max()) if inter.any() else 0.0
-            lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
-            n_inter = min(ph.inter_steps, ph.steps)
-            pl = PhaseLatency(ph.steps - n_inter, n_inter, lat_intra, lat_inter, step_ns)
-            lat_parts.append(pl)
-            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, pl.total())
-            phases.append(cp)
-            fixed += cp.latency_ns
-            per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
-        cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
-        self.compiled[key] = cc
-        self.latencies[key] = tuple(lat_parts)
-        return cc
-
-    def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
-                  msg_bytes: int) -> tuple[float, float]:
-        """(fixed_ns, ns_per_byte) of ``algo`` with ``proto`` as NCCL's tuner rates it."""
-        base = self.compile(algo, collective, ranks)
-        if algo.name not in ("ring", "tree"):
-            return base.fixed_ns, base.ns_per_byte
-        grp = self.group(ranks)
-        s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
-        return predicted(base, self.latencies[(algo.name, collective, ranks)], s, proto, msg_bytes)
-
-    def variant(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
-                msg_bytes: int) -> CompiledCollective:
-        """``algo``'s compiled collective run with ``proto`` at ``msg_bytes`` (cached)."""
-        base = self.compile(algo, collective, ranks)
-        if algo.name not in ("ring", "tree"):
-            return base
-        key = (algo.name, proto, collective, ranks, int(msg_bytes))
-        cc = self.variants.get(key)
-        if cc is None:
-            if len(self.variants) >= 1 << 16:
-                self.variants.clear()
-            grp = self.group(ranks)
-            s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
-            cc = self.variants[key] = build(base, self.latencies[(algo.name, collective, ranks)],
-                                            s, proto, msg_bytes)
-        return cc
-
-
-def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
-    """Time per message byte of a phase running alone, from its flows' max-min rates."""
-    lens = np.diff(cp.e_ptr)
-    nz = np.flatnonzero((lens > 0) & (cp.wire_per_byte > 0))
-    if len(nz) == 0:
-        return 0.0
-    e_flow = np.repeat(np.arange(len(nz)), lens[nz])
-    e_link = np.concatenate([cp.e_link[cp.e_ptr[i] : cp.e_ptr[i + 1]] for i in nz])
-    rates = max_min_sorted(e_flow, e_link, capacity)
-    return float(np.max(cp.wire_per_byte[nz] / rates))
-
-
-_SHARED: dict[str, _Shared] = {}
-_SHARED_MAX = 16
-
-
-def _shared(cluster: ClusterSpec) -> _Shared:
-    """The shared topology / routes / compiled collectives of a spec (bounded cache)."""
-    key = cluster.key()
-    sh = _SHARED.get(key)
-    if sh is None:
-        if len(_SHARED) >= _SHARED_MAX:
-            _SHARED.pop(next(iter(_SHARED)))
-        sh = _SHARED[key] = _Shared(cluster)
-    return sh
 
 
 class NetworkModel:
@@ -201,7 +80,7 @@ class NetworkModel:
         protocol: str | Sequence[str] | None = None,
     ):
         self.cluster = cluster
-        self._shared = _shared(cluster)
+        self._shared = shared(cluster)
         self.topology = self._shared.topo
         self.router = self._shared.router
         self.algo = dict(algo or {})
@@ -222,12 +101,12 @@ class NetworkModel:
         self.records: list[CommRecord] = []
         self.keep_records = keep_records
         self.fast_path = fast_path
-        # per-call caches: the chosen compiled collective of (collective, ranks, bytes) and
-        # the compiled transfer of (src, dst); the flow network also keys its cache of
-        # isolated rates on these (persistent) route arrays
-        self._chosen: dict[tuple[str, tuple[int, ...], int], CompiledCollective] = {}
+        # per-call caches: the chosen compiled collective of (collective, ranks, bytes,
+        # algorithm) and the compiled transfer of (src, dst); the flow network also keys its
+        # cache of isolated rates on these (persistent) route arrays
+        self._chosen: dict[tuple[str, tuple[int, ...], int, str], CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
-        self._images: dict[tuple[int, str, int], tuple[object, CompiledCollective | None]] = {}
+        self._images: dict[tuple[int, str, int, str], tuple[object, CompiledCollective | None]] = {}
         # the fast path's plan of (compiled collective, bytes) and its id in the reservations
         self._plans: dict[tuple[int, int], tuple[CompiledCollective, Plan | None, int]] = {}
 
@@ -241,15 +120,17 @@ class NetworkModel:
         self._plans.clear()  # plan ids belong to the reservations
 
     def collective(
-        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
-        """Start ``collective`` over global ``ranks`` now; the event fires when it is done."""
+        """Start ``collective`` over global ``ranks`` now; the event fires when it is done.
+        ``algorithm``: the one the task asks for (e.g. ``userbuffers``), else chosen."""
         env = self._env()
         if type(ranks) is not tuple:
             ranks = tuple(int(r) for r in ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (collective, ranks, msg_bytes)  # numpy integers hash and compare as ints
+        key = (collective, ranks, msg_bytes, algorithm)  # numpy integers hash as ints
         cc = self._chosen.get(key)
         if cc is None:
             ranks = tuple(int(r) for r in ranks)
@@ -258,7 +139,7 @@ class NetworkModel:
             self._check_ranks(ranks)
             if len(ranks) <= 1:
                 return env.timeout(0)
-            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes)
+            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes, algorithm)
         return self._run(cc, collective, group_kind, len(ranks), msg_bytes)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
@@ -292,7 +173,8 @@ class NetworkModel:
     # ------------------------------------------------------------------ symmetric copies
 
     def collective_images(
-        self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = ""
+        self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
         """Run ``collective`` on every group of ``groups`` at once (symmetric copies of one
         operation, e.g. the TP all-reduces of all data-parallel replicas of a stage): each
@@ -302,12 +184,12 @@ class NetworkModel:
         env = self._env()
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (id(groups), collective, int(msg_bytes))
+        key = (id(groups), collective, int(msg_bytes), algorithm)
         hit = self._images.get(key)
         if hit is not None and hit[0] is groups:
             cc = hit[1]
         else:
-            first = self.compiled(collective, tuple(groups[0]), msg_bytes)
+            first = self.compiled(collective, tuple(groups[0]), msg_bytes, algorithm)
             algo = ALGORITHMS[first.algorithm]
             parts = [first]
             for g in groups[1:]:
@@ -318,8 +200,8 @@ class NetworkModel:
             cc = merge_compiled(parts) if parts else None
             self._images[key] = (groups, cc)
         if cc is None:  # copies that do not compile alike: run them side by side
-            return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind)
-                                     for g in groups])
+            return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind,
+                                                     algorithm) for g in groups])
         return self._run(cc, collective, group_kind, len(groups[0]), msg_bytes)
 
     def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
@@ -327,7 +209,7 @@ class NetworkModel:
         once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
         object again to reuse the merged routes."""
         env = self._env()
-        key = (id(pairs), "", 0)
+        key = (id(pairs), "", 0, "")
         hit = self._images.get(key)
         if hit is not None and hit[0] is pairs:
             cc = hit[1]
@@ -366,17 +248,25 @@ class NetworkModel:
         """The algorithm ``collective`` of ``msg_bytes`` on ``ranks`` would use."""
         return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).algorithm
 
-    def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int) -> float:
+    def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int,
+                    algorithm: str = "") -> float:
         """Predicted uncongested time (ns) of a collective, without simulating it."""
-        return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).estimate_ns(msg_bytes)
+        ranks = tuple(int(r) for r in ranks)
+        return self.compiled(collective, ranks, msg_bytes, algorithm).estimate_ns(msg_bytes)
 
-    def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int) -> CompiledCollective:
-        """Choose the algorithm and return the compiled collective (cached per group)."""
+    def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
+                 algorithm: str = "") -> CompiledCollective:
+        """Choose the algorithm and return the compiled collective (cached per group):
+        ``algorithm`` when given and it applies to the group, else by the preferences."""
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
         prefs = self._preferences(collective)
+        if algorithm:
+            if algorithm not in ALGORITHMS:
+                raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+            prefs = (algorithm, *prefs)
         sh = self._shared
         grp = sh.group(ranks)
         reasons = []
