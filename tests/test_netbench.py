@@ -13,6 +13,7 @@ from tracesim.errors import InputError
 from tracesim.interop.astrasim_network import cluster_from_astrasim
 from tracesim.network.bench import bench_ranks, bus_factor, parse_sizes
 from tracesim.network.model import collective_time_ns
+from tracesim.network.protocols import BASE_LATENCY_US, HW_LATENCY_US
 
 ASTRA_3D = """\
 # 3D topology with 64 NPUs (2 x 8 x 4)
@@ -133,11 +134,15 @@ def test_astrasim_single_switch_dimension_matches_ring_formula(tmp_path):
     p.write_text("topology: [Switch]\nnpus_count: [8]\nbandwidth: [50.0]\nlatency: [500.0]\n")
     c = cluster_from_astrasim(p)
     assert c.nodes == 1 and c.intra_node.kind == "nvswitch"
-    # ring default calibration: efficiency 0.80, step latency 0.5 us; path = 2 links x 0.5 us
+    # ring default calibration: efficiency 0.80; 64 MiB runs NCCL's Simple protocol: its base
+    # latency once, and per step the path (2 links x 0.5 us) plus Simple's NVLink latency
+    # over LL's (tracesim.network.protocols)
     n, s = 8, 1 << 26
-    a, b = 500.0 + 1000.0, 0.8 * 50.0
+    extra = (HW_LATENCY_US["nvlink"]["ring"][2] - HW_LATENCY_US["nvlink"]["ring"][0]) * 1000.0
+    a, b = 1000.0 + extra, 0.8 * 50.0
+    base = BASE_LATENCY_US["ring"][2] * 1000.0
     t = collective_time_ns(c, "all_reduce", n, s, "ring")
-    assert t == pytest.approx(2 * (n - 1) * (a + s / (n * b)), rel=0.01)
+    assert t == pytest.approx(base + 2 * (n - 1) * (a + s / (n * b)), rel=0.01)
 
 
 @pytest.mark.parametrize("text, where", [

@@ -41,7 +41,7 @@ def node_cluster(n=8, bw=100.0, lat_us=2.0, kind="nvswitch", eff=1.0):
             "device": "h100",
             "intra_node": {"kind": kind, "bandwidth_GBps": bw, "latency_us": lat_us,
                            "nvls": kind == "nvswitch"},
-            "collectives": {"algorithms": algos},
+            "collectives": {"algorithms": algos, "protocol": "Simple"},
         },
         "node.yaml",
     )
@@ -57,10 +57,21 @@ def net_cluster(m=8, nic_Gbps=400.0, lat_us=2.0, **inter):
         "intra_node": {"kind": "nvswitch", "bandwidth_GBps": 450, "latency_us": 0.5},
         "inter_node": {"nics_per_node": 1, "nic_Gbps": nic_Gbps, "topology": "fat_tree",
                        "levels": 1, "latency_us": lat_us},
-        "collectives": {"algorithms": copy.deepcopy(UNIT)},
+        "collectives": {"algorithms": copy.deepcopy(UNIT), "protocol": "Simple"},
     }
     spec["inter_node"].update(inter)
     return cluster_from_dict(spec, "net.yaml")
+
+
+# NCCL Simple terms (tracesim/network/protocols.py, from NCCL's tuning.cc): base latency
+# 8.4 us once; per step the path latency + 1 us (UNIT) + Simple's extra hardware latency
+# over ring/LL: NVLink ring 3.4 - 0.6 us; network with one GPU per node (tree's) 14 - 2.7 us
+BASE = 8400.0
+A_NODE = 3000.0 + 2800.0
+A_NET = 3000.0 + 11300.0
+PLATEAU = 1.4  # ring Simple all-reduce across nodes
+CHUNK = 524288  # Simple chunk of a pipelined chain; 16 channels
+TREE_64MIB = 0.8  # treeCorrectionFactor[Simple][log2(64 MiB / 64)]
 
 
 def close(actual_ns, expect_ns, rel=0.01):
@@ -74,31 +85,35 @@ def close(actual_ns, expect_ns, rel=0.01):
 @pytest.mark.parametrize("eff", [1.0, 0.8])
 def test_ring_all_reduce_closed_form(n, eff):
     c = node_cluster(n=8, bw=100.0, lat_us=2.0, eff=eff)
-    a, b = 3000.0, 100.0 * eff  # ns; bytes/ns
+    a, b = A_NODE, 100.0 * eff  # ns; bytes/ns
     t = collective_time_ns(c, "all_reduce", n, S, "ring")
-    close(t, 2 * (n - 1) * (a + S / (n * b)))
+    close(t, BASE + 2 * (n - 1) * (a + S / (n * b)))
 
 
 @pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
 def test_ring_all_gather_reduce_scatter_closed_form(coll):
     n = 8
     t = collective_time_ns(node_cluster(), coll, n, S, "ring")
-    close(t, (n - 1) * (3000.0 + S / (n * 100.0)))
+    close(t, BASE + (n - 1) * (A_NODE + S / (n * 100.0)))
 
 
 @pytest.mark.parametrize("m", [2, 5, 16])
 def test_ring_across_nodes_closed_form(m):
     # one GPU per node, 400 Gb/s NICs = 50 B/ns, a = 1 us + 2 us
     t = collective_time_ns(net_cluster(m=16), "all_reduce", m, S, "ring")
-    close(t, 2 * (m - 1) * (3000.0 + S / (m * 50.0)))
+    close(t, PLATEAU * (BASE + 2 * (m - 1) * A_NET) + 2 * (m - 1) * S / (m * 50.0))
 
 
 @pytest.mark.parametrize("m", [4, 8, 16])
 def test_double_binary_tree_closed_form(m):
     # each inner node sends four half-buffers (parent + two children in one tree, parent in
     # the other) over its NIC: 2S/B; the trees are log2(m) deep: 2 log2(m) steps of latency
+    # Simple: NCCL's tree correction at 64 MiB slows the bandwidth term, and the chain of
+    # K = 2 log2(m) hops fills and drains with K - 1 chunks at one channel's rate
     t = collective_time_ns(net_cluster(m=16), "all_reduce", m, S, "tree")
-    close(t, 2 * math.log2(m) * 3000.0 + 2 * S / 50.0)
+    k = 2 * math.log2(m)
+    bw = 25.0 * TREE_64MIB  # B/2: each inner node sends 2S over its NIC
+    close(t, BASE + k * A_NET + (k - 1) * CHUNK / (bw / 16) + S / bw)
 
 
 def test_direct_all_to_all_closed_form():
@@ -119,7 +134,7 @@ def test_nvls_closed_form():
 def test_broadcast_and_reduce_pipelined_chain():
     for coll in ("broadcast", "reduce"):
         t = collective_time_ns(node_cluster(), coll, 8, S, "ring")
-        close(t, 7 * 3000.0 + S / 100.0)
+        close(t, BASE + 7 * A_NODE + 6 * CHUNK / (100.0 / 16) + S / 100.0)
 
 
 def test_hierarchical_closed_form():

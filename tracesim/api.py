@@ -207,20 +207,21 @@ class NetbenchResult:
 
 def netbench(cluster: str | Path, collective: str = "all_reduce", ranks: int | None = None,
              nodes: int | None = None, sizes: str | Sequence[int] = "8:8G:4",
-             algo: str | None = None) -> NetbenchResult:
+             algo: str | None = None, protocol: str | None = None) -> NetbenchResult:
     """Simulated nccl-tests (``tracesim netbench``) on ``cluster``'s network model.
 
     ``ranks``: number of ranks (default every GPU); ``nodes``: spread them evenly over this
     many nodes; ``sizes``: bytes, or a text of sizes and ``MIN:MAX[:FACTOR]`` ranges
     (binary units K, M, G); ``algo``: an algorithm or a preference list (default: the
-    cluster spec's choice).
+    cluster spec's choice); ``protocol``: the NCCL protocols ring and tree may use (``LL``,
+    ``LL128``, ``Simple``, a comma list or ``auto``, as NCCL_PROTO; default: the spec's).
     """
     from tracesim.network.bench import bench_ranks, parse_sizes, run_netbench
 
     spec = load_cluster(cluster)
     members = bench_ranks(spec, ranks, nodes)
     size_list = parse_sizes(sizes) if isinstance(sizes, str) else [int(s) for s in sizes]
-    rows = run_netbench(spec, collective, members, size_list, algo)
+    rows = run_netbench(spec, collective, members, size_list, algo, protocol)
     n_nodes = len({r // spec.gpus_per_node for r in members})
     device = spec.device if isinstance(spec.device, str) else "inline device"
     return NetbenchResult(spec.name, n_nodes, device, tuple(rows))

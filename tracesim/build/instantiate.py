@@ -67,7 +67,7 @@ class _Vocab:
 
 
 #: string columns of the task table copied from the stage programs
-_STR_COLS = ("kind", "name", "op_class", "phase", "collective", "group_kind")
+_STR_COLS = ("kind", "name", "op_class", "phase", "collective", "group_kind", "algorithm")
 
 
 class _StageCache:

@@ -19,6 +19,13 @@ Tensor parallelism (the ``ROp.overlap`` marks of :mod:`tracesim.template.resolve
   during the weight-gradient GEMM; the backward GEMM (``2 x`` forward FLOPs) is its two
   halves of equal FLOPs.
 
+With userbuffers on, every TP chunk task these overlaps emit carries the network algorithm
+``userbuffers`` (:data:`UB_ALGORITHM`, the task's ``algorithm`` column): Transformer Engine
+moves it with copy engines and its own kernels, not NCCL, so the network model times it
+without NCCL's protocols and base latency (:mod:`tracesim.network.collectives.userbuffers`).
+NCCL's asynchronous backward overlap (``tp_bwd_overlap`` without userbuffers) and the TP
+collectives outside these patterns stay NCCL collectives.
+
 A communication kernel beside a GEMM takes streaming multiprocessors from it
 (``comm_interference``): the GEMM runs on ``S - s`` of the device's ``S`` SMs, its time
 times ``S / (S - s)``. ``s`` is the userbuffers configuration's ``num_sm`` for the GEMM
@@ -60,6 +67,9 @@ UB_SMS: dict[str, dict[str, tuple[str, int]]] = {
 #: Transformer Engine's defaults for a linear the configurations above leave out
 UB_DEFAULT = {"fprop": ("ring", 1), "dgrad": ("ring", 1), "bulk": ("bulk", 16), "rs": ("pipe", 16)}
 PIPE_SPLITS = 4
+#: the network algorithm of a userbuffers transfer (tracesim.network.collectives.userbuffers:
+#: copy engines and userbuffers' own kernels over NVLink, no NCCL protocol or base latency)
+UB_ALGORITHM = "userbuffers"
 
 #: uncongested time (ns) of a collective: (collective, group kind, message bytes) -> ns
 CommEstimateFn = Callable[[str, str, int], float]
@@ -156,9 +166,13 @@ def _post(ops: Sequence[ROp], j: int, ov: Overlaps, bulk_on: bool) -> ROp | None
     return None
 
 
-def _comm(u: Unit, r: ROp, name: str, msg: float, layer: int, phase: str, prefix: str) -> int:
+def _comm(u: Unit, r: ROp, name: str, msg: float, layer: int, phase: str, prefix: str,
+          ov: Overlaps) -> int:
+    """A TP collective (chunk) beside a GEMM: a userbuffers transfer when userbuffers is on
+    (:data:`UB_ALGORITHM`), else an NCCL collective."""
     return u.add(lane="comm:tp", kind="coll", name=prefix + name, phase=phase, layer=layer,
-                 collective=r.collective, gkind="tp", msg_bytes=int(round(msg)))
+                 collective=r.collective, gkind="tp", msg_bytes=int(round(msg)),
+                 algorithm=UB_ALGORITHM if ov.ub else "")
 
 
 def _gemm(u: Unit, g: ROp, dur: float, frac: float, layer: int, phase: str, prefix: str,
@@ -195,7 +209,7 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
     tail, joins = u.tail, list(u.joins)
     ag = -1
     if pre is not None:
-        ag = _comm(u, pre, pre.name, pre.msg_bytes, layer, phase, prefix)
+        ag = _comm(u, pre, pre.name, pre.msg_bytes, layer, phase, prefix, ov)
         u.edge(tail, ag)
         for j in joins:
             u.edge(j, ag)
@@ -207,7 +221,7 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
                   layer, phase, prefix)
     rs = -1
     if post is not None:
-        rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix)
+        rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix, ov)
         u.edge(dgrad, rs)
     wgrad = _gemm(u, g, ov.slowed(half, rs_sms, rs_ns) if post is not None else half, 0.5,
                   layer, phase, prefix)
@@ -227,7 +241,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
     for k in range(n):
         c = -1
         if k >= 1:
-            c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix)
+            c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix, ov)
             if k == 1:
                 u.edge(tail, c)
                 for j in joins:
@@ -248,7 +262,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     for k in range(splits):
         t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
         if k < n_comm:
-            last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix)
+            last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix, ov)
             u.edge(t, last_c)
     u.joins.append(last_c)
 

@@ -21,7 +21,7 @@ import numpy as np
 from tracesim.template.resolve import ROp
 
 COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_ns", "layer",
-           "collective", "gkind", "msg_bytes", "peer_sel", "key")
+           "collective", "gkind", "msg_bytes", "peer_sel", "key", "algorithm")
 
 #: lane per communication group kind
 COMM_LANE = {"tp": "comm:tp", "etp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp",
@@ -51,7 +51,7 @@ class Unit:
     def add(self, *, lane: str, kind: str, name: str, op_class: str = "comm", phase: str = "fwd",
             flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0, layer: int = -1,
             collective: str = "", gkind: str = "", msg_bytes: int = 0, peer_sel: str = "",
-            key: str = "") -> int:
+            key: str = "", algorithm: str = "") -> int:
         i = len(self)
         c = self.cols
         c["lane"].append(lane)
@@ -68,6 +68,7 @@ class Unit:
         c["msg_bytes"].append(int(msg_bytes))
         c["peer_sel"].append(peer_sel)
         c["key"].append(key if key or kind == "gpu" else str(i))
+        c["algorithm"].append(algorithm)
         return i
 
     def edge(self, a: int, b: int) -> None:
@@ -205,7 +206,8 @@ class Unit:
                                op_class=c["op_class"][i], phase=c["phase"][i], flops=c["flops"][i],
                                nbytes=c["bytes"][i], dur_ns=c["dur_ns"][i], layer=c["layer"][i],
                                collective=c["collective"][i], gkind=c["gkind"][i],
-                               msg_bytes=c["msg_bytes"][i], peer_sel=c["peer_sel"][i], key=c["key"][i])
+                               msg_bytes=c["msg_bytes"][i], peer_sel=c["peer_sel"][i], key=c["key"][i],
+                               algorithm=c["algorithm"][i])
             best.append(c["dur_ns"][i])
         for a, b in zip(self.src, self.dst, strict=True):
             out.edge(group[a], group[b])

@@ -28,6 +28,10 @@ from tracesim.network.bench import NETBENCH_COLLECTIVES
 @click.option("--algo", default=None,
               help="Algorithm (ring, tree, nvls, direct, hierarchical, p2p, auto) or a "
               "comma-separated preference list; default: the cluster spec's choice.")
+@click.option("--protocol", default=None,
+              help="NCCL protocols ring and tree may use: LL, LL128, Simple, a comma list, "
+              "or auto (like NCCL_PROTO); default: the cluster spec's collectives.protocol, "
+              "else all.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 def command(
     cluster_name: str,
@@ -36,19 +40,20 @@ def command(
     nodes: int | None,
     sizes: str,
     algo: str | None,
+    protocol: str | None,
     as_json: bool,
 ) -> None:
     """Simulated nccl-tests: size, time, algbw and busbw of a collective on a cluster."""
-    res = netbench(cluster_name, collective, n_ranks, nodes, sizes, algo)
+    res = netbench(cluster_name, collective, n_ranks, nodes, sizes, algo, protocol)
     if as_json:
         click.echo(json.dumps(res.to_dict()))
         return
     n = res.rows[0]["ranks"] if res.rows else 0
     click.echo(f"# tracesim netbench: {collective} on {n} ranks of {res.cluster} "
                f"({res.nodes} node(s), {res.device})")
-    click.echo(f"# {'size(B)':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  algo")
+    click.echo(f"# {'size(B)':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  algo/protocol")
     for r in res.rows:
         click.echo(
             f"  {r['size_bytes']:>12} {r['time_s'] * 1e6:>12.2f} {r['algbw_GBps']:>12.2f} "
-            f"{r['busbw_GBps']:>12.2f}  {r['algo']}"
+            f"{r['busbw_GBps']:>12.2f}  {r['algo']}/{r['protocol']}"
         )

@@ -23,13 +23,16 @@ class CommModel(Protocol):
         """Bind the model to the engine's environment (called once before the replay)."""
 
     def collective(
-        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
         """Start a collective over ``ranks`` now; the event fires when it has completed.
 
         ``collective`` is one of all_reduce, all_gather, reduce_scatter, all_to_all,
         broadcast, reduce, barrier. ``msg_bytes`` is the per-rank buffer size in the
-        nccl-tests convention (all_gather: the gathered output size).
+        nccl-tests convention (all_gather: the gathered output size). ``algorithm``: the
+        task's ``algorithm`` column (e.g. ``userbuffers``, Transformer Engine's transfers
+        that bypass NCCL); the engine passes it only when the task names one.
         """
         ...
 

@@ -237,6 +237,9 @@ def replay(
     groups = [tuple(sorted(int(r) for r in g)) for g in graph.groups]
     coll_code, coll_names = column_codes(tasks["collective"])  # names by code, not per task
     gk_code, gk_names = column_codes(tasks["group_kind"])
+    # the algorithm a task asks for (optional column; "" or absent: the model chooses)
+    al_code, al_names = (column_codes(tasks["algorithm"]) if "algorithm" in tasks
+                         else (np.zeros(0, dtype=np.int8), []))
     msg = tasks["msg_bytes"].to_numpy()
     peer = tasks["peer"].to_numpy()
 
@@ -376,7 +379,12 @@ def replay(
                 ranks = groups[g]  # every member present: the group's ranks
             else:
                 ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
-            done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]), gk_names[gk_code[t]])
+            alg = al_names[al_code[t]] if al_names and al_code[t] >= 0 else ""
+            if alg:
+                done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]),
+                                       gk_names[gk_code[t]], algorithm=alg)
+            else:
+                done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]), gk_names[gk_code[t]])
         else:
             s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
             done = comm.p2p(s_rank, d_rank, int(msg[t]))

@@ -124,8 +124,10 @@ class SymmetricComm:
         self.inner.attach(env)
 
     def collective(
-        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
+        more = {"algorithm": algorithm} if algorithm else {}
         rep = int(ranks[0])
         full = self.lookup.get((rep, group_kind, collective, int(msg_bytes)))
         # one present member (the others are absent copies), or a group made only of
@@ -136,8 +138,8 @@ class SymmetricComm:
                 imgs = self.group_images(rep, full)
                 if len(imgs) > 1:
                     return self.inner.collective_images(  # type: ignore[attr-defined]
-                        collective, imgs, msg_bytes, group_kind)
-        return self.inner.collective(collective, tuple(ranks), msg_bytes, group_kind)
+                        collective, imgs, msg_bytes, group_kind, **more)
+        return self.inner.collective(collective, tuple(ranks), msg_bytes, group_kind, **more)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         if self.placement is not None:
@@ -206,19 +208,22 @@ class EstimateComm:
     def attach(self, env: simpy.Environment) -> None:
         self.env = env
 
-    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: int) -> int:
-        key = (collective, ranks, nbytes)
+    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: int, algorithm: str = "") -> int:
+        key = (collective, ranks, nbytes, algorithm)
         if key not in self._cache:
-            self._cache[key] = int(round(self.net.estimate_ns(collective, ranks, nbytes))) if len(ranks) > 1 else 0  # type: ignore[attr-defined]
+            more = {"algorithm": algorithm} if algorithm else {}
+            self._cache[key] = (int(round(self.net.estimate_ns(collective, ranks, nbytes, **more)))  # type: ignore[attr-defined]
+                                if len(ranks) > 1 else 0)
         return self._cache[key]
 
     def collective(
-        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
         assert self.env is not None
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes)))
+        return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes), algorithm))
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         assert self.env is not None

@@ -37,6 +37,11 @@ match_key     str      tasks with equal ``match_key`` on different ranks are one
                        (or one send/recv pair); "" if not comm
 ============  =======  ==============================================================
 
+Optional task columns a producer may add (kept as extra columns): ``algorithm`` (str, the
+collective algorithm a comm task asks the network model for, ``""`` = the model's choice;
+the builder writes ``userbuffers`` on Transformer Engine's userbuffers chunks, which do not
+go through NCCL) and ``sym_group`` (a representative's full group, symmetric replays).
+
 Edges (``edges``): ``src``, ``dst`` (task ids, int64; int32 in builder graphs) and ``kind`` (str): ``launch``
 (runtime call -> kernel), ``sync`` (GPU work -> the CPU call that waits on it), ``event``
 (cudaEventRecord -> cudaStreamWaitEvent target), ``thread`` (cross-thread), ``data``

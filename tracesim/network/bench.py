@@ -86,21 +86,30 @@ def run_netbench(
     ranks: tuple[int, ...],
     sizes: list[int],
     algo: str | None = None,
+    protocol: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of the table (``netbench --json`` ``rows``)."""
+    """The rows of the table (``netbench --json`` ``rows``); ``protocol``: the NCCL
+    protocols allowed (as NCCL_PROTO), default the spec's."""
     choice = {collective: algo} if algo else None
-    model = NetworkModel(cluster, choice)
+    model = NetworkModel(cluster, choice, protocol=protocol)
     n = len(ranks)
     rows = []
     for size in sizes:
-        name = model.select(collective, ranks, size) if n > 1 else "none"
-        t_ns = collective_time_ns(cluster, collective, ranks, size, algo)
+        name, proto = "none", "none"
+        if n > 1:
+            if collective == "send_recv":
+                name, proto = "p2p", "Simple"
+            else:
+                cc = model.compiled(collective, ranks, size)
+                name, proto = cc.algorithm, cc.protocol
+        t_ns = collective_time_ns(cluster, collective, ranks, size, algo, protocol)
         algbw = size / t_ns if t_ns > 0 else 0.0
         rows.append(
             {
                 "collective": collective,
                 "ranks": n,
                 "algo": name,
+                "protocol": proto,
                 "size_bytes": size,
                 "time_s": t_ns * 1e-9,
                 "algbw_GBps": algbw,

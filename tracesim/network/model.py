@@ -26,107 +26,25 @@ import simpy
 
 from tracesim.errors import InputError
 from tracesim.network.background import BackgroundTraffic
-from tracesim.network.collectives import ALGORITHMS, Algorithm, Group
+from tracesim.network.collectives import ALGORITHMS, Algorithm
+from tracesim.network.compiler import shared
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
-from tracesim.network.maxmin import max_min_sorted
-from tracesim.network.routing import Router
-from tracesim.network.running import CommRecord, CompiledCollective, CompiledPhase, Runner
-from tracesim.network.topology import Topology
-from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
+from tracesim.network.running import (
+    CommRecord,
+    CompiledCollective,
+    CompiledPhase,
+    Runner,
+    merge_compiled,
+)
+from tracesim.network.variants import protocols_for
+from tracesim.specs.cluster import ClusterSpec, parse_protocols
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
 COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "send_recv", "barrier",
 )
-
-
-class _Shared:
-    """Topology, router and compiled collectives of one cluster spec (shared by models)."""
-
-    def __init__(self, cluster: ClusterSpec):
-        self.cluster = cluster
-        self.topo = Topology(cluster)
-        self.router = Router(self.topo)
-        self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
-        self.groups: dict[tuple[int, ...], Group] = {}
-
-    def params(self, algo: Algorithm) -> AlgorithmParams:
-        over = self.cluster.collectives.params(algo.name)
-        d = algo.defaults
-        return AlgorithmParams(
-            d.efficiency_intra if over.efficiency_intra is None else over.efficiency_intra,
-            d.efficiency_inter if over.efficiency_inter is None else over.efficiency_inter,
-            d.step_latency_us if over.step_latency_us is None else over.step_latency_us,
-        )
-
-    def group(self, ranks: tuple[int, ...]) -> Group:
-        grp = self.groups.get(ranks)
-        if grp is None:
-            grp = Group(self.topo, self.router, ranks)
-            self.groups[ranks] = grp
-        return grp
-
-    def compile(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> CompiledCollective:
-        key = (algo.name, collective, ranks)
-        cc = self.compiled.get(key)
-        if cc is not None:
-            return cc
-        grp = self.group(ranks)
-        p = self.params(algo)
-        assert p.efficiency_intra and p.efficiency_inter and p.step_latency_us is not None
-        step_ns = p.step_latency_us * 1000.0
-        phases = []
-        fixed = 0.0
-        per_byte = 0.0
-        for ph in algo.phases(grp, collective):
-            lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
-            e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
-            np.cumsum(lens, out=e_ptr[1:])
-            e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
-            inter = np.array([self.router.crosses_nic(r) for r in ph.routes], dtype=bool)
-            eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
-            wire = np.asarray(ph.weights, dtype=np.float64) / eff
-            lats = np.array([self.router.latency_ns(r) for r in ph.routes])
-            lat_inter = float(lats[inter].max()) if inter.any() else 0.0
-            lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
-            n_inter = min(ph.inter_steps, ph.steps)
-            latency = (ph.steps - n_inter) * (step_ns + lat_intra) + n_inter * (step_ns + lat_inter)
-            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, latency)
-            phases.append(cp)
-            fixed += cp.latency_ns
-            per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
-        cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
-        self.compiled[key] = cc
-        return cc
-
-
-def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
-    """Time per message byte of a phase running alone, from its flows' max-min rates."""
-    lens = np.diff(cp.e_ptr)
-    nz = np.flatnonzero((lens > 0) & (cp.wire_per_byte > 0))
-    if len(nz) == 0:
-        return 0.0
-    e_flow = np.repeat(np.arange(len(nz)), lens[nz])
-    e_link = np.concatenate([cp.e_link[cp.e_ptr[i] : cp.e_ptr[i + 1]] for i in nz])
-    rates = max_min_sorted(e_flow, e_link, capacity)
-    return float(np.max(cp.wire_per_byte[nz] / rates))
-
-
-_SHARED: dict[str, _Shared] = {}
-_SHARED_MAX = 16
-
-
-def _shared(cluster: ClusterSpec) -> _Shared:
-    """The shared topology / routes / compiled collectives of a spec (bounded cache)."""
-    key = cluster.key()
-    sh = _SHARED.get(key)
-    if sh is None:
-        if len(_SHARED) >= _SHARED_MAX:
-            _SHARED.pop(next(iter(_SHARED)))
-        sh = _SHARED[key] = _Shared(cluster)
-    return sh
 
 
 class NetworkModel:
@@ -148,6 +66,8 @@ class NetworkModel:
             replay finishes about two million operations).
         fast_path: time operations alone on their links without flows
             (:mod:`tracesim.network.fastpath`; the same times, fewer events).
+        protocol: the NCCL protocols ring and tree may use (``"LL128"``, ``"LL,Simple"``,
+            ``"auto"``; as NCCL_PROTO); default: the spec's ``collectives.protocol``, else all.
     """
 
     def __init__(
@@ -158,14 +78,22 @@ class NetworkModel:
         phases: str = "auto",
         keep_records: bool = True,
         fast_path: bool = True,
+        protocol: str | Sequence[str] | None = None,
     ):
         self.cluster = cluster
-        self._shared = _shared(cluster)
+        self._shared = shared(cluster)
         self.topology = self._shared.topo
         self.router = self._shared.router
         self.algo = dict(algo or {})
         for coll, names in self.algo.items():
             _validate_choice(coll, names)
+        if protocol is None:
+            self.protocols = cluster.collectives.protocol
+        else:
+            try:
+                self.protocols = parse_protocols(protocol if isinstance(protocol, str) else tuple(protocol))
+            except ValueError as e:
+                raise InputError(str(e), "--protocol") from None
         if phases not in ("auto", "aggregate", "steps"):
             raise ValueError(f"phases must be auto, aggregate or steps, not {phases!r}")
         self.phases = phases
@@ -176,12 +104,12 @@ class NetworkModel:
         self.records: list[CommRecord] = []
         self.keep_records = keep_records
         self.fast_path = fast_path
-        # per-call caches: the chosen compiled collective of (collective, ranks, bytes) and
-        # the compiled transfer of (src, dst); the flow network also keys its cache of
-        # isolated rates on these (persistent) route arrays
-        self._chosen: dict[tuple[str, tuple[int, ...], int], CompiledCollective] = {}
+        # per-call caches: the chosen compiled collective of (collective, ranks, bytes,
+        # algorithm) and the compiled transfer of (src, dst); the flow network also keys its
+        # cache of isolated rates on these (persistent) route arrays
+        self._chosen: dict[tuple[str, tuple[int, ...], int, str], CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
-        self._images: dict[tuple[int, str, int], tuple[object, CompiledCollective | None]] = {}
+        self._images: dict[tuple[int, str, int, str], tuple[object, CompiledCollective | None]] = {}
         # the fast path's plan of (compiled collective, bytes) and its id in the reservations
         self._plans: dict[tuple[int, int], tuple[CompiledCollective, Plan | None, int]] = {}
 
@@ -203,15 +131,17 @@ class NetworkModel:
             self.background.bind(active)
 
     def collective(
-        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = ""
+        self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
-        """Start ``collective`` over global ``ranks`` now; the event fires when it is done."""
+        """Start ``collective`` over global ``ranks`` now; the event fires when it is done.
+        ``algorithm``: the one the task asks for (e.g. ``userbuffers``), else chosen."""
         env = self._env()
         if type(ranks) is not tuple:
             ranks = tuple(int(r) for r in ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (collective, ranks, msg_bytes)  # numpy integers hash and compare as ints
+        key = (collective, ranks, msg_bytes, algorithm)  # numpy integers hash as ints
         cc = self._chosen.get(key)
         if cc is None:
             ranks = tuple(int(r) for r in ranks)
@@ -220,7 +150,7 @@ class NetworkModel:
             self._check_ranks(ranks)
             if len(ranks) <= 1:
                 return env.timeout(0)
-            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes)
+            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes, algorithm)
         return self._run(cc, collective, group_kind, len(ranks), msg_bytes)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
@@ -254,7 +184,8 @@ class NetworkModel:
     # ------------------------------------------------------------------ symmetric copies
 
     def collective_images(
-        self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = ""
+        self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = "",
+        algorithm: str = "",
     ) -> simpy.Event:
         """Run ``collective`` on every group of ``groups`` at once (symmetric copies of one
         operation, e.g. the TP all-reduces of all data-parallel replicas of a stage): each
@@ -264,24 +195,24 @@ class NetworkModel:
         env = self._env()
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (id(groups), collective, int(msg_bytes))
+        key = (id(groups), collective, int(msg_bytes), algorithm)
         hit = self._images.get(key)
         if hit is not None and hit[0] is groups:
             cc = hit[1]
         else:
-            first = self.compiled(collective, tuple(groups[0]), msg_bytes)
+            first = self.compiled(collective, tuple(groups[0]), msg_bytes, algorithm)
             algo = ALGORITHMS[first.algorithm]
             parts = [first]
             for g in groups[1:]:
                 if algo.check(self._shared.group(tuple(g)), collective) is not None:
                     parts = []
                     break
-                parts.append(self._shared.compile(algo, collective, tuple(g)))
-            cc = _merge(parts) if parts else None
+                parts.append(self._shared.variant(algo, first.protocol, collective, tuple(g), msg_bytes))
+            cc = merge_compiled(parts) if parts else None
             self._images[key] = (groups, cc)
         if cc is None:  # copies that do not compile alike: run them side by side
-            return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind)
-                                     for g in groups])
+            return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind,
+                                                     algorithm) for g in groups])
         return self._run(cc, collective, group_kind, len(groups[0]), msg_bytes)
 
     def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
@@ -289,13 +220,13 @@ class NetworkModel:
         once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
         object again to reuse the merged routes."""
         env = self._env()
-        key = (id(pairs), "", 0)
+        key = (id(pairs), "", 0, "")
         hit = self._images.get(key)
         if hit is not None and hit[0] is pairs:
             cc = hit[1]
         else:
             parts = [c for c in (self._compiled_p2p(int(a), int(b)) for a, b in pairs) if c is not None]
-            cc = _merge(parts) if parts else None
+            cc = merge_compiled(parts) if parts else None
             self._images[key] = (pairs, cc)
         if cc is None:
             return env.timeout(0)
@@ -328,42 +259,59 @@ class NetworkModel:
         """The algorithm ``collective`` of ``msg_bytes`` on ``ranks`` would use."""
         return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).algorithm
 
-    def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int) -> float:
+    def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int,
+                    algorithm: str = "") -> float:
         """Predicted uncongested time (ns) of a collective, without simulating it."""
-        return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).estimate_ns(msg_bytes)
+        ranks = tuple(int(r) for r in ranks)
+        return self.compiled(collective, ranks, msg_bytes, algorithm).estimate_ns(msg_bytes)
 
-    def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int) -> CompiledCollective:
-        """Choose the algorithm and return the compiled collective (cached per group)."""
+    def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
+                 algorithm: str = "") -> CompiledCollective:
+        """Choose the algorithm and return the compiled collective (cached per group):
+        ``algorithm`` when given and it applies to the group, else by the preferences."""
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
         prefs = self._preferences(collective)
-        grp = self._shared.group(ranks)
+        if algorithm:
+            if algorithm not in ALGORITHMS:
+                raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+            prefs = (algorithm, *prefs)
+        sh = self._shared
+        grp = sh.group(ranks)
         reasons = []
         for name in prefs:
             if name == "auto":
-                cands = {
-                    algo.name: self._shared.compile(algo, collective, ranks)
-                    for algo in ALGORITHMS.values()
-                    if collective in algo.auto and algo.check(grp, collective) is None
-                }
-                terms = {k: (cc.fixed_ns, cc.ns_per_byte) for k, cc in cands.items()}
-                best: CompiledCollective | None = None
-                best_ns = 0.0
-                for k, cc in cands.items():  # registry order breaks ties
-                    t = ALGORITHMS[k].selection_ns(grp, cc.fixed_ns, cc.ns_per_byte, msg_bytes, terms)
+                algos = [a for a in ALGORITHMS.values()
+                         if collective in a.auto and a.check(grp, collective) is None]
+            else:
+                algo = ALGORITHMS[name]
+                why = algo.check(grp, collective)
+                if why is not None:
+                    reasons.append(why)
+                    continue
+                algos = [algo]
+            bases = {a.name: sh.compile(a, collective, ranks) for a in algos}
+            terms = {k: (cc.fixed_ns, cc.ns_per_byte) for k, cc in bases.items()}
+            best: tuple[Algorithm, str] | None = None
+            best_ns = 0.0
+            for a in algos:  # registry order, then protocol order, breaks ties
+                cc = bases[a.name]
+                # NCCL's own rating of the algorithm's bandwidth (e.g. trees), as a factor
+                adj = (a.selection_ns(grp, 0.0, cc.ns_per_byte, 1.0, terms) / cc.ns_per_byte
+                       if cc.ns_per_byte > 0 else 1.0)
+                for proto in protocols_for(a.name, self.protocols):
+                    fixed, per_byte = sh.predicted(a, proto, collective, ranks, msg_bytes)
+                    t = fixed + per_byte * adj * msg_bytes
                     if best is None or t < best_ns:
-                        best, best_ns = cc, t
-                if best is not None:
-                    return best
+                        best, best_ns = (a, proto), t
+            if best is not None:
+                return sh.variant(best[0], best[1], collective, ranks, msg_bytes)
+            if name == "auto":
                 reasons.append(f"no algorithm implements {collective}")
-                continue
-            algo = ALGORITHMS[name]
-            why = algo.check(grp, collective)
-            if why is None:
-                return self._shared.compile(algo, collective, ranks)
-            reasons.append(why)
+            else:
+                reasons.append(f"{name} cannot run protocol {','.join(self.protocols)}")
         raise InputError(
             f"no applicable algorithm for {collective} on {len(ranks)} ranks over "
             f"{len(grp.nodes)} node(s) from {', '.join(prefs)}: {'; '.join(reasons)}",
@@ -407,27 +355,6 @@ class NetworkModel:
         return Runner(self, cc, collective, kind, n, msg_bytes).done
 
 
-def _merge(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:
-    """One compiled collective whose phase i holds the flows of phase i of every part (None
-    when the parts differ in their phases' number or steps); latency: the largest."""
-    first = parts[0]
-    if any(len(p.phases) != len(first.phases) for p in parts):
-        return None
-    phases = []
-    for i, ph in enumerate(first.phases):
-        ps = [p.phases[i] for p in parts]
-        if any(q.steps != ph.steps for q in ps):
-            return None
-        lens = np.concatenate([np.diff(q.e_ptr) for q in ps])
-        e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(lens, out=e_ptr[1:])
-        phases.append(CompiledPhase(e_ptr, np.concatenate([q.e_link for q in ps]).astype(np.int64),
-                                    np.concatenate([q.wire_per_byte for q in ps]), ph.steps,
-                                    max(q.latency_ns for q in ps)))
-    return CompiledCollective(first.algorithm, tuple(phases), max(p.fixed_ns for p in parts),
-                              max(p.ns_per_byte for p in parts))
-
-
 def _split(value: str | Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         return tuple(v.strip() for v in value.split(",") if v.strip())
@@ -450,11 +377,13 @@ def collective_time_ns(
     n_ranks_or_ranks: int | Sequence[int],
     msg_bytes: int,
     algo: str | Mapping[str, str] | None = None,
+    protocol: str | None = None,
 ) -> int:
     """Time (ns) of one collective running alone on ``cluster``, simulated in a fresh env.
 
     ``n_ranks_or_ranks``: a rank count (ranks 0..n-1) or the ranks themselves. ``algo``: an
     algorithm name (or preference list) for this collective, or a per-collective mapping.
+    ``protocol``: the NCCL protocols allowed (as NCCL_PROTO; default: the spec's, else all).
     """
     if isinstance(n_ranks_or_ranks, int):
         ranks = tuple(range(n_ranks_or_ranks))
@@ -463,7 +392,7 @@ def collective_time_ns(
     if isinstance(algo, str):
         algo = {collective: algo}
     env = simpy.Environment()
-    model = NetworkModel(cluster, algo)
+    model = NetworkModel(cluster, algo, protocol=protocol)
     model.attach(env)
     ev = model.collective(collective, ranks, msg_bytes)
     env.run(until=ev)

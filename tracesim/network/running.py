@@ -8,6 +8,7 @@ unless a link of the phase carries other traffic. Callbacks drive it, not a SimP
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +46,7 @@ class CompiledCollective:
     phases: tuple[CompiledPhase, ...]
     fixed_ns: float
     ns_per_byte: float
+    protocol: str = "Simple"
 
     def estimate_ns(self, msg_bytes: float) -> float:
         return self.fixed_ns + self.ns_per_byte * msg_bytes
@@ -127,3 +129,24 @@ class Runner:
             self.i += 1
             self.left = -1
         self._round()
+
+
+def merge_compiled(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:
+    """One compiled collective whose phase i holds the flows of phase i of every part (None
+    when the parts differ in their phases' number or steps); latency: the largest."""
+    first = parts[0]
+    if any(len(p.phases) != len(first.phases) for p in parts):
+        return None
+    phases = []
+    for i, ph in enumerate(first.phases):
+        ps = [p.phases[i] for p in parts]
+        if any(q.steps != ph.steps for q in ps):
+            return None
+        lens = np.concatenate([np.diff(q.e_ptr) for q in ps])
+        e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=e_ptr[1:])
+        phases.append(CompiledPhase(e_ptr, np.concatenate([q.e_link for q in ps]).astype(np.int64),
+                                    np.concatenate([q.wire_per_byte for q in ps]), ph.steps,
+                                    max(q.latency_ns for q in ps)))
+    return CompiledCollective(first.algorithm, tuple(phases), max(p.fixed_ns for p in parts),
+                              max(p.ns_per_byte for p in parts), first.protocol)

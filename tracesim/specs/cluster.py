@@ -52,6 +52,9 @@ FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
 #: how flows use equal-cost uplinks: spread evenly over all of them (adaptive routing,
 #: InfiniBand's default with NCCL) or pinned to one by a per-flow hash (static ECMP)
 ROUTINGS = ("adaptive", "ecmp")
+#: NCCL's protocols in its own order (NCCL_PROTO_LL, NCCL_PROTO_LL128, NCCL_PROTO_SIMPLE)
+PROTOCOLS = ("LL", "LL128", "Simple")
+
 #: collectives a cluster spec may name in ``collectives.select``
 COLLECTIVES = (
     "all_reduce",
@@ -144,6 +147,10 @@ class CollectivesSpec:
 
     select: tuple[tuple[str, tuple[str, ...]], ...] = ()
     algorithms: tuple[tuple[str, AlgorithmParams], ...] = ()
+    #: protocols NCCL may use (``collectives.protocol``, as NCCL_PROTO): () = all (auto)
+    protocol: tuple[str, ...] = ()
+    #: NCCL channels of a collective (``collectives.channels``); None = the default
+    channels: int | None = None
 
     def selection(self, collective: str) -> tuple[str, ...]:
         """The preference list for ``collective`` (``("auto",)`` when not given)."""
@@ -253,6 +260,10 @@ class ClusterSpec:
                     entry["step_latency_us"] = p.step_latency_us
                 algos[name] = entry
             coll["algorithms"] = algos
+        if self.collectives.protocol:
+            coll["protocol"] = ",".join(self.collectives.protocol)
+        if self.collectives.channels is not None:
+            coll["channels"] = self.collectives.channels
         if coll:
             d["collectives"] = coll
         if self.description:
@@ -346,7 +357,7 @@ def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
     exist and implement the collectives they are chosen for is the network layer's check
     (:func:`tracesim.network.collectives.check_collectives`)."""
     w = "collectives"
-    check_keys(data, (), ("select", "algorithms"), file=file, where=w)
+    check_keys(data, (), ("select", "algorithms", "protocol", "channels"), file=file, where=w)
     select: list[tuple[str, tuple[str, ...]]] = []
     sel = data.get("select", {}) or {}
     check_keys(sel, (), COLLECTIVES, file=file, where=f"{w}.select")
@@ -378,7 +389,39 @@ def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
         if "step_latency_us" in entry:
             lat = get_number(entry, "step_latency_us", file=file, where=place, allow_zero=True)
         params.append((str(name), AlgorithmParams(e_intra, e_inter, lat)))
-    return CollectivesSpec(select=tuple(select), algorithms=tuple(params))
+    protocol: tuple[str, ...] = ()
+    if data.get("protocol") is not None:
+        try:
+            protocol = parse_protocols(data["protocol"])
+        except (ValueError, AttributeError) as e:
+            raise InputError(str(e), file, f"{w}.protocol") from None
+    channels = None
+    if data.get("channels") is not None:
+        channels = int(get_number(data, "channels", file=file, where=w))
+        if channels != data["channels"] or channels < 1:
+            raise InputError(f"channels must be a whole number >= 1, got {data['channels']!r}",
+                             file, f"{w}.channels")
+    return CollectivesSpec(select=tuple(select), algorithms=tuple(params), protocol=protocol,
+                           channels=channels)
+
+
+def parse_protocols(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``"LL128"``, ``"LL,Simple"``, ``"auto"`` (any case) -> protocol names (``()`` = auto);
+    ValueError naming the bad one."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for raw in items:
+        name = raw.strip()
+        if not name:
+            continue
+        if name.lower() == "auto":
+            return ()
+        match = [q for q in PROTOCOLS if q.lower() == name.lower()]
+        if not match:
+            raise ValueError(f"unknown protocol {name!r} (known: auto, {', '.join(PROTOCOLS)})")
+        if match[0] not in out:
+            out.append(match[0])
+    return tuple(out)
 
 
 def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> float:

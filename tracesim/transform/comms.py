@@ -217,13 +217,14 @@ class GroupComm:
         self.inner.attach(env)
 
     def collective(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
-                   group_kind: str = "") -> simpy.Event:
+                   group_kind: str = "", algorithm: str = "") -> simpy.Event:
         base, at, index = group_kind.partition("@")
         if at:
             ranks = self.groups[int(index)]
         if collective == "send_recv":
             return self.inner.p2p(ranks[0], ranks[1], msg_bytes)
-        return self.inner.collective(collective, tuple(ranks), msg_bytes, base)
+        more = {"algorithm": algorithm} if algorithm else {}
+        return self.inner.collective(collective, tuple(ranks), msg_bytes, base, **more)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         return self.inner.p2p(src, dst, nbytes)

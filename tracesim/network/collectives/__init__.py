@@ -135,6 +135,9 @@ class Algorithm:
     #: collectives for which ``auto`` selection considers this algorithm
     auto: frozenset[str] = frozenset()
     defaults: AlgorithmParams = AlgorithmParams(1.0, 1.0, 0.0)
+    #: the algorithm whose efficiencies in the cluster spec this one takes when the spec
+    #: gives none of its own ("": its own defaults)
+    efficiency_as: str = ""
 
     def check(self, group: Group, collective: str) -> str | None:
         """None if the algorithm applies to ``collective`` on ``group``, else why not."""

@@ -24,7 +24,7 @@ from tracesim.network.collectives import Algorithm, Group, Phase, register
     collectives=("all_reduce",),
     efficiency_intra=0.61,
     efficiency_inter=1.0,
-    step_latency_us=8.0,
+    step_latency_us=12.2,
 )
 class Nvls(Algorithm):
     def check(self, group: Group, collective: str) -> str | None:

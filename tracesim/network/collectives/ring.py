@@ -22,7 +22,7 @@ from tracesim.network.collectives import Algorithm, Group, Phase, register
     collectives=("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"),
     efficiency_intra=0.80,
     efficiency_inter=0.94,
-    step_latency_us=0.5,
+    step_latency_us=0.0,
 )
 class Ring(Algorithm):
     def phases(self, group: Group, collective: str) -> list[Phase]:

@@ -87,7 +87,7 @@ def tree_height(parents: list[int]) -> int:
     collectives=("all_reduce",),
     efficiency_intra=0.74,
     efficiency_inter=0.86,
-    step_latency_us=0.5,
+    step_latency_us=0.0,
 )
 class Tree(Algorithm):
     def check(self, group: Group, collective: str) -> str | None:

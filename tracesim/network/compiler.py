@@ -1,0 +1,150 @@
+"""Compiled collectives of one cluster spec, shared by every network model of that spec.
+
+A :class:`Compiler` holds the topology and router of a spec and compiles each (algorithm,
+collective, group) once into phases of flows (:class:`~tracesim.network.running.CompiledCollective`,
+Simple calibration), with the NCCL protocol variants of ring and tree per message size
+(:mod:`tracesim.network.variants`). :func:`shared` keeps one per spec (a bounded cache).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracesim.network.collectives import Algorithm, Group
+from tracesim.network.maxmin import max_min_sorted
+from tracesim.network.routing import Router
+from tracesim.network.running import CompiledCollective, CompiledPhase
+from tracesim.network.topology import Topology
+from tracesim.network.variants import PhaseLatency, build, predicted, shape
+from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
+
+
+class Compiler:
+    """Topology, router and compiled collectives of one cluster spec (shared by models)."""
+
+    def __init__(self, cluster: ClusterSpec):
+        self.cluster = cluster
+        self.topo = Topology(cluster)
+        self.router = Router(self.topo)
+        self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
+        self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
+        self.variants: dict[tuple[str, str, str, tuple[int, ...], int], CompiledCollective] = {}
+        self.groups: dict[tuple[int, ...], Group] = {}
+
+    def params(self, algo: Algorithm) -> AlgorithmParams:
+        """``algo``'s calibration: the spec's overrides, else (efficiencies) those the spec
+        gives the algorithm it takes them from (``efficiency_as``), else its defaults."""
+        spec = self.cluster.collectives
+        over = spec.params(algo.name)
+        d = algo.defaults
+        if algo.efficiency_as:
+            other = spec.params(algo.efficiency_as)
+            d = AlgorithmParams(
+                d.efficiency_intra if other.efficiency_intra is None else other.efficiency_intra,
+                d.efficiency_inter if other.efficiency_inter is None else other.efficiency_inter,
+                d.step_latency_us,
+            )
+        return AlgorithmParams(
+            d.efficiency_intra if over.efficiency_intra is None else over.efficiency_intra,
+            d.efficiency_inter if over.efficiency_inter is None else over.efficiency_inter,
+            d.step_latency_us if over.step_latency_us is None else over.step_latency_us,
+        )
+
+    def group(self, ranks: tuple[int, ...]) -> Group:
+        grp = self.groups.get(ranks)
+        if grp is None:
+            grp = Group(self.topo, self.router, ranks)
+            self.groups[ranks] = grp
+        return grp
+
+    def compile(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> CompiledCollective:
+        key = (algo.name, collective, ranks)
+        cc = self.compiled.get(key)
+        if cc is not None:
+            return cc
+        grp = self.group(ranks)
+        p = self.params(algo)
+        assert p.efficiency_intra and p.efficiency_inter and p.step_latency_us is not None
+        step_ns = p.step_latency_us * 1000.0
+        phases = []
+        lat_parts = []
+        fixed = 0.0
+        per_byte = 0.0
+        for ph in algo.phases(grp, collective):
+            lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
+            e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=e_ptr[1:])
+            e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
+            inter = np.array([self.router.crosses_nic(r) for r in ph.routes], dtype=bool)
+            eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
+            wire = np.asarray(ph.weights, dtype=np.float64) / eff
+            lats = np.array([self.router.latency_ns(r) for r in ph.routes])
+            lat_inter = float(lats[inter].max()) if inter.any() else 0.0
+            lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
+            n_inter = min(ph.inter_steps, ph.steps)
+            pl = PhaseLatency(ph.steps - n_inter, n_inter, lat_intra, lat_inter, step_ns)
+            lat_parts.append(pl)
+            cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, pl.total())
+            phases.append(cp)
+            fixed += cp.latency_ns
+            per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
+        cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
+        self.compiled[key] = cc
+        self.latencies[key] = tuple(lat_parts)
+        return cc
+
+    def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
+                  msg_bytes: int) -> tuple[float, float]:
+        """(fixed_ns, ns_per_byte) of ``algo`` with ``proto`` as NCCL's tuner rates it."""
+        base = self.compile(algo, collective, ranks)
+        if algo.name not in ("ring", "tree"):
+            return base.fixed_ns, base.ns_per_byte
+        grp = self.group(ranks)
+        s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
+        return predicted(base, self.latencies[(algo.name, collective, ranks)], s, proto, msg_bytes)
+
+    def variant(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
+                msg_bytes: int) -> CompiledCollective:
+        """``algo``'s compiled collective run with ``proto`` at ``msg_bytes`` (cached)."""
+        base = self.compile(algo, collective, ranks)
+        if algo.name not in ("ring", "tree"):
+            return base
+        key = (algo.name, proto, collective, ranks, int(msg_bytes))
+        cc = self.variants.get(key)
+        if cc is None:
+            if len(self.variants) >= 1 << 16:
+                self.variants.clear()
+            grp = self.group(ranks)
+            s = shape(self.cluster, algo.name, collective, grp.n, len(grp.nodes))
+            cc = self.variants[key] = build(base, self.latencies[(algo.name, collective, ranks)],
+                                            s, proto, msg_bytes)
+        return cc
+
+
+def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
+    """Time per message byte of a phase running alone, from its flows' max-min rates."""
+    lens = np.diff(cp.e_ptr)
+    nz = np.flatnonzero((lens > 0) & (cp.wire_per_byte > 0))
+    if len(nz) == 0:
+        return 0.0
+    e_flow = np.repeat(np.arange(len(nz)), lens[nz])
+    e_link = np.concatenate([cp.e_link[cp.e_ptr[i] : cp.e_ptr[i + 1]] for i in nz])
+    rates = max_min_sorted(e_flow, e_link, capacity)
+    return float(np.max(cp.wire_per_byte[nz] / rates))
+
+
+_SHARED: dict[str, Compiler] = {}
+_SHARED_MAX = 16
+
+
+def shared(cluster: ClusterSpec) -> Compiler:
+    """The shared topology / routes / compiled collectives of a spec (bounded cache)."""
+    key = cluster.key()
+    sh = _SHARED.get(key)
+    if sh is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.pop(next(iter(_SHARED)))
+        sh = _SHARED[key] = Compiler(cluster)
+    return sh
+
+
