@@ -30,8 +30,9 @@ def with_bg(c: ClusterSpec, *specs: str) -> ClusterSpec:
 
 
 def bandwidth_ns(c: ClusterSpec, ranks: list[int], nbytes: int = GIB) -> int:
-    return (collective_time_ns(c, "all_reduce", ranks, nbytes, "ring")
-            - collective_time_ns(c, "all_reduce", ranks, 1, "ring"))
+    # one protocol for both sizes (NCCL Simple), so the difference is the bandwidth part
+    return (collective_time_ns(c, "all_reduce", ranks, nbytes, "ring", protocol="Simple")
+            - collective_time_ns(c, "all_reduce", ranks, 1, "ring", protocol="Simple"))
 
 
 def test_a_background_all_reduce_on_the_same_nics_halves_the_jobs_share():
@@ -40,7 +41,7 @@ def test_a_background_all_reduce_on_the_same_nics_halves_the_jobs_share():
     c = cluster(2, 2)
     alone = bandwidth_ns(c, [0, 2])
     busy = with_bg(c, "all_reduce:size=8G:gpus=1+3:every=0s")
-    assert bandwidth_ns(busy, [0, 2]) == pytest.approx(2 * alone, rel=1e-6)
+    assert bandwidth_ns(busy, [0, 2]) == pytest.approx(2 * alone, rel=1e-3)  # NCCL Simple per-step terms ride along
     # an instance that starts after the job's collective has ended changes nothing
     later = with_bg(c, "all_reduce:size=8G:gpus=1+3:every=10s:start=1s")
     assert bandwidth_ns(later, [0, 2]) == alone
@@ -52,7 +53,7 @@ def test_a_steady_load_leaves_the_rest_of_the_link(fraction):
     alone = bandwidth_ns(c, [0, 1])
     for on in ("nic", "nic0", "nic0+nic1"):
         loaded = with_bg(c, f"load:fraction={fraction}:on={on}")
-        assert bandwidth_ns(loaded, [0, 1]) == pytest.approx(alone / (1 - fraction), rel=1e-6)
+        assert bandwidth_ns(loaded, [0, 1]) == pytest.approx(alone / (1 - fraction), rel=1e-3)
     # on a tier the ring does not use: nothing changes
     assert bandwidth_ns(with_bg(c, f"load:fraction={fraction}:on=fabric"), [0, 1]) == alone
 

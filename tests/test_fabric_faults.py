@@ -36,15 +36,16 @@ def faulted(c: ClusterSpec, spec: str) -> ClusterSpec:
 
 
 def bandwidth_ns(c: ClusterSpec, ranks: list[int], nbytes: int = GIB, algo: str = "ring") -> int:
-    return (collective_time_ns(c, "all_reduce", ranks, nbytes, algo)
-            - collective_time_ns(c, "all_reduce", ranks, 1, algo))
+    # one protocol for both sizes (NCCL Simple), so the difference is the bandwidth part
+    return (collective_time_ns(c, "all_reduce", ranks, nbytes, algo, protocol="Simple")
+            - collective_time_ns(c, "all_reduce", ranks, 1, algo, protocol="Simple"))
 
 
 @pytest.mark.parametrize("factor", [0.5, 0.25])
 def test_a_degraded_nic_slows_a_two_node_ring_by_its_factor(factor):
     c = two_nodes()
     healthy = bandwidth_ns(c, [0, 1])
-    assert bandwidth_ns(faulted(c, f"nic0:{factor}"), [0, 1]) == pytest.approx(healthy / factor, rel=1e-6)
+    assert bandwidth_ns(faulted(c, f"nic0:{factor}"), [0, 1]) == pytest.approx(healthy / factor, rel=1e-3)  # NCCL Simple per-step terms ride along
     # the capacity model: both directions of NIC 0's port, nothing else
     topo = NetworkModel(faulted(c, f"nic0:{factor}")).topology
     changed = (topo.capacity != topo.healthy_capacity).nonzero()[0].tolist()
@@ -75,7 +76,8 @@ def test_a_failed_uplink_with_spares_changes_nothing_on_a_non_blocking_fabric(ro
     # at half speed, static ECMP pins the flow to a half-speed uplink; adaptive routing
     # spreads it over the bundle, which still has 16 NICs' worth
     half = collective_time_ns(faulted(c, "leaf0.up:0.5"), "all_reduce", ring, GIB, "ring")
-    assert half > 1.9 * healthy if routing == "ecmp" else half == healthy
+    lat = collective_time_ns(c, "all_reduce", ring, 1, "ring", protocol="Simple")  # latency part
+    assert half - lat > 1.9 * (healthy - lat) if routing == "ecmp" else half == healthy
 
 
 def test_a_failed_uplink_bundle_loses_its_share_under_adaptive_routing():
@@ -95,7 +97,9 @@ def test_a_failed_nic_sends_its_traffic_over_the_next_rail():
     assert topo.alive[route].all()
     # two full nodes: rail 1 carries channels 0 and 1, as NIC 0 at half speed would
     ranks = list(range(16))
-    assert bandwidth_ns(faulted(c, "nic0:0"), ranks) == bandwidth_ns(faulted(c, "nic0:0.5"), ranks)
+    # equal but for the NVLink hop's latency on the detour
+    assert bandwidth_ns(faulted(c, "nic0:0"), ranks) == pytest.approx(
+        bandwidth_ns(faulted(c, "nic0:0.5"), ranks), rel=1e-4)
 
 
 def test_a_failed_nvlink_of_a_mesh_takes_a_two_hop_detour():

@@ -16,7 +16,8 @@ from tracesim.network.routing import Router
 from tracesim.network.running import CompiledCollective, CompiledPhase
 from tracesim.network.topology import Topology
 from tracesim.network.variants import PhaseLatency, build, predicted, shape
-from tracesim.specs.cluster import AlgorithmParams, ClusterSpec
+from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.collectives import AlgorithmParams
 
 
 class Compiler:

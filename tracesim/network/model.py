@@ -38,7 +38,8 @@ from tracesim.network.running import (
     merge_compiled,
 )
 from tracesim.network.variants import protocols_for
-from tracesim.specs.cluster import ClusterSpec, parse_protocols
+from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.collectives import parse_protocols
 
 #: collectives the model understands (``barrier`` runs as a zero-byte all-reduce)
 COLLECTIVES = (

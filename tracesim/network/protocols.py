@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tracesim.specs.cluster import PROTOCOLS, parse_protocols
+from tracesim.specs.collectives import PROTOCOLS, parse_protocols
 
 __all__ = ["PROTOCOLS", "parse_protocols", "terms", "Shape", "Terms"]
 

@@ -44,6 +44,10 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict
 from tracesim.hardware.device import get_device
+from tracesim.specs.collectives import (
+    CollectivesSpec,
+    collectives_from_dict,
+)
 from tracesim.specs.fabric import BackgroundJob, LinkFault, parse_background, parse_link_faults
 from tracesim.strict import check_keys, get_number, get_str
 
@@ -52,20 +56,6 @@ FABRICS = ("fat_tree", "rail_optimized", "spine_leaf")
 #: how flows use equal-cost uplinks: spread evenly over all of them (adaptive routing,
 #: InfiniBand's default with NCCL) or pinned to one by a per-flow hash (static ECMP)
 ROUTINGS = ("adaptive", "ecmp")
-#: NCCL's protocols in its own order (NCCL_PROTO_LL, NCCL_PROTO_LL128, NCCL_PROTO_SIMPLE)
-PROTOCOLS = ("LL", "LL128", "Simple")
-
-#: collectives a cluster spec may name in ``collectives.select``
-COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "send_recv",
-)
-
 DEFAULT_LEVELS = 2
 DEFAULT_OVERSUBSCRIPTION = 1.0
 DEFAULT_NICS_PER_LEAF = 32
@@ -120,51 +110,6 @@ class InterNodeSpec:
     def nic_GBps(self) -> float:
         """NIC bandwidth per direction in gigabytes per second."""
         return self.nic_Gbps / 8.0
-
-
-@dataclass(frozen=True)
-class AlgorithmParams:
-    """Calibration of one collective algorithm; ``None`` means the algorithm's default.
-
-    ``efficiency_intra`` / ``efficiency_inter``: achieved fraction of line rate for flows
-    inside a node / flows crossing a NIC (0 < e <= 1). ``step_latency_us``: software latency
-    each algorithm step pays on top of the path latency.
-    """
-
-    efficiency_intra: float | None = None
-    efficiency_inter: float | None = None
-    step_latency_us: float | None = None
-
-
-@dataclass(frozen=True)
-class CollectivesSpec:
-    """Algorithm choice and calibration overrides (``collectives`` in the YAML).
-
-    ``select`` maps a collective to a preference list of algorithm names (``("auto",)`` =
-    cheapest predicted, like NCCL's tuner); ``algorithms`` maps an algorithm name to its
-    :class:`AlgorithmParams`. Both are tuples of pairs so the spec stays hashable.
-    """
-
-    select: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    algorithms: tuple[tuple[str, AlgorithmParams], ...] = ()
-    #: protocols NCCL may use (``collectives.protocol``, as NCCL_PROTO): () = all (auto)
-    protocol: tuple[str, ...] = ()
-    #: NCCL channels of a collective (``collectives.channels``); None = the default
-    channels: int | None = None
-
-    def selection(self, collective: str) -> tuple[str, ...]:
-        """The preference list for ``collective`` (``("auto",)`` when not given)."""
-        for name, algos in self.select:
-            if name == collective:
-                return algos
-        return ("auto",)
-
-    def params(self, algorithm: str) -> AlgorithmParams:
-        """The overrides for ``algorithm`` (all ``None`` when not given)."""
-        for name, p in self.algorithms:
-            if name == algorithm:
-                return p
-        return AlgorithmParams()
 
 
 @dataclass(frozen=True)
@@ -352,85 +297,6 @@ def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> In
     )
 
 
-def _collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
-    """The ``collectives`` block, checked for its structure; whether the algorithms it names
-    exist and implement the collectives they are chosen for is the network layer's check
-    (:func:`tracesim.network.collectives.check_collectives`)."""
-    w = "collectives"
-    check_keys(data, (), ("select", "algorithms", "protocol", "channels"), file=file, where=w)
-    select: list[tuple[str, tuple[str, ...]]] = []
-    sel = data.get("select", {}) or {}
-    check_keys(sel, (), COLLECTIVES, file=file, where=f"{w}.select")
-    for coll, value in sel.items():
-        place = f"{w}.select.{coll}"
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise InputError(f"expected an algorithm name or a list of them, got {value!r}", file, place)
-        select.append((coll, tuple(names)))
-    params: list[tuple[str, AlgorithmParams]] = []
-    alg = data.get("algorithms", {}) or {}
-    if not isinstance(alg, Mapping):
-        raise InputError(f"expected a mapping, got {type(alg).__name__}", file, f"{w}.algorithms")
-    for name, entry in alg.items():
-        place = f"{w}.algorithms.{name}"
-        check_keys(entry, (), ("efficiency", "step_latency_us"), file=file, where=place)
-        e_intra = e_inter = None
-        if "efficiency" in entry:
-            eff = entry["efficiency"]
-            if isinstance(eff, Mapping):
-                check_keys(eff, (), ("intra", "inter"), file=file, where=f"{place}.efficiency")
-                if "intra" in eff:
-                    e_intra = _efficiency(eff, "intra", file, f"{place}.efficiency")
-                if "inter" in eff:
-                    e_inter = _efficiency(eff, "inter", file, f"{place}.efficiency")
-            else:
-                e_intra = e_inter = _efficiency(entry, "efficiency", file, place)
-        lat = None
-        if "step_latency_us" in entry:
-            lat = get_number(entry, "step_latency_us", file=file, where=place, allow_zero=True)
-        params.append((str(name), AlgorithmParams(e_intra, e_inter, lat)))
-    protocol: tuple[str, ...] = ()
-    if data.get("protocol") is not None:
-        try:
-            protocol = parse_protocols(data["protocol"])
-        except (ValueError, AttributeError) as e:
-            raise InputError(str(e), file, f"{w}.protocol") from None
-    channels = None
-    if data.get("channels") is not None:
-        channels = int(get_number(data, "channels", file=file, where=w))
-        if channels != data["channels"] or channels < 1:
-            raise InputError(f"channels must be a whole number >= 1, got {data['channels']!r}",
-                             file, f"{w}.channels")
-    return CollectivesSpec(select=tuple(select), algorithms=tuple(params), protocol=protocol,
-                           channels=channels)
-
-
-def parse_protocols(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """``"LL128"``, ``"LL,Simple"``, ``"auto"`` (any case) -> protocol names (``()`` = auto);
-    ValueError naming the bad one."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out: list[str] = []
-    for raw in items:
-        name = raw.strip()
-        if not name:
-            continue
-        if name.lower() == "auto":
-            return ()
-        match = [q for q in PROTOCOLS if q.lower() == name.lower()]
-        if not match:
-            raise ValueError(f"unknown protocol {name!r} (known: auto, {', '.join(PROTOCOLS)})")
-        if match[0] not in out:
-            out.append(match[0])
-    return tuple(out)
-
-
-def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> float:
-    value = get_number(data, key, file=file, where=where)
-    if value > 1:
-        raise InputError(f"an efficiency is a fraction in (0, 1], got {value!r}", file, f"{where}.{key}")
-    return float(value)
-
-
 def _check_device(device: Any, file: Any) -> None:
     if not isinstance(device, (str, Mapping)):
         raise InputError(f"expected a device name or mapping, got {device!r}", file, "device")
@@ -470,7 +336,7 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         raise InputError(f"missing required key (the cluster has {nodes} nodes)", file, "inter_node")
     coll = CollectivesSpec()
     if data.get("collectives") is not None:
-        coll = _collectives_from_dict(data["collectives"], file)
+        coll = collectives_from_dict(data["collectives"], file)
     sources: tuple[str, ...] = ()
     if "sources" in data:
         s = data["sources"]

@@ -28,7 +28,7 @@ import numpy as np
 from tracesim.errors import InputError
 from tracesim.network.routing import Router
 from tracesim.network.topology import Topology
-from tracesim.specs.cluster import AlgorithmParams, CollectivesSpec
+from tracesim.specs.collectives import AlgorithmParams, CollectivesSpec
 
 #: registered algorithms by name, in registration order
 ALGORITHMS: dict[str, Algorithm] = {}
