@@ -35,9 +35,14 @@ def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
     comm = np.flatnonzero(prog["kind"] != "gpu")
     sizes = {k: len(placement.groups(k)[0]) for k in ("tp", "cp", "ep", "dpcp", "edp", "emb")}
     sizes["pp"] = 2
-    for i in comm:
-        gk = prog["gkind"][i]
-        dur[i] = int(comm_time(str(prog["collective"][i]), str(gk), sizes.get(gk, 2), int(prog["msg_bytes"][i])))
+    known: dict[tuple[str, str, int], int] = {}  # one call per distinct operation
+    for i, coll, gk, size in zip(comm.tolist(), prog["collective"][comm].tolist(),
+                                 prog["gkind"][comm].tolist(), prog["msg_bytes"][comm].tolist(),
+                                 strict=True):
+        key = (str(coll), str(gk), int(size))
+        if key not in known:
+            known[key] = int(comm_time(key[0], key[1], sizes.get(gk, 2), key[2]))
+        dur[i] = known[key]
     return dur
 
 
@@ -57,10 +62,16 @@ class _Vocab:
         self.index: dict[str, int] = {}
 
     def codes(self, values: np.ndarray) -> np.ndarray:
-        out = np.empty(len(values), dtype=np.int64)
-        for i, v in enumerate(values.tolist()):
-            out[i] = self.index.setdefault(str(v), len(self.index))
-        return out
+        """The code of ``str(v)`` for each of ``values``, new strings numbered in order of
+        first appearance: the distinct values are found by hashing (``pd.factorize``) and
+        only they are looked up."""
+        ids, uniq = pd.factorize(values, use_na_sentinel=False)
+        distinct = uniq.tolist() if isinstance(uniq, np.ndarray) else list(uniq)
+        if not all(type(v) is str for v in distinct):  # equal non-strings may print apart
+            return np.array([self.index.setdefault(str(v), len(self.index)) for v in values.tolist()],
+                            dtype=np.int64)
+        table = np.array([self.index.setdefault(v, len(self.index)) for v in distinct], dtype=np.int64)
+        return table[ids]
 
     def column(self, codes: np.ndarray) -> pd.Series:
         return categorical(codes, list(self.index))
@@ -78,8 +89,10 @@ class _StageCache:
                  comm_time: Callable[[str, str, int, int], int], vocab: dict[str, _Vocab],
                  local_keys: _Vocab):
         self.n = len(prog["lane"])
-        self.lanes, inv = np.unique(prog["lane"].astype(str), return_inverse=True)
-        self.lane_inv = inv.astype(np.int32)
+        # the sorted lane names: np.unique over the distinct values only
+        ids, uniq = pd.factorize(prog["lane"], use_na_sentinel=False)
+        self.lanes, inv = np.unique(np.asarray(uniq).astype(str), return_inverse=True)
+        self.lane_inv = inv.astype(np.int32)[ids]
         self.comm = np.flatnonzero(prog["kind"] != "gpu")
         gk = prog["gkind"]
         report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
