@@ -65,9 +65,10 @@ class _Vocab:
         """The code of ``str(v)`` for each of ``values``, new strings numbered in order of
         first appearance: the distinct values are found by hashing (``pd.factorize``) and
         only they are looked up."""
-        ids, uniq = pd.factorize(values, use_na_sentinel=False)
+        ids, uniq = pd.factorize(values)
         distinct = uniq.tolist() if isinstance(uniq, np.ndarray) else list(uniq)
-        if not all(type(v) is str for v in distinct):  # equal non-strings may print apart
+        if (len(ids) and ids.min() < 0) or not all(type(v) is str for v in distinct):
+            # missing values, or non-strings (equal ones may print apart): one by one
             return np.array([self.index.setdefault(str(v), len(self.index)) for v in values.tolist()],
                             dtype=np.int64)
         table = np.array([self.index.setdefault(v, len(self.index)) for v in distinct], dtype=np.int64)
@@ -90,7 +91,10 @@ class _StageCache:
                  local_keys: _Vocab):
         self.n = len(prog["lane"])
         # the sorted lane names: np.unique over the distinct values only
-        ids, uniq = pd.factorize(prog["lane"], use_na_sentinel=False)
+        lane = prog["lane"]
+        ids, uniq = pd.factorize(lane)
+        if len(ids) and ids.min() < 0:  # missing values (no factorized code): sort them all
+            ids, uniq = np.arange(len(lane)), lane
         self.lanes, inv = np.unique(np.asarray(uniq).astype(str), return_inverse=True)
         self.lane_inv = inv.astype(np.int32)[ids]
         self.comm = np.flatnonzero(prog["kind"] != "gpu")
