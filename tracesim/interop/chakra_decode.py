@@ -237,17 +237,19 @@ class NodeTable:
             return self._pending[uid - self.n]
         return tuple(self.cols[f][uid].item() for f in _FIELDS)
 
-    def patch(self, uid: int, like: bytes, body: bytes, diff: list[int]) -> int | None:
-        """The uid of ``body``, a node message that differs from ``like`` (the message of
-        row ``uid``, as long) at the byte positions ``diff`` (ascending), derived from that row when
-        the only differences are inside the values of its ``pg_name`` and
-        ``tracesim.match_key`` attributes (plain strings, each named once); None when
-        it has to be parsed (:meth:`add`)."""
+    def patch(self, uid: int, like: bytes | bytearray, at: int, body: bytes,
+              diff: list[int]) -> int | None:
+        """The uid of ``body``, a node message that differs from the message of row ``uid``
+        (``like[at : at + len(body)]``) at the byte positions ``diff`` (ascending, relative to
+        the message), derived from that row when the only differences are inside the values
+        of its ``pg_name`` and ``tracesim.match_key`` attributes (plain strings, each named
+        once); None when it has to be parsed (:meth:`add`)."""
         known = self._similar.get(uid)
         if known is None:
             if len(self._similar) > 1 << 16:
                 self._similar.clear()
-            known = self._similar[uid] = (_patchable(like), self._row(uid))
+            known = self._similar[uid] = (_patchable(bytes(like[at : at + len(body)])),
+                                          self._row(uid))
         spans, base = known
         if not spans or base[_AT["err"]] >= 0:
             return None
