@@ -166,15 +166,16 @@ class Scanner:
         first = np.searchsorted(msg, ks, side="left").tolist()
         cut = np.searchsorted(msg, ks, side="right").tolist()
         found = []
-        for k, b, e, u0, lo, hi in zip(ks.tolist(), begin.tolist(), end.tolist(),
-                                       tpl.uids[ks - 1].tolist(), first, cut, strict=True):
-            m = bytes(buf[b:e])
-            u = get(m)
-            if u is None:
-                u = patch(u0, tbuf, b, m, rel[lo:hi])
+        with memoryview(buf) as view:
+            for k, b, e, u0, lo, hi in zip(ks.tolist(), begin.tolist(), end.tolist(),
+                                           tpl.uids[ks - 1].tolist(), first, cut, strict=True):
+                m = view[b:e].tobytes()
+                u = get(m)
                 if u is None:
-                    u = table.add(m, path, int(tpl.starts[k]))
-            found.append(u)
+                    u = patch(u0, tbuf, b, m, rel[lo:hi])
+                    if u is None:
+                        u = table.add(m, path, int(tpl.starts[k]))
+                found.append(u)
         uids = tpl.uids.copy()
         uids[ks - 1] = found
         return ScannedFile(buf, meta, uids, tpl.starts, tpl.bodies)
