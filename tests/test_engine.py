@@ -100,3 +100,33 @@ def test_observer_sees_every_task():
     g = graph([T(0, 0, 3), T(0, 0, 4)])
     replay(g, observers=[lambda t, s, e: seen.append((t, s, e))])
     assert seen == [(0, 0, 3), (1, 3, 7)]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_own_event_loop_gives_simpys_times(monkeypatch: pytest.MonkeyPatch, full: bool):
+    """The replay pushes its compute wake-ups onto SimPy's queue itself and runs the queue in
+    its own loop; with SimPy's timeouts and ``env.run()`` instead (the path for other
+    environments) every time is the same to the nanosecond: the symmetric replay (one rank per
+    stage, its copies on the flow network) and the full one."""
+    import itertools
+
+    import simpy
+
+    import tracesim.engine.replay as engine
+    from tests.helpers import retarget
+
+    opts = {"model": "gpt3-1.7b", "cluster": "h100x128", "tp": 2, "pp": 2, "dp": 16,
+            "micro_batch": 1, "global_batch": 64, "network": "flow", "full": full}
+    own = retarget(opts).to_dict()
+    used: list[bool] = []
+
+    def plain(env: simpy.Environment) -> tuple[None, itertools.count]:
+        used.append(True)
+        return None, itertools.count()
+
+    monkeypatch.setattr(engine, "_internals", plain)
+    simpys = retarget(opts).to_dict()
+    assert used
+    assert own["replay"]["events"] == simpys["replay"]["events"]
+    assert own["iteration_time_s"] == simpys["iteration_time_s"]
+    assert own["breakdown"] == simpys["breakdown"]

@@ -106,9 +106,14 @@ def read_yaml(path: str | Path) -> Any:
 YAML_MAX_NODES = 1_000_000
 
 
+#: libyaml's parser when PyYAML was built with it (the same nodes and values, several times
+#: faster), else the pure-Python one
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _safe_load(text: str, path: Path) -> Any:
     """``yaml.safe_load``, refusing recursive aliases and alias expansion past YAML_MAX_NODES."""
-    loader = yaml.SafeLoader(text)
+    loader = _SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -263,8 +263,7 @@ class _Program:
             a = u.arrays
             assert a is not None
             comm = np.flatnonzero(a["kind"] != "gpu")
-            for i in comm:
-                keys[off + i] = f"{tag}|{a['key'][i]}"
+            keys[off + comm] = [f"{tag}|{k}" for k in a["key"][comm].tolist()]
         srcs = [u.arrays["src"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
         dsts = [u.arrays["dst"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
         xs = np.asarray(self.x_src, dtype=np.int64)

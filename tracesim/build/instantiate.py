@@ -29,15 +29,37 @@ from tracesim.specs.placement import Placement
 REPORT_KIND = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
 
 
+def _factor(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Codes of ``str(v)`` for each of ``values`` and the distinct strings, in order of
+    first appearance (by hashing: one Python object per distinct value, not per row)."""
+    ids, uniq = pd.factorize(values)
+    distinct = uniq.tolist() if isinstance(uniq, np.ndarray) else list(uniq)
+    if (len(ids) and ids.min() < 0) or not all(type(v) is str for v in distinct):
+        # missing values, or non-strings (equal ones may print apart): one by one
+        index: dict[str, int] = {}
+        codes = np.array([index.setdefault(str(v), len(index)) for v in values.tolist()],
+                         dtype=np.int64)
+        return codes, list(index)
+    return ids.astype(np.int64, copy=False), distinct
+
+
 def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
                     comm_time: Callable[[str, str, int, int], int]) -> np.ndarray:
     dur = prog["dur_ns"].copy()
     comm = np.flatnonzero(prog["kind"] != "gpu")
+    if not len(comm):
+        return dur
     sizes = {k: len(placement.groups(k)[0]) for k in ("tp", "etp", "cp", "ep", "dpcp", "edp", "emb")}
     sizes["pp"] = 2
-    for i in comm:
-        gk = prog["gkind"][i]
-        dur[i] = int(comm_time(str(prog["collective"][i]), str(gk), sizes.get(gk, 2), int(prog["msg_bytes"][i])))
+    # one call per distinct (collective, group kind, bytes)
+    c_code, c_names = _factor(prog["collective"][comm])
+    g_code, g_names = _factor(prog["gkind"][comm])
+    msg = prog["msg_bytes"][comm].astype(np.int64)
+    triples = np.stack([c_code, g_code, msg], axis=1)
+    uniq, inv = np.unique(triples, axis=0, return_inverse=True)
+    times = np.array([int(comm_time(c_names[c], g_names[g], sizes.get(g_names[g], 2), int(m)))
+                      for c, g, m in uniq.tolist()], dtype=dur.dtype)
+    dur[comm] = times[inv.reshape(-1)]
     return dur
 
 
@@ -57,10 +79,12 @@ class _Vocab:
         self.index: dict[str, int] = {}
 
     def codes(self, values: np.ndarray) -> np.ndarray:
-        out = np.empty(len(values), dtype=np.int64)
-        for i, v in enumerate(values.tolist()):
-            out[i] = self.index.setdefault(str(v), len(self.index))
-        return out
+        """The code of ``str(v)`` for each of ``values``, new strings numbered in order of
+        first appearance: only the distinct values are looked up (:func:`_factor`)."""
+        ids, distinct = _factor(values)
+        table = np.array([self.index.setdefault(v, len(self.index)) for v in distinct] or [0],
+                         dtype=np.int64)
+        return table[ids]
 
     def column(self, codes: np.ndarray) -> pd.Series:
         return categorical(codes, list(self.index))
@@ -78,19 +102,24 @@ class _StageCache:
                  comm_time: Callable[[str, str, int, int], int], vocab: dict[str, _Vocab],
                  local_keys: _Vocab):
         self.n = len(prog["lane"])
-        self.lanes, inv = np.unique(prog["lane"].astype(str), return_inverse=True)
-        self.lane_inv = inv.astype(np.int32)
+        # the sorted lane names: np.unique over the distinct values only
+        lane = prog["lane"]
+        ids, uniq = pd.factorize(lane)
+        if len(ids) and ids.min() < 0:  # missing values (no factorized code): sort them all
+            ids, uniq = np.arange(len(lane)), lane
+        self.lanes, inv = np.unique(np.asarray(uniq).astype(str), return_inverse=True)
+        self.lane_inv = inv.astype(np.int32)[ids]
         self.comm = np.flatnonzero(prog["kind"] != "gpu")
         gk = prog["gkind"]
-        report = np.array([REPORT_KIND.get(k, "") for k in gk], dtype=object)
+        gk_ids, gk_names = _factor(gk)
+        report = np.array([REPORT_KIND.get(k, "") for k in gk_names] or [""], dtype=object)[gk_ids]
         self.codes = {c: vocab[c].codes(report if c == "group_kind" else prog[c]) for c in _STR_COLS}
         self.dur = _comm_durations(prog, placement, comm_time)
-        gk_comm = [str(k) for k in gk[self.comm]]
-        self.kinds = list(dict.fromkeys(gk_comm))  # first-appearance order (group numbering)
-        self.kind_code = np.array([self.kinds.index(k) for k in gk_comm], dtype=np.int64)
-        sels = [str(x) for x in prog["peer_sel"][self.comm]]
-        self.sel_code = np.array([_SELECTORS.index(x) if x in _SELECTORS else 0 for x in sels],
-                                 dtype=np.int64)
+        # group kinds of the comm tasks in first-appearance order (group numbering)
+        self.kind_code, self.kinds = _factor(gk[self.comm])
+        sel_ids, sel_names = _factor(prog["peer_sel"][self.comm])
+        self.sel_code = np.array([_SELECTORS.index(x) if x in _SELECTORS else 0 for x in sel_names]
+                                 or [0], dtype=np.int64)[sel_ids]
         self.key_code = local_keys.codes(prog["key"][self.comm])
         self.ring = np.flatnonzero(self.sel_code >= 3)  # ring-attention transfers (cp_next / cp_prev)
         self.src = prog["src"]

@@ -40,8 +40,10 @@ nothing depends on hashing or wall-clock time. Simulated time is integer nanosec
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import count
 
 import numpy as np
 import pandas as pd
@@ -235,13 +237,17 @@ def replay(
     cm = _Comms(graph, kind_np, dur_np)
     group_l = _view(np.ascontiguousarray(tasks["group"].to_numpy()))
     groups = [tuple(sorted(int(r) for r in g)) for g in graph.groups]
-    coll_code, coll_names = column_codes(tasks["collective"])  # names by code, not per task
-    gk_code, gk_names = column_codes(tasks["group_kind"])
+    coll_np, coll_names = column_codes(tasks["collective"])  # names by code, not per task
+    gk_np, gk_names = column_codes(tasks["group_kind"])
     # the algorithm a task asks for (optional column; "" or absent: the model chooses)
     al_code, al_names = (column_codes(tasks["algorithm"]) if "algorithm" in tasks
                          else (np.zeros(0, dtype=np.int8), []))
-    msg = tasks["msg_bytes"].to_numpy()
-    peer = tasks["peer"].to_numpy()
+    # the columns a communication operation reads, as memoryviews (Python ints per item)
+    coll_code, gk_code = _view(np.ascontiguousarray(coll_np)), _view(np.ascontiguousarray(gk_np))
+    msg = _view(np.ascontiguousarray(tasks["msg_bytes"].to_numpy()))
+    peer = _view(np.ascontiguousarray(tasks["peer"].to_numpy()))
+    rank_of = _view(np.ascontiguousarray(rank_np))
+    del coll_np, gk_np
 
     env = simpy.Environment()
     if comm is not None:
@@ -263,6 +269,8 @@ def replay(
     n_events = 0
     n_live: int = 0  # timeouts and operations of the job in flight (see bind_activity below)
     timeout = env.timeout
+    queue, eid = _internals(env)
+    push = heappush
 
     def release(t: int, now: int) -> None:
         """Task ``t`` has ended at ``now``: record it and release its successors."""
@@ -319,7 +327,10 @@ def replay(
                 continue
             n_events += 1
             n_live += 1
-            timeout(e - now).callbacks.append(_Done(t, chain, e))
+            if queue is not None:  # what env.timeout(e - now) schedules, without the Timeout
+                push(queue, (e, 1, next(eid), _Done(t, chain, e)))  # 1: simpy's NORMAL priority
+            else:
+                timeout(e - now).callbacks.append(_Done(t, chain, e))
             return
 
     def drain(now: int) -> None:
@@ -332,12 +343,16 @@ def replay(
                 run_lane(t, True, now)
 
     class _Done:
-        """Callback of the timeout that ends a compute run on a lane."""
+        """The event that ends a compute run on a lane at ``e``, and its callback (scheduled
+        on SimPy's queue as a Timeout would be: it has the ``callbacks`` and ``_ok`` that
+        :meth:`simpy.Environment.step` reads; or appended to a Timeout's callbacks)."""
 
-        __slots__ = ("t", "chain", "e")
+        __slots__ = ("t", "chain", "e", "callbacks")
+        _ok = True
 
         def __init__(self, t: int, chain: list[int] | None, e: int):
             self.t, self.chain, self.e = t, chain, e  # e: when the run ends (env.now then)
+            self.callbacks: tuple[_Done, ...] | None = (self,)
 
         def __call__(self, _ev: simpy.Event) -> None:
             nonlocal n_live
@@ -377,21 +392,24 @@ def replay(
             g = group_l[t]
             if 0 <= g < len(groups) and hi - lo == len(groups[g]):
                 ranks = groups[g]  # every member present: the group's ranks
+            elif hi - lo == 1:  # one member (a representative's collective)
+                ranks = (rank_of[members[lo]],)
             else:
-                ranks = tuple(sorted(int(rank_np[members[k]]) for k in range(lo, hi)))
+                ranks = tuple(sorted(rank_of[m] for m in members[lo:hi]))
             alg = al_names[al_code[t]] if al_names and al_code[t] >= 0 else ""
             if alg:
-                done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]),
-                                       gk_names[gk_code[t]], algorithm=alg)
+                done = comm.collective(coll_names[coll_code[t]], ranks, msg[t], gk_names[gk_code[t]],
+                                       algorithm=alg)
             else:
-                done = comm.collective(coll_names[coll_code[t]], ranks, int(msg[t]), gk_names[gk_code[t]])
+                done = comm.collective(coll_names[coll_code[t]], ranks, msg[t], gk_names[gk_code[t]])
+        elif kind[t] == 3:
+            done = comm.p2p(rank_of[t], peer[t], msg[t])
         else:
-            s_rank, d_rank = _p2p_ends(int(kind[t]), int(rank_np[t]), int(peer[t]))
-            done = comm.p2p(s_rank, d_rank, int(msg[t]))
+            done = comm.p2p(peer[t], rank_of[t], msg[t])
         n_live += 1
-        done.callbacks.append(finish_members([members[k] for k in range(lo, hi)]))
+        done.callbacks.append(finish_members(members[lo:hi]))
 
-    def finish_members(ms: list[int]) -> Callable[[simpy.Event], None]:
+    def finish_members(ms: Sequence[int]) -> Callable[[simpy.Event], None]:
         """Callback of a finished communication operation: release its members ``ms``."""
 
         def finished(_ev: simpy.Event) -> None:
@@ -411,7 +429,7 @@ def replay(
         if t0 >= 0:
             run_lane(t0, False, 0)
             drain(0)
-    env.run()
+    _run_env(env)
     # the result shares the arrays' memory (no copy)
     start_np = np.frombuffer(start, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
     end_np = np.frombuffer(end, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
@@ -437,14 +455,38 @@ def replay(
                 sb.count("collective-unmatched" if kind[t] == 2 else "p2p-unmatched")
                 n_live += 1
                 timeout(min(dur[m] for m in ms)).callbacks.append(finish_members(ms))
-            env.run()
+            _run_env(env)
         fallbacks = sb.counts
     makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
     return ReplayResult(start_np, end_np, makespan, n_events, fallbacks)
 
 
-def _p2p_ends(kind: int, rank: int, peer: int) -> tuple[int, int]:
-    return (rank, peer) if kind == 3 else (peer, rank)
+def _internals(env: simpy.Environment) -> tuple[list | None, Iterator[int]]:
+    """SimPy's event queue and event counter (the queue is ``None`` when ``env`` is not a
+    plain SimPy 4 environment): the replay schedules its own wake-ups on them directly."""
+    queue, eid = getattr(env, "_queue", None), getattr(env, "_eid", None)
+    if type(env) is not simpy.Environment or type(queue) is not list or eid is None:
+        return None, count()
+    return queue, eid
+
+
+def _run_env(env: simpy.Environment) -> None:
+    """``env.run()``: process the events in (time, priority, order) until none is left, as
+    :meth:`simpy.Environment.step` does but in one loop (no method call per event)."""
+    queue, _ = _internals(env)
+    if queue is None:
+        env.run()
+        return
+    pop = heappop
+    while queue:
+        env._now, _, _, event = pop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)  # as simpy.Environment.step raises it
+            exc.__cause__ = event._value
+            raise exc
 
 
 def _blocked_message(graph: TaskGraph, unfinished: np.ndarray, start: np.ndarray,

@@ -26,10 +26,11 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import simpy
 
 from tracesim.engine.comm import CommModel
-from tracesim.graph.taskgraph import TaskGraph
+from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.specs.placement import GROUP_KINDS, Placement
 
 
@@ -45,11 +46,12 @@ class SymmetricComm:
         self.placement = _placement(graph) if images and hasattr(inner, "collective_images") else None
         self._group_images: dict[Any, tuple] = {}  # (rep, group) -> copies of the group
         self._pair_images: dict[Any, tuple] = {}  # (src, dst) -> copies of the transfer
+        self._expanded: dict[tuple, tuple] = {}  # collective()'s arguments -> what it runs
         t = graph.tasks
-        coll = np.flatnonzero(t["kind"].to_numpy() == "coll")
+        coll = np.flatnonzero(_kind_is(t["kind"], "coll"))
         ranks = t["rank"].to_numpy()[coll]
-        kinds = t["group_kind"].to_numpy()[coll]
-        names = t["collective"].to_numpy()[coll]
+        kinds = _strings_at(t["group_kind"], coll)
+        names = _strings_at(t["collective"], coll)
         msgs = t["msg_bytes"].to_numpy()[coll]
         groups = t["sym_group" if "sym_group" in t else "group"].to_numpy()[coll]
         found: dict[tuple, set[int]] = defaultdict(set)
@@ -88,10 +90,10 @@ class SymmetricComm:
             if len(imgs) > 1:
                 ops.append(((rep, full), imgs, [own[-1]] + [inner.links_of(c, g, m, algo) for g in imgs[1:]]))
         t = graph.tasks
-        kind = t["kind"].to_numpy()
-        p2p = np.flatnonzero((kind == "send") | (kind == "recv"))
+        send = _kind_is(t["kind"], "send")
+        p2p = np.flatnonzero(send | _kind_is(t["kind"], "recv"))
         rk, pr = t["rank"].to_numpy()[p2p].tolist(), t["peer"].to_numpy()[p2p].tolist()
-        pairs = {(r, q) if k == "send" else (q, r) for r, q, k in zip(rk, pr, kind[p2p].tolist(), strict=True)}
+        pairs = {(r, q) if k else (q, r) for r, q, k in zip(rk, pr, send[p2p].tolist(), strict=True)}
         for a, b in sorted(pairs):
             if a < 0 or b < 0:
                 continue
@@ -128,6 +130,21 @@ class SymmetricComm:
         algorithm: str = "",
     ) -> simpy.Event:
         more = {"algorithm": algorithm} if algorithm else {}
+        if type(ranks) is not tuple:
+            ranks = tuple(ranks)
+        key = (ranks, group_kind, collective, msg_bytes)
+        hit = self._expanded.get(key)
+        if hit is None:
+            hit = self._expanded[key] = self._expand(collective, ranks, msg_bytes, group_kind)
+        if hit[0] is not None:
+            return self.inner.collective_images(  # type: ignore[attr-defined]
+                collective, hit[0], msg_bytes, group_kind, **more)
+        return self.inner.collective(collective, hit[1], msg_bytes, group_kind, **more)
+
+    def _expand(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
+                group_kind: str) -> tuple[tuple[tuple[int, ...], ...] | None, tuple[int, ...]]:
+        """What :meth:`collective` runs for these arguments: the copies' groups (None: no
+        copies) and the ranks of the operation (cached per argument tuple)."""
         rep = int(ranks[0])
         full = self.lookup.get((rep, group_kind, collective, int(msg_bytes)))
         # one present member (the others are absent copies), or a group made only of
@@ -137,9 +154,8 @@ class SymmetricComm:
             if self.placement is not None:
                 imgs = self.group_images(rep, full)
                 if len(imgs) > 1:
-                    return self.inner.collective_images(  # type: ignore[attr-defined]
-                        collective, imgs, msg_bytes, group_kind, **more)
-        return self.inner.collective(collective, tuple(ranks), msg_bytes, group_kind, **more)
+                    return imgs, tuple(ranks)
+        return None, tuple(ranks)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         if self.placement is not None:
@@ -228,6 +244,19 @@ class EstimateComm:
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         assert self.env is not None
         return self.env.timeout(self._time("send_recv", (src, dst), int(nbytes)))
+
+
+def _kind_is(col: pd.Series, name: str) -> np.ndarray:
+    """Which rows of the string column ``col`` equal ``name`` (compared by code, without a
+    Python string per row when the column is a Categorical)."""
+    codes, names = column_codes(col)
+    return codes == names.index(name) if name in names else np.zeros(len(codes), dtype=bool)
+
+
+def _strings_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The strings of column ``col`` at ``rows`` (an object array)."""
+    codes, names = column_codes(col)
+    return np.array(names + [None], dtype=object)[codes[rows]]
 
 
 def _placement(graph: TaskGraph) -> Placement | None:

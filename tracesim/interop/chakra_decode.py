@@ -44,6 +44,8 @@ NUM_FIELDS: dict[str, Any] = {
 }
 _FIELDS = tuple(NUM_FIELDS) + STR_FIELDS
 _AT = {f: i for i, f in enumerate(_FIELDS)}
+_ERR, _TYPE, _PG, _MEMBERS, _LANE, _LANE_DEFAULT, _KEY = (
+    _AT[f] for f in ("err", "type", "pg", "members", "lane", "lane_default", "key"))
 _I64 = (-(2**63), 2**63 - 1)
 _I32 = (-(2**31), 2**31 - 1)
 #: distinct message bytes kept for lookups; beyond this the cache starts afresh (the decoded
@@ -179,6 +181,9 @@ class NodeTable:
         #: uid -> (where its patchable strings are in its message, its row), for the rows
         #: of recent messages (:meth:`patch`)
         self._similar: dict[int, tuple[dict[str, tuple[int, int]] | None, tuple[Any, ...]]] = {}
+        #: communicator name -> (its code, its members' code), and -> its default lane's code
+        self._pg_codes: dict[str, tuple[int, int]] = {}
+        self._pg_lanes: dict[str, int] = {}
 
     @property
     def dep_flat(self) -> np.ndarray:
@@ -237,17 +242,19 @@ class NodeTable:
             return self._pending[uid - self.n]
         return tuple(self.cols[f][uid].item() for f in _FIELDS)
 
-    def patch(self, uid: int, like: bytes, body: bytes, diff: list[int]) -> int | None:
-        """The uid of ``body``, a node message that differs from ``like`` (the message of
-        row ``uid``, as long) at the byte positions ``diff`` (ascending), derived from that row when
-        the only differences are inside the values of its ``pg_name`` and
-        ``tracesim.match_key`` attributes (plain strings, each named once); None when
-        it has to be parsed (:meth:`add`)."""
+    def patch(self, uid: int, like: bytes | bytearray, at: int, body: bytes,
+              diff: list[int]) -> int | None:
+        """The uid of ``body``, a node message that differs from the message of row ``uid``
+        (``like[at : at + len(body)]``) at the byte positions ``diff`` (ascending, relative to
+        the message), derived from that row when the only differences are inside the values
+        of its ``pg_name`` and ``tracesim.match_key`` attributes (plain strings, each named
+        once); None when it has to be parsed (:meth:`add`)."""
         known = self._similar.get(uid)
         if known is None:
             if len(self._similar) > 1 << 16:
                 self._similar.clear()
-            known = self._similar[uid] = (_patchable(like), self._row(uid))
+            known = self._similar[uid] = (_patchable(bytes(like[at : at + len(body)])),
+                                          self._row(uid))
         spans, base = known
         if not spans or base[_AT["err"]] >= 0:
             return None
@@ -265,19 +272,28 @@ class NodeTable:
             return None  # bytes outside the two values differ
         row = list(base)
         if "pg_name" in new:
-            if row[_AT["type"]] != pb.COMM_COLL_NODE:
+            if row[_TYPE] != pb.COMM_COLL_NODE:
                 return None
             pg = new["pg_name"]
-            row[_AT["pg"]] = self._code("pg", pg)
-            try:
-                row[_AT["members"]] = self.member_code(_members(pg, self.groups_by_pg,
-                                                                self.all_ranks))
-            except _Bad as exc:
-                row[_AT["err"]] = self._error(str(exc))
-            if row[_AT["lane_default"]]:
-                row[_AT["lane"]] = self._code("lane", f"comm:pg{pg or 0}")
+            known_pg = self._pg_codes.get(pg)  # (pg code, members code) of a known group
+            if known_pg is not None:
+                row[_PG], row[_MEMBERS] = known_pg
+            else:
+                row[_PG] = self._code("pg", pg)
+                try:
+                    row[_MEMBERS] = self.member_code(_members(pg, self.groups_by_pg,
+                                                              self.all_ranks))
+                    self._pg_codes[pg] = (row[_PG], row[_MEMBERS])
+                except _Bad as exc:
+                    row[_ERR] = self._error(str(exc))
+            if row[_LANE_DEFAULT]:
+                lane = self._pg_lanes.get(pg)
+                if lane is None:
+                    lane = self._pg_lanes[pg] = self._code("lane", f"comm:pg{pg or 0}")
+                row[_LANE] = lane
         if "tracesim.match_key" in new and not self.plain:
-            row[_AT["key"]] = self._code("key", new["tracesim.match_key"])
+            voc = self.vocab["key"]
+            row[_KEY] = voc.setdefault(new["tracesim.match_key"], len(voc))
         out_row = tuple(row)
         out = self._insert(out_row, body)
         self._similar[out] = (spans, out_row)

@@ -31,6 +31,7 @@ from tracesim.interop.chakra_decode import NodeTable
 from tracesim.interop.chakra_ranks import Ranks
 from tracesim.interop.chakra_scan import Scanner
 from tracesim.trace.kineto import load_json_file
+from tracesim.trace.sources import gc_paused
 
 _ET_NAME = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et$")
 
@@ -132,20 +133,22 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
     scanner = Scanner(table)
     ranks = Ranks(table, all_ranks)
     graph_meta: dict[str, Any] = {}
-    for r, path in files.items():
-        scanned = scanner.scan(path)
-        if not graph_meta and not plain:
-            graph_meta = _graph_meta(scanned.meta)
-        table.flush()
-        ranks.add(r, path, scanned)
-    del scanner, scanned
-    table.release()
-    graph_meta["imported_from"] = {"format": "chakra", "prefix": str(prefix)}
-    graph = ranks.graph(graph_meta)
-    try:
-        ranks.check(graph)
-    except ValueError as exc:
-        raise InputError(f"the ET files do not form a replayable graph: {exc}", prefix) from None
+    # the rows, messages and arrays read live on: a full collection would walk them all
+    with gc_paused():
+        for r, path in files.items():
+            scanned = scanner.scan(path)
+            if not graph_meta and not plain:
+                graph_meta = _graph_meta(scanned.meta)
+            table.flush()
+            ranks.add(r, path, scanned)
+        del scanner, scanned
+        table.release()
+        graph_meta["imported_from"] = {"format": "chakra", "prefix": str(prefix)}
+        graph = ranks.graph(graph_meta)
+        try:
+            ranks.check(graph)
+        except ValueError as exc:
+            raise InputError(f"the ET files do not form a replayable graph: {exc}", prefix) from None
     return graph
 
 

@@ -311,7 +311,7 @@ def _ranks_acyclic(graph: TaskGraph, src: np.ndarray, dst: np.ndarray) -> bool:
         ld = dst[e].astype(np.int64) - a
         o = np.lexsort((ld, ls))
         ls, ld = ls[o], ld[o]
-        lanes = np.unique(lane[a:b], return_inverse=True)[1].astype(np.int64)
+        lanes = _dense(lane[a:b])
         key = hashlib.blake2b(b"".join((np.int64(b - a).tobytes(), ls.tobytes(), ld.tobytes(),
                                          lanes.tobytes()))).digest()
         if key in seen:
@@ -320,6 +320,19 @@ def _ranks_acyclic(graph: TaskGraph, src: np.ndarray, dst: np.ndarray) -> bool:
         if order_of(b - a, lanes, ls, ld) is None:
             return False
     return True
+
+
+def _dense(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values, return_inverse=True)[1]`` (int64): each value's rank among the
+    distinct values; without sorting when the values are a run of consecutive integers
+    (a rank's lane ids), else by sorting."""
+    if not len(values):
+        return np.zeros(0, dtype=np.int64)
+    lo = int(values.min())
+    shifted = values.astype(np.int64) - lo
+    if int(shifted.max()) < 2 * len(values) and np.bincount(shifted).all():
+        return shifted
+    return np.unique(values, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

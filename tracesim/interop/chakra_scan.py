@@ -151,23 +151,33 @@ class Scanner:
         meta = tpl.meta
         if changed[0] == 0:
             meta = _parse_meta(_body(buf, tpl.starts, tpl.bodies, 0), path)
-        uids = tpl.uids.copy()
         table = self.table
-        get = table.cache.get
-        cut = np.searchsorted(msg, changed, side="right").tolist()
-        lo = np.searchsorted(msg, changed[0])
-        for k, hi in zip(changed, cut, strict=True):
-            if k:
-                m = _body(buf, tpl.starts, tpl.bodies, k)
+        get, patch = table.cache.get, table.patch
+        # the changed node messages (not the GlobalMetadata) as Python ints: where each body
+        # begins and ends, the row of its counterpart, and its differing bytes (positions
+        # relative to its body, ``rel[first:cut]``)
+        ks = np.asarray(changed[1:] if changed[0] == 0 else changed, dtype=np.int64)
+        if not len(ks):
+            return ScannedFile(buf, meta, tpl.uids, tpl.starts, tpl.bodies)
+        begin = tpl.bodies[ks]
+        end = tpl.starts[np.minimum(ks + 1, len(tpl.starts) - 1)]
+        end[ks + 1 >= len(tpl.starts)] = len(buf)
+        rel = (diff - tpl.bodies[msg]).tolist()
+        first = np.searchsorted(msg, ks, side="left").tolist()
+        cut = np.searchsorted(msg, ks, side="right").tolist()
+        found = []
+        with memoryview(buf) as view:
+            for k, b, e, u0, lo, hi in zip(ks.tolist(), begin.tolist(), end.tolist(),
+                                           tpl.uids[ks - 1].tolist(), first, cut, strict=True):
+                m = view[b:e].tobytes()
                 u = get(m)
                 if u is None:
-                    like = _body(tbuf, tpl.starts, tpl.bodies, k)
-                    u = table.patch(int(tpl.uids[k - 1]), like, m,
-                                    (diff[lo:hi] - tpl.bodies[k]).tolist())
+                    u = patch(u0, tbuf, b, m, rel[lo:hi])
                     if u is None:
                         u = table.add(m, path, int(tpl.starts[k]))
-                uids[k - 1] = u
-            lo = hi
+                found.append(u)
+        uids = tpl.uids.copy()
+        uids[ks - 1] = found
         return ScannedFile(buf, meta, uids, tpl.starts, tpl.bodies)
 
 
