@@ -40,16 +40,17 @@ nothing depends on hashing or wall-clock time. Simulated time is integer nanosec
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
-from itertools import count
+from heapq import heappush
 
 import numpy as np
 import pandas as pd
 import simpy
 
 from tracesim.engine.comm import CommModel
+from tracesim.engine.eventloop import internals as _internals
+from tracesim.engine.eventloop import run_env as _run_env
 from tracesim.engine.stall import FORCED, StallBreaker, stall_mode
 from tracesim.errors import ReplayError
 from tracesim.graph.taskgraph import TaskGraph, column_codes
@@ -459,34 +460,6 @@ def replay(
         fallbacks = sb.counts
     makespan = int(end_np.max() - min(0, int(start_np.min()))) if n else 0
     return ReplayResult(start_np, end_np, makespan, n_events, fallbacks)
-
-
-def _internals(env: simpy.Environment) -> tuple[list | None, Iterator[int]]:
-    """SimPy's event queue and event counter (the queue is ``None`` when ``env`` is not a
-    plain SimPy 4 environment): the replay schedules its own wake-ups on them directly."""
-    queue, eid = getattr(env, "_queue", None), getattr(env, "_eid", None)
-    if type(env) is not simpy.Environment or type(queue) is not list or eid is None:
-        return None, count()
-    return queue, eid
-
-
-def _run_env(env: simpy.Environment) -> None:
-    """``env.run()``: process the events in (time, priority, order) until none is left, as
-    :meth:`simpy.Environment.step` does but in one loop (no method call per event)."""
-    queue, _ = _internals(env)
-    if queue is None:
-        env.run()
-        return
-    pop = heappop
-    while queue:
-        env._now, _, _, event = pop(queue)
-        callbacks, event.callbacks = event.callbacks, None
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):
-            exc = type(event._value)(*event._value.args)  # as simpy.Environment.step raises it
-            exc.__cause__ = event._value
-            raise exc
 
 
 def _blocked_message(graph: TaskGraph, unfinished: np.ndarray, start: np.ndarray,
