@@ -261,7 +261,7 @@ SAMPLE_FACTOR = 2
 
 def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[float, tuple[str, ...]]:
     """The iteration time (s) of a row and the replay's warnings. A row with many
-    micro-batches per pipeline (``m``) is replayed at ``m1 = pp`` and ``m2 = 2 pp`` (2 and 4
+    micro-batches per pipeline (``m``) is replayed at ``m1 = 2 pp`` and ``m2 = 3 pp`` (4 and 8
     without a pipeline) and extrapolated linearly, ``T(m) = T(m1) + (m - m1) (T(m2) - T(m1)) /
     (m2 - m1)``: past the schedule's warm-up every further micro-batch adds the same steady
     period to the step (the warm-up, the cool-down, the last gradient reduction and the
@@ -272,7 +272,7 @@ def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[fl
     pp = int(opts.get("pp", 1))
     per = int(opts["micro_batch"]) * int(opts["dp"])
     m = int(opts["global_batch"]) // per if per else 0
-    m1, m2 = (pp, 2 * pp) if pp > 1 else (2, 4)
+    m1, m2 = (2 * pp, 3 * pp) if pp > 1 else (4, 8)
     if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per:
         res = predict(None, ReplayOptions.from_mapping(opts, file, where))
         return res.iteration_time_s, tuple(res.warnings)
