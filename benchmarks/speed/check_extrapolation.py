@@ -1,0 +1,51 @@
+"""Every published row whose iteration time ``tracesim validate published`` extrapolates
+from two micro-batch samples (tracesim/pipeline/published.py, ``steady_iteration_s``),
+replayed whole as well: prints both times and their relative difference.
+
+    .venv/bin/python benchmarks/speed/check_extrapolation.py [TABLE ...] [--only TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.published import bridge_options, read_table, sc21_options, steady_iteration_s
+from tracesim.pipeline.run import predict
+
+REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("tables", nargs="*", default=[str(REF / "megatron_bridge_25_11.csv"),
+                                                  str(REF / "megatron_sc21_table1.csv")])
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    worst = 0.0
+    for t in args.tables:
+        p = Path(t)
+        fmt, rows = read_table(p)
+        for k, row in enumerate(rows):
+            opts = bridge_options(row, p, k) if fmt == "bridge" else sc21_options(row, p, k)
+            label = " ".join(str(row.get(c, "")) for c in ("system", "model", "params_billion", "precision", "gpus"))
+            if args.only not in label:
+                continue
+            try:
+                got, warns = steady_iteration_s(opts, p, f"row {k + 2}")
+            except Exception as exc:  # a layout tracesim cannot express
+                print(f"{label}: not replayed ({exc})")
+                continue
+            if not warns or "extrapolated" not in warns[-1]:
+                continue
+            full = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}")).iteration_time_s
+            rel = got / full - 1.0
+            worst = max(worst, abs(rel))
+            print(f"{label:45s} full {full:.9f} s  extrapolated {got:.9f} s  {rel:+.1e}  ({warns[-1][:60]})")
+    print(f"largest relative difference: {worst:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
