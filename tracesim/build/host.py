@@ -144,28 +144,20 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> floa
     """Add the GPU's waits for the host (:func:`host_waits`) over the ``chain`` tasks of a
     unit's columns ``cols`` to the compute task before each wait (the first compute task
     for a wait before any); returns the total added (ns)."""
-    if not chain:
-        return 0.0
     names = [str(cols["name"][i]) for i in chain]
     phases = [str(cols["phase"][i]) for i in chain]
-    gpu = [int(cols["dur_ns"][i]) if cols["kind"][i] == "gpu" else 0 for i in chain]
-    waits = host_waits(names, phases, gpu, host)
-    computes = [k for k, i in enumerate(chain) if cols["kind"][i] == "gpu"]
+    is_gpu = [cols["kind"][i] == "gpu" for i in chain]
+    gpu = [int(cols["dur_ns"][i]) if g else 0 for i, g in zip(chain, is_gpu, strict=True)]
+    computes = [k for k, g in enumerate(is_gpu) if g]
     if not computes:
         return 0.0
+    waits = host_waits(names, phases, gpu, host)
     total = 0.0
-    last = -1
+    target = computes[0]  # a wait before any compute task goes to the first one
     for k, w in enumerate(waits):
-        if cols["kind"][chain[k]] == "gpu":
-            last = k
-        if w <= 0:
-            continue
-        target = last if last >= 0 and cols["kind"][chain[k]] != "gpu" else k
-        if cols["kind"][chain[target]] != "gpu":
-            target = computes[0]
-        if target == k:  # the wait comes before this compute task starts: charge it there
-            cols["dur_ns"][chain[k]] += int(round(w))
-        else:
+        if is_gpu[k]:
+            target = k  # a compute task absorbs its own wait; a comm task's goes to the one before
+        if w > 0:
             cols["dur_ns"][chain[target]] += int(round(w))
-        total += w
+            total += w
     return total

@@ -165,12 +165,12 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     return recipe_options(run, opts, layers) if run is not None else opts
 
 
-def row_unmodelled(row: dict[str, str], opts: dict[str, Any]) -> tuple[str, ...]:
+def row_unmodelled(row: dict[str, str]) -> tuple[str, ...]:
     """The settings of the row's recipe that the replay cannot express (recipes.py)."""
     run = find_recipe(row["system"].strip(), row["model"].strip(), row["precision"].strip())
     if run is None:
         return ()
-    return unmodelled(run, load_model(opts["model"]).layers, opts["pp"], opts.get("vpp", 1))
+    return unmodelled(run)
 
 
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -226,7 +226,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
             gaps: tuple[str, ...] = ()
             if fmt == "bridge":
                 opts = bridge_options(row, p, k)
-                gaps = row_unmodelled(row, opts)
+                gaps = row_unmodelled(row)
                 label = (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
                          f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}")
             else:

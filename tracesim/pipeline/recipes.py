@@ -256,7 +256,7 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
     return out
 
 
-def unmodelled(recipe: Recipe, layers: int, pp: int, vpp: int) -> tuple[str, ...]:
+def unmodelled(recipe: Recipe) -> tuple[str, ...]:
     """The recipe's settings that no replay option expresses (module docstring)."""
     out = []
     if recipe.cpu_offload_layers:

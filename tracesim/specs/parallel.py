@@ -457,15 +457,22 @@ RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "moe", "shared_experts", "la
                      "mla_up_proj")
 
 
+def _names(value: Any, known: tuple[str, ...], flag: str, what: str,
+           none: bool = False) -> tuple[str, ...]:
+    """A comma list (or a sequence) of names from ``known``, checked, duplicates dropped;
+    with ``none``, ``none`` and an empty list mean no names, else a name is required."""
+    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
+    items = [x for x in items if x and not (none and x == "none")]
+    bad = [x for x in items if x not in known]
+    if bad or not (items or none):
+        raise InputError(f"unknown {what} {(bad or [value])[0]!r} (known: {', '.join(known)}"
+                         f"{', none' if none else ''})", flag)
+    return tuple(dict.fromkeys(items))
+
+
 def recompute_modules(value: Any) -> tuple[str, ...]:
     """``--recompute-modules`` (a comma list or a sequence) as checked module names."""
-    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
-    items = [x for x in items if x]
-    bad = [x for x in items if x not in RECOMPUTE_MODULES]
-    if bad or not items:
-        raise InputError(f"unknown module {(bad or [value])[0]!r} (known: {', '.join(RECOMPUTE_MODULES)})",
-                         "--recompute-modules")
-    return tuple(dict.fromkeys(items))
+    return _names(value, RECOMPUTE_MODULES, "--recompute-modules", "module")
 
 
 #: the --cuda-graphs scopes (Megatron-Core's cuda_graph_scope / --cuda-graph-modules);
@@ -476,13 +483,7 @@ GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iter
 def graph_scopes(value: Any) -> tuple[str, ...]:
     """``--cuda-graphs`` (a comma list or a sequence) as checked scope names; ``none`` or
     empty: none."""
-    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
-    items = [x for x in items if x and x != "none"]
-    bad = [x for x in items if x not in GRAPH_SCOPES]
-    if bad:
-        raise InputError(f"unknown CUDA-graph scope {bad[0]!r} (known: {', '.join(GRAPH_SCOPES)}, none)",
-                         "--cuda-graphs")
-    return tuple(dict.fromkeys(items))
+    return _names(value, GRAPH_SCOPES, "--cuda-graphs", "CUDA-graph scope", none=True)
 
 
 def _one_switch(opts: Mapping[str, Any], name: str, alias: str, default: bool) -> bool:
