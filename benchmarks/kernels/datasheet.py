@@ -175,13 +175,28 @@ def _peak(spec: dict[str, Any], dtype: str) -> float:
     return float(p.get(dtype) or p.get("fp8" if dtype == "mxfp8" else "bf16") or p["bf16"])
 
 
+def typical_q(name: str) -> tuple[float, str]:
+    """(``q``, its source) of a GPU: the typical large-shape rate over the best-of-sweep MAMF
+    rate (:func:`benchmarks.kernels.kernel_fit.typical_ratios`) of the device its BF16 plateau
+    comes from, else the mean of the measured ones (derived). Used for every dtype."""
+    qs = kf.FITTED["gemm_typical_q"]
+    dev = MAMF_ROWS[name]["default"]
+    if dev in qs:
+        return float(qs[dev]), (f"{qs[dev]}: ordinary cuBLAS shapes of {dev} with m, n, k >= "
+                                f"{kf.TYPICAL_MIN_DIM} over its MAMF (data/gemm.csv, source PYPTX)")
+    return float(qs["derived"]), (f"{qs['derived']}: no ordinary-shape data for {dev}: the geometric "
+                                  "mean of B200's and H100's (derived)")
+
+
 def gemm_ceilings(name: str) -> dict[str, float]:
-    """The shape model's ``ceiling`` per dtype (:data:`CEILING_DTYPES`): the compute-part
-    rate (fraction of peak, launch overhead taken out) of the device's MAMF row, so that the
-    capped model reproduces the row; a dtype without a row of its own takes the one its
-    plateau is derived from (FP8 without a row: BF16's; MXFP8: FP8's)."""
+    """The shape model's ``ceiling`` per dtype (:data:`CEILING_DTYPES`): ``q`` (:func:`typical_q`)
+    times the compute-part rate (fraction of peak, launch overhead taken out) of the device's
+    MAMF row: ordinary large shapes run at the typical level, not at the best shape of a
+    sweep; a dtype without a row of its own takes the one its plateau is derived from (FP8
+    without a row: BF16's; MXFP8: FP8's)."""
     spec = SPECS[name]
     rows = MAMF_ROWS[name]
+    q = typical_q(name)[0]
     out: dict[str, float] = {}
     for dt in CEILING_DTYPES:
         if dt != "default" and dt not in spec["peak_tflops"]:
@@ -190,7 +205,7 @@ def gemm_ceilings(name: str) -> dict[str, float]:
         row = kf.mamf_row(rows[src], "bf16" if src == "default" else src)
         t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
         flops = 2.0 * float(row["batch"]) * float(row["m"]) * float(row["n"]) * float(row["k"])
-        out[dt] = round(flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
+        out[dt] = round(q * flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
     return out
 
 
@@ -205,7 +220,7 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
         row = kf.mamf_row(dev, csv_dt)
         peak = _peak(spec, csv_dt)
         plateau[dt] = kf.solve_plateau(shared, peak, spec["sm_count"], row)
-        curve[dt] = round(float(row["tflops"]) / peak, 4)
+        curve[dt] = round(typical_q(name)[0] * float(row["tflops"]) / peak, 4)
         own = dev.replace("-SXM", "").lower() == name
         src[dt] = (f"MAMF row {dev} {csv_dt} {row['m']}x{row['n']}x{row['k']} = {row['tflops']} "
                    f"TFLOP/s (benchmarks/kernels/data/gemm.csv, source MLE-MAMF)"
@@ -382,16 +397,16 @@ def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], cur
             "level fitted alongside, no shipped plateau above 1 (benchmarks/kernels/kernel_fit.py); "
             "tiles: CUTLASS / cuBLAS tensor-core tile shapes, not fitted"),
         "shape_model.gemm.ceiling": (
-            "no GEMM faster than the best rate torch.matmul / torch._scaled_mm (cuBLAS / "
-            "cuBLASLt, the library Transformer Engine calls) reached in the brute-force MAMF "
-            "shape sweep, per dtype (data/gemm.csv, source "
+            "the typical large-shape level: q = " + typical_q(name)[1] + ", times the best rate "
+            "torch.matmul / torch._scaled_mm (cuBLAS / cuBLASLt, the library Transformer Engine "
+            "calls) reached in the brute-force MAMF shape sweep, per dtype (data/gemm.csv, source "
             "MLE-MAMF; " + "; ".join(f"{k}: {gsrc[k]}" for k in CEILING_DTYPES if k in gsrc)
-            + "), the launch overhead taken out of the MAMF time (the capped model, launch "
-            "included, reproduces each MAMF row). Without it the plateau, solved at the MAMF shape, extrapolates above the MAMF "
-            "for longer k (GB200 FP8 at 16384 x 28672 x 4096: 0.85 of peak against the MAMF's "
-            "0.72)"),
+            + "), the launch overhead taken out of the MAMF time. The MAMF is the best of many "
+            "shapes; the ordinary large shapes of a step run q of it. Without a cap the plateau, "
+            "solved at the MAMF shape, extrapolates above the MAMF for longer k (GB200 FP8 at "
+            "16384 x 28672 x 4096: 0.85 of peak against the MAMF's 0.72)"),
         "efficiency.gemm.compute (size path)": (
-            f"E = MAMF / peak per dtype ({ {k: curve_e[k] for k in curve_e} }), t_ramp "
+            f"E = q x MAMF / peak per dtype ({ {k: curve_e[k] for k in curve_e} }), t_ramp "
             f"{kf.FITTED['gemm_curve_t_ramp_us']} us fitted by FLOPs alone on the same 41 shapes"
             + ("; tf32: A100_TF32_FROM_TRACE (sampled_128rank_r0 trace)" if name.startswith("a100")
                else "") + f"; fp32: ramp {FP32_GEMM['t_ramp_us']} us"),

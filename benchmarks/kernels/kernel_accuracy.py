@@ -64,14 +64,18 @@ def gemm_cases() -> list[Case]:
             for r in kf.gemm_rows(source="XLA90")]
     out += [_gemm_case("DeepGEMM FP8 block-scaled, H800 (h100 profile)", "tested (other device, library)",
                        r) for r in kf.gemm_rows(source="DEEPGEMM")]
+    for r in kf.gemm_rows(source="PYPTX"):
+        big = min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM
+        out.append(_gemm_case("cuBLAS ordinary shapes (pyptx), B200 and H100",
+                              "calibrated (typical level q)" if big else "tested (smaller shape)", r))
     own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X"}
     for r in kf.gemm_rows(source="MLE-MAMF"):
         if r["profile"] and r["device"] in own:
-            out.append(_gemm_case("MAMF best shape", "calibrated (plateau)", r))
+            out.append(_gemm_case("MAMF best shape", "calibrated (plateau; capped at q of it)", r))
         elif r["profile"]:
             out.append(_gemm_case("MAMF, B300 on b200 and GH200 on h100", "tested (other SKU, shape)", r))
     h200_bf16 = kf.mamf_row("H100-SXM", "bf16")
-    out.append(_gemm_case("MAMF best shape", "calibrated (plateau)", h200_bf16, "h200"))
+    out.append(_gemm_case("MAMF best shape", "calibrated (plateau; capped at q of it)", h200_bf16, "h200"))
     return out
 
 

@@ -11,6 +11,13 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
 * **GEMM plateau per device and dtype**: the mainloop efficiency at which the shape model
   reproduces the device's MAMF row (best-shape ``torch.matmul``, ml-engineering), given the
   shared parameters (bisection).
+* **GEMM typical large-shape level** (the shape model's ``ceiling``): MAMF is the best shape
+  of a brute-force sweep, the maximum of many shapes; the large GEMMs of a training step are
+  ordinary shapes. Per device, ``q`` = the geometric mean rate of ordinary cuBLAS shapes with
+  every dimension at least :data:`TYPICAL_MIN_DIM` (pyptx's reference timings, B200 measured,
+  H100 derived) over the device's MAMF rate (:func:`typical_ratios`); devices and dtypes
+  without such rows take the geometric mean of the two (derived). The ceiling is ``q`` times
+  the MAMF rate, and the size curve's level ``E`` likewise.
 * **GEMM size curve** (used where no shape is known): ``eff = E s / (s + peak E t_ramp)``
   with ``E`` = MAMF / peak and ``t_ramp`` fitted on the same calibration subset by FLOPs alone
   (with the table's level).
@@ -51,12 +58,17 @@ TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (128, 128), (64, 1
 LAUNCH_US = 2.5
 #: k values of the sm_100 BF16 table used for calibration; the other k are held out
 CALIBRATION_K = (256, 1024, 4096)
+#: the smallest m, n and k of the ordinary large shapes that set the typical level
+TYPICAL_MIN_DIM = 4096
+#: MAMF device (data/gemm.csv) of each device with ordinary-shape (PYPTX) rows
+TYPICAL_DEVICES = {"B200": "B200-SXM", "H100-SXM5": "H100-SXM"}
 
 #: the last fit's results (rerun: ``python -m benchmarks.kernels.kernel_fit --check``)
 FITTED: dict[str, Any] = {
     "gemm_shared": {"k_overhead": 320.0, "split_k_min": 1536.0, "fixed_us": 2.0,
                     "wave_overhead_us": 0.0},
     "gemm_curve_t_ramp_us": 3.5,
+    "gemm_typical_q": {"B200-SXM": 0.9225, "H100-SXM": 0.9251, "derived": 0.9238},
     "attention": {
         "fa3_bf16": {"kv_half": 256.0, "plateau": [[64.0, 0.5261], [128.0, 0.7141], [256.0, 0.805]]},
         "fa3_fp8": {"kv_half": 728.0, "plateau": [[64.0, 0.3334], [256.0, 0.6409]]},
@@ -131,6 +143,21 @@ def mamf_row(device: str, dtype: str) -> dict[str, str]:
     if len(hit) != 1:
         raise KeyError(f"no single MAMF row for {device} {dtype}")
     return hit[0]
+
+
+def typical_ratios() -> dict[str, float]:
+    """``q`` per MAMF device with ordinary large-shape rows (source PYPTX, BF16, every
+    dimension >= :data:`TYPICAL_MIN_DIM`): their geometric-mean TFLOP/s over the device's
+    MAMF TFLOP/s; ``"derived"``: the geometric mean of those ``q`` (module docstring)."""
+    out: dict[str, float] = {}
+    for dev, mamf in TYPICAL_DEVICES.items():
+        sel = [float(r["tflops"]) for r in gemm_rows(source="PYPTX", device=dev, dtype="bf16")
+               if min(int(r["m"]), int(r["n"]), int(r["k"])) >= TYPICAL_MIN_DIM]
+        if sel:
+            gm = float(np.exp(np.mean(np.log(sel))))
+            out[mamf] = round(gm / float(mamf_row(mamf, "bf16")["tflops"]), 4)
+    out["derived"] = round(float(np.exp(np.mean(np.log(list(out.values()))))), 4)
+    return out
 
 
 def log_errors(pred_s: np.ndarray, meas_s: np.ndarray) -> np.ndarray:
@@ -290,7 +317,7 @@ def memory_fraction(device: str) -> float:
 def fit_all() -> dict[str, Any]:
     """Every fit of the module docstring (a few seconds)."""
     return {"gemm_shared": fit_gemm_shared(), "gemm_curve_t_ramp_us": fit_curve_ramp(),
-            "attention": attention_fits()}
+            "gemm_typical_q": typical_ratios(), "attention": attention_fits()}
 
 
 def main() -> int:
