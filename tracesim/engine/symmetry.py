@@ -127,9 +127,11 @@ class SymmetricComm:
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
-        more = {"algorithm": algorithm} if algorithm else {}
+        more: dict[str, Any] = {"algorithm": algorithm} if algorithm else {}
+        if chunks > 1:
+            more["chunks"] = chunks
         if type(ranks) is not tuple:
             ranks = tuple(ranks)
         key = (ranks, group_kind, collective, msg_bytes)
@@ -224,7 +226,7 @@ class EstimateComm:
     def attach(self, env: simpy.Environment) -> None:
         self.env = env
 
-    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: int, algorithm: str = "") -> int:
+    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: float, algorithm: str = "") -> int:
         key = (collective, ranks, nbytes, algorithm)
         if key not in self._cache:
             more = {"algorithm": algorithm} if algorithm else {}
@@ -234,11 +236,14 @@ class EstimateComm:
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
         assert self.env is not None
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
+        if chunks > 1:  # back to back, each one chunk's time
+            part = int(msg_bytes) // chunks if int(msg_bytes) % chunks == 0 else int(msg_bytes) / chunks
+            return self.env.timeout(chunks * self._time(collective, tuple(ranks), part, algorithm))
         return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes), algorithm))
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
