@@ -16,6 +16,10 @@ from tracesim.build import overlap
 from tracesim.build.overlap import Overlaps, emit
 from tracesim.build.units import Unit
 from tracesim.catalog import clusters_dir
+from tracesim.graph.chunks import expand_chunks
+from tracesim.graph.taskgraph import TaskGraph
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.build import build
 from tracesim.template.resolve import ROp
 
 BASE = {"model": "gpt3-1.7b", "cluster": "h100x8", "micro_batch": 1, "seq_len": 2048,
@@ -146,3 +150,23 @@ def test_closed_form_by_hand(tp: int, kind: str, config: str, c_bytes: int) -> N
     assert out[False][0] == out[True][0]  # GEMM end and last chunk's end
     assert out[False][2:] == out[True][2:]  # compute time, bytes, pieces
     assert out[False][1] <= 5 < out[True][1] or tp == 2
+
+
+def test_expanded_chunks_are_the_chunked_transfers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Chakra / AICB exports see one operation per chunk again (tracesim.graph.chunks)
+    opts = ReplayOptions.from_mapping({**BASE, **ALONE, "tp": 4, "dp": 2, "full": True})
+    closed = build(None, opts).graph
+    monkeypatch.setattr(overlap, "CHUNKED", True)
+    chunked = build(None, opts).graph
+    assert int(closed.tasks["chunks"].max()) == 3 and "chunks" not in chunked.tasks
+    out = expand_chunks(closed)
+    out.validate()
+
+    def comms(g: TaskGraph) -> list[tuple]:
+        t = g.tasks[g.tasks["kind"] == "coll"]
+        return sorted(zip(t["rank"].tolist(), t["collective"].astype(str).tolist(),
+                          t["msg_bytes"].tolist(), t["algorithm"].astype(str).tolist(), strict=True))
+
+    assert comms(out) == comms(chunked) != comms(closed)
+    keys = out.tasks.groupby("match_key", observed=True)["rank"].nunique()
+    assert set(keys.drop("", errors="ignore").tolist()) <= {2, 4}  # one op per DP / TP group
