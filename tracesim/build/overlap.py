@@ -13,13 +13,37 @@ Tensor parallelism (the ``ROp.overlap`` marks of :mod:`tracesim.template.resolve
 * **pipeline** (``pipeline``, the BF16 configurations' reduce-scatter after ``proj`` /
   ``fc2``): 4 GEMM chunks, each followed by the reduce-scatter of its output; the last
   chunk's reduce-scatter is exposed;
+
+The chunks are equal, so these pipelines have closed forms, and that is what is emitted
+(``_ring_in``, ``_chunks_out``): with GEMM chunks of ``g`` and transfer chunks of ``c``, an
+all-gather of ``n - 1`` chunks before ``n`` GEMM chunks ends the GEMM ``g + max((n-1) g,
+(n-1) c)`` after its start: one transfer task of ``n - 1`` chunks beside one GEMM task of
+``n - 1`` chunks, then one GEMM task of the last chunk after both (3 tasks for ``2n - 1``);
+``m`` reduce-scatter chunks after ``m`` GEMM chunks end the last transfer ``max(g + m c,
+m g + c)`` after the start: the first GEMM chunk; the next ``m - 1`` GEMM chunks (one task)
+beside the first ``m - 1`` transfers (one task); the last transfer after both; with
+``ring``, the rank's own GEMM chunk last (4 or 5 tasks for ``2m`` or ``2m + 1``). A transfer
+task of ``k`` chunks has ``chunks = k`` (the task graph's ``chunks`` column): the network
+model runs ``k`` operations of ``msg_bytes / k`` back to back, each paying its own latency
+(a userbuffers ring step, or an NCCL collective of that size where userbuffers does not
+apply), so alone on its links it lasts exactly the ``k`` chunk tasks it replaces. A merged
+GEMM task lasts its chunks' summed (SM-slowed) durations, and the host launch model
+(:mod:`tracesim.build.host`) issues it as its ``chunks`` pieces, so the iteration time is
+the chunked pipeline's to the ns (``tests/test_overlap_closed_form.py`` replays both;
+:data:`CHUNKED` emits every chunk as its own task) except where (1) other flows share the
+TP links while a pipeline runs (the flow network: a merged transfer sends its chunks
+back to back where the chunked form may wait for a GEMM chunk between them, so they meet
+the other flows at other moments; the pipeline's end is the same uncontended) or (2) the
+host is behind inside a pipeline (its waits fall on a merged task instead of the chunk
+they delay); both move the small test layouts by under 0.1%, and neither the published
+rows nor the benchmark scenarios by any ns that was checked (docs/performance.md).
 * **bulk** (``bulk``; and Megatron-Core / TE's asynchronous NCCL collectives without
   userbuffers): in the backward of a column-parallel linear the re-gather of its input
   runs during the data-gradient GEMM, and the reduce-scatter (all-reduce) of that gradient
   during the weight-gradient GEMM; the backward GEMM (``2 x`` forward FLOPs) is its two
   halves of equal FLOPs.
 
-With userbuffers on, every TP chunk task these overlaps emit carries the network algorithm
+With userbuffers on, every TP transfer task these overlaps emit carries the network algorithm
 ``userbuffers`` (:data:`UB_ALGORITHM`, the task's ``algorithm`` column): Transformer Engine
 moves it with copy engines and its own kernels, not NCCL, so the network model times it
 without NCCL's protocols and base latency (:mod:`tracesim.network.collectives.userbuffers`).
