@@ -23,7 +23,8 @@ all-gather of ``n - 1`` chunks before ``n`` GEMM chunks ends the GEMM ``g + max(
 m g + c)`` after the start: the first GEMM chunk; the next ``m - 1`` GEMM chunks (one task)
 beside the first ``m - 1`` transfers (one task); the last transfer after both; with
 ``ring``, the rank's own GEMM chunk last (4 or 5 tasks for ``2m`` or ``2m + 1``). A transfer
-task of ``k`` chunks has ``chunks = k`` (the task graph's ``chunks`` column): the network
+task of ``k`` chunks has ``chunks = k`` (the task graph's ``chunks`` column) and ``k`` times
+the rounded chunk size in ``msg_bytes`` (the bytes the chunks move): the network
 model runs ``k`` operations of ``msg_bytes / k`` back to back, each paying its own latency
 (a userbuffers ring step, or an NCCL collective of that size where userbuffers does not
 apply), so alone on its links it lasts exactly the ``k`` chunk tasks it replaces. A merged

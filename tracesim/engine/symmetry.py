@@ -54,11 +54,17 @@ class SymmetricComm:
         names = _strings_at(t["collective"], coll)
         msgs = t["msg_bytes"].to_numpy()[coll]
         groups = t["sym_group" if "sym_group" in t else "group"].to_numpy()[coll]
+        chunks = (t["chunks"].to_numpy()[coll].tolist() if "chunks" in t else [1] * len(coll))
         found: dict[tuple, set[int]] = defaultdict(set)
-        for r, k, c, m, g in zip(ranks.tolist(), kinds.tolist(), names.tolist(), msgs.tolist(),
-                                 groups.tolist(), strict=True):
+        #: the size of one operation of a key's tasks (``msg_bytes / chunks``): what picks the
+        #: algorithm whose links :meth:`_prune` follows
+        self._part: dict[tuple, int] = {}
+        for r, k, c, m, g, ch in zip(ranks.tolist(), kinds.tolist(), names.tolist(), msgs.tolist(),
+                                     groups.tolist(), chunks, strict=True):
             if g >= 0:
                 found[(r, k, c, m)].add(g)
+                if ch > 1:
+                    self._part[(r, k, c, m)] = m // ch
         self.ambiguous = sum(1 for v in found.values() if len(v) > 1)
         self.lookup = {
             key: max((graph.groups[g] for g in gs), key=len) for key, gs in found.items()
@@ -82,7 +88,8 @@ class SymmetricComm:
         own: list[np.ndarray] = []  # links of the representatives' own operations
         for (rep, _gk, coll, msg), full in self.lookup.items():
             imgs = self.group_images(rep, full)
-            c, m = ("all_reduce", 0) if coll == "barrier" else (coll, msg)
+            c, m = ("all_reduce", 0) if coll == "barrier" else (
+                coll, self._part.get((rep, _gk, coll, msg), msg))
             if len(full) <= 1:
                 continue
             algo = inner.compiled(c, tuple(full), m).algorithm
