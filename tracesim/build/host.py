@@ -22,10 +22,14 @@ each micro-batch), else the host runs ahead and the GPU never waits.
 
 Host time per launch: the medians over the public real GPU traces of the median gap between
 consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
-(backward) thread, 30 us; the chunks of an op that C++ code issues (an overlapped GEMM's
-pieces and their userbuffers transfers, the tasks :mod:`tracesim.build.overlap` splits an op
-into) cost the launch call alone, 5.3 us, the median launch-call duration of the same
-traces (``benchmarks/traces/host_launch.py``; docs/stacks.md). Kernels per task: one, except
+(backward) thread, 30 us; the chunks of an op that C++ code issues cost the launch call
+alone, 5.3 us, the median launch-call duration of the same traces
+(``benchmarks/traces/host_launch.py``; docs/stacks.md): a transfer chunk (``name#k``) and a
+compute task that repeats the one right before it. In the chunk pipelines of
+:mod:`tracesim.build.overlap` the GEMM chunks alternate with transfer chunks, so a GEMM
+chunk counts as a launch of the op's price (it follows a transfer, not its own op); tasks
+that stand for several chunks (``chunks`` > 1, the closed forms) are walked as those
+chunks in that order (:func:`_piecewise`). Kernels per task: one, except
 the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
 ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
 backward (data and weight gradients).
@@ -109,20 +113,16 @@ def is_sync(name: str, phase: str) -> bool:
 
 
 def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: HostModel,
-               pieces: list[int] | None = None, lead: list[bool] | None = None) -> list[float]:
+               pieces: list[int] | None = None) -> list[float]:
     """What the GPU waits for the host before each task (ns), for tasks in program order
-    with their GPU times (0 for communication); module docstring. ``pieces``: the kernels
-    of an op a task stands for (the merged chunks of an overlapped GEMM, 1 if None): after
-    the first, each costs the launch call and runs ``1 / pieces`` of the task's GPU time;
-    ``lead`` False: the first is a chunk too (a further piece of the op before it)."""
+    with their GPU times (0 for communication); module docstring. ``pieces``: the kernels a
+    task stands for (1 if None; the merged chunks of an overlapped GEMM, :func:`_piecewise`)."""
     n = len(names)
     issue = []
     prev = ""
     for i in range(n):
-        # a chunk: marked so, a comm piece ``name#k``, or a compute task repeating the one
-        # before it
-        chunk = ((lead is not None and not lead[i]) or "#" in names[i]
-                 or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0))
+        # a chunk: a comm piece ``name#k`` or a compute task repeating the one before it
+        chunk = "#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
         h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
         issue.append(h)
     if pieces is not None and any(p > 1 for p in pieces):
@@ -157,12 +157,12 @@ def _walk(issue: list[float], names: list[str], phases: list[str], gpu_ns: list[
 
 def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: list[str],
                phases: list[str], host: HostModel) -> list[float]:
-    """:func:`host_waits` with every task of ``p`` pieces walked as its ``p`` kernels (the
-    first issued at ``issue``, the others at the launch call, each with ``1 / p`` of the
-    GPU time), the waits of a task's pieces summed. Two consecutive tasks of ``p > 1``
-    pieces each (a merged GEMM and the merged transfers beside it) alternate their pieces,
-    the first task's first, as Transformer Engine issues a chunked pipeline."""
-    call = host.launch_us_call * 1e3
+    """:func:`host_waits` with every task of ``p`` pieces walked as the ``p`` tasks it
+    stands for (:mod:`tracesim.build.overlap`'s closed forms): each piece issued as the
+    task's first (nothing more inside a captured scope) with ``1 / p`` of its GPU time, the
+    waits of a task's pieces summed. Two consecutive tasks of ``p > 1`` pieces each (a
+    merged GEMM and the merged transfers beside it) alternate their pieces, the first
+    task's first, as the chunks are issued one by one."""
     flat: list[tuple[int, int]] = []  # (task, piece)
     i, n = 0, len(pieces)
     while i < n:
@@ -174,7 +174,7 @@ def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: 
             flat += [(i, k) for k in range(p)]
             i += 1
     owner = [t for t, _ in flat]
-    flat_issue = [issue[t] if k == 0 else (0.0 if host.scope(names[t]) else call) for t, k in flat]
+    flat_issue = [issue[t] if k == 0 or not host.scope(names[t]) else 0.0 for t, k in flat]
     flat_gpu = [gpu_ns[t] / max(1, int(pieces[t])) for t in owner]
     waits = _walk(flat_issue, [names[t] for t in owner], [phases[t] for t in owner], flat_gpu, host)
     out = [0.0] * n
@@ -195,8 +195,7 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> floa
     if not computes:
         return 0.0
     pieces = [int(cols["chunks"][i]) for i in chain] if "chunks" in cols else None
-    lead = [bool(cols["lead"][i]) for i in chain] if "lead" in cols else None
-    waits = host_waits(names, phases, gpu, host, pieces, lead)
+    waits = host_waits(names, phases, gpu, host, pieces)
     total = 0.0
     target = computes[0]  # a wait before any compute task goes to the first one
     for k, w in enumerate(waits):

@@ -202,14 +202,14 @@ def _comm(u: Unit, r: ROp, name: str, msg: float, layer: int, phase: str, prefix
     a userbuffers transfer when userbuffers is on (:data:`UB_ALGORITHM`), else NCCL's."""
     return u.add(lane="comm:tp", kind="coll", name=prefix + name, phase=phase, layer=layer,
                  collective=r.collective, gkind="tp", msg_bytes=int(round(msg)),
-                 algorithm=UB_ALGORITHM if ov.ub else "", chunks=chunks, lead=chunks <= 1 and "#" not in name)
+                 algorithm=UB_ALGORITHM if ov.ub else "", chunks=chunks)
 
 
 def _gemm(u: Unit, g: ROp, dur: float, frac: float, layer: int, phase: str, prefix: str,
-          chain: bool = True, chunks: int = 1, lead: bool = True) -> int:
+          chain: bool = True, chunks: int = 1) -> int:
     return u.compute_task(prefix + g.name, layer=layer, phase=phase, op_class=g.op_class,
                           flops=g.flops * frac, nbytes=g.bytes * frac, dur_ns=int(round(dur)),
-                          chain=chain, chunks=chunks, lead=lead)
+                          chain=chain, chunks=chunks)
 def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *, layer: int,
              phase: str, prefix: str) -> None:
     """One GEMM with its overlapped collectives (module docstring)."""
@@ -284,7 +284,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
         c = _comm(u, comm, f"{comm.name}#1-{n - 1}", msg * (n - 1), layer, phase, prefix, ov,
                   chunks=n - 1)
         first_comm(c)
-        u.edge(c, _gemm(u, g, chunk, frac / n, layer, phase, prefix, lead=False))
+        u.edge(c, _gemm(u, g, chunk, frac / n, layer, phase, prefix))
         return
     for k in range(n):
         c = -1
@@ -292,7 +292,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
             c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix, ov)
             if k == 1:
                 first_comm(c)
-        t = _gemm(u, g, chunk, frac / n, layer, phase, prefix, lead=k == 0)
+        t = _gemm(u, g, chunk, frac / n, layer, phase, prefix)
         u.edge(c, t)
 
 
@@ -320,17 +320,17 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
             u.edge(first, _comm(u, comm, f"{comm.name}#1-{rest}", msg * rest, layer, phase,
                                 prefix, ov, chunks=rest))
             before = _gemm(u, g, chunk * rest, rest / splits, layer, phase, prefix,
-                           chunks=rest, lead=False)
+                           chunks=rest)
         last = _comm(u, comm, f"{comm.name}#{n_comm}", msg, layer, phase, prefix, ov)
         u.edge(before, last)
         own = splits - n_comm
         if own:
-            _gemm(u, g, chunk * own, own / splits, layer, phase, prefix, chunks=own, lead=False)
+            _gemm(u, g, chunk * own, own / splits, layer, phase, prefix, chunks=own)
         u.joins.append(last)
         return
     last_c = -1
     for k in range(splits):
-        t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix, lead=k == 0)
+        t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
         if k < n_comm:
             last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix, ov)
             u.edge(t, last_c)
