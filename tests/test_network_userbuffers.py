@@ -123,3 +123,29 @@ def test_builder_marks_userbuffers_chunks_and_the_network_runs_them_so() -> None
     # without userbuffers (NCCL's asynchronous backward overlap only) nothing is marked
     off, _ = _tp_algorithms(tp_comm_overlap=False)
     assert set(off.values()) == {""}
+
+
+def _alone_ns(ranks: tuple[int, ...], coll: str, msg: int, algorithm: str, chunks: int,
+              cluster=H100) -> int:
+    import simpy
+
+    env = simpy.Environment()
+    net = NetworkModel(cluster)
+    net.attach(env)
+    env.run(until=net.collective(coll, ranks, msg, "tp", algorithm=algorithm, chunks=chunks))
+    return int(env.now)
+
+
+@pytest.mark.parametrize("algorithm", ["userbuffers", ""])
+@pytest.mark.parametrize(("coll", "n", "k"), [("all_gather", 8, 7), ("reduce_scatter", 4, 3),
+                                              ("reduce_scatter", 2, 4)])
+def test_a_task_of_k_chunks_takes_k_chunks_time(algorithm: str, coll: str, n: int, k: int) -> None:
+    # the merged transfer chunks of an overlapped GEMM (tracesim.build.overlap): k operations
+    # of msg / k back to back, each with its own latency (a userbuffers step, or an NCCL
+    # collective of the chunk's size with its protocol and base latency)
+    ranks = tuple(range(n))
+    chunk = 1_348_169
+    one = _alone_ns(ranks, coll, chunk, algorithm, 1)
+    assert _alone_ns(ranks, coll, k * chunk, algorithm, k) == k * one
+    # not the same as one operation of all the bytes: k - 1 more latencies
+    assert _alone_ns(ranks, coll, k * chunk, algorithm, 1) < k * one

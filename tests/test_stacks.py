@@ -150,7 +150,11 @@ def test_pipelined_reduce_scatter_exposes_its_last_chunk() -> None:
          Overlaps(tp=4, ub=True), layer=0, phase="fwd")
     assert Overlaps(tp=4, ub=True).ub_method("proj", "fprop") == ("pipe", 24)
     assert _makespan(u) == 8000 + 4000 // 4  # 4 splits, the last one's reduce-scatter exposed
-    assert sum(c == "gpu" for c in u.cols["kind"]) == 4
+    # in closed form: the first chunk, then 3 chunks beside 3 reduce-scatter chunks, then the
+    # last reduce-scatter chunk (tests/test_overlap_closed_form.py)
+    gpu = [k for c, k in zip(u.cols["kind"], u.cols["chunks"], strict=True) if c == "gpu"]
+    comm = [k for c, k in zip(u.cols["kind"], u.cols["chunks"], strict=True) if c != "gpu"]
+    assert gpu == [1, 3] and comm == [3, 1]
 
 
 def test_comm_interference_slows_the_overlapped_gemm() -> None:

@@ -22,10 +22,14 @@ each micro-batch), else the host runs ahead and the GPU never waits.
 
 Host time per launch: the medians over the public real GPU traces of the median gap between
 consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
-(backward) thread, 30 us; the chunks of an op that C++ code issues (an overlapped GEMM's
-pieces and their userbuffers transfers, the tasks :mod:`tracesim.build.overlap` splits an op
-into) cost the launch call alone, 5.3 us, the median launch-call duration of the same
-traces (``benchmarks/traces/host_launch.py``; docs/stacks.md). Kernels per task: one, except
+(backward) thread, 30 us; the chunks of an op that C++ code issues cost the launch call
+alone, 5.3 us, the median launch-call duration of the same traces
+(``benchmarks/traces/host_launch.py``; docs/stacks.md): a transfer chunk (``name#k``) and a
+compute task that repeats the one right before it. In the chunk pipelines of
+:mod:`tracesim.build.overlap` the GEMM chunks alternate with transfer chunks, so a GEMM
+chunk counts as a launch of the op's price (it follows a transfer, not its own op); tasks
+that stand for several chunks (``chunks`` > 1, the closed forms) are walked as those
+chunks in that order (:func:`_piecewise`). Kernels per task: one, except
 the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
 ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
 backward (data and weight gradients).
@@ -108,9 +112,11 @@ def is_sync(name: str, phase: str) -> bool:
     return name.split(":", 1)[-1].startswith("moe.dispatch") and (phase == "fwd" or name.startswith("recompute:"))
 
 
-def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: HostModel) -> list[float]:
+def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: HostModel,
+               pieces: list[int] | None = None) -> list[float]:
     """What the GPU waits for the host before each task (ns), for tasks in program order
-    with their GPU times (0 for communication); module docstring."""
+    with their GPU times (0 for communication); module docstring. ``pieces``: the kernels a
+    task stands for (1 if None; the merged chunks of an overlapped GEMM, :func:`_piecewise`)."""
     n = len(names)
     issue = []
     prev = ""
@@ -119,6 +125,15 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
         chunk = "#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
         h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
         issue.append(h)
+    if pieces is not None and any(p > 1 for p in pieces):
+        return _piecewise(issue, gpu_ns, pieces, names, phases, host)
+    return _walk(issue, names, phases, gpu_ns, host)
+
+
+def _walk(issue: list[float], names: list[str], phases: list[str], gpu_ns: list[int] | list[float],
+          host: HostModel) -> list[float]:
+    """The two-stage flow of :func:`host_waits` over tasks with their host ``issue`` times."""
+    n = len(names)
     syncs = [i for i in range(n) if is_sync(names[i], phases[i])]
     sync_set = set(syncs)
     waits = [0.0] * n
@@ -140,6 +155,34 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
     return waits
 
 
+def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: list[str],
+               phases: list[str], host: HostModel) -> list[float]:
+    """:func:`host_waits` with every task of ``p`` pieces walked as the ``p`` tasks it
+    stands for (:mod:`tracesim.build.overlap`'s closed forms): each piece issued as the
+    task's first (nothing more inside a captured scope) with ``1 / p`` of its GPU time, the
+    waits of a task's pieces summed. Two consecutive tasks of ``p > 1`` pieces each (a
+    merged GEMM and the merged transfers beside it) alternate their pieces, the first
+    task's first, as the chunks are issued one by one."""
+    flat: list[tuple[int, int]] = []  # (task, piece)
+    i, n = 0, len(pieces)
+    while i < n:
+        p = max(1, int(pieces[i]))
+        if p > 1 and i + 1 < n and int(pieces[i + 1]) == p:
+            flat += [(t, k) for k in range(p) for t in (i, i + 1)]
+            i += 2
+        else:
+            flat += [(i, k) for k in range(p)]
+            i += 1
+    owner = [t for t, _ in flat]
+    flat_issue = [issue[t] if k == 0 or not host.scope(names[t]) else 0.0 for t, k in flat]
+    flat_gpu = [gpu_ns[t] / max(1, int(pieces[t])) for t in owner]
+    waits = _walk(flat_issue, [names[t] for t in owner], [phases[t] for t in owner], flat_gpu, host)
+    out = [0.0] * n
+    for w, t in zip(waits, owner, strict=True):
+        out[t] += w
+    return out
+
+
 def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> float:
     """Add the GPU's waits for the host (:func:`host_waits`) over the ``chain`` tasks of a
     unit's columns ``cols`` to the compute task before each wait (the first compute task
@@ -151,7 +194,8 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> floa
     computes = [k for k, g in enumerate(is_gpu) if g]
     if not computes:
         return 0.0
-    waits = host_waits(names, phases, gpu, host)
+    pieces = [int(cols["chunks"][i]) for i in chain] if "chunks" in cols else None
+    waits = host_waits(names, phases, gpu, host, pieces)
     total = 0.0
     target = computes[0]  # a wait before any compute task goes to the first one
     for k, w in enumerate(waits):

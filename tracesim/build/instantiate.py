@@ -51,14 +51,16 @@ def _comm_durations(prog: dict[str, np.ndarray], placement: Placement,
         return dur
     sizes = {k: len(placement.groups(k)[0]) for k in ("tp", "etp", "cp", "ep", "dpcp", "edp", "emb")}
     sizes["pp"] = 2
-    # one call per distinct (collective, group kind, bytes)
+    # one call per distinct (collective, group kind, bytes, chunks); a task of k chunks
+    # lasts k chunks of msg / k
     c_code, c_names = _factor(prog["collective"][comm])
     g_code, g_names = _factor(prog["gkind"][comm])
     msg = prog["msg_bytes"][comm].astype(np.int64)
-    triples = np.stack([c_code, g_code, msg], axis=1)
+    ch = np.maximum(prog["chunks"][comm], 1).astype(np.int64) if "chunks" in prog else np.ones_like(msg)
+    triples = np.stack([c_code, g_code, msg, ch], axis=1)
     uniq, inv = np.unique(triples, axis=0, return_inverse=True)
-    times = np.array([int(comm_time(c_names[c], g_names[g], sizes.get(g_names[g], 2), int(m)))
-                      for c, g, m in uniq.tolist()], dtype=dur.dtype)
+    times = np.array([k * int(comm_time(c_names[c], g_names[g], sizes.get(g_names[g], 2), m // k))
+                      for c, g, m, k in uniq.tolist()], dtype=dur.dtype)
     dur[comm] = times[inv.reshape(-1)]
     return dur
 
@@ -167,6 +169,11 @@ def instantiate(
     n_layers = max((int(p["layer"].max()) + 1 for p in stage_progs if len(p["layer"])), default=0)
     i32 = {c: np.empty(n, dtype=np.int32) for c in ("rank", "lane", "layer", "group", "peer")}
     i64 = {c: np.empty(n, dtype=np.int64) for c in ("dur_ns", "msg_bytes")}
+    # the operations each comm task stands for (merged chunks of an overlapped GEMM): a
+    # ``chunks`` column only when some task has more than one
+    top_chunks = max((int(p["chunks"][caches[st].comm].max()) for st, p in enumerate(stage_progs)
+                      if st in caches and "chunks" in p and len(caches[st].comm)), default=1)
+    chunks = np.ones(n, dtype=code_dtype(top_chunks + 1)) if top_chunks > 1 else None
     f64 = {c: np.empty(n, dtype=np.float64) for c in ("flops", "bytes")}
     codes = {c: np.empty(n, dtype=code_dtype(len(vocab[c].index))) for c in _STR_COLS}
     # a comm task's match key is the triple (global group, local key, ring suffix), packed
@@ -197,6 +204,8 @@ def instantiate(
         i64["msg_bytes"][off:hi] = prog["msg_bytes"]
         f64["flops"][off:hi] = prog["flops"]
         f64["bytes"][off:hi] = prog["bytes"]
+        if chunks is not None:
+            chunks[off + sc.comm] = prog["chunks"][sc.comm]
         for col in _STR_COLS:
             codes[col][off:hi] = sc.codes[col]
         if len(sc.comm):
@@ -235,6 +244,8 @@ def instantiate(
         if n and int(i64[col].max()) < 2**31 and int(i64[col].min()) >= -(2**31):
             i64[col] = i64[col].astype(np.int32)
     data: dict[str, Any] = {**i32, **i64, **f64}
+    if chunks is not None:
+        data["chunks"] = chunks
     for col in _STR_COLS:
         data[col] = vocab[col].column(codes[col])
     del codes

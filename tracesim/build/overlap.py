@@ -13,13 +13,39 @@ Tensor parallelism (the ``ROp.overlap`` marks of :mod:`tracesim.template.resolve
 * **pipeline** (``pipeline``, the BF16 configurations' reduce-scatter after ``proj`` /
   ``fc2``): 4 GEMM chunks, each followed by the reduce-scatter of its output; the last
   chunk's reduce-scatter is exposed;
+
+The chunks are equal, so these pipelines have closed forms, and that is what is emitted
+(``_ring_in``, ``_chunks_out``): with GEMM chunks of ``g`` and transfer chunks of ``c``, an
+all-gather of ``n - 1`` chunks before ``n`` GEMM chunks ends the GEMM ``g + max((n-1) g,
+(n-1) c)`` after its start: one transfer task of ``n - 1`` chunks beside one GEMM task of
+``n - 1`` chunks, then one GEMM task of the last chunk after both (3 tasks for ``2n - 1``);
+``m`` reduce-scatter chunks after ``m`` GEMM chunks end the last transfer ``max(g + m c,
+m g + c)`` after the start: the first GEMM chunk; the next ``m - 1`` GEMM chunks (one task)
+beside the first ``m - 1`` transfers (one task); the last transfer after both; with
+``ring``, the rank's own GEMM chunk last (4 or 5 tasks for ``2m`` or ``2m + 1``). A transfer
+task of ``k`` chunks has ``chunks = k`` (the task graph's ``chunks`` column) and ``k`` times
+the rounded chunk size in ``msg_bytes`` (the bytes the chunks move): the network
+model runs ``k`` operations of ``msg_bytes / k`` back to back, each paying its own latency
+(a userbuffers ring step, or an NCCL collective of that size where userbuffers does not
+apply), so alone on its links it lasts exactly the ``k`` chunk tasks it replaces. A merged
+GEMM task lasts its chunks' summed (SM-slowed) durations, and the host launch model
+(:mod:`tracesim.build.host`) issues it as its ``chunks`` pieces, so the iteration time is
+the chunked pipeline's to the ns (``tests/test_overlap_closed_form.py`` replays both;
+:data:`CHUNKED` emits every chunk as its own task) except where (1) other flows share the
+TP links while a pipeline runs (the flow network: a merged transfer sends its chunks
+back to back where the chunked form may wait for a GEMM chunk between them, so they meet
+the other flows at other moments; the pipeline's end is the same uncontended) or (2) the
+host is behind inside a pipeline (its waits fall on a merged task instead of the chunk
+they delay). Both move the small test layouts by under 0.1%; of the 38 published rows
+(``tracesim validate published``) one moves, by 2.5e-7 of its iteration time (B200 Llama
+3.1 405B, TP 4 CP 2), and the benchmark scenarios of docs/performance.md not at all.
 * **bulk** (``bulk``; and Megatron-Core / TE's asynchronous NCCL collectives without
   userbuffers): in the backward of a column-parallel linear the re-gather of its input
   runs during the data-gradient GEMM, and the reduce-scatter (all-reduce) of that gradient
   during the weight-gradient GEMM; the backward GEMM (``2 x`` forward FLOPs) is its two
   halves of equal FLOPs.
 
-With userbuffers on, every TP chunk task these overlaps emit carries the network algorithm
+With userbuffers on, every TP transfer task these overlaps emit carries the network algorithm
 ``userbuffers`` (:data:`UB_ALGORITHM`, the task's ``algorithm`` column): Transformer Engine
 moves it with copy engines and its own kernels, not NCCL, so the network model times it
 without NCCL's protocols and base latency (:mod:`tracesim.network.collectives.userbuffers`).
@@ -71,6 +97,10 @@ PIPE_SPLITS = 4
 #: copy engines and userbuffers' own kernels over NVLink, no NCCL protocol or base latency)
 UB_ALGORITHM = "userbuffers"
 
+#: emit the chunked pipelines chunk by chunk instead of their closed forms (the tests and
+#: benchmarks that check the closed forms against them set it; the replay never does)
+CHUNKED = False
+
 #: uncongested time (ns) of a collective: (collective, group kind, message bytes) -> ns
 CommEstimateFn = Callable[[str, str, int], float]
 
@@ -86,6 +116,7 @@ class Overlaps:
     sm_count: int = 0
     config: str = "bf16"
     estimate: CommEstimateFn | None = None
+    chunked: bool = False  # every chunk its own task (:data:`CHUNKED`)
 
     def ub_method(self, role: str, pass_: str) -> tuple[str, int]:
         """(method, SMs) of the userbuffers overlap of linear ``role`` in ``pass_``
@@ -121,7 +152,7 @@ def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
                     interference=bool(getattr(par, "comm_interference", False)),
                     sm_count=int(sm_count),
                     config="fp8" if fp8 else ("bf16-blackwell" if blackwell else "bf16"),
-                    estimate=estimate)
+                    estimate=estimate, chunked=CHUNKED)
 
 
 def _is_tp(r: ROp, marks: tuple[str, ...]) -> bool:
@@ -167,21 +198,19 @@ def _post(ops: Sequence[ROp], j: int, ov: Overlaps, bulk_on: bool) -> ROp | None
 
 
 def _comm(u: Unit, r: ROp, name: str, msg: float, layer: int, phase: str, prefix: str,
-          ov: Overlaps) -> int:
-    """A TP collective (chunk) beside a GEMM: a userbuffers transfer when userbuffers is on
-    (:data:`UB_ALGORITHM`), else an NCCL collective."""
+          ov: Overlaps, chunks: int = 1) -> int:
+    """A TP collective (``chunks`` chunks of ``msg / chunks`` back to back) beside a GEMM:
+    a userbuffers transfer when userbuffers is on (:data:`UB_ALGORITHM`), else NCCL's."""
     return u.add(lane="comm:tp", kind="coll", name=prefix + name, phase=phase, layer=layer,
                  collective=r.collective, gkind="tp", msg_bytes=int(round(msg)),
-                 algorithm=UB_ALGORITHM if ov.ub else "")
+                 algorithm=UB_ALGORITHM if ov.ub else "", chunks=chunks)
 
 
 def _gemm(u: Unit, g: ROp, dur: float, frac: float, layer: int, phase: str, prefix: str,
-          chain: bool = True) -> int:
+          chain: bool = True, chunks: int = 1) -> int:
     return u.compute_task(prefix + g.name, layer=layer, phase=phase, op_class=g.op_class,
                           flops=g.flops * frac, nbytes=g.bytes * frac, dur_ns=int(round(dur)),
-                          chain=chain)
-
-
+                          chain=chain, chunks=chunks)
 def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *, layer: int,
              phase: str, prefix: str) -> None:
     """One GEMM with its overlapped collectives (module docstring)."""
@@ -232,20 +261,38 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
 
 def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms: int, *,
              layer: int, phase: str, prefix: str, dur: float | None = None) -> None:
-    """All-gather in ``n - 1`` chunks feeding ``n`` chunks of the GEMM (ring exchange)."""
+    """All-gather in ``n - 1`` chunks feeding ``n`` chunks of the GEMM (ring exchange).
+
+    GEMM chunk ``k`` waits for chunk ``k - 1`` and for all-gather chunk ``k`` (chunk 0 is
+    the rank's own shard), the all-gather chunks run back to back: with chunks of ``g``
+    and ``c`` the GEMM ends ``g + max((n-1) g, (n-1) c)`` after the start. Emitted as that
+    closed form: the whole all-gather (one task of ``n - 1`` chunks) beside the first
+    ``n - 1`` GEMM chunks (one task), then the last GEMM chunk after both (or chunk by
+    chunk with ``ov.chunked``)."""
     n = max(n, 2)
     total = g.dur_ns * frac if dur is None else dur
     chunk = ov.slowed(total / n, sms)
     tail, joins = u.tail, list(u.joins)
-    msg = comm.msg_bytes / (n - 1)
+    msg = int(round(comm.msg_bytes / (n - 1)))
+
+    def first_comm(c: int) -> None:
+        u.edge(tail, c)
+        for j in joins:
+            u.edge(j, c)
+
+    if not ov.chunked:
+        _gemm(u, g, chunk * (n - 1), frac * (n - 1) / n, layer, phase, prefix, chunks=n - 1)
+        c = _comm(u, comm, f"{comm.name}#1-{n - 1}", msg * (n - 1), layer, phase, prefix, ov,
+                  chunks=n - 1)
+        first_comm(c)
+        u.edge(c, _gemm(u, g, chunk, frac / n, layer, phase, prefix))
+        return
     for k in range(n):
         c = -1
         if k >= 1:
             c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix, ov)
             if k == 1:
-                u.edge(tail, c)
-                for j in joins:
-                    u.edge(j, c)
+                first_comm(c)
         t = _gemm(u, g, chunk, frac / n, layer, phase, prefix)
         u.edge(c, t)
 
@@ -253,11 +300,35 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
 def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int, *,
                 layer: int, phase: str, prefix: str) -> None:
     """GEMM chunks, each followed by the reduce-scatter of its output (``pipe``: 4 splits,
-    every chunk's; ``ring``: ``tp`` splits, all but the rank's own chunk's)."""
+    every chunk's; ``ring``: ``tp`` splits, all but the rank's own (last) chunk's).
+
+    With ``m`` reduce-scatter chunks of ``c`` after GEMM chunks of ``g``, chunks running
+    back to back on their lanes, the last reduce-scatter ends
+    ``max(g + m c, m g + c)`` after the start. Emitted as that closed form: the first GEMM
+    chunk; the next ``m - 1`` GEMM chunks (one task) beside the reduce-scatters of the
+    first ``m - 1`` chunks (one task, started by the first chunk); the last reduce-scatter
+    chunk after both; then the ``ring`` method's own chunk on the GEMM lane (or chunk by
+    chunk with ``ov.chunked``)."""
     splits = PIPE_SPLITS if method == "pipe" else max(ov.tp, 2)
     n_comm = splits if method == "pipe" else splits - 1
     chunk = ov.slowed(g.dur_ns / splits, sms)
-    msg = comm.msg_bytes / n_comm
+    msg = int(round(comm.msg_bytes / n_comm))
+    if not ov.chunked:
+        first = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
+        rest = n_comm - 1
+        before = first
+        if rest:
+            u.edge(first, _comm(u, comm, f"{comm.name}#1-{rest}", msg * rest, layer, phase,
+                                prefix, ov, chunks=rest))
+            before = _gemm(u, g, chunk * rest, rest / splits, layer, phase, prefix,
+                           chunks=rest)
+        last = _comm(u, comm, f"{comm.name}#{n_comm}", msg, layer, phase, prefix, ov)
+        u.edge(before, last)
+        own = splits - n_comm
+        if own:
+            _gemm(u, g, chunk * own, own / splits, layer, phase, prefix, chunks=own)
+        u.joins.append(last)
+        return
     last_c = -1
     for k in range(splits):
         t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)

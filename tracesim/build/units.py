@@ -21,7 +21,7 @@ import numpy as np
 from tracesim.template.resolve import ROp
 
 COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_ns", "layer",
-           "collective", "gkind", "msg_bytes", "peer_sel", "key", "algorithm")
+           "collective", "gkind", "msg_bytes", "peer_sel", "key", "algorithm", "chunks")
 
 #: lane per communication group kind
 COMM_LANE = {"tp": "comm:tp", "etp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp",
@@ -51,7 +51,10 @@ class Unit:
     def add(self, *, lane: str, kind: str, name: str, op_class: str = "comm", phase: str = "fwd",
             flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0, layer: int = -1,
             collective: str = "", gkind: str = "", msg_bytes: int = 0, peer_sel: str = "",
-            key: str = "", algorithm: str = "") -> int:
+            key: str = "", algorithm: str = "", chunks: int = 1) -> int:
+        """Append a task; ``chunks``: the pieces of an op it stands for (a communication
+        task: that many operations of ``msg_bytes / chunks`` back to back; a compute task:
+        that many kernels, for the host launch model, :mod:`tracesim.build.host`)."""
         i = len(self)
         c = self.cols
         c["lane"].append(lane)
@@ -69,6 +72,7 @@ class Unit:
         c["peer_sel"].append(peer_sel)
         c["key"].append(key if key or kind == "gpu" else str(i))
         c["algorithm"].append(algorithm)
+        c["chunks"].append(int(chunks))
         return i
 
     def edge(self, a: int, b: int) -> None:
@@ -95,11 +99,11 @@ class Unit:
 
     def compute_task(self, name: str, *, layer: int, phase: str, op_class: str = "other",
                      flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0,
-                     chain: bool = True) -> int:
+                     chain: bool = True, chunks: int = 1) -> int:
         """A compute task (on the chain unless ``chain`` is False: then only explicit edges
-        order it)."""
+        order it); ``chunks``: as for :meth:`add`."""
         i = self.add(lane="compute", kind="gpu", name=name, op_class=op_class, phase=phase,
-                     flops=flops, nbytes=nbytes, dur_ns=dur_ns, layer=layer)
+                     flops=flops, nbytes=nbytes, dur_ns=dur_ns, layer=layer, chunks=chunks)
         if self.first_compute < 0:
             self.first_compute = i
         if chain:
@@ -207,7 +211,7 @@ class Unit:
                                nbytes=c["bytes"][i], dur_ns=c["dur_ns"][i], layer=c["layer"][i],
                                collective=c["collective"][i], gkind=c["gkind"][i],
                                msg_bytes=c["msg_bytes"][i], peer_sel=c["peer_sel"][i], key=c["key"][i],
-                               algorithm=c["algorithm"][i])
+                               algorithm=c["algorithm"][i], chunks=c["chunks"][i])
             best.append(c["dur_ns"][i])
         for a, b in zip(self.src, self.dst, strict=True):
             out.edge(group[a], group[b])
@@ -227,6 +231,8 @@ class Unit:
                 a[c] = np.asarray(vals, dtype=np.float64)
             elif c in ("dur_ns", "msg_bytes"):
                 a[c] = np.asarray(vals, dtype=np.int64)
+            elif c == "chunks":
+                a[c] = np.asarray(vals, dtype=np.int32)
             elif c == "layer":
                 a[c] = np.asarray(vals, dtype=np.int32)
             else:

@@ -24,7 +24,7 @@ class CommModel(Protocol):
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
         """Start a collective over ``ranks`` now; the event fires when it has completed.
 
@@ -32,7 +32,11 @@ class CommModel(Protocol):
         broadcast, reduce, barrier. ``msg_bytes`` is the per-rank buffer size in the
         nccl-tests convention (all_gather: the gathered output size). ``algorithm``: the
         task's ``algorithm`` column (e.g. ``userbuffers``, Transformer Engine's transfers
-        that bypass NCCL); the engine passes it only when the task names one.
+        that bypass NCCL); the engine passes it only when the task names one. ``chunks``:
+        the task's ``chunks`` column, passed only when above 1: the task stands for
+        ``chunks`` operations of ``msg_bytes / chunks`` run back to back (the merged
+        communication chunks of a Transformer Engine overlapped GEMM), each paying its own
+        latency.
         """
         ...
 

@@ -243,6 +243,11 @@ def replay(
     # the algorithm a task asks for (optional column; "" or absent: the model chooses)
     al_code, al_names = (column_codes(tasks["algorithm"]) if "algorithm" in tasks
                          else (np.zeros(0, dtype=np.int8), []))
+    # the operations a comm task stands for, back to back (optional column; absent: one)
+    chunks_np = tasks["chunks"].to_numpy() if "chunks" in tasks else None
+    chunks = (_view(np.ascontiguousarray(chunks_np)) if chunks_np is not None and len(chunks_np)
+              and int(chunks_np.max()) > 1 else None)
+    del chunks_np
     # the columns a communication operation reads, as memoryviews (Python ints per item)
     coll_code, gk_code = _view(np.ascontiguousarray(coll_np)), _view(np.ascontiguousarray(gk_np))
     msg = _view(np.ascontiguousarray(tasks["msg_bytes"].to_numpy()))
@@ -398,7 +403,11 @@ def replay(
             else:
                 ranks = tuple(sorted(rank_of[m] for m in members[lo:hi]))
             alg = al_names[al_code[t]] if al_names and al_code[t] >= 0 else ""
-            if alg:
+            k = chunks[t] if chunks is not None else 1
+            if k > 1:
+                done = comm.collective(coll_names[coll_code[t]], ranks, msg[t], gk_names[gk_code[t]],
+                                       algorithm=alg, chunks=k)
+            elif alg:
                 done = comm.collective(coll_names[coll_code[t]], ranks, msg[t], gk_names[gk_code[t]],
                                        algorithm=alg)
             else:

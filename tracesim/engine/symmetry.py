@@ -54,11 +54,17 @@ class SymmetricComm:
         names = _strings_at(t["collective"], coll)
         msgs = t["msg_bytes"].to_numpy()[coll]
         groups = t["sym_group" if "sym_group" in t else "group"].to_numpy()[coll]
+        chunks = (t["chunks"].to_numpy()[coll].tolist() if "chunks" in t else [1] * len(coll))
         found: dict[tuple, set[int]] = defaultdict(set)
-        for r, k, c, m, g in zip(ranks.tolist(), kinds.tolist(), names.tolist(), msgs.tolist(),
-                                 groups.tolist(), strict=True):
+        #: the size of one operation of a key's tasks (``msg_bytes / chunks``): what picks the
+        #: algorithm whose links :meth:`_prune` follows
+        self._part: dict[tuple, int] = {}
+        for r, k, c, m, g, ch in zip(ranks.tolist(), kinds.tolist(), names.tolist(), msgs.tolist(),
+                                     groups.tolist(), chunks, strict=True):
             if g >= 0:
                 found[(r, k, c, m)].add(g)
+                if ch > 1:
+                    self._part[(r, k, c, m)] = m // ch
         self.ambiguous = sum(1 for v in found.values() if len(v) > 1)
         self.lookup = {
             key: max((graph.groups[g] for g in gs), key=len) for key, gs in found.items()
@@ -82,7 +88,8 @@ class SymmetricComm:
         own: list[np.ndarray] = []  # links of the representatives' own operations
         for (rep, _gk, coll, msg), full in self.lookup.items():
             imgs = self.group_images(rep, full)
-            c, m = ("all_reduce", 0) if coll == "barrier" else (coll, msg)
+            c, m = ("all_reduce", 0) if coll == "barrier" else (
+                coll, self._part.get((rep, _gk, coll, msg), msg))
             if len(full) <= 1:
                 continue
             algo = inner.compiled(c, tuple(full), m).algorithm
@@ -127,9 +134,11 @@ class SymmetricComm:
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
-        more = {"algorithm": algorithm} if algorithm else {}
+        more: dict[str, Any] = {"algorithm": algorithm} if algorithm else {}
+        if chunks > 1:
+            more["chunks"] = chunks
         if type(ranks) is not tuple:
             ranks = tuple(ranks)
         key = (ranks, group_kind, collective, msg_bytes)
@@ -224,7 +233,7 @@ class EstimateComm:
     def attach(self, env: simpy.Environment) -> None:
         self.env = env
 
-    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: int, algorithm: str = "") -> int:
+    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: float, algorithm: str = "") -> int:
         key = (collective, ranks, nbytes, algorithm)
         if key not in self._cache:
             more = {"algorithm": algorithm} if algorithm else {}
@@ -234,11 +243,14 @@ class EstimateComm:
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
         assert self.env is not None
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
+        if chunks > 1:  # back to back, each one chunk's time
+            part = int(msg_bytes) // chunks if int(msg_bytes) % chunks == 0 else int(msg_bytes) / chunks
+            return self.env.timeout(chunks * self._time(collective, tuple(ranks), part, algorithm))
         return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes), algorithm))
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:

@@ -40,7 +40,11 @@ match_key     str      tasks with equal ``match_key`` on different ranks are one
 Optional task columns a producer may add (kept as extra columns): ``algorithm`` (str, the
 collective algorithm a comm task asks the network model for, ``""`` = the model's choice;
 the builder writes ``userbuffers`` on Transformer Engine's userbuffers chunks, which do not
-go through NCCL) and ``sym_group`` (a representative's full group, symmetric replays).
+go through NCCL), ``chunks`` (int, a comm task that stands for ``chunks`` operations of
+``msg_bytes / chunks`` each, run back to back on its lane, each paying its own latency;
+absent or 1: one operation; the builder writes it for the merged transfer chunks of a
+Transformer Engine overlapped GEMM, :mod:`tracesim.build.overlap`; :mod:`tracesim.graph.chunks`
+splits such tasks again) and ``sym_group`` (a representative's full group, symmetric replays).
 
 Edges (``edges``): ``src``, ``dst`` (task ids, int64; int32 in builder graphs) and ``kind`` (str): ``launch``
 (runtime call -> kernel), ``sync`` (GPU work -> the CPU call that waits on it), ``event``

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
+from tracesim.graph.chunks import expand_chunks
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop.aicb import (
     POLICIES,
@@ -29,6 +30,7 @@ def graph_to_aicb(graph: TaskGraph, rank: int | None = None) -> tuple[AicbWorklo
     any other graph is cut into rows along the rank's compute lane (module docstring of
     :mod:`tracesim.interop.aicb_graph`). ``rank`` defaults to the lowest rank.
     """
+    graph = expand_chunks(graph)  # one row per communication operation
     ranks = graph.ranks
     if not ranks:
         raise InputError("the graph has no tasks", "graph")

@@ -41,6 +41,7 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import atomic_path, write_json
+from tracesim.graph.chunks import expand_chunks
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra_schema import COMM_TYPES
@@ -93,6 +94,7 @@ def export_chakra(graph: TaskGraph, prefix: str | Path, *, involved_dims: int = 
         InputError: the graph is symmetry-reduced, or has an edge between ranks, or a
             collective whose members disagree on its kind.
     """
+    graph = expand_chunks(graph)  # one node per communication operation
     t = graph.tasks
     if graph.meta.get("representatives"):
         raise InputError("the graph holds one representative rank per stage; rebuild it with "

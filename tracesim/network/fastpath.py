@@ -59,7 +59,7 @@ def isolated_rates(rt: Route, capacity: np.ndarray) -> np.ndarray:
     return iso
 
 
-def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: int) -> Plan | None:
+def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: float) -> Plan | None:
     """The plan of ``cc`` for ``msg_bytes`` on ``flows`` (a FlowNetwork), or None when a
     phase's flows would not end together (then the operation always runs as flows)."""
     t = 0
@@ -150,7 +150,7 @@ class FastRun:
                  "rid")
 
     def __init__(self, model: Any, plan: Plan, pid: int, collective: str, kind: str, n: int,
-                 msg_bytes: int, res: Reservations):
+                 msg_bytes: float, res: Reservations):
         env: simpy.Environment = model._env()
         self.model, self.plan, self.collective, self.kind, self.n = model, plan, collective, kind, n
         self.pid = pid

@@ -36,6 +36,7 @@ from tracesim.network.running import (
     CompiledPhase,
     Runner,
     merge_compiled,
+    repeated,
 )
 from tracesim.network.variants import protocols_for
 from tracesim.specs.cluster import ClusterSpec
@@ -108,11 +109,11 @@ class NetworkModel:
         # per-call caches: the chosen compiled collective of (collective, ranks, bytes,
         # algorithm) and the compiled transfer of (src, dst); the flow network also keys its
         # cache of isolated rates on these (persistent) route arrays
-        self._chosen: dict[tuple[str, tuple[int, ...], int, str], CompiledCollective] = {}
+        self._chosen: dict[tuple, CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
-        self._images: dict[tuple[int, str, int, str], tuple[object, CompiledCollective | None]] = {}
+        self._images: dict[tuple[int, str, int, str, int], tuple[object, CompiledCollective | None]] = {}
         # the fast path's plan of (compiled collective, bytes) and its id in the reservations
-        self._plans: dict[tuple[int, int], tuple[CompiledCollective, Plan | None, int]] = {}
+        self._plans: dict[tuple[int, float], tuple[CompiledCollective, Plan | None, int]] = {}
 
     # ------------------------------------------------------------------ CommModel
 
@@ -133,16 +134,23 @@ class NetworkModel:
 
     def collective(
         self, collective: str, ranks: tuple[int, ...], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
         """Start ``collective`` over global ``ranks`` now; the event fires when it is done.
-        ``algorithm``: the one the task asks for (e.g. ``userbuffers``), else chosen."""
+        ``algorithm``: the one the task asks for (e.g. ``userbuffers``), else chosen.
+        ``chunks`` > 1: ``chunks`` operations of ``msg_bytes / chunks`` back to back, each
+        chosen, timed and paying its latency as one such operation alone (:func:`repeated`)."""
         env = self._env()
         if type(ranks) is not tuple:
             ranks = tuple(int(r) for r in ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (collective, ranks, msg_bytes, algorithm)  # numpy integers hash as ints
+        part: float = msg_bytes
+        if chunks > 1:
+            part = msg_bytes // chunks if msg_bytes % chunks == 0 else msg_bytes / chunks
+            key: tuple = (collective, ranks, msg_bytes, algorithm, chunks)
+        else:
+            key = (collective, ranks, msg_bytes, algorithm)  # numpy integers hash as ints
         cc = self._chosen.get(key)
         if cc is None:
             ranks = tuple(int(r) for r in ranks)
@@ -151,8 +159,9 @@ class NetworkModel:
             self._check_ranks(ranks)
             if len(ranks) <= 1:
                 return env.timeout(0)
-            cc = self._chosen[key] = self.compiled(collective, ranks, msg_bytes, algorithm)
-        return self._run(cc, collective, group_kind, len(ranks), msg_bytes)
+            cc = self._chosen[key] = repeated(
+                self.compiled(collective, ranks, int(part), algorithm), chunks)
+        return self._run(cc, collective, group_kind, len(ranks), part)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
         """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
@@ -186,42 +195,48 @@ class NetworkModel:
 
     def collective_images(
         self, collective: str, groups: Sequence[tuple[int, ...]], msg_bytes: int, group_kind: str = "",
-        algorithm: str = "",
+        algorithm: str = "", chunks: int = 1,
     ) -> simpy.Event:
         """Run ``collective`` on every group of ``groups`` at once (symmetric copies of one
         operation, e.g. the TP all-reduces of all data-parallel replicas of a stage): each
         phase starts the flows of all copies together, so they load the links they share.
         The algorithm is the one chosen for ``groups[0]``; the event fires when every copy
-        has finished. Pass the same ``groups`` object again to reuse the merged phases."""
+        has finished. Pass the same ``groups`` object again to reuse the merged phases.
+        ``chunks``: as for :meth:`collective`."""
         env = self._env()
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        key = (id(groups), collective, int(msg_bytes), algorithm)
+        part: float = msg_bytes
+        if chunks > 1:
+            part = msg_bytes // chunks if msg_bytes % chunks == 0 else msg_bytes / chunks
+        key = (id(groups), collective, int(msg_bytes), algorithm, chunks)
         hit = self._images.get(key)
         if hit is not None and hit[0] is groups:
             cc = hit[1]
         else:
-            first = self.compiled(collective, tuple(groups[0]), msg_bytes, algorithm)
+            one = int(part)
+            first = self.compiled(collective, tuple(groups[0]), one, algorithm)
             algo = ALGORITHMS[first.algorithm]
             parts = [first]
             for g in groups[1:]:
                 if algo.check(self._shared.group(tuple(g)), collective) is not None:
                     parts = []
                     break
-                parts.append(self._shared.variant(algo, first.protocol, collective, tuple(g), msg_bytes))
-            cc = merge_compiled(parts) if parts else None
+                parts.append(self._shared.variant(algo, first.protocol, collective, tuple(g), one))
+            merged = merge_compiled(parts) if parts else None
+            cc = None if merged is None else repeated(merged, chunks)
             self._images[key] = (groups, cc)
         if cc is None:  # copies that do not compile alike: run them side by side
             return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind,
-                                                     algorithm) for g in groups])
-        return self._run(cc, collective, group_kind, len(groups[0]), msg_bytes)
+                                                     algorithm, chunks) for g in groups])
+        return self._run(cc, collective, group_kind, len(groups[0]), part)
 
     def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
         """Point-to-point transfers of ``nbytes`` between every (src, dst) of ``pairs`` at
         once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
         object again to reuse the merged routes."""
         env = self._env()
-        key = (id(pairs), "", 0, "")
+        key = (id(pairs), "", 0, "", 1)
         hit = self._images.get(key)
         if hit is not None and hit[0] is pairs:
             cc = hit[1]
@@ -337,7 +352,7 @@ class NetworkModel:
             if not 0 <= r < n:
                 raise ValueError(f"rank {r} outside the cluster's {n} GPUs")
 
-    def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: int) -> simpy.Event:
+    def _run(self, cc: CompiledCollective, collective: str, kind: str, n: int, msg_bytes: float) -> simpy.Event:
         """Run ``cc``'s phases one after another; the event fires when the last has ended.
         An operation alone on its links takes the fast path (:mod:`tracesim.network.fastpath`)."""
         fl = self.flows

@@ -74,7 +74,7 @@ class Runner:
     __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
 
     def __init__(self, model: FlowModel, cc: CompiledCollective, collective: str, kind: str,
-                 n: int, msg_bytes: int, *, resume: tuple[int, int, simpy.Event] | None = None):
+                 n: int, msg_bytes: float, *, resume: tuple[int, int, simpy.Event] | None = None):
         env = model._env()
         self.model, self.cc, self.collective, self.kind, self.n = model, cc, collective, kind, n
         self.msg = msg_bytes
@@ -129,6 +129,17 @@ class Runner:
             self.i += 1
             self.left = -1
         self._round()
+
+
+def repeated(cc: CompiledCollective, chunks: int) -> CompiledCollective:
+    """``cc`` run ``chunks`` times back to back (its phases ``chunks`` times over, each
+    with the latency it has alone): a communication task that stands for ``chunks``
+    operations of one chunk each (the engine's ``chunks`` column). Run it with the size of
+    one chunk; alone on its links it lasts ``chunks`` times ``cc``'s time, to the ns."""
+    if chunks <= 1:
+        return cc
+    return CompiledCollective(cc.algorithm, cc.phases * chunks, cc.fixed_ns * chunks,
+                              cc.ns_per_byte * chunks, cc.protocol)
 
 
 def merge_compiled(parts: Sequence[CompiledCollective]) -> CompiledCollective | None:

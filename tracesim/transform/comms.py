@@ -217,13 +217,15 @@ class GroupComm:
         self.inner.attach(env)
 
     def collective(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
-                   group_kind: str = "", algorithm: str = "") -> simpy.Event:
+                   group_kind: str = "", algorithm: str = "", chunks: int = 1) -> simpy.Event:
         base, at, index = group_kind.partition("@")
         if at:
             ranks = self.groups[int(index)]
         if collective == "send_recv":
             return self.inner.p2p(ranks[0], ranks[1], msg_bytes)
-        more = {"algorithm": algorithm} if algorithm else {}
+        more: dict[str, Any] = {"algorithm": algorithm} if algorithm else {}
+        if chunks > 1:
+            more["chunks"] = chunks
         return self.inner.collective(collective, tuple(ranks), msg_bytes, base, **more)
 
     def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
