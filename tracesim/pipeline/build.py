@@ -27,6 +27,7 @@ import numpy as np
 
 from tracesim.build.builder import BuildResult, build_graph
 from tracesim.catalog import default_bundle, load_cluster, load_model
+from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
@@ -49,9 +50,6 @@ from tracesim.template.stacks import (
     stack_info,
     stack_template,
 )
-
-#: from this many GPUs up a replay simulates one representative rank per pipeline stage
-SYMMETRY_MIN_GPUS = 64
 
 
 @dataclass(frozen=True)
