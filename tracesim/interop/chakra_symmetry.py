@@ -71,7 +71,7 @@ class Symmetry:
         self.rep_rows: dict[int, Any] = {}  # stage -> the representative's RankRows
         self.kinds: dict[int, np.ndarray] = {}  # stage -> GROUP_KINDS index per collective
         self.sequences: dict[tuple[int, int], np.ndarray] = {}  # (lowest rank, group) -> keys
-        self.key_group: dict[int, int] = {}  # collective key code -> its group's code
+        self.key_group = np.full(0, -1, dtype=np.int32)  # collective key code -> its group's code
         self.pipe_map: dict[int, dict[int, int]] = {}  # pipeline -> its key -> the representative's
         self.key_pipe: dict[int, int] = {}  # transfer key code -> its pipeline
 
@@ -144,9 +144,14 @@ class Symmetry:
             lowest = self.t.member_list[c][0]
             if lowest == r:
                 self.sequences[(r, c)] = seq
-                for k in seq.tolist():
-                    if self.key_group.setdefault(k, c) != c:
-                        raise NotSymmetric(f"rank {r}: a match key is used by two groups")
+                if len(seq) and int(seq.max()) >= len(self.key_group):
+                    grow = max(int(seq.max()) + 1, 2 * len(self.key_group))
+                    self.key_group = np.r_[self.key_group,
+                                           np.full(grow - len(self.key_group), -1, np.int32)]
+                had = self.key_group[seq]
+                if np.any((had >= 0) & (had != c)):
+                    raise NotSymmetric(f"rank {r}: a match key is used by two groups")
+                self.key_group[seq] = c
             elif not np.array_equal(self.sequences.get((lowest, c), np.zeros(0)), seq):
                 raise NotSymmetric(f"rank {r}: its collectives' match keys differ from rank "
                                    f"{lowest}'s")

@@ -99,7 +99,8 @@ class _Chakra:
     def read(path: Path, opts: Mapping[str, Any]) -> TaskGraph:
         from tracesim.interop.chakra_import import import_chakra
 
-        return import_chakra(path, opts.get("comm_groups"), plain=bool(opts.get("plain")))
+        return import_chakra(path, opts.get("comm_groups"), plain=bool(opts.get("plain")),
+                             symmetric=opts.get("symmetric", False))
 
     @staticmethod
     def write(graph: TaskGraph, path: Path, opts: Mapping[str, Any]) -> tuple[list[Path], list[str]]:

@@ -300,7 +300,8 @@ def replay_graph(graph: TaskGraph, cluster: str | Path | ClusterSpec,
     model = graph.meta.get("model")
     return Prediction(
         mode="replay-workload", iteration_time_s=result.makespan_ns * 1e-9,
-        gpus=(int(aicb["all_gpus"]) if isinstance(aicb, dict) else len(ranks)),
+        gpus=(int(aicb["all_gpus"]) if isinstance(aicb, dict)
+              else int(graph.meta.get("world") or len(ranks))),
         cluster=spec.name, device=get_device(spec.device).name,
         breakdown=mean_breakdown(per_rank),
         model=model.get("name") if isinstance(model, dict) else f"({fmt} workload)",
