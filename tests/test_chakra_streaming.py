@@ -37,7 +37,7 @@ LAYOUTS = {
 
 
 def _same_files(a: list[Path], b: list[Path]) -> bool:
-    return len(a) == len(b) and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(a, b))
+    return len(a) == len(b) and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(a, b, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,18 @@ def test_a_rank_that_differs_is_read_with_every_rank(written, tmp_path):
     assert not g.meta.get("representatives") and g.n_tasks == graph.n_tasks
     export_chakra(graph, tmp_path / "ok" / "w")
     assert import_chakra(tmp_path / "ok" / "w", symmetric=True).meta["representatives"]
+
+
+def test_replay_of_et_files_on_a_cluster(written):
+    """``tracesim replay ET --cluster C`` replays the imported files (and names what is
+    missing or does not apply)."""
+    from tracesim.errors import InputError
+    from tracesim.pipeline import predict
+
+    _, prefix, _, _ = written["tp2-pp2-dp2"]
+    want = replay_graph(import_chakra(prefix), "h100x8").makespan_ns
+    assert predict(prefix.parent, ReplayOptions(cluster="h100x8")).makespan_ns == want
+    with pytest.raises(InputError, match="--cluster"):
+        predict(prefix.parent, ReplayOptions())
+    with pytest.raises(InputError, match="--tp"):
+        predict(prefix.parent, ReplayOptions(cluster="h100x8", tp=2))
