@@ -165,7 +165,8 @@ class ChakraWriter:
         self.prefix = Path(prefix)
         self.meta_json = json.dumps(dict(meta), default=str, sort_keys=True)
         self.involved = attr_entry("involved_dim", "bool_list", [True] * involved_dims)
-        self.members: dict[str, list[Any]] = {}  # coll key -> [first rank, ranks]
+        self.members: dict[str, tuple[int, tuple[int, ...]]] = {}  # coll key -> (first rank, ranks)
+        self._tuples: dict[tuple[int, ...], tuple[int, ...]] = {}
         self.p2p: set[str] = set()
         self.counts: dict[int, int] = {}
         self.comm_groups: dict[str, list[int]] = {}
@@ -209,10 +210,11 @@ class ChakraWriter:
                 key = mnames[code]
                 ranks = pairs[bounds[seg[code]] : bounds[seg[code] + 1], 1].tolist()
                 hit = self.members.get(key)
-                if hit is None:
-                    self.members[key] = [int(rk[first[k]]), tuple(ranks)]
-                else:
-                    hit[1] = tuple(sorted(set(hit[1]) | set(ranks)))
+                if hit is not None:
+                    ranks = sorted(set(hit[1]) | set(ranks))
+                members = tuple(ranks)
+                members = self._tuples.setdefault(members, members)  # one object per group
+                self.members[key] = (int(rk[first[k]]) if hit is None else hit[0], members)
         p2p = np.flatnonzero(rows("send") | rows("recv"))
         self.p2p.update(mnames[c] for c in np.unique(mcodes[p2p]).tolist())
 
@@ -228,6 +230,7 @@ class ChakraWriter:
                 self.comm_groups[gid] = list(ranks)
             self.pg[key] = group_ids[ranks]
         self.members.clear()
+        self._tuples.clear()
         self.tags = {k: i + 1 for i, k in enumerate(sorted(self.p2p))}
         self.p2p.clear()
         return self.comm_groups
