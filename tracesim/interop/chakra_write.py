@@ -69,6 +69,12 @@ def lane_pred(graph: TaskGraph) -> np.ndarray:
     return pred
 
 
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers, by sorting."""
+    out = np.sort(values)
+    return out[np.r_[True, out[1:] != out[:-1]]] if len(out) else out
+
+
 class _Chunk:
     """One graph's tasks in rank order (stable), with what every node's bytes need."""
 
@@ -99,7 +105,7 @@ class _Chunk:
         width = int(local.max()) + 1 if n else 1
         owner = np.r_[inv[dst], inv[has_lp]]
         dep = np.r_[local[src], local[lp[has_lp]]]
-        packed = np.unique(owner * width + dep)
+        packed = _sorted_unique(owner * width + dep)
         self.dep_owner, self.dep = np.divmod(packed, width)
         self.dep_ptr = np.searchsorted(self.dep_owner, np.arange(n + 1))
         # per task (rank order): global string ids, lanes' names and kinds, numbers
@@ -133,13 +139,14 @@ class _Chunk:
         for c in ("flops", "bytes"):
             cols.append(self.num[c].astype(np.float64).view(np.int64))
         cols += [self.key_set.astype(np.int64), self.lane_pred]
-        self.static = np.stack(cols, axis=1) if n else np.zeros((0, len(cols)), dtype=np.int64)
+        self.static = cols
 
     def fingerprint(self, a: int, b: int) -> bytes:
         """What the rank-independent bytes of the tasks ``a:b`` (rank order) depend on."""
         d0, d1 = int(self.dep_ptr[a]), int(self.dep_ptr[b])
         h = hashlib.blake2b(np.int64(b - a).tobytes())
-        h.update(np.ascontiguousarray(self.static[a:b]).tobytes())
+        for col in self.static:
+            h.update(col[a:b].tobytes())
         h.update((self.dep_owner[d0:d1] - a).tobytes())
         h.update(self.dep[d0:d1].tobytes())
         return h.digest()
@@ -201,8 +208,9 @@ class ChakraWriter:
         if len(coll):
             codes, rk = mcodes[coll], rank[coll]
             uniq, first = np.unique(codes, return_index=True)
-            o = np.lexsort((rk, codes))
-            pairs = np.unique(np.stack([codes[o], rk[o]], axis=1), axis=0)
+            width = int(rk.max()) + 1
+            packed = _sorted_unique(codes * width + rk)
+            pairs = np.stack(np.divmod(packed, width), axis=1)
             bounds = np.searchsorted(pairs[:, 0], uniq).tolist() + [len(pairs)]
             seg = dict(zip(uniq.tolist(), range(len(uniq)), strict=True))
             for k in np.argsort(first, kind="stable").tolist():
