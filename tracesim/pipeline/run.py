@@ -52,7 +52,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
         progress: called with (stage, done, total) while building and replaying.
     """
     opts = options or ReplayOptions()
-    if source is not None and detect_format_of(source) == "chakra":
+    if source is not None and _format_of(source) == "chakra":
         return _replay_chakra(Path(source), opts)
     kind = _source_kind(source)
     route = _route(source, kind, opts)
@@ -108,7 +108,7 @@ def _extracted(source: str | Path) -> bool:
     return (Path(source) / "ops.parquet").is_file()
 
 
-def detect_format_of(source: str | Path) -> str | None:
+def _format_of(source: str | Path) -> str | None:
     """The workload format of ``source`` (:mod:`tracesim.interop.formats`), None if none."""
     from tracesim.interop.formats import detect_format
 
