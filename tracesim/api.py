@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,27 +156,41 @@ def convert(source: str | Path | None, out: str | Path, to: str, *, source_forma
         replay_on, system: replay the converted workload on this cluster (with an ASTRA-sim
             system JSON applied to it).
     """
-    from tracesim.interop.formats import load_workload, save_workload
+    from tracesim.interop.formats import load_workload, save_workload, save_workload_parts
 
     opts = options or ReplayOptions()
     if source is None:
         if not opts.given():
             raise InputError("give a SOURCE to convert, or --model and --cluster to build one",
                              "SOURCE")
+        if system is not None and not replay_on:
+            raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
+        if not replay_on:  # written rank by rank where the format allows: never every rank at once
+            parts, meta = workload_parts(opts)
+            saved = save_workload_parts(parts, meta, out, to)
+            if saved is not None:
+                return ConvertResult(None, "built", to, tuple(str(p) for p in saved[0]),
+                                     len(saved[1]), sum(saved[1].values()))
         graph, src_fmt = build_workload(opts), "built"
     else:
         extra = sorted(k for k in opts.given() if k != "cluster")
         if extra:
             flag = f"--{extra[0].replace('_', '-')}"
             raise InputError(f"{flag} builds a workload; it cannot be combined with a SOURCE", flag)
+        # a tracesim workload holds a symmetry-reduced graph; the other formats, every rank
         graph, src_fmt = load_workload(source, source_format, comm_groups=comm_groups,
-                                        plain=chakra_plain, one_rank=aicb_one_rank)
+                                        plain=chakra_plain, one_rank=aicb_one_rank,
+                                        symmetric=None if to == "tracesim" else False)
     if system is not None and not replay_on:
         raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
     written, warnings = save_workload(graph, out, to, rank=aicb_rank)
+    if source is not None and graph.meta.get("representatives") and graph.meta.get("world"):
+        warnings.append(f"every rank runs its pipeline stage's program: {len(graph.ranks)} "
+                        f"representative rank(s) of {graph.meta['world']} kept (a symmetric replay)")
     rep = replay_graph(graph, replay_on, system) if replay_on else None
     return ConvertResult(str(source) if source else None, src_fmt, to,
-                         tuple(str(p) for p in written), len(graph.ranks), graph.n_tasks,
+                         tuple(str(p) for p in written),
+                         int(graph.meta.get("world") or len(graph.ranks)), graph.n_tasks,
                          tuple(warnings), rep)
 
 
@@ -189,6 +203,26 @@ def build_workload(options: ReplayOptions) -> TaskGraph:
     b = build(None, options.replace(full=True), per_op=True)
     return b.graph.replace(meta={**b.graph.meta, "cluster": b.cluster.name,
                                  "device": b.device.name})
+
+
+#: tasks in each graph :func:`workload_parts` yields (about; whole ranks)
+PART_TASKS = 500_000
+
+
+def workload_parts(options: ReplayOptions) -> tuple[Callable[[], Iterator[TaskGraph]], dict[str, Any]]:
+    """:func:`build_workload` a few ranks at a time: a function yielding the graphs of
+    consecutive ranks (about :data:`PART_TASKS` tasks each; the ranks of all of them are
+    rank for rank those of :func:`build_workload`'s graph), and the workload's meta."""
+    if not options.model or not options.cluster:
+        raise InputError("building a workload needs --model and --cluster (or give a SOURCE)",
+                         "--model")
+    b = build(None, options.replace(full=True), per_op=True, ranks=())
+    progs = b.built.programs
+    assert progs is not None
+    meta = {**progs.meta, "representatives": False, "cluster": b.cluster.name,
+            "device": b.device.name}
+    per_rank = max(len(p["lane"]) for p in progs.progs) or 1
+    return (lambda: progs.rank_graphs(max(1, PART_TASKS // per_rank), meta)), meta
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ transfers are matched with the rank's own send/receive pair.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from tracesim.build import dpsync
 from tracesim.build.host import HostModel, host_bound
-from tracesim.build.instantiate import REPORT_KIND, instantiate
+from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.overlap import (
     NCCL_SMS,
     CommEstimateFn,
@@ -67,6 +67,7 @@ class BuildResult:
     stage_params: tuple[float, ...]  # local parameters of one rank per stage
     stage_expert_params: tuple[float, ...]
     info: dict[str, Any] = field(default_factory=dict)
+    programs: StagePrograms | None = None  # what the graph's ranks were given
 
 
 def _free(collective: str, gkind: str, ranks: int, msg_bytes: int) -> int:
@@ -424,6 +425,7 @@ def build_graph(
     sm_count: int = 0,
     blackwell: bool = False,
     comm_estimate: CommEstimateFn | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -443,11 +445,43 @@ def build_graph(
         comm_estimate: uncongested time (ns) of a collective ``(collective, group kind,
             bytes)``: how long an NCCL collective takes SMs from the compute it overlaps
             (None: not charged).
+        ranks: the ranks the graph holds (default: every rank, or the representatives);
+            ``BuildResult.programs`` gives the graphs of the others on demand.
     """
+    progs = stage_programs(model, par, template, op_time, comm_time=comm_time, gpus=gpus,
+                           merge_compute=merge_compute, sm_count=sm_count, blackwell=blackwell,
+                           comm_estimate=comm_estimate)
+    placement = progs.placement
+    if ranks is None:
+        ranks = placement.representatives() if representatives else list(range(par.world))
+    graph = instantiate(progs.progs, ranks, placement, progs.comm_time, representatives)
+    graph = graph.replace(meta={**progs.meta, "representatives": representatives})
+    return BuildResult(
+        graph=graph, resolved=progs.resolved, placement=placement,
+        stage_params=tuple(i["params"] for i in progs.infos),
+        stage_expert_params=tuple(i["expert_params"] for i in progs.infos),
+        info={"stages": list(progs.infos)},
+        programs=progs,
+    )
+
+
+def stage_programs(
+    model: ModelSpec,
+    par: ParallelSpec,
+    template: LayerTemplate,
+    op_time: OpTimeFn,
+    *,
+    comm_time: CommTimeFn | None = None,
+    gpus: int | None = None,
+    merge_compute: bool = False,
+    sm_count: int = 0,
+    blackwell: bool = False,
+    comm_estimate: CommEstimateFn | None = None,
+) -> StagePrograms:
+    """The stage programs :func:`build_graph` gives to ranks (same arguments)."""
     validate_layout(model, par, gpus)
     placement = Placement(par)
     res = resolve_template(template, model, par, op_time)
-    ctime = comm_time or _free
     stage_progs = []
     infos = []
     ov = overlaps_for(par, sm_count, blackwell, comm_estimate)
@@ -456,24 +490,10 @@ def build_graph(
         prog, info = _stage_program(sb, placement, comm_time is None)
         stage_progs.append(prog)
         infos.append(info)
-    ranks = placement.representatives() if representatives else list(range(par.world))
-    graph = instantiate(stage_progs, ranks, placement, ctime, representatives)
-    meta = {
-        "builder": "tracesim.build.builder",
-        "model": model.to_dict(),
-        "parallel": par.to_dict(),
-        "template": dict(template.meta),
-        "representatives": representatives,
-    }
-    graph = graph.replace(meta=meta)
-    return BuildResult(
-        graph=graph,
-        resolved=res,
-        placement=placement,
-        stage_params=tuple(i["params"] for i in infos),
-        stage_expert_params=tuple(i["expert_params"] for i in infos),
-        info={"stages": infos},
-    )
+    meta = {"builder": "tracesim.build.builder", "model": model.to_dict(),
+            "parallel": par.to_dict(), "template": dict(template.meta)}
+    return StagePrograms(tuple(stage_progs), tuple(infos), placement, res, comm_time or _free, meta)
 
 
-__all__ = ["REPORT_KIND", "BuildResult", "CommTimeFn", "build_graph"]
+__all__ = ["REPORT_KIND", "BuildResult", "CommTimeFn", "StagePrograms", "build_graph",
+           "stage_programs"]

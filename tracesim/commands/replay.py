@@ -1,8 +1,8 @@
 """``tracesim replay``: replay a recorded run (self-replay) or retarget it.
 
 With no model, layout or template flag, the recorded device and layout are replayed
-(self-replay) and the report gives the predicted step time; a workload directory is replayed
-on ``--cluster``'s network. With any of them, the source (or the stored default template for
+(self-replay) and the report gives the predicted step time; a workload directory or Chakra
+ET files are replayed on ``--cluster``'s network. With any of them, the source (or the stored default template for
 the model family) is retargeted to that model, cluster and parallel layout. The flags are
 :class:`tracesim.options.ReplayOptions`; the work is :func:`tracesim.api.replay`.
 """
@@ -27,7 +27,7 @@ from tracesim.report.terminal import Progress, print_report
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), help="Result directory to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def command(source: Path | None, out: Path | None, as_json: bool, **flags: Any) -> None:
-    """Replay SOURCE (bundle, trace or workload) or retarget it to another model/cluster/layout.
+    """Replay SOURCE (bundle, trace, workload or Chakra ET) or retarget it to another model/cluster/layout.
 
     Times are seconds, throughput tokens/s, TFLOP/s per GPU. Exit code 2 on bad input.
     """

@@ -33,6 +33,9 @@ from tracesim.engine.comm import CommModel
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.specs.placement import GROUP_KINDS, Placement
 
+#: from this many GPUs up a replay simulates one representative rank per pipeline stage
+SYMMETRY_MIN_GPUS = 64
+
 
 class SymmetricComm:
     """A :class:`~tracesim.engine.comm.CommModel` that expands single-member collectives.

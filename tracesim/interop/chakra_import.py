@@ -24,12 +24,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra_decode import NodeTable
 from tracesim.interop.chakra_ranks import Ranks
 from tracesim.interop.chakra_scan import Scanner
+from tracesim.interop.chakra_symmetry import NotSymmetric, Symmetry, placement_of
 from tracesim.trace.kineto import load_json_file
 from tracesim.trace.sources import gc_paused
 
@@ -106,7 +110,7 @@ def load_comm_groups(path: str | Path | None) -> dict[str, tuple[int, ...]]:
 
 
 def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any] | None = None,
-                  *, plain: bool = False) -> TaskGraph:
+                  *, plain: bool = False, symmetric: bool | None = False) -> TaskGraph:
     """Read ``<prefix>.<rank>.et`` files (and the communicator-group JSON) as a task graph.
 
     Args:
@@ -115,6 +119,12 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
             ``<prefix>.json`` when it exists.
         plain: ignore the ``tracesim.*`` attributes, reading the files as another tool
             (ASTRA-sim) sees them: microsecond durations, no lanes.
+        symmetric: keep one representative rank per pipeline stage when tracesim's files
+            of a layout show every other rank running its representative's program
+            (:mod:`tracesim.interop.chakra_symmetry`; the graph a symmetry-reduced native
+            replay uses, meta ``representatives``, ``world``); else every rank. None: so
+            from :data:`~tracesim.engine.symmetry.SYMMETRY_MIN_GPUS` ranks up, as a native
+            replay; False: every rank.
 
     Raises:
         InputError: naming the file and node for undecodable messages, dependencies on
@@ -128,6 +138,14 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
         groups_by_pg = {str(k): tuple(sorted(int(r) for r in v)) for k, v in comm_groups.items()}
     else:
         groups_by_pg = load_comm_groups(comm_groups)
+    try:
+        return _read(prefix, files, groups_by_pg, plain, symmetric)
+    except NotSymmetric:
+        return _read(prefix, files, groups_by_pg, plain, False)
+
+
+def _read(prefix: Path, files: Mapping[int, Path], groups_by_pg: Mapping[str, tuple[int, ...]],
+          plain: bool, symmetric: bool | None) -> TaskGraph:
     all_ranks = tuple(files)
     table = NodeTable(plain, groups_by_pg, all_ranks)
     scanner = Scanner(table)
@@ -139,17 +157,39 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
             scanned = scanner.scan(path)
             if not graph_meta and not plain:
                 graph_meta = _graph_meta(scanned.meta)
+                ranks.symmetry = _symmetry(table, graph_meta, all_ranks, symmetric)
             table.flush()
             ranks.add(r, path, scanned)
         del scanner, scanned
         table.release()
         graph_meta["imported_from"] = {"format": "chakra", "prefix": str(prefix)}
+        if ranks.symmetry is not None:
+            graph_meta.update(representatives=True, world=len(all_ranks))
         graph = ranks.graph(graph_meta)
         try:
             ranks.check(graph)
         except ValueError as exc:
             raise InputError(f"the ET files do not form a replayable graph: {exc}", prefix) from None
+    if ranks.symmetry is not None:
+        # as the builder's representatives: collectives without present partners, their
+        # full group kept for tracesim.engine.symmetry.SymmetricComm
+        t = graph.tasks
+        t["sym_group"] = t["group"].copy()
+        coll = (t["kind"] == "coll").to_numpy()
+        t["group"] = np.where(coll, -1, t["group"].to_numpy()).astype(t["sym_group"].dtype)
     return graph
+
+
+def _symmetry(table: NodeTable, meta: dict[str, Any], all_ranks: tuple[int, ...],
+              symmetric: bool | None) -> Symmetry | None:
+    """The check of a symmetric layout's ranks, when the reduced graph is wanted and the
+    files are those of a tracesim layout (every rank 0..world-1)."""
+    if symmetric is False or all_ranks != tuple(range(len(all_ranks))):
+        return None
+    if symmetric is None and len(all_ranks) < SYMMETRY_MIN_GPUS:
+        return None
+    placement = placement_of(meta, len(all_ranks))
+    return None if placement is None else Symmetry(table, placement)
 
 
 def _graph_meta(gm: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,32 @@ from tracesim.interop.chakra_scan import ScannedFile
 _STR_COLS = ("kind", "name", "op_class", "phase", "step", "group_kind", "collective")
 
 
+@dataclass
+class RankRows:
+    """What one rank's tasks are, in task order: their node rows (``uids``), lanes (local
+    numbers, in order of first use, and those lanes' name and kind codes), communicator
+    members' codes (-1: not a collective), peers (-1: not a send / receive), match-key codes,
+    and the edges (positions in the rank, ``src`` -> ``dst``, sorted by ``dst``)."""
+
+    uids: np.ndarray
+    lanes: np.ndarray
+    lane_names: np.ndarray
+    lane_kinds: np.ndarray
+    members: np.ndarray
+    peers: np.ndarray
+    keys: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+
+
 class Ranks:
     """Accumulates the tasks, lanes, groups and edges of each rank in turn (:meth:`add`),
-    then builds the :class:`TaskGraph` (:meth:`graph`)."""
+    then builds the :class:`TaskGraph` (:meth:`graph`). ``symmetry``: decides which ranks
+    are kept (a rank it stands in for is checked against its representative, not stored)."""
 
-    def __init__(self, table: NodeTable, all_ranks: tuple[int, ...]):
+    def __init__(self, table: NodeTable, all_ranks: tuple[int, ...], symmetry: Any = None):
         self.t = table
+        self.symmetry = symmetry
         self.all_ranks = np.array(all_ranks, dtype=np.int64)
         self.ranks: list[int] = []
         self.counts: list[int] = []
@@ -144,28 +165,13 @@ class Ranks:
         keys[keys < 0] = 0
         if len(need):
             keys[need] = self._ordinal_keys(need, coll, col("pg")[u], src, dst, col("tag")[u])
-        group = np.full(n, -1, dtype=np.int32)
-        if coll.any():
-            mc = members[coll]
-            first_seen, first_at = np.unique(mc, return_index=True)
-            if len(self.gid) < len(self.t.member_list):
-                self.gid = np.concatenate([self.gid, np.full(len(self.t.member_list) - len(self.gid),
-                                                             -1, dtype=np.int64)])
-            for c in first_seen[np.argsort(first_at)].tolist():
-                if self.gid[c] < 0:
-                    self.gid[c] = len(self.groups)
-                    self.groups.append(self.t.member_list[c])
-            group[coll] = self.gid[mc]
         lane_code = col("lane")[u]
         names, first_at, inv = np.unique(lane_code, return_index=True, return_inverse=True)
         by_first = np.argsort(first_at)
         local = np.empty(len(names), dtype=np.int64)
         local[by_first] = np.arange(len(names))
         lanes = local[inv.reshape(-1)]
-        base_lane = len(self.lane_rank)
-        self.lane_rank += [r] * len(names)
-        self.lane_name += names[by_first].tolist()
-        self.lane_kind += col("lane_kind")[u[first_at[by_first]]].tolist()
+        me = s = np.zeros(0, dtype=np.int64)
         if len(owner):
             me = owner if pos is None else pos[owner]
             s = dep_idx if pos is None else pos[dep_idx]
@@ -176,16 +182,43 @@ class Ranks:
             keep = s != prev[me]
             me, s = me[keep], s[keep]
             o = np.lexsort((s, me))
+            me, s = me[o], s[o]
+        rows = RankRows(u, lanes, names[by_first], col("lane_kind")[u[first_at[by_first]]],
+                        np.where(coll, members, -1), np.where(p2p, peer, -1), keys, s, me)
+        if self.symmetry is None or self.symmetry.keep(r, rows):
+            self._store(r, rows)
+
+    def _store(self, r: int, rows: RankRows) -> None:
+        """Append rank ``r``'s rows to the columns of the graph."""
+        n = len(rows.uids)
+        coll = rows.members >= 0
+        group = np.full(n, -1, dtype=np.int32)
+        if coll.any():
+            mc = rows.members[coll]
+            first_seen, first_at = np.unique(mc, return_index=True)
+            if len(self.gid) < len(self.t.member_list):
+                self.gid = np.concatenate([self.gid, np.full(len(self.t.member_list) - len(self.gid),
+                                                             -1, dtype=np.int64)])
+            for c in first_seen[np.argsort(first_at)].tolist():
+                if self.gid[c] < 0:
+                    self.gid[c] = len(self.groups)
+                    self.groups.append(self.t.member_list[c])
+            group[coll] = self.gid[mc]
+        base_lane = len(self.lane_rank)
+        self.lane_rank += [r] * len(rows.lane_names)
+        self.lane_name += rows.lane_names.tolist()
+        self.lane_kind += rows.lane_kinds.tolist()
+        if len(rows.src):
             pos_type = np.int32 if self.n + n < 2**31 else np.int64
-            self.src.append((s[o] + self.n).astype(pos_type))
-            self.dst.append((me[o] + self.n).astype(pos_type))
+            self.src.append((rows.src + self.n).astype(pos_type))
+            self.dst.append((rows.dst + self.n).astype(pos_type))
         self.ranks.append(r)
         self.counts.append(n)
-        self.uids.append(u)
-        self.lane_ids.append((lanes + base_lane).astype(np.int32))
+        self.uids.append(rows.uids)
+        self.lane_ids.append((rows.lanes + base_lane).astype(np.int32))
         self.group_ids.append(group)
-        self.peers.append(np.where(p2p, peer, -1).astype(np.int32))
-        self.keys.append(keys.astype(np.int32))
+        self.peers.append(rows.peers.astype(np.int32))
+        self.keys.append(rows.keys.astype(np.int32))
         self.n += n
 
     def _ordinal_keys(self, need: np.ndarray, coll: np.ndarray, pg: np.ndarray, src: np.ndarray,

@@ -157,7 +157,11 @@ def encode_varint(value: int) -> bytes:
 
 def delimited(message: Any) -> bytes:
     """One message as it sits in an ET file: varint length, then the serialized bytes."""
-    body = message.SerializeToString(deterministic=True)
+    return delimited_bytes(message.SerializeToString(deterministic=True))
+
+
+def delimited_bytes(body: bytes) -> bytes:
+    """A serialized message with its varint length prefix."""
     return encode_varint(len(body)) + body
 
 

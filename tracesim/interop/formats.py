@@ -10,7 +10,7 @@ Formats (a registry, :data:`FORMATS`, filled by :func:`register_format`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,17 @@ class Format:
     """A workload format: how to recognise, read and write it.
 
     ``detect(path) -> bool``; ``read(path, options) -> TaskGraph``;
-    ``write(graph, path, options) -> (written paths, warnings)``.
+    ``write(graph, path, options) -> (written paths, warnings)``; ``write_parts(parts, meta,
+    path, options) -> (written paths, tasks per rank)``: the same from a workload given as
+    graphs of a few ranks each (``parts()`` yields them, and yields them again when called
+    again; ``meta``: the workload's), for a format written rank by rank.
     """
 
     name: str
     detect: Callable[[Path], bool]
     read: Callable[[Path, Mapping[str, Any]], TaskGraph] | None
     write: Callable[[TaskGraph, Path, Mapping[str, Any]], tuple[list[Path], list[str]]] | None
+    write_parts: Callable[..., tuple[list[Path], dict[int, int]]] | None = None
 
 
 FORMATS: dict[str, Format] = {}
@@ -39,7 +43,8 @@ FORMATS: dict[str, Format] = {}
 def register_format(name: str, detect: Callable[[Path], bool]) -> Callable:
     """Decorator on a class with optional static ``read`` / ``write``: registers the format."""
     def deco(cls: Any) -> Any:
-        FORMATS[name] = Format(name, detect, getattr(cls, "read", None), getattr(cls, "write", None))
+        FORMATS[name] = Format(name, detect, getattr(cls, "read", None), getattr(cls, "write", None),
+                               getattr(cls, "write_parts", None))
         return cls
 
     return deco
@@ -94,7 +99,8 @@ class _Chakra:
     def read(path: Path, opts: Mapping[str, Any]) -> TaskGraph:
         from tracesim.interop.chakra_import import import_chakra
 
-        return import_chakra(path, opts.get("comm_groups"), plain=bool(opts.get("plain")))
+        return import_chakra(path, opts.get("comm_groups"), plain=bool(opts.get("plain")),
+                             symmetric=opts.get("symmetric", False))
 
     @staticmethod
     def write(graph: TaskGraph, path: Path, opts: Mapping[str, Any]) -> tuple[list[Path], list[str]]:
@@ -103,6 +109,15 @@ class _Chakra:
         prefix = path / "workload" if path.is_dir() else path
         ex = export_chakra(graph, prefix)
         return list(ex.et_files) + [ex.comm_group_file], []
+
+    @staticmethod
+    def write_parts(parts: Callable[[], Iterable[TaskGraph]], meta: Mapping[str, Any], path: Path,
+                    opts: Mapping[str, Any]) -> tuple[list[Path], dict[int, int]]:
+        from tracesim.interop.chakra import export_chakra_parts
+
+        prefix = path / "workload" if path.is_dir() else path
+        ex = export_chakra_parts(parts, prefix, meta)
+        return list(ex.et_files) + [ex.comm_group_file], ex.nodes_per_rank
 
 
 @register_format("aicb", lambda p: p.suffix == ".txt" and p.is_file())
@@ -160,3 +175,14 @@ def save_workload(graph: TaskGraph, path: str | Path, fmt: str, **opts: Any) -> 
     writer = FORMATS[fmt].write
     assert writer is not None
     return writer(graph, Path(path), opts)
+
+
+def save_workload_parts(parts: Callable[[], Iterable[TaskGraph]], meta: Mapping[str, Any],
+                        path: str | Path, fmt: str) -> tuple[list[Path], dict[int, int]] | None:
+    """Write a workload given as graphs of a few ranks each (``parts()`` yields them, each
+    time it is called) as ``fmt``; returns (written paths, tasks per rank), or None when
+    ``fmt`` is not written rank by rank (then :func:`save_workload` needs the whole graph)."""
+    f = FORMATS.get(fmt)
+    if f is None or f.write_parts is None:
+        return None
+    return f.write_parts(parts, meta, Path(path), {})

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 
 from tracesim.build.builder import BuildResult, build_graph
 from tracesim.catalog import default_bundle, load_cluster, load_model
+from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
@@ -49,9 +50,6 @@ from tracesim.template.stacks import (
     stack_info,
     stack_template,
 )
-
-#: from this many GPUs up a replay simulates one representative rank per pipeline stage
-SYMMETRY_MIN_GPUS = 64
 
 
 @dataclass(frozen=True)
@@ -132,10 +130,13 @@ def recorded_defaults(source: str | Path | None, options: ReplayOptions) -> dict
     return out
 
 
-def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = False) -> Built:
+def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = False,
+          ranks: Sequence[int] | None = None) -> Built:
     """The graph step of a retarget (module docstring). ``per_op``: keep one task per
     template op in a full replay (otherwise runs of compute tasks that nothing can interleave
-    with are merged, which changes no simulated time; symmetry-reduced replays always merge)."""
+    with are merged, which changes no simulated time; symmetry-reduced replays always merge).
+    ``ranks``: the ranks the graph holds (default: as the replay needs them; ``()`` for none:
+    ``Built.built.programs`` then gives every rank's graph, a few ranks at a time)."""
     warnings: list[str] = []
     if source is None and options.template not in (None, "analytic"):
         source = options.template  # a bundle / trace / workload named as the template
@@ -175,7 +176,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
-                        comm_estimate=_comm_estimate(cluster.healthy, par))
+                        comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks)
     info = stack_info(stack, par, device, template)
     if par.host_launch:
         from tracesim.build.host import LAUNCH_US_BWD, LAUNCH_US_FWD

@@ -52,6 +52,8 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
         progress: called with (stage, done, total) while building and replaying.
     """
     opts = options or ReplayOptions()
+    if source is not None and _format_of(source) == "chakra":
+        return _replay_chakra(Path(source), opts)
     kind = _source_kind(source)
     route = _route(source, kind, opts)
     if route == "template":
@@ -104,6 +106,32 @@ def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:
 def _extracted(source: str | Path) -> bool:
     """A workload directory written by ``tracesim extract`` (it keeps the op table)."""
     return (Path(source) / "ops.parquet").is_file()
+
+
+def _format_of(source: str | Path) -> str | None:
+    """The workload format of ``source`` (:mod:`tracesim.interop.formats`), None if none."""
+    from tracesim.interop.formats import detect_format
+
+    try:
+        return detect_format(source)
+    except InputError:
+        return None
+
+
+def _replay_chakra(source: Path, opts: ReplayOptions) -> Prediction:
+    """Chakra ET files replayed on ``--cluster`` (symmetry-reduced when the ranks prove
+    symmetric, from SYMMETRY_MIN_GPUS ranks up, as :func:`tracesim.api.convert` reads them
+    for ``--to tracesim``)."""
+    from tracesim.interop.chakra_import import import_chakra
+
+    extra = sorted(k for k in opts.given() if k != "cluster")
+    if extra:
+        raise InputError(f"--{extra[0].replace('_', '-')} does not apply to Chakra ET files: "
+                         "they hold every rank's tasks; give --cluster only", "SOURCE")
+    if not opts.cluster:
+        raise InputError("Chakra ET files hold a task graph, not a recorded run: give "
+                         "--cluster to replay them on a cluster", source)
+    return replay_graph(import_chakra(source, symmetric=None), opts.cluster)
 
 
 def _source_kind(source: str | Path | None) -> str:
@@ -300,7 +328,8 @@ def replay_graph(graph: TaskGraph, cluster: str | Path | ClusterSpec,
     model = graph.meta.get("model")
     return Prediction(
         mode="replay-workload", iteration_time_s=result.makespan_ns * 1e-9,
-        gpus=(int(aicb["all_gpus"]) if isinstance(aicb, dict) else len(ranks)),
+        gpus=(int(aicb["all_gpus"]) if isinstance(aicb, dict)
+              else int(graph.meta.get("world") or len(ranks))),
         cluster=spec.name, device=get_device(spec.device).name,
         breakdown=mean_breakdown(per_rank),
         model=model.get("name") if isinstance(model, dict) else f"({fmt} workload)",
