@@ -38,7 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_report import markdown, write_docs  # the tables and the plot (same folder)
+try:  # the tables and the plot
+    from benchmarks.speed.bench_report import markdown, write_docs
+except ModuleNotFoundError:  # run as a script: its own folder is on the path
+    from bench_report import markdown, write_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
