@@ -1,21 +1,31 @@
 """Chakra ET export / import.
 
-The exported files are decoded here by a minimal protobuf wire-format reader written from
-the public et_def.proto field numbers, independent of tracesim's schema module; and "foreign"
-ET files (without tracesim's attributes) are written by a minimal encoder for the import
-tests.
+The exported files are decoded by a minimal protobuf wire-format reader written from the
+public et_def.proto field numbers, independent of tracesim's schema module; and "foreign" ET
+files (without tracesim's attributes) are written by a minimal encoder for the import tests
+(both in tests/chakra_wire.py).
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests.chakra_wire import (
+    attr_bool,
+    attr_double,
+    attr_int,
+    attr_str,
+    decode_node,
+    encode_meta,
+    encode_node,
+    fields,
+    messages,
+)
 from tracesim.build.builder import build_graph
 from tracesim.catalog import load_cluster
 from tracesim.engine.replay import replay
@@ -28,160 +38,6 @@ from tracesim.specs.model import model_from_dict
 from tracesim.specs.parallel import parallel_from_options
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.durations import make_op_time
-
-# ---------------------------------------------------------------- independent wire format
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    out = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        out |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return out, pos
-
-
-def _fields(buf: bytes) -> list[tuple[int, int, object]]:
-    """(field number, wire type, value) of a message; value: int or bytes."""
-    out = []
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, pos = _varint(buf, pos)
-        elif wt == 1:
-            v = buf[pos : pos + 8]
-            pos += 8
-        elif wt == 2:
-            n, pos = _varint(buf, pos)
-            v = buf[pos : pos + n]
-            pos += n
-        elif wt == 5:
-            v = buf[pos : pos + 4]
-            pos += 4
-        else:
-            raise AssertionError(f"unexpected wire type {wt}")
-        out.append((num, wt, v))
-    return out
-
-
-def _messages(data: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(data):
-        n, pos = _varint(data, pos)
-        out.append(data[pos : pos + n])
-        pos += n
-    assert pos == len(data)
-    return out
-
-
-def _repeated_varints(entries: list[tuple[int, int, object]], num: int) -> list[int]:
-    vals: list[int] = []
-    for n, wt, v in entries:
-        if n != num:
-            continue
-        if wt == 2:  # packed
-            p = 0
-            while p < len(v):
-                x, p = _varint(v, p)
-                vals.append(x)
-        else:
-            vals.append(v)
-    return vals
-
-
-def _signed64(x: int) -> int:
-    return x - (1 << 64) if x >= 1 << 63 else x
-
-
-def decode_node(buf: bytes) -> dict:
-    """Node: 1 id, 2 name, 3 type, 4 ctrl_deps, 5 data_deps, 7 duration_micros, 10 attr."""
-    f = _fields(buf)
-    node = {"id": 0, "name": "", "type": 0, "duration_micros": 0, "attrs": {}}
-    for num, _, v in f:
-        if num == 1:
-            node["id"] = v
-        elif num == 2:
-            node["name"] = v.decode()
-        elif num == 3:
-            node["type"] = v
-        elif num == 7:
-            node["duration_micros"] = v
-        elif num == 10:
-            name, value = None, None
-            for an, _, av in _fields(v):
-                if an == 1:
-                    name = av.decode()
-                elif an in (7, 9, 13):  # int32_val, int64_val, uint64_val
-                    value = _signed64(av)
-                elif an == 27:  # bool_val
-                    value = bool(av)
-                elif an == 29:  # string_val
-                    value = av.decode()
-                elif an == 3:  # double_val
-                    value = struct.unpack("<d", av)[0]
-                elif an == 28:  # bool_list
-                    value = [bool(x) for x in _repeated_varints(_fields(av), 1)]
-            node["attrs"][name] = value
-    node["ctrl_deps"] = _repeated_varints(f, 4)
-    node["data_deps"] = _repeated_varints(f, 5)
-    return node
-
-
-# ---------------------------------------------------------------- independent encoder
-
-
-def _enc_varint(x: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, x = x & 0x7F, x >> 7
-        out.append(b | (0x80 if x else 0))
-        if not x:
-            return bytes(out)
-
-
-def _key(num: int, wt: int) -> bytes:
-    return _enc_varint(num << 3 | wt)
-
-
-def _ld(num: int, payload: bytes) -> bytes:
-    return _key(num, 2) + _enc_varint(len(payload)) + payload
-
-
-def _attr_int(name: str, num: int, value: int) -> bytes:
-    return _ld(10, _ld(1, name.encode()) + _key(num, 0) + _enc_varint(value))
-
-
-def _attr_str(name: str, value: str) -> bytes:
-    return _ld(10, _ld(1, name.encode()) + _ld(29, value.encode()))
-
-
-def _attr_bool(name: str, value: bool) -> bytes:
-    return _ld(10, _ld(1, name.encode()) + _key(27, 0) + _enc_varint(int(value)))
-
-
-def _attr_double(name: str, value: float) -> bytes:
-    return _ld(10, _ld(1, name.encode()) + _key(3, 1) + struct.pack("<d", value))
-
-
-def encode_node(nid: int, name: str, ntype: int, dur_us: int, deps: list[int], attrs: bytes,
-                ctrl: tuple[int, ...] = ()) -> bytes:
-    body = _key(1, 0) + _enc_varint(nid) + _ld(2, name.encode()) + _key(3, 0) + _enc_varint(ntype)
-    if ctrl:
-        body += _ld(4, b"".join(_enc_varint(d) for d in ctrl))
-    if deps:
-        body += _ld(5, b"".join(_enc_varint(d) for d in deps))
-    body += _key(7, 0) + _enc_varint(dur_us) + attrs
-    return _enc_varint(len(body)) + body
-
-
-def encode_meta() -> bytes:
-    body = _ld(1, b"0.0.4")
-    return _enc_varint(len(body)) + body
-
 
 # ---------------------------------------------------------------- fixtures
 
@@ -228,8 +84,8 @@ def test_exported_files_decode_with_an_independent_reader(built, tmp_path):
     recvs: dict[int, tuple] = {}
     type_of = {"cpu": 4, "gpu": 4, "coll": 7, "send": 5, "recv": 6}
     for r in graph.ranks:
-        msgs = _messages(Path(f"{tmp_path / 'wl'}.{r}.et").read_bytes())
-        meta = _fields(msgs[0])
+        msgs = messages(Path(f"{tmp_path / 'wl'}.{r}.et").read_bytes())
+        meta = fields(msgs[0])
         assert (1, 2, b"0.0.4") in meta
         nodes = [decode_node(m) for m in msgs[1:]]
         rows = t[t["rank"] == r]
@@ -262,15 +118,15 @@ def test_foreign_files_import_and_replay(tmp_path):
     """Two ranks written by hand (no tracesim attributes), replayed with recorded times."""
     prefix = tmp_path / "foreign"
     comp, send, recv, coll = 4, 5, 6, 7
-    ar = _attr_int("comm_type", 9, 0) + _attr_int("comm_size", 9, 1 << 20) + _attr_str("pg_name", "1")
-    r0 = [encode_node(0, "fwd", comp, 10, [], _attr_bool("is_cpu_op", False)),
+    ar = attr_int("comm_type", 9, 0) + attr_int("comm_size", 9, 1 << 20) + attr_str("pg_name", "1")
+    r0 = [encode_node(0, "fwd", comp, 10, [], attr_bool("is_cpu_op", False)),
           encode_node(1, "allreduce", coll, 3, [0], ar),
-          encode_node(2, "send", send, 2, [1], _attr_int("comm_src", 7, 0) + _attr_int("comm_dst", 7, 1)
-                      + _attr_int("comm_tag", 7, 5) + _attr_int("comm_size", 9, 4096))]
+          encode_node(2, "send", send, 2, [1], attr_int("comm_src", 7, 0) + attr_int("comm_dst", 7, 1)
+                      + attr_int("comm_tag", 7, 5) + attr_int("comm_size", 9, 4096))]
     r1 = [encode_node(0, "fwd", comp, 20, [], b""),
           encode_node(1, "allreduce", coll, 3, [0], ar),
-          encode_node(2, "recv", recv, 2, [1], _attr_int("comm_src", 7, 0) + _attr_int("comm_dst", 7, 1)
-                      + _attr_int("comm_tag", 7, 5) + _attr_int("comm_size", 9, 4096)),
+          encode_node(2, "recv", recv, 2, [1], attr_int("comm_src", 7, 0) + attr_int("comm_dst", 7, 1)
+                      + attr_int("comm_tag", 7, 5) + attr_int("comm_size", 9, 4096)),
           encode_node(3, "bwd", comp, 5, [2], b"")]
     Path(f"{prefix}.0.et").write_bytes(encode_meta() + b"".join(r0))
     Path(f"{prefix}.1.et").write_bytes(encode_meta() + b"".join(r1))
@@ -324,7 +180,7 @@ def test_bad_files_name_the_file_and_node(tmp_path):
     Path(f"{p}.0.et").write_bytes(good + encode_node(1, "b", 4, 1, [7], b""))
     with pytest.raises(InputError, match="node 1: depends on missing node 7"):
         import_chakra(p)
-    ar = _attr_int("comm_type", 9, 0) + _attr_int("comm_size", 9, 64) + _attr_str("pg_name", "9")
+    ar = attr_int("comm_type", 9, 0) + attr_int("comm_size", 9, 64) + attr_str("pg_name", "9")
     Path(f"{p}.0.et").write_bytes(good + encode_node(1, "ar", 7, 1, [0], ar))
     with pytest.raises(InputError, match="communicator group '9'"):
         import_chakra(p)
@@ -346,8 +202,8 @@ def _ts(**kv: object) -> bytes:
     out = b""
     for k, v in kv.items():
         name = "tracesim." + k
-        out += (_attr_double(name, v) if isinstance(v, float) else _attr_str(name, v)
-                if isinstance(v, str) else _attr_int(name, 9, int(v)))
+        out += (attr_double(name, v) if isinstance(v, float) else attr_str(name, v)
+                if isinstance(v, str) else attr_int(name, 9, int(v)))
     return out
 
 
@@ -366,20 +222,20 @@ def write_mixed(prefix: Path) -> None:
     i32, i64, u64 = 7, 9, 13
 
     def cl(ctype: int, pg: str, size: int) -> bytes:
-        return _attr_int("comm_type", i64, ctype) + _attr_int("comm_size", i64, size) + _attr_str("pg_name", pg)
+        return attr_int("comm_type", i64, ctype) + attr_int("comm_size", i64, size) + attr_str("pg_name", pg)
 
     def p2p(src: int | None, dst: int | None, tag: int, size: int) -> bytes:
-        out = _attr_int("comm_tag", i32, tag) + _attr_int("comm_size", i64, size)
+        out = attr_int("comm_tag", i32, tag) + attr_int("comm_size", i64, size)
         if src is not None:
-            out += _attr_int("comm_src", i32, src)
+            out += attr_int("comm_src", i32, src)
         if dst is not None:
-            out += _attr_int("comm_dst", i32, dst)
+            out += attr_int("comm_dst", i32, dst)
         return out
 
-    r0 = [encode_node(3, "fwd", comp, 5, [10], _attr_bool("is_cpu_op", False)
-                      + _attr_int("num_ops", i64, 1000) + _attr_int("tensor_size", u64, 64)),
+    r0 = [encode_node(3, "fwd", comp, 5, [10], attr_bool("is_cpu_op", False)
+                      + attr_int("num_ops", i64, 1000) + attr_int("tensor_size", u64, 64)),
           encode_node(10, "load", load, 1, [], b""),
-          encode_node(7, "host", comp, 2, [10], _attr_bool("is_cpu_op", True), ctrl=(10,)),
+          encode_node(7, "host", comp, 2, [10], attr_bool("is_cpu_op", True), ctrl=(10,)),
           encode_node(5, "ar", coll, 3, [3, 7], cl(0, "1", 4096)),
           encode_node(6, "ag", coll, 2, [5], cl(2, "", 128)),
           encode_node(8, "rsb", coll, 2, [6], cl(8, "2", 512)),
@@ -391,7 +247,7 @@ def write_mixed(prefix: Path) -> None:
           encode_node(2, "ag", coll, 2, [1], cl(2, "0", 128)),
           encode_node(3, "rs", coll, 2, [2], cl(7, "2", 512)),
           encode_node(4, "recv", recv, 1, [3], p2p(0, None, 4, 256)),
-          encode_node(5, "bwd", comp, 6, [4], _attr_int("num_ops", i64, 7))]
+          encode_node(5, "bwd", comp, 6, [4], attr_int("num_ops", i64, 7))]
     gpu = {"lane_kind": "gpu"}
     r2 = [encode_node(0, "k0", comp, 1, [], _ts(dur_ns=1234, gap_ns=56, lane="stream:7", kind="gpu",
                                               op_class="gemm", phase="fwd", step="ProfilerStep#4",
@@ -403,7 +259,7 @@ def write_mixed(prefix: Path) -> None:
                                                                     match_key="p2p|0|2|4|0", **gpu)),
           encode_node(4, "k1", comp, 2, [3, 0], _ts(dur_ns=2000, lane="stream:7", phase="bwd", **gpu),
                       ctrl=(0,)),
-          encode_node(3, "cpu", comp, 1, [0], _attr_bool("is_cpu_op", True) + _ts(
+          encode_node(3, "cpu", comp, 1, [0], attr_bool("is_cpu_op", True) + _ts(
               dur_ns=700, lane="cpu:1", lane_kind="cpu", kind="cpu", msg_bytes=77))]
     for r, nodes in enumerate((r0, r1, r2)):
         Path(f"{prefix}.{r}.et").write_bytes(encode_meta() + b"".join(nodes))
