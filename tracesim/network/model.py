@@ -35,6 +35,7 @@ from tracesim.network.running import (
     CompiledCollective,
     CompiledPhase,
     Runner,
+    chunk_bytes,
     merge_compiled,
     repeated,
 )
@@ -145,12 +146,9 @@ class NetworkModel:
             ranks = tuple(int(r) for r in ranks)
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        part: float = msg_bytes
-        if chunks > 1:
-            part = msg_bytes // chunks if msg_bytes % chunks == 0 else msg_bytes / chunks
-            key: tuple = (collective, ranks, msg_bytes, algorithm, chunks)
-        else:
-            key = (collective, ranks, msg_bytes, algorithm)  # numpy integers hash as ints
+        part = chunk_bytes(msg_bytes, chunks)
+        key: tuple = ((collective, ranks, msg_bytes, algorithm, chunks) if chunks > 1
+                      else (collective, ranks, msg_bytes, algorithm))  # numpy integers hash as ints
         cc = self._chosen.get(key)
         if cc is None:
             ranks = tuple(int(r) for r in ranks)
@@ -206,9 +204,7 @@ class NetworkModel:
         env = self._env()
         if collective == "barrier":
             collective, msg_bytes = "all_reduce", 0
-        part: float = msg_bytes
-        if chunks > 1:
-            part = msg_bytes // chunks if msg_bytes % chunks == 0 else msg_bytes / chunks
+        part = chunk_bytes(msg_bytes, chunks)
         key = (id(groups), collective, int(msg_bytes), algorithm, chunks)
         hit = self._images.get(key)
         if hit is not None and hit[0] is groups:

@@ -131,6 +131,13 @@ class Runner:
         self._round()
 
 
+def chunk_bytes(msg_bytes: int, chunks: int) -> float:
+    """The size of one of ``chunks`` equal pieces of ``msg_bytes`` (an int when it divides)."""
+    if chunks <= 1:
+        return msg_bytes
+    return msg_bytes // chunks if msg_bytes % chunks == 0 else msg_bytes / chunks
+
+
 def repeated(cc: CompiledCollective, chunks: int) -> CompiledCollective:
     """``cc`` run ``chunks`` times back to back (its phases ``chunks`` times over, each
     with the latency it has alone): a communication task that stands for ``chunks``
