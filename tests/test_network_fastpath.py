@@ -28,12 +28,14 @@ CLUSTERS = {
 }
 
 
-def _ends(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, fast: bool,
-          phases: str = "auto") -> tuple[list[int], int]:
-    """End time of each (start_ns, collective, ranks, bytes) and how many ran on the fast
-    path (``send_recv`` is a transfer ranks[0] -> ranks[1])."""
+def run_ops(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, fast: bool,
+            phases: str = "auto", memo: bool = True) -> tuple[list[int], NetworkModel]:
+    """End time of each (start_ns, collective, ranks, bytes), and the network model after the
+    run (``send_recv`` is a transfer ranks[0] -> ranks[1]; ``memo``: the flow network's
+    recorded trajectories, tests/test_network_memo.py)."""
     env = simpy.Environment()
     model = NetworkModel(CLUSTERS[cluster](), phases=phases, fast_path=fast)
+    model.flows.memo = memo
     model.attach(env)
     ends = [-1] * len(ops)
 
@@ -49,6 +51,13 @@ def _ends(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, fas
     for i, (t0, coll, ranks, nbytes) in enumerate(ops):
         env.process(go(i, t0, coll, ranks, nbytes))
     env.run()
+    return ends, model
+
+
+def _ends(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, fast: bool,
+          phases: str = "auto") -> tuple[list[int], int]:
+    """End times and how many operations ran on the fast path."""
+    ends, model = run_ops(cluster, ops, fast=fast, phases=phases)
     return ends, model.flows.reservations._next
 
 

@@ -13,7 +13,9 @@ it crosses), the next completions come from a heap of per-batch times (stale ent
 skipped by a version number), and all the components touched at one instant are advanced,
 finished and solved together, in one set of numpy passes over just their flows. A batch alone
 on its links reuses the rates computed the last time the same route arrays ran alone
-(compiled collectives run many times). Flow state lives in numpy arrays (one slot per flow,
+(compiled collectives run many times); a batch alone on free links whose run is known --
+its flows end together, or the same route ran the same bytes alone before -- takes no step
+until its end (:mod:`tracesim.network.lazy`). Flow state lives in numpy arrays (one slot per flow,
 one entry per flow-link pair), never one Python object per flow; a batch is one small object.
 
 Simulated time is integer nanoseconds; rates are bytes/ns. A flow ends at the first whole
@@ -39,13 +41,13 @@ from tracesim.network.flowstate import (
     Route,
     cached_route,
     component,
-    lazy_step,
     ranges,
     solve_rates,
 )
+from tracesim.network.lazy import LazyBatches
 
 
-class FlowNetwork:
+class FlowNetwork(LazyBatches):
     """Max-min fair sharing of link capacities among concurrent flows.
 
     Args:
@@ -55,14 +57,23 @@ class FlowNetwork:
             rate: arrays (flow ids, interval starts), the end (ns), bytes per flow.
         compact_min: drop finished flows from the arrays once more than this many (and more
             than half of all) flow slots are dead.
+        memo: run a batch alone on its links from the recorded run of its route with the same
+            bytes (:mod:`tracesim.network.lazy`; never while flows are recorded).
     """
 
-    def __init__(self, capacity: np.ndarray, *, record: bool = False, compact_min: int = 4096):
+    def __init__(self, capacity: np.ndarray, *, record: bool = False, compact_min: int = 4096,
+                 memo: bool = True):
         self.capacity = np.asarray(capacity, dtype=np.float64)
         if (self.capacity <= 0).any():
             raise ValueError("link capacities must be > 0")
         self.env: simpy.Environment | None = None
         self.record = record
+        self.memo = memo and not record
+        self._tracing = 0  # batches whose run is being recorded
+        self._memo_values = 0  # values held by recorded trajectories
+        self._traj_live = 0  # lazy batches following a trajectory
+        #: batches run from a recorded trajectory so far
+        self.memo_runs = 0
         self.records: list[FlowRecord] = []
         self.segments: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []
         #: bytes carried by each link by flows that have finished
@@ -136,10 +147,11 @@ class FlowNetwork:
         res = self.reservations
         if res is not None and res.count:
             res.release_on(rt.links, now)  # fast-path collectives there become flows
-        if rt.iso is not None and (self._owner[rt.links] == NONE).all():
-            b = self._start_lazy(rt, nb, now, ev)
-            if b is not None:
-                return ev
+        free = bool((self._owner[rt.links] == NONE).all())
+        if free and rt.iso is not None and self._start_lazy(rt, nb, now, ev) is not None:
+            return ev
+        if free and self.memo and self._start_memo(rt, nb, now, ev):
+            return ev
         lo, elo = self._rem.n, self._e_link.n
         self._rem.extend(nb)
         self._rate.extend(rt.rate0)
@@ -159,89 +171,12 @@ class FlowNetwork:
         self._register(b)
         self._batches[gid] = b
         self._dirty[gid] = None
+        if free and self.memo:
+            self._trace(b, nb)
         if not self._kick_pending:
             self._kick_pending = True
             Late(env).callbacks.append(self._on_kick)
         return ev
-
-    def resume_lazy(self, rt: Route, nb: np.ndarray, t_start: int) -> simpy.Event:
-        """Start now a batch that has run alone since ``t_start`` (a fast-path collective,
-        :mod:`tracesim.network.fastpath`): ``rt.iso`` set, links free, flows end together."""
-        assert self.env is not None
-        ev = self.env.event()
-        if not len(nb):
-            ev.succeed()
-            return ev
-        b = self._start_lazy(rt, nb, int(self.env.now), ev, t_start)
-        assert b is not None
-        return ev
-
-    def _start_lazy(self, rt: Route, nb: np.ndarray, now: int, ev: simpy.Event,
-                    t0: int | None = None) -> Batch | None:
-        """A batch alone on its links whose flows all end at the same nanosecond at the rates
-        they had the last time they ran alone: its end is known now, so it takes no flow slots
-        and no solve -- unless another batch comes onto one of its links before it ends
-        (then :meth:`_materialize` gives it slots with the bytes it has left). ``t0``: when
-        its flows started (default now)."""
-        iso = rt.iso
-        assert iso is not None
-        step = lazy_step(nb, iso)
-        if step is None:
-            return None
-        t0 = now if t0 is None else t0
-        n = len(nb)
-        gid = self._next_group
-        self._next_group += 1
-        b = Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, t0)
-        b.n_alive = n
-        b.lazy = nb
-        self._next_fid += n
-        self._n_alive += n
-        np.add.at(self.link_flows, rt.e_link, 1)
-        self._owner[rt.links] = gid
-        self._batches[gid] = b
-        self._seq += 1
-        heapq.heappush(self._heap, (t0 + step, self._seq, gid, b.version))
-        self._reschedule(now)
-        return b
-
-    def _segment(self, fids: np.ndarray, t_from: np.ndarray, now: int, nbytes: np.ndarray) -> None:
-        keep = nbytes > 0
-        self.segments.append((fids[keep], t_from[keep], now, nbytes[keep]))
-
-    def _materialize(self, b: Batch, now: int) -> None:
-        """Give a lazy batch its flow slots, with the bytes its flows have left at ``now``."""
-        nb, rt = b.lazy, b.key
-        assert nb is not None and rt.iso is not None
-        n = len(nb)
-        sent = np.minimum(np.where(np.isinf(rt.iso), nb, rt.iso * (now - b.t0)), nb)
-        if self.record:
-            self._segment(np.arange(b.fid0, b.fid0 + n), np.full(n, b.t0), now, sent)
-        lo, elo = self._rem.n, self._e_link.n
-        self._rem.extend(nb - sent)
-        self._rate.extend(rt.iso)
-        self._bytes0.extend(nb)
-        self._sent.extend(sent)
-        self._alive.extend(np.ones(n, dtype=bool))
-        self._t_upd.extend(np.full(n, now, dtype=np.int64))
-        self._e_flow.extend(rt.e_flow + lo)
-        self._e_link.extend(rt.e_link)
-        b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + len(rt.e_link)
-        b.lazy = None
-        b.version += 1  # its heap entry is stale: the next solve schedules it again
-
-    def _finish_lazy(self, b: Batch, now: int) -> None:
-        nb, rt = b.lazy, b.key
-        assert nb is not None
-        np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
-        np.subtract.at(self.link_flows, rt.e_link, 1)
-        self._n_alive -= len(nb)
-        if self.record:
-            self._segment(np.arange(b.fid0, b.fid0 + len(nb)), np.full(len(nb), b.t0), now, nb)
-            for i, x in enumerate(nb.tolist()):
-                self.records.append(FlowRecord(b.fid0 + i, x, x, b.t0, now))
-        b.n_alive = 0
-        self._drop(b)
 
     def busy(self, e_link: np.ndarray) -> bool:
         """Whether any of the links ``e_link`` carries an active flow now."""
@@ -249,6 +184,8 @@ class FlowNetwork:
         if res is not None and res.count and len(e_link):
             assert self.env is not None
             res.release_on(e_link, int(self.env.now))
+        if self._traj_live and len(e_link):
+            self._materialize_memo_on(e_link)
         return bool(len(e_link)) and bool(self.link_flows[e_link].any())
 
     def idle(self, links: np.ndarray) -> bool:
@@ -338,6 +275,8 @@ class FlowNetwork:
                                        self._visited))
         if comps:
             fired = self._step(comps, now)
+            if self._tracing:
+                self._trace_steps(comps, fired, now)
             if self._n_dead > max(self.compact_min, self._rem.n // 2):
                 self._compact()
             self._reschedule(now)

@@ -68,7 +68,7 @@ class Route:
     """Per-route-array data: flow of each entry, distinct links, initial rates, and the
     rates of the flows when the batch runs alone (filled on first use)."""
 
-    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso")
+    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso", "traj")
 
     def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
         self.ptr_in, self.link_in = e_ptr, e_link
@@ -78,13 +78,49 @@ class Route:
         self.links = np.unique(self.e_link)
         self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
         self.iso: np.ndarray | None = None
+        #: recorded runs alone, by the bytes of their flows (``nbytes.tobytes()``)
+        self.traj: dict[bytes, Trajectory] | None = None
+
+
+class Trajectory:
+    """How a batch of one route with given bytes ran alone, from its start to its end: after
+    each of its steps but the last, the time since its start (ns) and its flows' bytes left,
+    rates, alive flags and bytes sent; ``end``: the time of its last step, when its last flow
+    ended (see :mod:`tracesim.network.lazy`)."""
+
+    __slots__ = ("key", "times", "rem", "rate", "alive", "sent", "end")
+
+    def __init__(self, key: bytes):
+        self.key = key
+        self.times: list[int] = []
+        self.rem: list[np.ndarray] = []
+        self.rate: list[np.ndarray] = []
+        self.alive: list[np.ndarray] = []
+        self.sent: list[np.ndarray] = []
+        self.end = -1
+
+    def add(self, t: int, rem: np.ndarray, rate: np.ndarray, alive: np.ndarray,
+            sent: np.ndarray) -> None:
+        self.times.append(t)
+        self.rem.append(rem)
+        self.rate.append(rate)
+        self.alive.append(alive)
+        self.sent.append(sent)
+
+    def usable(self) -> bool:
+        """Recorded from the batch's first step (at its start) to its end."""
+        return bool(self.times) and self.times[0] == 0 and self.end >= self.times[-1]
+
+    def size(self) -> int:
+        """Values held (for the memory bound)."""
+        return 4 * sum(len(r) for r in self.rem)
 
 
 class Batch:
     """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
 
     __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
-                 "key", "fid0", "t0", "lazy")
+                 "key", "fid0", "t0", "lazy", "traj", "trace")
 
     def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
                  event: simpy.Event, key: Route, fid0: int, t0: int):
@@ -98,6 +134,10 @@ class Batch:
         #: bytes per flow while the batch runs alone at its cached rates without flow slots
         #: (see FlowNetwork._start_lazy); None once it has slots
         self.lazy: np.ndarray | None = None
+        #: the recorded run a lazy batch follows (it ends at ``t0 + traj.end``)
+        self.traj: Trajectory | None = None
+        #: this batch's run being recorded (started alone; dropped if it meets another)
+        self.trace: Trajectory | None = None
 
 
 def cached_route(routes: dict[tuple[int, int], Route], e_ptr: np.ndarray,
