@@ -224,7 +224,12 @@ def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, aliv
 
 
 def ranges(los: list[int], his: list[int]) -> np.ndarray:
-    """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised)."""
+    """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised; a few pairs, the
+    usual case, are cheaper concatenated)."""
+    if len(los) == 1:
+        return np.arange(los[0], his[0], dtype=np.int64)
+    if 1 < len(los) <= 8:
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(los, his, strict=True)])
     lo = np.asarray(los, dtype=np.int64)
     ln = np.asarray(his, dtype=np.int64) - lo
     total = int(ln.sum())
