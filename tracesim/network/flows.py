@@ -316,8 +316,13 @@ class FlowNetwork(LazyBatches):
         if not live:
             return fired
         self.recomputes += 1
-        # rates: batches alone on their links with all flows alive take cached rates
-        alone = {c[0] for c in comps if len(c) == 1}
+        # rates: batches alone on their links with all flows alive take cached rates (alone:
+        # the only batch of its component left after this step's ends)
+        alone = set()
+        for c in comps:
+            left = [g for g in c if g in batches] if len(c) > 1 else c
+            if len(left) == 1:
+                alone.add(left[0])
         solve: list[Batch] = []
         for b in live:
             if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
