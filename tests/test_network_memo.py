@@ -128,3 +128,37 @@ def test_replay_same_times(monkeypatch: pytest.MonkeyPatch):
     slow = retarget(MOE).to_dict()
     assert memo["iteration_time_s"] == slow["iteration_time_s"]
     assert memo["breakdown"] == slow["breakdown"]
+
+
+class _NoStore(dict):
+    def __setitem__(self, key: object, value: object) -> None:  # forget every solve
+        pass
+
+
+def test_solves_of_partial_states_are_cached(monkeypatch: pytest.MonkeyPatch):
+    """Batches of the same routes meeting again with the same flows alive take the last
+    solve's rates: fewer max-min solves, the same times."""
+    from tracesim.network import flowstate
+
+    calls = [0]
+    orig_solve = flowstate.max_min_sorted
+
+    def counted(*a):  # noqa: ANN002, ANN202
+        calls[0] += 1
+        return orig_solve(*a)
+
+    monkeypatch.setattr(flowstate, "max_min_sorted", counted)
+    ops = [(k * 700_000 + d, "all_to_all", A2A, b) for k in range(6)
+           for d, b in ((0, 32 * MIB), (150_000, 8 * MIB))]
+    cached = _ends("ecmp-o2", ops, memo=False)[0]
+    n_cached = calls[0]
+    orig_init = netflows.FlowNetwork.__init__
+
+    def no_cache(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        orig_init(self, *a, **k)
+        self._solved = _NoStore()
+
+    monkeypatch.setattr(netflows.FlowNetwork, "__init__", no_cache)
+    calls[0] = 0
+    assert _ends("ecmp-o2", ops, memo=False)[0] == cached
+    assert n_cached < calls[0], (n_cached, calls[0])

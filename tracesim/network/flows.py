@@ -103,7 +103,7 @@ class FlowNetwork(LazyBatches):
         self._shared: dict[int, dict[int, None]] = {}
         self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
         self._routes: dict[tuple[int, int], Route] = {}
-        self._solved: dict[tuple[int, ...], tuple[tuple[Route, ...], np.ndarray]] = {}
+        self._solved: dict[Any, tuple[tuple[Route, ...], np.ndarray]] = {}
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
         self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)

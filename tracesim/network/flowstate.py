@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simpy
@@ -196,19 +197,21 @@ def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dic
 
 def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, alive: np.ndarray,
                 rate: np.ndarray, capacity: np.ndarray,
-                cache: dict[tuple[int, ...], tuple[tuple[Route, ...], np.ndarray]]) -> None:
+                cache: dict[Any, tuple[tuple[Route, ...], np.ndarray]]) -> None:
     """Max-min rates of the alive, routed flows of the batches ``solve`` into ``rate`` (flow
-    slots; ``e_flow``, ``e_link``: the entries). When every flow of every batch is alive the
-    rates depend only on the batches' routes, in order: they are kept in ``cache``, so the
-    same batches of the same routes meeting again (a forward and a backward pipeline
-    transfer on one NIC) take the rates of the last solve."""
+    slots; ``e_flow``, ``e_link``: the entries). The rates depend only on the batches'
+    routes, in order, and on which of their flows are alive: they are kept in ``cache``, so
+    the same batches of the same routes meeting again in the same state (a forward and a
+    backward pipeline transfer on one NIC; two all-to-alls of a periodic schedule) take the
+    rates of the last solve."""
+    idx = ranges([b.lo for b in solve], [b.hi for b in solve])
+    routes = tuple(id(b.key) for b in solve)
     full = all(b.n_alive == b.hi - b.lo for b in solve)
-    if full:
-        key = tuple(id(b.key) for b in solve)
-        hit = cache.get(key)
-        if hit is not None and all(r is b.key for r, b in zip(hit[0], solve, strict=True)):
-            rate[ranges([b.lo for b in solve], [b.hi for b in solve])] = hit[1]
-            return
+    key: Any = routes if full else (routes, alive[idx].tobytes())
+    hit = cache.get(key)
+    if hit is not None and all(r is b.key for r, b in zip(hit[0], solve, strict=True)):
+        rate[idx] = hit[1]
+        return
     eidx = ranges([b.elo for b in solve], [b.ehi for b in solve])
     ef = e_flow[eidx]
     keep = alive[ef]
@@ -216,11 +219,9 @@ def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, aliv
     if len(ef):
         starts = np.r_[True, ef[1:] != ef[:-1]]
         rate[ef[starts]] = max_min_sorted(np.cumsum(starts) - 1, el, capacity)
-    if full:
-        if len(cache) >= ROUTE_CACHE_MAX:
-            cache.clear()
-        idx = ranges([b.lo for b in solve], [b.hi for b in solve])
-        cache[key] = (tuple(b.key for b in solve), rate[idx].copy())
+    if len(cache) >= ROUTE_CACHE_MAX:
+        cache.clear()
+    cache[key] = (tuple(b.key for b in solve), rate[idx].copy())
 
 
 def ranges(los: list[int], his: list[int]) -> np.ndarray:
