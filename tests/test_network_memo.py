@@ -17,6 +17,7 @@ import pytest
 from tests.helpers import retarget
 from tests.test_network_fastpath import CLUSTERS, MIB, _workload, run_ops
 from tracesim.network import flows as netflows
+from tracesim.network.flowstate import SolveCache
 
 
 def _ends(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *, memo: bool,
@@ -95,13 +96,15 @@ def test_steps_phases_same_times():
 
 
 def test_records_are_bounded(monkeypatch: pytest.MonkeyPatch):
-    """Past the bound every record is dropped and recording starts over; times unchanged."""
-    from tracesim.network import lazy
+    """Past the bound every record (and every cached solve) is dropped and recording
+    starts over; times unchanged."""
+    from tracesim.network import flowstate, lazy
 
     ops = _moe_workload(4, 64, 60)
     slow = _ends("rail", ops, memo=False)[0]
     monkeypatch.setattr(lazy, "MEMO_MAX_VALUES", 3000)
     monkeypatch.setattr(lazy, "MEMO_PER_ROUTE", 1)
+    monkeypatch.setattr(flowstate, "SOLVE_CACHE_MAX_VALUES", 100)
     assert _ends("rail", ops, memo=True)[0] == slow
 
 
@@ -130,8 +133,8 @@ def test_replay_same_times(monkeypatch: pytest.MonkeyPatch):
     assert memo["breakdown"] == slow["breakdown"]
 
 
-class _NoStore(dict):
-    def __setitem__(self, key: object, value: object) -> None:  # forget every solve
+class _NoStore(SolveCache):
+    def keep(self, *_a: object) -> None:  # forget every solve
         pass
 
 

@@ -39,6 +39,7 @@ from tracesim.network.flowstate import (
     FlowRecord,
     Late,
     Route,
+    SolveCache,
     cached_route,
     component,
     ranges,
@@ -103,7 +104,7 @@ class FlowNetwork(LazyBatches):
         self._shared: dict[int, dict[int, None]] = {}
         self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
         self._routes: dict[tuple[int, int], Route] = {}
-        self._solved: dict[Any, tuple[tuple[Route, ...], np.ndarray]] = {}
+        self._solved = SolveCache()
         self._dirty: dict[int, None] = {}
         self._kick_pending = False
         self._heap: list[tuple[int, int, int, int]] = []  # (time, seq, gid, version)

@@ -17,6 +17,8 @@ from tracesim.network.maxmin import max_min_sorted
 
 #: bound on the cache of route data (keyed by the identity of the caller's route arrays)
 ROUTE_CACHE_MAX = 1 << 16
+#: bound on the rates held by the cache of solves (32 MiB of float64); past it, it starts over
+SOLVE_CACHE_MAX_VALUES = 4 << 20
 #: link owner codes (a link with exactly one batch holds that batch's gid)
 NONE, SHARED = -1, -2
 
@@ -195,9 +197,23 @@ def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dic
     return comp
 
 
+class SolveCache(dict[Any, tuple[tuple[Route, ...], np.ndarray]]):
+    """Rates of past solves (see :func:`solve_rates`) and how many values they hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+
+    def keep(self, key: Any, routes: tuple[Route, ...], rates: np.ndarray) -> None:
+        if len(self) >= ROUTE_CACHE_MAX or self.held + len(rates) > SOLVE_CACHE_MAX_VALUES:
+            self.clear()
+            self.held = 0
+        self[key] = (routes, rates)
+        self.held += len(rates)
+
+
 def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, alive: np.ndarray,
-                rate: np.ndarray, capacity: np.ndarray,
-                cache: dict[Any, tuple[tuple[Route, ...], np.ndarray]]) -> None:
+                rate: np.ndarray, capacity: np.ndarray, cache: SolveCache) -> None:
     """Max-min rates of the alive, routed flows of the batches ``solve`` into ``rate`` (flow
     slots; ``e_flow``, ``e_link``: the entries). The rates depend only on the batches'
     routes, in order, and on which of their flows are alive: they are kept in ``cache``, so
@@ -219,9 +235,7 @@ def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, aliv
     if len(ef):
         starts = np.r_[True, ef[1:] != ef[:-1]]
         rate[ef[starts]] = max_min_sorted(np.cumsum(starts) - 1, el, capacity)
-    if len(cache) >= ROUTE_CACHE_MAX:
-        cache.clear()
-    cache[key] = (tuple(b.key for b in solve), rate[idx].copy())
+    cache.keep(key, tuple(b.key for b in solve), rate[idx].copy())
 
 
 def ranges(los: list[int], his: list[int]) -> np.ndarray:
