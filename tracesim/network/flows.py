@@ -186,7 +186,7 @@ class FlowNetwork(LazyBatches):
             assert self.env is not None
             res.release_on(e_link, int(self.env.now))
         if self._traj_live and len(e_link):
-            self._materialize_memo_on(e_link)
+            self._materialize_owners(self._owner[e_link], traj_only=True)
         return bool(len(e_link)) and bool(self.link_flows[e_link].any())
 
     def idle(self, links: np.ndarray) -> bool:
@@ -236,10 +236,7 @@ class FlowNetwork(LazyBatches):
         if free.all():
             owner[u] = gid
             return
-        assert self.env is not None
-        for o in set(own[own >= 0].tolist()):
-            if self._batches[o].lazy is not None:
-                self._materialize(self._batches[o], int(self.env.now))
+        self._materialize_owners(own)
         owner[u[free]] = gid
         shared = self._shared
         for lk, o in zip(u[~free].tolist(), own[~free].tolist(), strict=True):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Any
 
 import numpy as np
 import simpy
@@ -193,14 +192,14 @@ class LazyBatches:
         heapq.heappush(self._heap, (b.t0 + nxt, self._seq, b.gid, b.version))
         self._reschedule(now)
 
-    def _materialize_memo_on(self, e_link: np.ndarray) -> None:
-        """Give the trajectory batches on links ``e_link`` their slots (the step-by-step
-        state says which of their flows still cross them)."""
-        own = self._owner[e_link]
+    def _materialize_owners(self, own: np.ndarray, *, traj_only: bool = False) -> None:
+        """Give the lazy batches among the link owners ``own`` their slots (``traj_only``:
+        only those following a trajectory, whose step-by-step state says which of their
+        flows still cross the links)."""
         assert self.env is not None
         for o in set(own[own >= 0].tolist()):
             b = self._batches[o]
-            if b.traj is not None:
+            if b.lazy is not None and (b.traj is not None or not traj_only):
                 self._materialize(b, int(self.env.now))
 
     def _finish_lazy(self, b: Batch, now: int) -> None:
@@ -233,10 +232,10 @@ class LazyBatches:
         rem, rate, alive, sent = self._rem.a, self._rate.a, self._alive.a, self._sent.a
         for comp in comps:
             for g in comp:
-                b: Any = self._batches.get(g) or ended.get(g)
-                tj = b.trace if b is not None else None
-                if tj is None:
+                b = self._batches.get(g) or ended.get(g)
+                if b is None or b.trace is None:
                     continue
+                tj = b.trace
                 if len(comp) > 1:
                     b.trace = None
                     self._tracing -= 1
