@@ -150,9 +150,6 @@ SPREAD = {"gemm": 0.25, "attention": 0.3, "default": 0.3}
 #: the FlashAttention-2 paper (arXiv:2307.08691): forward reaches up to 73% of the A100 peak;
 #: taken as head dim 128 at 16k keys, non-causal (the paper's best configuration)
 FA2_A100_MAX = 0.73
-#: FlashAttention-4 (arXiv:2603.05451 abstract): up to 1613 TFLOP/s BF16 on B200; the shape of
-#: the maximum is not given: taken as head dim 128 at 16k keys, non-causal
-FA4_B200_MAX_TFLOPS = 1613.0
 _ASSUMED_MAX_SHAPE = (1.0 * 16, 16384.0, 16384.0, 128.0)  # batch x heads, seq, keys, head dim
 
 #: A100 TF32 GEMM curve of the size path, calibrated on sampled_128rank_r0 (recommendation-model
@@ -262,7 +259,6 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                       "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, "
                       "data/attention.csv, source FA3)" + ("; H200: H100's (same SMs and clocks, "
                                                            "compute-bound)" if name == "h200" else ""))
-    at_max = _unit_eff(fa3, _ASSUMED_MAX_SHAPE)
     if family == "a100":
         fa2 = fit["fa2_bf16"]
         e128 = dict(fa2["plateau"])[128.0]
@@ -274,13 +270,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                 f"data/attention.csv), scaled to the FA2 paper's A100 maximum {FA2_A100_MAX} of "
                 "peak at head dim 128 (arXiv:2307.08691, forward); derived, no A100 per-length data")
     if family == "b200":
-        f = FA4_B200_MAX_TFLOPS / 2250.0 / (at_max * dict(fa3["plateau"])[128.0])
-        return ({"plateau": {"default": scaled(fa3["plateau"], f), "fp8": scaled(fa3_8["plateau"], f)},
-                 "kv_half": base["kv_half"]},
-                f"FlashAttention-4 (arXiv:2603.05451): {FA4_B200_MAX_TFLOPS:g} TFLOP/s on B200 taken at "
-                "head dim 128, 16k keys, non-causal; head-dim and length shape from FA3 on H100 "
-                "(derived); FP8 scaled like BF16 (no FP8 data)"
-                + ("" if name == "b200" else f"; {name}: B200's fractions of peak (same FA4 kernels)"))
+        return _cudnn_blackwell(name, fa3, fa3_8)
     if family == "mi300x":
         h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
         m = kf.solve_plateau(kf.FITTED["gemm_shared"], 1307.4, 304, kf.mamf_row("MI300X", "bf16"))
@@ -289,6 +279,45 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                 "no MI300X attention data (published numbers are figures only): H100 FA3 x "
                 f"(MI300X / H100 GEMM plateau = {m / h:.3f}) (derived)")
     raise KeyError(name)
+
+
+def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """B200 / GB200 / GB300 attention: cuDNN's fused attention (what Transformer Engine runs on
+    Blackwell), fitted on GB200 (kernel_fit.cudnn_attention); the other head dims keep FA3's
+    shape; B200 takes GB200's fractions of peak (same silicon and kernels); GB300 is GB200
+    times the GB300 / GB200 rate per pass measured with one cuDNN version."""
+    from tracesim.hardware.shapemodel import AttentionShapeModel
+
+    cu = kf.FITTED["attention"]["cudnn_gb200"]
+    up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if name == "gb300" else {"fwd": 1.0, "bwd": 1.0}
+    f = cu["plateau_d128"] * up["fwd"] / dict(fa3["plateau"])[128.0]
+
+    def scaled(pts: list, factor: float) -> list[list[float]]:
+        return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
+
+    fa3_bwd = AttentionShapeModel({"default": ((128.0, 1.0),)}, {"default": 1.0},
+                                  backward=tuple((d, tuple((k, r) for k, r in pts))
+                                                 for d, pts in kf.FITTED["attention"]["fa3_bwd_ratio"]))
+    b = up["bwd"] / up["fwd"]
+    d128 = [[kv, round(r * b, 4)] for kv, r in cu["bwd_ratio_d128"]]
+    d64 = [[kv, round(r * fa3_bwd.backward_ratio(64.0, kv) / fa3_bwd.backward_ratio(128.0, kv), 4)]
+           for kv, r in d128]
+    src = ("cuDNN fused attention (Transformer Engine's backend on Blackwell): kv_half "
+           f"{cu['kv_half']:g} and plateau {cu['plateau_d128']:g} at head dim 128 fitted on cuDNN "
+           "9.17's GB200 causal forward rows, lengths 512-32k (container nv25.11; data/attention.csv, "
+           "source CUDNN-FE-2511; benchmarks/kernels/kernel_fit.py); other head dims: FA3's "
+           "head-dim shape on H100 (derived); FP8 scaled like BF16 (no FP8 fit); backward: the "
+           "same rows' backward / forward rate per mean key length at head dim 128, head dim 64 "
+           "that times FA3's d64 / d128 backward ratio (derived)")
+    if name == "b200":
+        src += "; B200: GB200's fractions of peak (same silicon and cuDNN kernels, derived)"
+    if name == "gb300":
+        src += (f"; GB300: GB200 x {up['fwd']:g} forward and x {up['bwd']:g} backward, the "
+                "geometric-mean GB300 / GB200 rates of the two measured the same day with cuDNN "
+                "9.22, causal, lengths 2k-32k (source CUDNN-FE-2604)")
+    return ({"plateau": {"default": scaled(fa3["plateau"], f), "fp8": scaled(fa3_8["plateau"], f)},
+             "kv_half": {"default": cu["kv_half"], "fp8": fa3_8["kv_half"]},
+             "backward": [[64.0, d64], [128.0, d128]]}, src)
 
 
 def _unit_eff(fit: dict[str, Any], shape: tuple[float, ...]) -> float:
@@ -344,11 +373,12 @@ def profile(name: str) -> dict[str, Any]:
     plateau, curve_e, gsrc = gemm_plateaus(name)
     att, asrc = attention_params(name)
     fa2 = name.startswith("a100")
-    att["backward"] = kf.FITTED["attention"]["fa2_bwd_ratio" if fa2 else "fa3_bwd_ratio"]
-    asrc += (f"; backward: {'FlashAttention-2' if fa2 else 'FlashAttention-3'}'s backward / "
-             "forward rate per head dim (64, 128) and length on H100, non-causal (FA3 paper's "
-             "backward and forward charts, data/attention.csv, sources FA3-BWD and FA3)"
-             + ("" if name == "h100" else "; the same ratios on this GPU (derived)"))
+    if "backward" not in att:
+        att["backward"] = kf.FITTED["attention"]["fa2_bwd_ratio" if fa2 else "fa3_bwd_ratio"]
+        asrc += (f"; backward: {'FlashAttention-2' if fa2 else 'FlashAttention-3'}'s backward / "
+                 "forward rate per head dim (64, 128) and length on H100, non-causal (FA3 paper's "
+                 "backward and forward charts, data/attention.csv, sources FA3-BWD and FA3)"
+                 + ("" if name == "h100" else "; the same ratios on this GPU (derived)"))
     mem_e, msrc = memory_fraction(name)
     memory = saturating_curve(mem_e, spec["hbm_GBps"] * 1e9 * MEMORY_T_RAMP_US * 1e-6, _BYTE_SIZES)
     compute: dict[str, Any] = {}

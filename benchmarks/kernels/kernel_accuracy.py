@@ -38,6 +38,8 @@ class Case:
     shape: tuple[float, float, float, float]
     measured_s: float
     label: str
+    #: ``fwd``, ``bwd`` (the backward kernel alone) or ``fwd_bwd`` (both, in a training step)
+    kind: str = "fwd"
 
     def predicted_s(self, shaped: bool = True) -> float:
         return op_time_ns(self.profile, self.op_class, self.flops, self.nbytes, self.dtype,
@@ -80,7 +82,7 @@ def gemm_cases() -> list[Case]:
 
 
 def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: str | None = None,
-               fwd_bwd: bool = False) -> Case:
+               fwd_bwd: bool = False, bwd: bool = False) -> Case:
     seq, d = float(r["seq_len"]), float(r["head_dim"])
     heads = float(str(r["heads"]).split()[0])
     units = float(r["batch"]) * heads
@@ -88,11 +90,28 @@ def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: 
     shape = (units, seq, seq / 2 if causal else seq, d)
     elt = 1.0 if r["dtype"] == "fp8" else 2.0
     nbytes = 4 * units * seq * d * elt
-    # in-step rows count 3 x the causal forward FLOPs (fwd + bwd, ml-engineering's convention)
-    measured = (3.0 if fwd_bwd else 1.0) * fwd / (float(r["tflops"]) * 1e12)
+    # in-step rows count 3 x the causal forward FLOPs (fwd + bwd, ml-engineering's convention);
+    # backward rows 2.5 x (the sources' convention)
+    measured = (3.0 if fwd_bwd else 2.5 if bwd else 1.0) * fwd / (float(r["tflops"]) * 1e12)
     return Case(group, role, profile or r["profile"], "attention", r["dtype"], fwd, nbytes, units,
                 shape, measured, f"{r['impl']} {r['dtype']} d{int(d)} L{int(seq)}"
-                + (" causal" if causal else ""))
+                + (" causal" if causal else "") + (" bwd" if bwd else ""),
+                "fwd_bwd" if fwd_bwd else "bwd" if bwd else "fwd")
+
+
+def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
+    """(group, role) of a cuDNN row (kernel_fit.cudnn_attention and device_ratio)."""
+    causal, src, dev = r["causal"] == "true", r["source"], r["device"]
+    mask = "causal" if causal else "non-causal"
+    if src == "CUDNN-FE-2511":
+        if float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
+            return f"cuDNN 9.17, GB200, {mask}, 512-32k, {r['pass']}", "calibrated"
+        return f"cuDNN 9.17, GB200, {mask}, 64k-128k", "tested (longer)"
+    if src == "CUDNN-FE-2509":
+        return f"cuDNN 9.13 (PyTorch SDPA), {dev}, {mask}", "tested (older cuDNN)"
+    if dev == "GB300" and causal:
+        return "cuDNN 9.22, GB300, causal", "calibrated (GB300 / GB200 ratio)"
+    return f"cuDNN 9.22, {dev}, {mask}", "tested (newer cuDNN" + (")" if causal else ", non-causal)")
 
 
 def attention_cases() -> list[Case]:
@@ -111,19 +130,28 @@ def attention_cases() -> list[Case]:
     for r in kf.attention_rows(source="MLE-UPG"):
         out.append(_attn_case("FA3 (H200) / FA4 (B200) fwd+bwd in a training step, causal",
                               "tested (backward, other device)", r, True, fwd_bwd=True))
+    for r in kf.rows("attention"):
+        if r["source"].startswith("CUDNN-FE"):
+            group, role = _cudnn_role(r)
+            out.append(_attn_case(group, role, r, r["causal"] == "true", bwd=r["pass"] == "bwd"))
     return out
 
 
-def predict_fwd_bwd_s(c: Case, shaped: bool = True) -> float:
-    """Forward + backward (2.5x the forward FLOPs, tracesim.ops.rules) of an attention case,
-    the backward at the profile's backward / forward rate ratio on the shape path (as
+def predict_bwd_s(c: Case, shaped: bool = True) -> float:
+    """The backward kernel of an attention case (2.5x the forward FLOPs), at the profile's
+    backward / forward rate ratio on the shape path (as
     :func:`tracesim.template.durations.make_op_time` times a backward op)."""
     bwd = Case(**{**c.__dict__, "flops": 2.5 * c.flops, "nbytes": 2 * c.nbytes})
     t_bwd = bwd.predicted_s(shaped)
     if shaped and c.shape is not None:
         t_bwd = backward_attention_ns(get_device(c.profile), int(round(t_bwd * 1e9)),
                                        tuple(float(x) for x in c.shape)) * 1e-9
-    return c.predicted_s(shaped) + t_bwd
+    return t_bwd
+
+
+def predict_fwd_bwd_s(c: Case, shaped: bool = True) -> float:
+    """Forward + backward (2.5x the forward FLOPs, tracesim.ops.rules) of an attention case."""
+    return c.predicted_s(shaped) + predict_bwd_s(c, shaped)
 
 
 def memory_cases() -> list[tuple[str, float, float]]:
@@ -141,8 +169,8 @@ def ratios(cases: list[Case], shaped: bool = True) -> np.ndarray:
     """Predicted / measured time per case."""
     out = []
     for c in cases:
-        fb = c.group.startswith("FA3 (H200) / FA4")
-        t = predict_fwd_bwd_s(c, shaped) if fb else c.predicted_s(shaped)
+        t = (predict_fwd_bwd_s(c, shaped) if c.kind == "fwd_bwd" else predict_bwd_s(c, shaped)
+             if c.kind == "bwd" else c.predicted_s(shaped))
         out.append(t / c.measured_s)
     return np.array(out)
 

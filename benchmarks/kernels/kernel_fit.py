@@ -27,6 +27,11 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
 * **Attention backward**: the backward kernel's rate over the forward's, per head dim (64,
   128) and length, read off FlashAttention-3's H100 non-causal backward and forward rows
   (:func:`backward_ratios`; measured ratios, nothing fitted).
+* **cuDNN attention on Blackwell** (the fused attention Transformer Engine runs): ``kv_half``
+  and the head-dim-128 plateau fitted on cuDNN 9.17's GB200 causal forward rows (the NeMo
+  25.11 container's library; mean key length s / 2), the backward / forward ratio per mean
+  key length read off the same rows (:func:`cudnn_attention`); GB300 over GB200 per pass
+  from the two devices measured with one cuDNN (9.22) on the same day (:func:`device_ratio`).
 * **Memory**: achieved / datasheet bandwidth of FluidX3D (FP32/FP32) per device.
 
 Everything not listed (held-out GEMM shapes and devices, causal attention, in-step attention)
@@ -82,6 +87,10 @@ FITTED: dict[str, Any] = {
         "fa2_bwd_ratio": [
             [64.0, [[512.0, 0.7021], [1024.0, 0.7778], [2048.0, 0.8302], [4096.0, 0.8692], [8192.0, 0.8913], [16384.0, 0.8981]]],
             [128.0, [[512.0, 0.6926], [1024.0, 0.7429], [2048.0, 0.8039], [4096.0, 0.8424], [8192.0, 0.8595], [16384.0, 0.8703]]]],
+        "cudnn_gb200": {"kv_half": 744.0, "plateau_d128": 0.7381, "bwd_ratio_d128": [
+            [256.0, 0.8064], [512.0, 0.719], [1024.0, 0.6127], [2048.0, 0.7605], [4096.0, 0.7645],
+            [8192.0, 0.7818], [16384.0, 0.8019]]},
+        "cudnn_gb300_over_gb200": {"fwd": 1.1923, "bwd": 1.1203},
     },
 }
 
@@ -291,14 +300,63 @@ def backward_ratios(impl: str = "FlashAttention-3", dtype: str = "bf16",
     return [[d, sorted(pts)] for d, pts in sorted(out.items())]
 
 
+#: the cuDNN fit's sequence lengths: those of training (the 64k and 128k rows are left out)
+CUDNN_MAX_SEQ = 32768.0
+#: SMs of B200, GB200 and GB300
+BLACKWELL_SM = 148
+
+
+def _units(r: dict[str, str]) -> float:
+    return float(r["batch"]) * float(str(r["heads"]).split()[0])
+
+
+def cudnn_attention(source: str = "CUDNN-FE-2511", device: str = "GB200",
+                    peak_tflops: float = 2500.0) -> dict[str, Any]:
+    """cuDNN's causal BF16 attention on ``device``: ``kv_half`` and the head-dim-128 plateau
+    fitted on the forward rows (as :func:`fit_attention`, mean key length s / 2, lengths up
+    to :data:`CUDNN_MAX_SEQ`), and the backward / forward rate per mean key length (both
+    counted as the source counts them: backward FLOPs 2.5x the forward's; measured ratios)."""
+    sel = [r for r in attention_rows(source=source, device=device, dtype="bf16", causal="true")
+           if float(r["seq_len"]) <= CUDNN_MAX_SEQ]
+    fwd = {float(r["seq_len"]): r for r in sel if r["pass"] == "fwd"}
+    bwd = {float(r["seq_len"]): float(r["tflops"]) for r in sel if r["pass"] == "bwd"}
+    meas = np.array([float(r["tflops"]) / peak_tflops for r in fwd.values()])
+    best: tuple[float, dict[str, Any]] = (math.inf, {})
+    for kvh in np.arange(0.0, 1500.1, 8.0):
+        unit = AttentionShapeModel({"default": ((1.0, 1.0),)}, {"default": float(kvh)})
+        e1 = np.array([unit.efficiency("default", BLACKWELL_SM, np.array(
+            [[_units(r), s, s / 2, 128.0]]))[0] for s, r in fwd.items()])
+        e = float(np.exp(np.mean(np.log(meas / e1))))
+        err = float(np.mean(np.abs(np.log(meas / (e * e1)))))
+        if err < best[0] - 1e-12:
+            best = (err, {"kv_half": float(kvh), "plateau_d128": round(e, 4)})
+    ratio = [[s / 2, round(bwd[s] / float(r["tflops"]), 4)] for s, r in sorted(fwd.items()) if s in bwd]
+    return {**best[1], "bwd_ratio_d128": ratio}
+
+
+def device_ratio(num: str = "GB300", den: str = "GB200", source: str = "CUDNN-FE-2604") -> dict[str, float]:
+    """Per pass, the geometric mean over lengths of ``num``'s causal BF16 TFLOP/s over
+    ``den``'s, both measured with one library version (``source``)."""
+    def rate(dev: str, pas: str) -> dict[float, float]:
+        return {float(r["seq_len"]): float(r["tflops"]) for r in attention_rows(
+            source=source, device=dev, dtype="bf16", causal="true", **{"pass": pas})}
+    out = {}
+    for pas in ("fwd", "bwd"):
+        a, b = rate(num, pas), rate(den, pas)
+        out[pas] = round(float(np.exp(np.mean([np.log(a[s] / b[s]) for s in a if s in b]))), 4)
+    return out
+
+
 def attention_fits() -> dict[str, Any]:
-    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16) and FA3's
-    backward / forward rate ratios."""
+    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16, cuDNN on
+    GB200 and GB300 / GB200) and FA3's backward / forward rate ratios."""
     return {"fa3_bf16": fit_attention("FlashAttention-3", "bf16"),
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
             "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
             "fa3_bwd_ratio": backward_ratios(),
-            "fa2_bwd_ratio": backward_ratios("FlashAttention-2")}
+            "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),
+            "cudnn_gb200": cudnn_attention(),
+            "cudnn_gb300_over_gb200": device_ratio()}
 
 
 # --------------------------------------------------------------------------- memory

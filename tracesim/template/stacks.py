@@ -218,15 +218,15 @@ def check_stack(stack: Stack, par: Any, device: Any) -> None:
 
 
 def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
-    """The attention kernel, in words: the device profile's attention class is the flash
-    generation of that GPU (FA2 on Ampere, FA3 / cuDNN on Hopper, cuDNN / FA4 on
-    Blackwell)."""
+    """The attention kernel, in words: the kernel the device profile's attention class was
+    calibrated on (FlashAttention-2 on Ampere, FlashAttention-3 on Hopper, cuDNN's fused
+    attention on Blackwell)."""
     if attention == "unfused":
         return "unfused (scores, scale-mask-softmax, dropout, context)"
     name = str(getattr(device, "name", ""))
     gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "FlashAttention-3 / cuDNN",
-           "h200": "FlashAttention-3 / cuDNN", "b200": "cuDNN / FlashAttention-4",
-           "gb200": "cuDNN / FlashAttention-4", "gb300": "cuDNN / FlashAttention-4"}.get(name, "flash")
+           "h200": "FlashAttention-3 / cuDNN", "b200": "cuDNN fused attention",
+           "gb200": "cuDNN fused attention", "gb300": "cuDNN fused attention"}.get(name, "flash")
     return f"{gen} (causal blocks only; the {name} profile's attention curve)"
 
 
