@@ -295,8 +295,7 @@ class FlowNetwork(LazyBatches):
         t_upd = self._t_upd.a
         dt = now - t_upd[idx]
         r = rate[idx]
-        with np.errstate(invalid="ignore"):  # inf rate x 0 ns
-            moved = np.minimum(np.where(dt > 0, r * dt, 0.0), rem[idx])
+        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rem[idx])  # no inf rate x 0 ns
         moved[~alive[idx]] = 0.0
         rem[idx] -= moved
         self._sent.a[idx] += moved
@@ -336,8 +335,7 @@ class FlowNetwork(LazyBatches):
         lidx = ranges([b.lo for b in live], [b.hi for b in live])
         lr = rate[lidx]
         ok = alive[lidx] & (lr > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tdone = np.where(ok, rem[lidx] / np.where(ok, lr, 1.0), np.inf)
+        tdone = np.where(ok, rem[lidx] / np.where(ok, lr, 1.0), np.inf)  # lr > 0 where used
         lens = np.array([b.hi - b.lo for b in live], dtype=np.int64)
         firsts = np.cumsum(lens) - lens
         tmin = np.minimum.reduceat(tdone, firsts).tolist()
