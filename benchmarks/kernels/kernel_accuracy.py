@@ -84,10 +84,14 @@ def gemm_cases() -> list[Case]:
 def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: str | None = None,
                fwd_bwd: bool = False, bwd: bool = False) -> Case:
     seq, d = float(r["seq_len"]), float(r["head_dim"])
+    dv = float(r.get("head_dim_v") or d)
     heads = float(str(r["heads"]).split()[0])
     units = float(r["batch"]) * heads
-    fwd = 4.0 * units * seq * seq * d * (0.5 if causal else 1.0)
-    shape = (units, seq, seq / 2 if causal else seq, d)
+    win = float(r.get("window") or 0.0)
+    # keys per query summed over the queries: all, half (causal), or a causal window
+    keys = seq * win - win * win / 2 if win else seq * seq * (0.5 if causal else 1.0)
+    fwd = 2.0 * units * keys * (d + dv)
+    shape = (units, seq, keys / seq, d)
     elt = 1.0 if r["dtype"] == "fp8" else 2.0
     nbytes = 4 * units * seq * d * elt
     # in-step rows count 3 x the causal forward FLOPs (fwd + bwd, ml-engineering's convention);
@@ -109,6 +113,10 @@ def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
         return f"cuDNN 9.17, GB200, {mask}, 64k-128k", "tested (longer)"
     if src == "CUDNN-FE-2509":
         return f"cuDNN 9.13 (PyTorch SDPA), {dev}, {mask}", "tested (older cuDNN)"
+    if src == "CUDNN-FE-2601":
+        return "cuDNN 9.18, GB200, MLA d_qk 192 / d_v 128, causal", "tested (other head dims)"
+    if src == "CUDNN-FE-2602":
+        return "cuDNN 9.19, GB200, d64, 1k-key window", "tested (head dim 64, window)"
     if dev == "GB300" and causal:
         return "cuDNN 9.22, GB300, causal", "calibrated (GB300 / GB200 ratio)"
     return f"cuDNN 9.22, {dev}, {mask}", "tested (newer cuDNN" + (")" if causal else ", non-causal)")
