@@ -135,7 +135,9 @@ class ReplayOptions:
     dtype: str | None = _opt("Compute dtype (default: the model's).", "choice", choices=DTYPES)
     stage_layers: tuple[int, ...] | None = _opt(
         "Transformer layers per pipeline stage, an uneven split (pp numbers, or pp x vpp in model-"
-        "chunk order), e.g. 7,8x14,7 (the Llama 3 405B split on 16 stages).", "ints",
+        "chunk order), e.g. 7,8x14,7 (the Llama 3 405B split on 16 stages); the first and the "
+        "last entry may be 0 (a stage or chunk that runs only the embedding, or only the "
+        "output layer and loss).", "ints",
         metavar="N,N,...")
     tp_plan: tuple[tuple[str, str], ...] | None = _opt(
         "Overrides of the Megatron column / row rule: module-name glob = colwise | rowwise | "
@@ -395,8 +397,8 @@ def check_value(name: str, value: Any, file: str | Path | None = None, where: st
     if opt.kind == "ints":
         items = parse_ints(value) if isinstance(value, str) else value
         if (not isinstance(items, (list, tuple)) or not items
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in items)):
-            raise InputError(f"expected a list of integers >= 1, got {value!r}", src,
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in items)):
+            raise InputError(f"expected a list of integers >= 0, got {value!r}", src,
                              place if file else None)
         return tuple(items)
     if opt.kind == "plan":

@@ -180,16 +180,18 @@ def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     the embedding and the loss count as one layer each, so the first and the last chunk run
     one transformer layer fewer; where ``layers + 2`` does not divide either, the earlier
     chunks take one more (Llama 3.1 405B's 126 layers on pp 8 x vp 8: 1, 2, ..., 2, 1).
-    When that would leave a chunk empty, the layers alone are spread that way (DeepSeek-V3's
-    61 on 32 chunks: 29 of 2, 3 of 1)."""
+    Where ``layers + 2`` is exactly one per chunk, the first chunk runs the embedding alone
+    and the last the loss alone (126 layers on pp 16 x vp 8: 0, 1, ..., 1, 0). Other splits
+    that would leave a chunk empty spread the layers alone that way (DeepSeek-V3's 61 on 32
+    chunks: 29 of 2, 3 of 1)."""
     n = pp * vp
-    if n <= 1 or layers % n == 0 or layers < n:
+    if n <= 1 or layers % n == 0 or layers + 2 < n or layers < n and (layers + 2) % n:
         return None  # even, or fewer layers than chunks (the layout check says so)
     base, rem = divmod(layers + 2, n)
     out = [base + (1 if i < rem else 0) for i in range(n)]
     out[0] -= 1
     out[-1] -= 1
-    if min(out) < 1:
+    if min(out) < 1 and not (rem == 0 and n > 2 and min(out[1:-1]) >= 1):
         base, rem = divmod(layers, n)
         out = [base + (1 if i < rem else 0) for i in range(n)]
     return tuple(out)

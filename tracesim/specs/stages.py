@@ -76,7 +76,8 @@ _SPLIT_HINT = ("give --stage-layers N,N,... or --first-stage-layers / --last-sta
 
 
 def check_split(model: ModelSpec, par: ParallelSpec) -> None:
-    """The pipeline split: options consistent, every stage and model chunk has a layer."""
+    """The pipeline split: options consistent, every stage and model chunk has a layer (but
+    a first or last chunk that ``stage_layers`` leaves bare: the embedding or the loss alone)."""
     pp, n_chunks = par.pp, par.pp * par.chunks
     f, last = par.first_stage_layers, par.last_stage_layers
     if par.stage_layers and (f or last):
@@ -85,9 +86,11 @@ def check_split(model: ModelSpec, par: ParallelSpec) -> None:
         if len(par.stage_layers) not in (pp, n_chunks):
             raise _err(f"stage_layers has {len(par.stage_layers)} entries, expected pp = {pp}"
                        + (f" or pp x vpp = {n_chunks}" if n_chunks != pp else ""), "stage_layers")
-        if any(int(x) < 1 for x in par.stage_layers):
-            raise _err(f"every stage needs at least one layer, got {list(par.stage_layers)}",
-                       "stage_layers")
+        inner = [int(x) for x in par.stage_layers][1:-1]
+        if any(x < 1 for x in inner) or len(par.stage_layers) < 3 and 0 in par.stage_layers:
+            raise _err("every stage needs at least one layer, but the first and the last entry "
+                       "of three or more (the embedding's and the loss's), got "
+                       f"{list(par.stage_layers)}", "stage_layers")
         if sum(par.stage_layers) != model.layers:
             raise _err(f"stage_layers sum to {sum(par.stage_layers)}, the model has "
                        f"{model.layers} layers", "stage_layers")
@@ -113,10 +116,13 @@ def check_split(model: ModelSpec, par: ParallelSpec) -> None:
             raise _err(f"layers {model.layers} are not divisible by pp {pp} ({_SPLIT_HINT})",
                        "pp")
     counts = stage_layer_counts(model, par)
-    for st, k in enumerate(counts):
-        if k < par.chunks:
-            raise _err(f"pipeline stage {st} has {k} layer(s) for vpp {par.chunks} model chunks: "
-                       "every chunk needs a layer", "vpp" if par.chunks > 1 else "pp")
+    for c, k in enumerate(stage_split(model, par)):
+        # only the model's first and last chunk may be bare, and only when given so: they
+        # run the embedding alone, or the output layer and loss alone
+        if k < 1 and not (par.stage_layers and c in (0, n_chunks - 1)):
+            st = c % pp
+            raise _err(f"pipeline stage {st} has {counts[st]} layer(s) for vpp {par.chunks} "
+                       "model chunks: every chunk needs a layer", "vpp" if par.chunks > 1 else "pp")
 
 
 def default_vpp(layers: int, pp: int) -> int:
