@@ -69,3 +69,21 @@ def test_stage_layers_option_takes_zero() -> None:
     with pytest.raises(InputError) as e:
         ReplayOptions.from_mapping({"stage_layers": "-1,3"}, "cfg.yaml", "replay")
     assert "stage-layers" in str(e.value)
+
+
+def test_the_26_02_table_reads_and_lays_out_its_405b_row_with_bare_ends() -> None:
+    from pathlib import Path
+
+    from tracesim.pipeline.published import bridge_options, read_table
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_bridge_26_02.csv"
+    fmt, rows = read_table(path)
+    assert fmt == "bridge" and len(rows) == 25
+    k, row = next((i, r) for i, r in enumerate(rows) if r["system"] == "DGX-GB200"
+                  and r["model"] == "llama3.1-405b" and r["precision"] == "fp8-mx")
+    opts = bridge_options(row, path, k)
+    assert opts["vpp"] == 8 and opts["stage_layers"] == (0,) + (1,) * 126 + (0,)
+    # every row's ga agrees with its batch and layout
+    for r in rows:
+        dp = int(r["gpus"]) // (int(r["tp"]) * int(r["pp"]) * int(r["cp"]))
+        assert int(r["ga"]) * int(r["mbs"]) * dp == int(r["gbs"])
