@@ -242,14 +242,16 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
     return plateau, curve, src
 
 
+def _scaled(pts: list, factor: float) -> list[list[float]]:
+    """A plateau table ``[[head_dim, efficiency], ...]`` times ``factor``, capped at 1."""
+    return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
+
+
 def attention_params(name: str) -> tuple[dict[str, Any], str]:
     """The attention shape model (plateau per dtype and head dim, kv_half per dtype) and its
     source text."""
     fit = kf.FITTED["attention"]
     fa3, fa3_8 = fit["fa3_bf16"], fit["fa3_fp8"]
-
-    def scaled(pts: list, factor: float) -> list[list[float]]:
-        return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
 
     base = {"plateau": {"default": fa3["plateau"], "fp8": fa3_8["plateau"]},
             "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
@@ -264,7 +266,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
         e128 = dict(fa2["plateau"])[128.0]
         f = FA2_A100_MAX / (e128 * _unit_eff({"kv_half": fa2["kv_half"], "plateau": [[128.0, 1.0]]},
                                              _ASSUMED_MAX_SHAPE))
-        return ({"plateau": {"default": scaled(fa2["plateau"], f)},
+        return ({"plateau": {"default": _scaled(fa2["plateau"], f)},
                  "kv_half": {"default": fa2["kv_half"]}},
                 f"FlashAttention-2: head-dim ratios and kv_half fitted on FA2's H100 rows (FA3 paper, "
                 f"data/attention.csv), scaled to the FA2 paper's A100 maximum {FA2_A100_MAX} of "
@@ -274,7 +276,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
     if family == "mi300x":
         h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
         m = kf.solve_plateau(kf.FITTED["gemm_shared"], 1307.4, 304, kf.mamf_row("MI300X", "bf16"))
-        return ({"plateau": {"default": scaled(fa3["plateau"], m / h), "fp8": scaled(fa3_8["plateau"], m / h)},
+        return ({"plateau": {"default": _scaled(fa3["plateau"], m / h), "fp8": _scaled(fa3_8["plateau"], m / h)},
                  "kv_half": base["kv_half"]},
                 "no MI300X attention data (published numbers are figures only): H100 FA3 x "
                 f"(MI300X / H100 GEMM plateau = {m / h:.3f}) (derived)")
@@ -291,9 +293,6 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
     cu = kf.FITTED["attention"]["cudnn_gb200"]
     up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if name == "gb300" else {"fwd": 1.0, "bwd": 1.0}
     f = cu["plateau_d128"] * up["fwd"] / dict(fa3["plateau"])[128.0]
-
-    def scaled(pts: list, factor: float) -> list[list[float]]:
-        return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
 
     fa3_bwd = AttentionShapeModel({"default": ((128.0, 1.0),)}, {"default": 1.0},
                                   backward=tuple((d, tuple((k, r) for k, r in pts))
@@ -315,7 +314,7 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
         src += (f"; GB300: GB200 x {up['fwd']:g} forward and x {up['bwd']:g} backward, the "
                 "geometric-mean GB300 / GB200 rates of the two measured the same day with cuDNN "
                 "9.22, causal, lengths 2k-32k (source CUDNN-FE-2604)")
-    return ({"plateau": {"default": scaled(fa3["plateau"], f), "fp8": scaled(fa3_8["plateau"], f)},
+    return ({"plateau": {"default": _scaled(fa3["plateau"], f), "fp8": _scaled(fa3_8["plateau"], f)},
              "kv_half": {"default": cu["kv_half"], "fp8": fa3_8["kv_half"]},
              "backward": [[64.0, d64], [128.0, d128]]}, src)
 

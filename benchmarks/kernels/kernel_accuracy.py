@@ -85,8 +85,7 @@ def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: 
                fwd_bwd: bool = False, bwd: bool = False) -> Case:
     seq, d = float(r["seq_len"]), float(r["head_dim"])
     dv = float(r.get("head_dim_v") or d)
-    heads = float(str(r["heads"]).split()[0])
-    units = float(r["batch"]) * heads
+    units = kf.units(r)
     win = float(r.get("window") or 0.0)
     # keys per query summed over the queries: all, half (causal), or a causal window
     keys = seq * win - win * win / 2 if win else seq * seq * (0.5 if causal else 1.0)

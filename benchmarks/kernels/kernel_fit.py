@@ -306,7 +306,9 @@ CUDNN_MAX_SEQ = 32768.0
 BLACKWELL_SM = 148
 
 
-def _units(r: dict[str, str]) -> float:
+def units(r: dict[str, str]) -> float:
+    """Independent attention work units of a benchmark row: batch x query heads (the
+    ``heads`` column may read "128 q / 8 kv")."""
     return float(r["batch"]) * float(str(r["heads"]).split()[0])
 
 
@@ -325,7 +327,7 @@ def cudnn_attention(source: str = "CUDNN-FE-2511", device: str = "GB200",
     for kvh in np.arange(0.0, 1500.1, 8.0):
         unit = AttentionShapeModel({"default": ((1.0, 1.0),)}, {"default": float(kvh)})
         e1 = np.array([unit.efficiency("default", BLACKWELL_SM, np.array(
-            [[_units(r), s, s / 2, 128.0]]))[0] for s, r in fwd.items()])
+            [[units(r), s, s / 2, 128.0]]))[0] for s, r in fwd.items()])
         e = float(np.exp(np.mean(np.log(meas / e1))))
         err = float(np.mean(np.abs(np.log(meas / (e * e1)))))
         if err < best[0] - 1e-12:
