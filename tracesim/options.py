@@ -160,6 +160,11 @@ class ReplayOptions:
     moe_capacity_factor: float | None = _opt(
         "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "
         "dropped). Default: dropless, as Megatron-Core.", "float", metavar="X")
+    mtp_layers: int | None = _opt(
+        "Multi-token prediction modules (DeepSeek-V3's MTP; Megatron-Core's --mtp-num-layers): "
+        "each runs one more transformer layer, two norms, a projection, the shared output head "
+        "and a loss on the last pipeline stage (docs/moe.md). Default 0.", "int", minimum=0,
+        metavar="N")
     first_stage_layers: int | None = _opt(
         "Transformer layers of the first pipeline stage (Megatron's decoder_first_pipeline_"
         "num_layers); the stages without a given count split the rest evenly.", "int",
@@ -316,7 +321,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "template", "attention",
+              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",

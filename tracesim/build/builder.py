@@ -44,7 +44,7 @@ from tracesim.build.overlap import (
 )
 from tracesim.build.recompute import recomputed
 from tracesim.build.schedules import get_schedule
-from tracesim.build.units import Unit
+from tracesim.build.units import Program, Unit
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split, validate_layout
@@ -115,6 +115,16 @@ class _StageBuilder:
     def _layers(self, g: int) -> range:
         return range(int(self.starts[g]), int(self.starts[g + 1]))
 
+    def _mtp(self, g: int) -> range:
+        """The multi-token-prediction modules chunk ``g`` runs after its layers (the last
+        chunk), keyed as layers past the model's last (:mod:`tracesim.template.mtp`)."""
+        n = self.par.mtp_layers if g == self.n_chunks - 1 and self.res.mtp_in is not None else 0
+        return range(self.model.layers, self.model.layers + n)
+
+    def _mtp_sections(self, key: int) -> list[Any]:
+        """The sections of MTP module ``key`` in forward order: in, its layer, out."""
+        return [self.res.mtp_in, self.res.layer(self.model, key), self.res.mtp_out]
+
     def _emit(self, u: Unit, ops, layer: int, phase: str, prefix: str = "") -> None:
         """Append resolved ops, turning the attention-core run into a ring when cp > 1 and
         the other ops into the TP overlaps the layout switches on (:mod:`overlap`)."""
@@ -157,6 +167,8 @@ class _StageBuilder:
         if g == 0:
             segs.append((-1, res.prologue))
         segs += [(layer, res.layer(self.model, layer)) for layer in self._layers(g)]
+        for key in self._mtp(g):
+            segs += [(key, sec) for sec in self._mtp_sections(key)]
         if g == self.n_chunks - 1:
             segs.append((-1, res.epilogue))
         for k, (layer, sec) in enumerate(segs):
@@ -165,7 +177,7 @@ class _StageBuilder:
             self._emit(u, sec.fwd, layer, "fwd")
             key = layer if layer >= 0 else (-1 if k == 0 and g == 0 else -2)
             first = next((i for i in range(start, len(u)) if u.cols["lane"][i] == "compute"), -1)
-            if first >= 0:
+            if first >= 0 and key not in u.layer_start:  # an MTP module: its first piece
                 u.layer_start[key] = first
             prev_first = self._link_first(u, start, ag) if ag >= 0 else prev_first
             if ag >= 0:
@@ -187,15 +199,18 @@ class _StageBuilder:
         segs: list[tuple[int, Any, bool]] = []
         if g == self.n_chunks - 1:
             segs.append((-1, res.epilogue, False))
+        for key in reversed(self._mtp(g)):
+            segs += [(key, sec, k == 1) for k, sec in reversed(list(enumerate(self._mtp_sections(key))))]
         segs += [(layer, res.layer(self.model, layer), True) for layer in reversed(self._layers(g))]
         if g == 0:
             segs.append((-1, res.prologue, False))
         prev_first = -1
         first_layer = int(self.starts[g])
-        n_full = self.par.recompute_layers or len(self._layers(g))
+        n_full = self.par.recompute_layers or len(self._layers(g)) + len(self._mtp(g))
         for layer, sec, is_layer in segs:
             start = len(u)
-            name = "layer" if is_layer else ("epilogue" if sec is res.epilogue else "prologue")
+            name = ("layer" if is_layer else "epilogue" if sec is res.epilogue
+                    else "mtp" if sec is res.mtp_in or sec is res.mtp_out else "prologue")
             ag = self._gather(u, sec.params, layer, "bwd", prev_first) if self.shard and sec.params else -1
             if is_layer and self.par.recompute == "full" and layer - first_layer < n_full:
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
@@ -223,61 +238,6 @@ class _StageBuilder:
         return (u.compacted() if self.merge else u).freeze()
 
 
-class _Program:
-    """Accumulates unit copies (in schedule order) and extra tasks of one stage."""
-
-    def __init__(self) -> None:
-        self.units: list[tuple[Unit, str]] = []
-        self.offsets: list[int] = []
-        self.n_unit_tasks = 0
-        self.extra = Unit()
-        self.x_src: list[int] = []  # edges between unit tasks (>= 0) and extras (encoded < 0)
-        self.x_dst: list[int] = []
-
-    def add_unit(self, unit: Unit, tag: str) -> int:
-        off = self.n_unit_tasks
-        self.units.append((unit, tag))
-        self.offsets.append(off)
-        self.n_unit_tasks += len(unit)
-        return off
-
-    def extra_task(self, **kw: Any) -> int:
-        return -1 - self.extra.add(**kw)
-
-    def edge(self, a: int, b: int) -> None:
-        self.x_src.append(a)
-        self.x_dst.append(b)
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        ex = self.extra.freeze().arrays
-        assert ex is not None
-        n_u = self.n_unit_tasks
-        out: dict[str, np.ndarray] = {}
-        for col in ex:
-            if col in ("src", "dst"):
-                continue
-            parts = [u.arrays[col] for u, _ in self.units] + [ex[col]]  # type: ignore[index]
-            out[col] = np.concatenate(parts) if parts else ex[col]
-        # local keys of unit comm tasks get the instance tag
-        keys = out["key"]
-        for (u, tag), off in zip(self.units, self.offsets, strict=True):
-            a = u.arrays
-            assert a is not None
-            comm = np.flatnonzero(a["kind"] != "gpu")
-            keys[off + comm] = [f"{tag}|{k}" for k in a["key"][comm].tolist()]
-        srcs = [u.arrays["src"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
-        dsts = [u.arrays["dst"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
-        xs = np.asarray(self.x_src, dtype=np.int64)
-        xd = np.asarray(self.x_dst, dtype=np.int64)
-        xs = np.where(xs < 0, n_u + (-1 - xs), xs)
-        xd = np.where(xd < 0, n_u + (-1 - xd), xd)
-        srcs += [ex["src"] + n_u, xs]
-        dsts += [ex["dst"] + n_u, xd]
-        out["src"] = np.concatenate(srcs)
-        out["dst"] = np.concatenate(dsts)
-        return out
-
-
 def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     model, par, stage = sb.model, sb.par, sb.stage
     pp, m, v = par.pp, par.num_micro, par.chunks
@@ -285,7 +245,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     items = get_schedule(par.schedule)(pp, stage, m, v)
     fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
     bwd_units = {c: sb.backward_unit(c * pp + stage) for c in range(v)}
-    prog = _Program()
+    prog = Program()
     tp = par.tp
     act_bytes = par.micro_batch * (par.seq_len / par.cp) * model.hidden * sb.eb
     p2p_bytes = int(act_bytes / tp)
@@ -405,10 +365,17 @@ def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
             sec = sb.res.layer(sb.model, layer)
             params += sec.params
             expert += sec.expert_params
+        for key in sb._mtp(g):
+            params += sum(sec.params for sec in sb._mtp_sections(key))
+            expert += sb.res.layer(sb.model, key).expert_params
         if g == 0:
             params += sb.res.prologue.params
         if g == sb.n_chunks - 1:
             params += sb.res.epilogue.params
+            # MTP looks up the shifted inputs' embeddings: the last stage holds a copy of
+            # the word embeddings (Megatron-Core), unless tied ones put it there already
+            if sb._mtp(g) and g != 0 and stage != 0 and not sb.model.tied_embeddings:
+                params += sb.res.prologue.params
     return params, expert
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracesim.build.overlap import overlap_extra_ns
-from tracesim.build.units import Unit
+from tracesim.build.units import Program, Unit
 
 if TYPE_CHECKING:
-    from tracesim.build.builder import _Program, _StageBuilder
+    from tracesim.build.builder import _StageBuilder
 
 
 def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tuple[int, float, float]]:
@@ -41,11 +41,15 @@ def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tupl
             sec = res.layer(sb.model, layer)
             rows.append((unit.layer_start.get(layer, -1), sec.params - sec.expert_params,
                          sec.expert_params))
+        for key in sb._mtp(g):
+            rows.append((unit.layer_start.get(key, -1), *_mtp_params(sb, key)))
         if g == sb.n_chunks - 1:
             rows.append((unit.layer_start.get(-2, -1), res.epilogue.params, 0.0))
         return rows
     if g == sb.n_chunks - 1:
         rows.append((unit.marks["epilogue"], res.epilogue.params, 0.0))
+    for key in reversed(sb._mtp(g)):
+        rows.append((unit.layer_end[key], *_mtp_params(sb, key)))
     for layer in reversed(sb._layers(g)):
         sec = res.layer(sb.model, layer)
         rows.append((unit.layer_end[layer], sec.params - sec.expert_params, sec.expert_params))
@@ -54,13 +58,20 @@ def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tupl
     return rows
 
 
+def _mtp_params(sb: _StageBuilder, key: int) -> tuple[float, float]:
+    """(dense params, expert params) of multi-token-prediction module ``key``."""
+    secs = sb._mtp_sections(key)
+    expert = secs[1].expert_params
+    return sum(sec.params for sec in secs) - expert, expert
+
+
 def _groups(sb: _StageBuilder) -> list[tuple[str, int, int]]:
     """(group kind, params column, group size) of the data-parallel groups with > 1 rank."""
     edp = sb.par.edp
     return [(gk, col, size) for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)) if size > 1]
 
 
-def grad_buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int, bucket: int,
+def grad_buckets(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int, bucket: int,
                  after: int | None) -> list[int]:
     """Gradient buckets of chunk ``g`` after its last backward (module docstring); ``after``:
     a task every bucket waits for (the end of the backward), None: each bucket waits for its
@@ -87,7 +98,7 @@ def grad_buckets(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int
     return out
 
 
-def param_gathers(sb: _StageBuilder, prog: _Program, unit: Unit, off: int, g: int,
+def param_gathers(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int,
                   bucket: int) -> list[int]:
     """The parameter all-gathers of chunk ``g`` in the next iteration's first forward of it
     (unit copy at ``off``), each segment's first compute task waiting for its bucket's."""

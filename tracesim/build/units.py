@@ -9,12 +9,16 @@ Inside a unit the *chain* (compute ops and the blocking communication between th
 collectives, EP all-to-all, the context-parallel ring) runs in order; an edge joins two
 consecutive chain tasks whenever they sit on different lanes. Asynchronous tasks (ZeRO-3
 parameter all-gathers and gradient reduce-scatters) hang off the chain by explicit edges.
+
+A :class:`Program` is one pipeline stage's program: the unit copies in schedule order and the
+tasks outside any unit (point-to-point transfers, gradient buckets, the optimizer step).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -243,3 +247,58 @@ class Unit:
         a["dst"] = np.asarray(self.dst, dtype=np.int64)
         self.arrays = a
         return self
+
+
+class Program:
+    """Accumulates unit copies (in schedule order) and extra tasks of one stage."""
+
+    def __init__(self) -> None:
+        self.units: list[tuple[Unit, str]] = []
+        self.offsets: list[int] = []
+        self.n_unit_tasks = 0
+        self.extra = Unit()
+        self.x_src: list[int] = []  # edges between unit tasks (>= 0) and extras (encoded < 0)
+        self.x_dst: list[int] = []
+
+    def add_unit(self, unit: Unit, tag: str) -> int:
+        off = self.n_unit_tasks
+        self.units.append((unit, tag))
+        self.offsets.append(off)
+        self.n_unit_tasks += len(unit)
+        return off
+
+    def extra_task(self, **kw: Any) -> int:
+        return -1 - self.extra.add(**kw)
+
+    def edge(self, a: int, b: int) -> None:
+        self.x_src.append(a)
+        self.x_dst.append(b)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        ex = self.extra.freeze().arrays
+        assert ex is not None
+        n_u = self.n_unit_tasks
+        out: dict[str, np.ndarray] = {}
+        for col in ex:
+            if col in ("src", "dst"):
+                continue
+            parts = [u.arrays[col] for u, _ in self.units] + [ex[col]]  # type: ignore[index]
+            out[col] = np.concatenate(parts) if parts else ex[col]
+        # local keys of unit comm tasks get the instance tag
+        keys = out["key"]
+        for (u, tag), off in zip(self.units, self.offsets, strict=True):
+            a = u.arrays
+            assert a is not None
+            comm = np.flatnonzero(a["kind"] != "gpu")
+            keys[off + comm] = [f"{tag}|{k}" for k in a["key"][comm].tolist()]
+        srcs = [u.arrays["src"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
+        dsts = [u.arrays["dst"] + off for (u, _), off in zip(self.units, self.offsets, strict=True)]  # type: ignore[index]
+        xs = np.asarray(self.x_src, dtype=np.int64)
+        xd = np.asarray(self.x_dst, dtype=np.int64)
+        xs = np.where(xs < 0, n_u + (-1 - xs), xs)
+        xd = np.where(xd < 0, n_u + (-1 - xd), xd)
+        srcs += [ex["src"] + n_u, xs]
+        dsts += [ex["dst"] + n_u, xd]
+        out["src"] = np.concatenate(srcs)
+        out["dst"] = np.concatenate(dsts)
+        return out

@@ -243,6 +243,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         out["overlap_param_gather"] = recipe.overlap_param_gather
     if recipe.expert_tp is not None:
         out["etp"] = recipe.expert_tp
+    if recipe.mtp_layers:  # DeepSeek-V3's multi-token prediction (the layout's ``m``)
+        out["mtp_layers"] = recipe.mtp_layers
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk
@@ -265,6 +267,4 @@ def unmodelled(recipe: Recipe) -> tuple[str, ...]:
         out.append(f"flex token dispatcher ({recipe.dispatcher})")
     if recipe.a2a_overlap:
         out.append("EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)")
-    if recipe.mtp_layers:
-        out.append(f"{recipe.mtp_layers} MTP layer(s)")
     return tuple(out)

@@ -205,6 +205,10 @@ def estimate_memory(
             act += held[c] * per_mb
         if stage == par.pp - 1:
             act += 4.0 * par.micro_batch * (par.seq_len / par.cp) * model.vocab / par.tp
+            # multi-token-prediction modules: one more layer each on the last chunk (its
+            # logits are freed before the next module's, like the main head's)
+            act += held[par.chunks - 1] * par.mtp_layers * layer_activation_bytes(
+                model, par, model.layers - 1, flash=flash)
         if stage == 0:
             act += held[0] * par.micro_batch * (par.seq_len / par.cp) * model.hidden * eb / (par.tp if par.sp else 1)
         rows.append((w, g, o, act))

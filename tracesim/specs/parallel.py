@@ -55,8 +55,7 @@ class ParallelSpec:
             all-gather / reduce-scatter instead of all-reduce).
         vpp: virtual pipeline stages (model chunks) per pipeline rank, for ``interleaved``.
         zero: ZeRO stage 0-3 (1: optimizer states sharded, 2: + gradients, 3: + parameters).
-        fsdp: PyTorch FSDP (full sharding, per-layer all-gather with prefetch); same
-            communication pattern as ``zero=3``.
+        fsdp: PyTorch FSDP (per-layer all-gather with prefetch; the pattern of ``zero=3``).
         micro_batch: sequences per micro-batch per data-parallel replica.
         global_batch: sequences per iteration over all replicas.
         seq_len: sequence length in tokens.
@@ -88,6 +87,8 @@ class ParallelSpec:
         moe_capacity_factor: expert capacity in multiples of the mean routed tokens per
             expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
             0 is dropless (Megatron-Core's default).
+        mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
+            ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
         first_stage_layers, last_stage_layers: transformer layers of the first / last
             pipeline stage (Megatron's ``decoder_first/last_pipeline_num_layers``); the other
             stages split the rest evenly; 0: not given.
@@ -145,6 +146,7 @@ class ParallelSpec:
     dp_overlap: bool = True
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
+    mtp_layers: int = 0
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     stack: str = ""
@@ -191,9 +193,7 @@ class ParallelSpec:
         """A rank's routed token copies at the expert GEMMs are ``T * top_k`` over this: 1
         when the experts use the TP group (gathered over it), else ``tps / etp`` (the rank's
         own ``T / tps`` tokens gathered over the expert-TP group)."""
-        if self.expert_tp == self.tp:
-            return 1.0
-        return (self.tp if self.sp else 1) / self.expert_tp
+        return 1.0 if self.expert_tp == self.tp else (self.tp if self.sp else 1) / self.expert_tp
 
     @property
     def num_micro(self) -> int:
@@ -214,9 +214,8 @@ class ParallelSpec:
     def moe_load(self) -> float:
         """Routed tokens of the busiest expert over the mean: ``moe_imbalance``, capped at the
         capacity factor when tokens are dropped."""
-        if self.moe_capacity_factor > 0:
-            return min(self.moe_imbalance, self.moe_capacity_factor)
-        return self.moe_imbalance
+        cap = self.moe_capacity_factor
+        return min(self.moe_imbalance, cap) if cap > 0 else self.moe_imbalance
 
     @property
     def moe_kept(self) -> float:
@@ -311,6 +310,8 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
     if not par.moe_capacity_factor >= 0.0:
         raise _err(f"must be > 0 (or 0: dropless), got {par.moe_capacity_factor!r}",
                    "moe_capacity_factor")
+    if par.mtp_layers < 0:
+        raise _err(f"must be >= 0, got {par.mtp_layers}", "mtp_layers")
     if par.schedule == "interleaved":
         if par.vpp < 2:
             raise _err(f"the interleaved schedule needs vpp >= 2, got {par.vpp}", "vpp")
@@ -435,6 +436,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         dp_overlap=_one_switch(opts, "dp_overlap", "overlap_grad_reduce", True),
         moe_imbalance=float(get("moe_imbalance", 1.0)),
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
+        mtp_layers=int(get("mtp_layers", 0) or 0),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),
         p2p_blocking=not bool(get("overlap_p2p", not bool(get("p2p_blocking", True)))),

@@ -41,6 +41,7 @@ from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
 from tracesim.template.moe_ops import is_expert_op
+from tracesim.template.mtp import mtp_ops
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
@@ -101,7 +102,8 @@ class Resolved:
 
     A layer is ``dense`` (attention + dense MLP) or ``moe`` (attention + MoE block), with full
     attention or, for the windowed layers of a sliding-window model, with the template's
-    ``win`` bound to the window (``dense_windowed``, ``moe_windowed``).
+    ``win`` bound to the window (``dense_windowed``, ``moe_windowed``). A layer index past the
+    model's last layer is a multi-token-prediction module's layer, built as the last layer.
     """
 
     prologue: Section
@@ -112,9 +114,14 @@ class Resolved:
     env: dict = field(default_factory=dict)
     dense_windowed: Section | None = None
     moe_windowed: Section | None = None
+    #: the ops around each multi-token-prediction module's transformer layer (``mtp_layers``
+    #: > 0; :mod:`tracesim.template.mtp`): before it (``mtp_in``) and after it (``mtp_out``)
+    mtp_in: Section | None = None
+    mtp_out: Section | None = None
 
     def layer(self, model: ModelSpec, index: int) -> Section:
         """The resolved ops of transformer layer ``index`` (0-based)."""
+        index = min(index, model.layers - 1)
         moe = model.moe_layer(index) and self.moe is not None
         if model.window(index):
             windowed = self.moe_windowed if moe else self.dense_windowed
@@ -403,6 +410,15 @@ def resolve_template(
         dense_windowed=sec("block", ("attn", "mlp"), True, window) if window else None,
         moe_windowed=sec("block", ("attn", "moe"), True, window) if window and has_moe else None,
     )
+    if par.mtp_layers:
+        pieces = mtp_ops(template, model)
+
+        def piece(name: str, end_full: bool) -> Section:
+            fwd_ops, bwd_ops = pieces[name]
+            return _resolve_section(fwd_ops, bwd_ops, model, par, op_time, end_full=end_full,
+                                    regather=bool(template.meta.get("sp_regather")))
+
+        res = dataclasses.replace(res, mtp_in=piece("in", True), mtp_out=piece("out", False))
     return dataclasses.replace(res, optimizer=optimizer_ops(template, res, model))
 
 
@@ -428,11 +444,14 @@ def optimizer_ops(template: LayerTemplate, res: Resolved, model: ModelSpec) -> t
 def model_flops_per_iteration(resolved: Resolved, model: ModelSpec, par: ParallelSpec) -> float:
     """Model FLOPs of one iteration (forward + backward = 3x forward, no recomputation).
 
-    Summed over the whole model (all layers, embeddings, head) and the global batch; the
-    forward FLOPs come from the template evaluated without any parallel split.
+    Summed over the whole model (all layers, embeddings, head, multi-token-prediction
+    modules) and the global batch; the forward FLOPs come from the template evaluated without any parallel split.
     """
     per_mb = resolved.prologue.model_flops_fwd + resolved.epilogue.model_flops_fwd
-    for layer in range(model.layers):
+    for layer in range(model.layers + par.mtp_layers):
         per_mb += resolved.layer(model, layer).model_flops_fwd
+    for sec in (resolved.mtp_in, resolved.mtp_out):
+        if sec is not None:
+            per_mb += par.mtp_layers * sec.model_flops_fwd
     micro_batches = par.global_batch / par.micro_batch
     return 3.0 * per_mb * micro_batches
