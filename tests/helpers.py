@@ -41,7 +41,9 @@ def op_time(op_class: str, flops: float, nbytes: float, op: object, units: float
 
 def build(model: ModelSpec, **kw: object) -> BuildResult:
     """``model`` built on the layout ``kw`` (seq_len 128 unless given) from its first-principles
-    template, timed by :func:`op_time`."""
+    template, timed by :func:`op_time` (``offload``: passed to the builder)."""
     kw.setdefault("seq_len", 128)
+    offload = kw.pop("offload", None)
     par = ParallelSpec(**kw)  # type: ignore[arg-type]
-    return build_graph(model, par, first_principles_template(model), op_time)
+    return build_graph(model, par, first_principles_template(model), op_time,
+                       offload=offload)  # type: ignore[arg-type]

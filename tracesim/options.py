@@ -165,6 +165,12 @@ class ReplayOptions:
         "each runs one more transformer layer, two norms, a projection, the shared output head "
         "and a loss on the last pipeline stage (docs/moe.md). Default 0.", "int", minimum=0,
         metavar="N")
+    cpu_offload_layers: int | None = _opt(
+        "Activation offloading to host memory (Transformer Engine's CPU offload, Megatron-Core's "
+        "--cpu-offloading-num-layers N): the first N layers' saved activations go to the host "
+        "after their forward and come back before their backward, at the cluster spec's "
+        "host_link rates (docs/stacks.md). Needs pp 1 and no recomputation.", "int", minimum=1,
+        metavar="N")
     first_stage_layers: int | None = _opt(
         "Transformer layers of the first pipeline stage (Megatron's decoder_first_pipeline_"
         "num_layers); the stages without a given count split the rest evenly.", "int",
@@ -321,7 +327,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "template", "attention",
+              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "cpu_offload_layers", "template", "attention",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",

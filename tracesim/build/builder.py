@@ -33,6 +33,7 @@ import numpy as np
 from tracesim.build import dpsync
 from tracesim.build.host import HostModel, host_bound
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
+from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
     NCCL_SMS,
     CommEstimateFn,
@@ -45,6 +46,7 @@ from tracesim.build.overlap import (
 from tracesim.build.recompute import recomputed
 from tracesim.build.schedules import get_schedule
 from tracesim.build.units import Program, Unit
+from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split, validate_layout
@@ -78,8 +80,10 @@ class _StageBuilder:
     """Builds the program (task columns + local edges) of one pipeline stage."""
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, res: Resolved, op_time: OpTimeFn,
-                 template: LayerTemplate, stage: int, merge: bool = False, ov: Any = None):
+                 template: LayerTemplate, stage: int, merge: bool = False, ov: Any = None,
+                 offload: Offload | None = None):
         self.model, self.par, self.res, self.stage = model, par, res, stage
+        self.offload = offload
         self.merge = merge
         self.op_time, self.template = op_time, template
         self.ov = ov if ov is not None else overlaps_for(par)
@@ -101,6 +105,7 @@ class _StageBuilder:
                                local_experts=max(1, model.experts // par.ep) if model.is_moe else 1)
                      if par.host_launch else None)
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
+        self.offload_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # the same, activation copies
 
     def _host(self, u: Unit, phase: str) -> None:
         """The GPU's waits for the host launching the unit's kernels (:mod:`host`)."""
@@ -112,6 +117,10 @@ class _StageBuilder:
         self.host_wait_ns[phase] += host_bound(c, chain, self.host)
 
     # ---- units -------------------------------------------------------------------------
+    def _offload(self, u: Unit, phase: str, first: dict[int, int]) -> None:
+        if self.offload is not None:
+            self.offload_wait_ns[phase] += add_waits(self.offload, u, phase, first)
+
     def _layers(self, g: int) -> range:
         return range(int(self.starts[g]), int(self.starts[g + 1]))
 
@@ -183,6 +192,7 @@ class _StageBuilder:
             if ag >= 0:
                 self._fsdp_interference(u, start, sec.params * self.param_bytes, "all_gather")
         u.close()
+        self._offload(u, "fwd", {})
         self._host(u, "fwd")
         return (u.compacted() if self.merge else u).freeze()
 
@@ -207,6 +217,7 @@ class _StageBuilder:
         prev_first = -1
         first_layer = int(self.starts[g])
         n_full = self.par.recompute_layers or len(self._layers(g)) + len(self._mtp(g))
+        first: dict[int, int] = {}
         for layer, sec, is_layer in segs:
             start = len(u)
             name = ("layer" if is_layer else "epilogue" if sec is res.epilogue
@@ -225,6 +236,8 @@ class _StageBuilder:
                 self._emit(u, again, layer, "bwd", prefix="recompute:")
                 self._emit(u, bwd[cut:], layer, "bwd")
             u.marks[name] = u.tail
+            if is_layer:
+                first[layer] = next((i for i in range(start, len(u)) if u.cols["lane"][i] == "compute"), start)
             if ag >= 0:
                 prev_first = self._link_first(u, start, ag)
             if self.shard and sec.params:
@@ -234,6 +247,7 @@ class _StageBuilder:
                 self._fsdp_interference(u, start, sec.params * (self.param_bytes + self.grad_bytes),
                                         "all_gather")
         u.close()
+        self._offload(u, "bwd", first)
         self._host(u, "bwd")
         return (u.compacted() if self.merge else u).freeze()
 
@@ -353,7 +367,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                                      key=f"zag|{gk}")
                 prog.edge(opt, ag)
     info = {"params": params, "expert_params": expert, "items": len(items),
-            "host_wait_ns": dict(sb.host_wait_ns)}
+            "host_wait_ns": dict(sb.host_wait_ns), "offload_wait_ns": dict(sb.offload_wait_ns)}
     return prog.arrays(), info
 
 
@@ -393,6 +407,7 @@ def build_graph(
     blackwell: bool = False,
     comm_estimate: CommEstimateFn | None = None,
     ranks: Sequence[int] | None = None,
+    offload: Offload | None = None,
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -414,10 +429,11 @@ def build_graph(
             (None: not charged).
         ranks: the ranks the graph holds (default: every rank, or the representatives);
             ``BuildResult.programs`` gives the graphs of the others on demand.
+        offload: activation offloading to host memory (:mod:`tracesim.build.offload`).
     """
     progs = stage_programs(model, par, template, op_time, comm_time=comm_time, gpus=gpus,
                            merge_compute=merge_compute, sm_count=sm_count, blackwell=blackwell,
-                           comm_estimate=comm_estimate)
+                           comm_estimate=comm_estimate, offload=offload)
     placement = progs.placement
     if ranks is None:
         ranks = placement.representatives() if representatives else list(range(par.world))
@@ -444,16 +460,20 @@ def stage_programs(
     sm_count: int = 0,
     blackwell: bool = False,
     comm_estimate: CommEstimateFn | None = None,
+    offload: Offload | None = None,
 ) -> StagePrograms:
     """The stage programs :func:`build_graph` gives to ranks (same arguments)."""
     validate_layout(model, par, gpus)
+    if offload is not None and (par.pp > 1 or par.recompute != "none"):
+        raise InputError("activation offloading needs pp 1 and no recomputation (as "
+                         "Megatron-Core's cpu_offloading)", "layout", "cpu_offload_layers")
     placement = Placement(par)
     res = resolve_template(template, model, par, op_time)
     stage_progs = []
     infos = []
     ov = overlaps_for(par, sm_count, blackwell, comm_estimate)
     for stage in range(par.pp):
-        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov)
+        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov, offload)
         prog, info = _stage_program(sb, placement, comm_time is None)
         stage_progs.append(prog)
         infos.append(info)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.build.builder import BuildResult, build_graph
+from tracesim.build.offload import Offload
 from tracesim.catalog import default_bundle, load_cluster, load_model
 from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
 from tracesim.errors import InputError
@@ -34,6 +35,7 @@ from tracesim.graph.taskgraph import TaskGraph
 from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.perturbed import fabric_cluster
+from tracesim.report.memory import layer_activation_bytes
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
@@ -173,11 +175,19 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     perturbed = bool(options.straggler or options.jitter) or cluster.healthy is not cluster
     symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
+    offload = _offload(options, model, par, cluster, template)
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
-                        comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks)
+                        comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
+                        offload=offload)
     info = stack_info(stack, par, device, template)
+    if offload is not None:
+        waits = [sum(st.get("offload_wait_ns", {}).values()) for st in built.info["stages"]]
+        info["offload"] = {"layers": offload.layers, "d2h_GBps": offload.d2h_GBps,
+                           "h2d_GBps": offload.h2d_GBps,
+                           "gib_per_microbatch": sum(offload.act_bytes) / 2**30,
+                           "wait_s_per_microbatch": max(waits, default=0.0) * 1e-9}
     if par.host_launch:
         from tracesim.build.host import LAUNCH_US_BWD, LAUNCH_US_FWD
 
@@ -252,3 +262,24 @@ def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dic
         return ns
 
     return wrapped, by_name
+
+
+def _offload(options: ReplayOptions, model: ModelSpec, par: ParallelSpec, cluster: ClusterSpec,
+             template: LayerTemplate) -> Offload | None:
+    """The activation offloading ``--cpu-offload-layers`` asks for (:mod:`tracesim.build.offload`):
+    the offloaded layers' saved activations (the memory estimate's bytes) and the cluster's
+    host link; a layout or cluster that cannot run it is an InputError."""
+    n = options.cpu_offload_layers or 0
+    if not n:
+        return None
+    if n >= model.layers:
+        raise InputError(f"{n} offloaded layers: the model has {model.layers} (Megatron-Core "
+                         "offloads fewer than all)", "--cpu-offload-layers")
+    if cluster.host_link is None:
+        raise InputError(f"cluster {cluster.name} gives no host_link (GPU <-> host copy GB/s per "
+                         "GPU, e.g. nvbandwidth's all_to_host_memcpy_ce / host_to_all_memcpy_ce)",
+                         options.cluster if isinstance(options.cluster, str) else cluster.name,
+                         "host_link")
+    flash = template.meta.get("attention", "flash") != "unfused"
+    sizes = tuple(layer_activation_bytes(model, par, k, flash=flash) for k in range(n))
+    return Offload(n, model.layers, sizes, cluster.host_link.d2h_GBps, cluster.host_link.h2d_GBps)

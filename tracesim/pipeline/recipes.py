@@ -243,6 +243,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         out["overlap_param_gather"] = recipe.overlap_param_gather
     if recipe.expert_tp is not None:
         out["etp"] = recipe.expert_tp
+    if recipe.cpu_offload_layers:  # Transformer Engine's activation offloading
+        out["cpu_offload_layers"] = recipe.cpu_offload_layers
     if recipe.mtp_layers:  # DeepSeek-V3's multi-token prediction (the layout's ``m``)
         out["mtp_layers"] = recipe.mtp_layers
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
@@ -261,8 +263,6 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
 def unmodelled(recipe: Recipe) -> tuple[str, ...]:
     """The recipe's settings that no replay option expresses (module docstring)."""
     out = []
-    if recipe.cpu_offload_layers:
-        out.append(f"activation offload to the host ({recipe.cpu_offload_layers} layers)")
     if recipe.dispatcher != "alltoall":
         out.append(f"flex token dispatcher ({recipe.dispatcher})")
     if recipe.a2a_overlap:

@@ -206,7 +206,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     peak = device.peak_flops(par.dtype) / 1e12
     mem = estimate_memory(model, par, b.built.stage_params, b.built.stage_expert_params,
                           flash=b.template.meta.get("attention", "flash") != "unfused",
-                          capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0))
+                          capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0),
+                          offloaded_layers=opts.cpu_offload_layers or 0)
     if not mem.fits:
         msg = (f"the layout needs {mem.total_gib:.1f} GiB per GPU on pipeline stage "
                f"{mem.worst_stage}, more than the device's {mem.capacity_gib:.0f} GiB")

@@ -163,6 +163,7 @@ def estimate_memory(
     *,
     flash: bool = True,
     capacity_gib: float = 0.0,
+    offloaded_layers: int = 0,
 ) -> MemoryEstimate:
     """Memory per GPU of every pipeline stage; the worst one is reported.
 
@@ -171,6 +172,8 @@ def estimate_memory(
             :class:`tracesim.build.builder.BuildResult`).
         flash: attention without a stored score matrix.
         capacity_gib: device memory (0: unknown).
+        offloaded_layers: the first N layers' activations live in host memory (one stage,
+            one micro-batch in flight); one layer's stay, the copy under way.
     """
     eb = DTYPE_BYTES[par.dtype]
     wb = gb = max(eb, 2)
@@ -203,6 +206,9 @@ def estimate_memory(
             per_mb = sum(layer_activation_bytes(model, par, li, flash=flash)
                          for li in range(layer0, layer0 + split[g_idx]))
             act += held[c] * per_mb
+        if offloaded_layers:
+            sizes = [layer_activation_bytes(model, par, li, flash=flash) for li in range(offloaded_layers)]
+            act -= held[0] * (sum(sizes) - max(sizes))
         if stage == par.pp - 1:
             act += 4.0 * par.micro_batch * (par.seq_len / par.cp) * model.vocab / par.tp
             # multi-token-prediction modules: one more layer each on the last chunk (its

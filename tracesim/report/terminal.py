@@ -90,6 +90,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
             graphs = ", ".join(host.get("cuda_graphs") or []) or "none"
             rows.append(("host launches", f"GPU waits {fmt_seconds(host.get('wait_s_per_microbatch'))} "
                          f"per micro-batch (slowest stage); CUDA graphs: {graphs}"))
+        off = st.get("offload")
+        if isinstance(off, Mapping):
+            rows.append(("cpu offload", f"{off.get('layers')} layers, "
+                         f"{_f(off.get('gib_per_microbatch'), '.1f')} GiB per micro-batch at "
+                         f"{_f(off.get('d2h_GBps'), '.0f')} / {_f(off.get('h2d_GBps'), '.0f')} GB/s; "
+                         f"GPU waits {fmt_seconds(off.get('wait_s_per_microbatch'))} per micro-batch"))
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
         ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),

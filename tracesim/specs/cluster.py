@@ -25,6 +25,9 @@ A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.m
       select: {all_reduce: [nvls, ring]}          # per collective: auto or preference list
       algorithms:
         ring: {efficiency: {intra: 0.80, inter: 0.94}, step_latency_us: 0.5}
+    host_link: {d2h_GBps: 183, h2d_GBps: 172}  # optional: GPU <-> host memory copies, per GPU
+                               # per direction with every GPU of the node copying (activation
+                               # offloading, --cpu-offload-layers)
     degraded_links: [nic3:0.5]  # optional: links below their capacity (tracesim/specs/fabric.py)
     background: []             # optional: traffic from outside the job (same module)
 
@@ -64,6 +67,16 @@ DEFAULT_SWITCH_LATENCY_US = 0.25
 #: built; larger values are typos, not clusters)
 MAX_GPUS_PER_NODE = 1024
 MAX_GPUS = 1 << 20
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """Copies between a GPU and host memory by its copy engines (PCIe, or NVLink-C2C on
+    Grace-Blackwell): achieved GB/s per GPU and per direction while every GPU of the node
+    copies at once (what activation offloading does)."""
+
+    d2h_GBps: float
+    h2d_GBps: float
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,7 @@ class ClusterSpec:
     #: degraded or failed links and traffic from outside the job (tracesim/specs/fabric.py)
     degraded_links: tuple[LinkFault, ...] = ()
     background: tuple[BackgroundJob, ...] = ()
+    host_link: HostLink | None = None
 
     @property
     def gpus(self) -> int:
@@ -217,6 +231,8 @@ class ClusterSpec:
             d["sources"] = list(self.sources)
         if self.host_contention is not None:
             d["host_contention"] = self.host_contention.to_dict()
+        if self.host_link is not None:
+            d["host_link"] = dataclasses.asdict(self.host_link)
         if self.degraded_links:
             d["degraded_links"] = [f.text() for f in self.degraded_links]
         if self.background:
@@ -232,7 +248,7 @@ class ClusterSpec:
 
 _TOP_REQUIRED = ("name", "gpus_per_node", "device", "intra_node")
 _TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources",
-                 "host_contention", "degraded_links", "background")
+                 "host_contention", "degraded_links", "background", "host_link")
 _INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
 _INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
 _INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us", "routing")
@@ -361,7 +377,13 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
                              for f in parse_link_faults(text, file, f"degraded_links[{i}]")),
         background=tuple(parse_background(text, gpn, nodes * gpn, file, f"background[{i}]")
                          for i, text in enumerate(_strings(data, "background", file))),
+        host_link=_host_link(data["host_link"], file) if data.get("host_link") is not None else None,
     )
+
+
+def _host_link(data: Any, file: Any) -> HostLink:
+    check_keys(data, ("d2h_GBps", "h2d_GBps"), (), file=file, where="host_link")
+    return HostLink(*(get_number(data, k, file=file, where="host_link") for k in ("d2h_GBps", "h2d_GBps")))
 
 
 def _strings(data: Mapping[str, Any], key: str, file: Any) -> list[str]:
