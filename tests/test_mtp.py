@@ -118,3 +118,13 @@ def test_the_b200_deepseek_row_runs_its_recipes_mtp_layer() -> None:
         assert opts.get("mtp_layers", 0) == (1 if row["system"] == "DGX-B200" else 0)
         seen += 1
     assert seen == 5
+
+
+def test_a_recorded_template_gets_the_module_with_its_own_embedding_and_head_ops() -> None:
+    from .helpers import retarget
+
+    p = retarget({"model": "llama-tiny", "cluster": "h100x8", "dp": 2, "pp": 2,
+                  "micro_batch": 1, "global_batch": 4, "mtp_layers": 1, "stack": "eager",
+                  "per_op": True}, detail=True)
+    names = set(p.graph.tasks["name"].astype(str))
+    assert {"mtp.embed.tok:embedding", "mtp.head:linear", "mtp.eh_proj"} <= names

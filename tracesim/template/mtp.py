@@ -15,7 +15,7 @@ the builder appends each module to the last model chunk (:mod:`tracesim.build.bu
 The module's transformer layer has the structure of the model's last layer (a MoE layer
 for DeepSeek-V3); :func:`mtp_ops` gives the ops around it, in two pieces:
 
-* ``in``: the embedding lookup of the shifted inputs (the prologue's ``embed.tok``), the
+* ``in``: the embedding lookup of the shifted inputs (the prologue's ``embed.tok`` ops), the
   two norms, the concatenation and the projection ``mtp.eh_proj`` (a column-parallel
   linear; BF16 under the FP8 recipes, whose conversion covers the transformer layers'
   linears only);
@@ -48,8 +48,8 @@ def mtp_ops(template: LayerTemplate, model: ModelSpec
     """(forward ops, backward ops) of the ``in`` and ``out`` pieces of one MTP module for
     ``template`` (module docstring); the backward lists are in backward order."""
     flash = template.meta.get("attention", "flash") != "unfused"
-    embed = [_renamed(o) for o in template.select("prologue", "fwd") if o.name == "embed.tok"]
-    embed_bwd = [_renamed(o) for o in template.select("prologue", "bwd") if o.name == "embed.tok"]
+    embed = [_renamed(o) for o in template.select("prologue", "fwd") if o.module == "embed.tok"]
+    embed_bwd = [_renamed(o) for o in template.select("prologue", "bwd") if o.module == "embed.tok"]
     own = [
         norm_op("mtp.enorm", "epilogue", model),
         norm_op("mtp.hnorm", "epilogue", model),
