@@ -244,3 +244,31 @@ def test_many_micro_batches_extrapolate_to_the_full_replay(opts: dict) -> None:
     got, warns = steady_iteration_s(opts, BRIDGE, "row")
     assert "extrapolated from 4 and 6 of its 16" in warns[-1]
     assert got == pytest.approx(full, rel=1e-9)
+
+
+MCORE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_core_h100_weak_scaling.csv"
+
+
+def test_the_megatron_core_table_reads_as_gpt_rows_on_h100() -> None:
+    from tracesim.pipeline.published import mcore_flops, mcore_options, read_table
+
+    fmt, rows = read_table(MCORE)
+    assert fmt == "mcore" and len(rows) == 9
+    for k, row in enumerate(rows):
+        o = mcore_options(row, MCORE, k)
+        m = o["model"]
+        # the model size column: 12 l h^2 + 2 V h (MLP 4h, untied embeddings)
+        assert m.params() / 1e9 == pytest.approx(float(row["params_billion"]), rel=0.035)
+        assert o["cluster"].gpus >= int(row["gpus"]) and o["dp"] == int(row["dp"])
+        assert o.get("schedule") == ("interleaved" if int(row["pp"]) > 1 else None)
+    # Megatron-LM's formula: the 32B row's 459.6 TFLOP/s on 384 GPUs is 0.892 s
+    r32 = rows[3]
+    assert mcore_flops(r32) / (459.6e12 * 384) == pytest.approx(0.8917, abs=1e-3)
+
+
+def test_a_megatron_core_row_replays() -> None:
+    from tracesim.pipeline.published import summary, validate_rows
+
+    rows = list(validate_rows([MCORE], only=lambda label: "gpt-1.7b" in label))
+    assert len(rows) == 1 and not rows[0].error and rows[0].metric == "tflops_per_gpu"
+    assert rows[0].predicted > 0 and summary(rows)["rows"] == 1

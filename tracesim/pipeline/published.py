@@ -1,6 +1,6 @@
 """Published end-to-end measurements, replayed row by row: ``tracesim validate published``.
 
-Two table formats are read (the columns decide):
+Three table formats are read (the columns decide):
 
 * **Megatron-Bridge performance summary** (NeMo 25.11 on DGX H100, DGX B200, GB200 and
   GB300 NVL72): ``system, model, gpus, precision, gbs, mbs, seq_len, fsdp, tp, pp, cp, vp,
@@ -15,6 +15,14 @@ Two table formats are read (the columns decide):
   a pipeline layout string, the overlaps the recipe turns off, NVLink SHARP off
   (``NCCL_NVLS_ENABLE=0``) and, on GB200 / GB300 past 18 trays, 64 GPUs per NVL72 rack
   (slurm segments of 16 trays); the recipe settings without a mechanism are listed per row.
+* **Megatron-Core GPT tables** (Megatron-LM's H100 weak-scaling table): ``system,
+  params_billion, heads, hidden, layers, tp, pp, gpus, global_batch, seq_len, vocab,
+  tflops_per_gpu``; compared on TFLOP/s per GPU with Megatron-LM's formula
+  (:func:`mcore_flops`), replayed as a GPT (MLP 4h, GELU, LayerNorm, untied embeddings) in
+  BF16 on the system's cluster spec with the megatron-core stack, micro-batch 1, the
+  distributed optimizer and, with a pipeline, the interleaved schedule (its default chunks):
+  the table gives neither micro-batch nor chunks, and its overlapped pipeline transfers are
+  the interleaved schedule's.
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, gradients reduced
@@ -38,11 +46,13 @@ from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
+from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
 SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
                 "tflops_per_gpu")
+MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
 #: system name -> (shipped cluster spec, GPUs per node of that spec)
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene"}
@@ -104,11 +114,12 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"not a readable CSV table ({exc})", p) from None
     cols = set(rows[0]) if rows else set()
-    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("sc21", SC21_COLUMNS)):
+    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("mcore", MCORE_COLUMNS), ("sc21", SC21_COLUMNS)):
         if set(need) <= cols:
             return fmt, rows
     raise InputError("neither a Megatron-Bridge performance table (columns "
-                     f"{', '.join(BRIDGE_COLUMNS)}) nor SC'21 Table 1 (columns "
+                     f"{', '.join(BRIDGE_COLUMNS)}), a Megatron-Core GPT table (columns "
+                     f"{', '.join(MCORE_COLUMNS)}) nor SC'21 Table 1 (columns "
                      f"{', '.join(SC21_COLUMNS)})", p, "header")
 
 
@@ -217,6 +228,55 @@ def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     }
 
 
+def mcore_flops(row: dict[str, str]) -> float:
+    """Megatron-LM's model FLOPs per iteration of a GPT (MLP 4h, no recomputation counted):
+    72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    b, s, v = int(row["global_batch"]), int(row["seq_len"]), int(row["vocab"])
+    h, n_layers = int(row["hidden"]), int(row["layers"])
+    return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
+
+
+def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of a Megatron-Core GPT table row (module docstring): the row's GPT
+    (MLP 4h, GELU, LayerNorm, untied embeddings, BF16) on its system's cluster spec with the
+    megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
+    with pipeline parallelism."""
+    system = row["system"].strip()
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
+                         f"row {k + 2}: system")
+    tp, pp, gpus = _int(row, "tp", path, k), _int(row, "pp", path, k), _int(row, "gpus", path, k)
+    h, heads = _int(row, "hidden", path, k), _int(row, "heads", path, k)
+    seq = _int(row, "seq_len", path, k)
+    model = ModelSpec(
+        name=f"gpt-{float(row['params_billion']):g}b", family="gpt",
+        layers=_int(row, "layers", path, k), hidden=h, heads=heads, kv_heads=heads,
+        ffn_hidden=4 * h, vocab=_int(row, "vocab", path, k), seq_len=seq, activation="gelu",
+        norm="layernorm", tied_embeddings=False, dtype="bf16")
+    opts: dict[str, Any] = {
+        "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
+        "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": _int(row, "global_batch", path, k),
+        "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
+        "zero": 1}
+    if pp > 1:
+        opts["schedule"] = "interleaved"
+    return opts
+
+
+def _row(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt`` table."""
+    if fmt == "bridge":
+        opts = bridge_options(row, p, k)
+        return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
+                      f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row)
+    if fmt == "mcore":
+        opts = mcore_options(row, p, k)
+        return opts, (f"{row['system'].removeprefix('DGX-')} {opts['model'].name} {row['gpus']} GPUs "
+                      f"tp{opts['tp']} pp{opts['pp']}"), ()
+    opts = sc21_options(row, p, k)
+    return opts, f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}", ()
+
+
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
                   ) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
@@ -225,15 +285,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
-            gaps: tuple[str, ...] = ()
-            if fmt == "bridge":
-                opts = bridge_options(row, p, k)
-                gaps = row_unmodelled(row)
-                label = (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
-                         f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}")
-            else:
-                opts = sc21_options(row, p, k)
-                label = f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}"
+            opts, label, gaps = _row(fmt, row, p, k)
             if only is not None and not only(label):
                 continue
             metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
@@ -250,7 +302,8 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
             if fmt == "bridge":
                 predicted = int(opts["global_batch"]) * int(opts["seq_len"]) / it / int(row["gpus"])
             else:
-                predicted = sc21_flops(row) / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
+                flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
+                predicted = flops / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
             yield PublishedRow(p.name, label, opts, metric, published, predicted,
                                predicted / published - 1.0 if published else 0.0, it, wall,
                                warns, "", gaps)
