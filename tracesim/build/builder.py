@@ -163,8 +163,13 @@ class _StageBuilder:
                             gkind="dpcp", msg_bytes=int(params * self.param_bytes), layer=layer,
                             phase=phase, after=prev_first)
 
+    @staticmethod
+    def _first_compute(u: Unit, start: int, default: int = -1) -> int:
+        """The unit's first compute task from index ``start`` on (``default``: none)."""
+        return next((k for k in range(start, len(u)) if u.cols["lane"][k] == "compute"), default)
+
     def _link_first(self, u: Unit, start: int, ag: int) -> int:
-        first = next((k for k in range(start, len(u)) if u.cols["lane"][k] == "compute"), -1)
+        first = self._first_compute(u, start)
         u.edge(ag, first)
         return first
 
@@ -185,7 +190,7 @@ class _StageBuilder:
             ag = self._gather(u, sec.params, layer, "fwd", prev_first) if self.shard and sec.params else -1
             self._emit(u, sec.fwd, layer, "fwd")
             key = layer if layer >= 0 else (-1 if k == 0 and g == 0 else -2)
-            first = next((i for i in range(start, len(u)) if u.cols["lane"][i] == "compute"), -1)
+            first = self._first_compute(u, start)
             if first >= 0 and key not in u.layer_start:  # an MTP module: its first piece
                 u.layer_start[key] = first
             prev_first = self._link_first(u, start, ag) if ag >= 0 else prev_first
@@ -210,7 +215,8 @@ class _StageBuilder:
         if g == self.n_chunks - 1:
             segs.append((-1, res.epilogue, False))
         for key in reversed(self._mtp(g)):
-            segs += [(key, sec, k == 1) for k, sec in reversed(list(enumerate(self._mtp_sections(key))))]
+            mtp_in, layer_sec, mtp_out = self._mtp_sections(key)
+            segs += [(key, mtp_out, False), (key, layer_sec, True), (key, mtp_in, False)]
         segs += [(layer, res.layer(self.model, layer), True) for layer in reversed(self._layers(g))]
         if g == 0:
             segs.append((-1, res.prologue, False))
@@ -237,7 +243,7 @@ class _StageBuilder:
                 self._emit(u, bwd[cut:], layer, "bwd")
             u.marks[name] = u.tail
             if is_layer:
-                first[layer] = next((i for i in range(start, len(u)) if u.cols["lane"][i] == "compute"), start)
+                first[layer] = self._first_compute(u, start, start)
             if ag >= 0:
                 prev_first = self._link_first(u, start, ag)
             if self.shard and sec.params:
@@ -388,7 +394,7 @@ def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
             params += sb.res.epilogue.params
             # MTP looks up the shifted inputs' embeddings: the last stage holds a copy of
             # the word embeddings (Megatron-Core), unless tied ones put it there already
-            if sb._mtp(g) and g != 0 and stage != 0 and not sb.model.tied_embeddings:
+            if sb._mtp(g) and stage != 0 and not sb.model.tied_embeddings:
                 params += sb.res.prologue.params
     return params, expert
 

@@ -123,6 +123,15 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
                      f"{', '.join(SC21_COLUMNS)})", p, "header")
 
 
+def _system(row: dict[str, str], path: Path, k: int) -> str:
+    """The row's system, one of :data:`SYSTEMS`."""
+    system = row["system"].strip()
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
+                         f"row {k + 2}: system")
+    return system
+
+
 def _int(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
     text = (row.get(key) or "").strip()
     if not text and default is not None:
@@ -135,10 +144,7 @@ def _int(row: dict[str, str], key: str, path: Path, k: int, default: int | None 
 
 def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     """The replay options of a Megatron-Bridge row (module docstring)."""
-    system = row["system"].strip()
-    if system not in SYSTEMS:
-        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
-                         f"row {k + 2}: system")
+    system = _system(row, path, k)
     prec = row["precision"].strip()
     if prec not in PRECISIONS:
         raise InputError(f"unknown precision {prec!r} (known: {', '.join(PRECISIONS)})", path,
@@ -241,10 +247,7 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     (MLP 4h, GELU, LayerNorm, untied embeddings, BF16) on its system's cluster spec with the
     megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
     with pipeline parallelism."""
-    system = row["system"].strip()
-    if system not in SYSTEMS:
-        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
-                         f"row {k + 2}: system")
+    system = _system(row, path, k)
     tp, pp, gpus = _int(row, "tp", path, k), _int(row, "pp", path, k), _int(row, "gpus", path, k)
     h, heads = _int(row, "hidden", path, k), _int(row, "heads", path, k)
     seq = _int(row, "seq_len", path, k)

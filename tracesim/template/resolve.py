@@ -390,13 +390,14 @@ def resolve_template(
 ) -> Resolved:
     """Evaluate ``template`` for ``model`` on layout ``par``; ``op_time`` gives compute ns."""
 
+    def of_ops(fwd_ops: Sequence[TemplateOp], bwd_ops: Sequence[TemplateOp], end_full: bool,
+               window: int = 0) -> Section:
+        return _resolve_section(fwd_ops, bwd_ops, model, par, op_time, end_full=end_full,
+                                window=window, regather=bool(template.meta.get("sp_regather")))
+
     def sec(section: str, parts: Sequence[str] | None, end_full: bool, window: int = 0) -> Section:
-        return _resolve_section(
-            template.select(section, "fwd", parts),
-            template.select(section, "bwd", parts),
-            model, par, op_time, end_full=end_full, window=window,
-            regather=bool(template.meta.get("sp_regather")),
-        )
+        return of_ops(template.select(section, "fwd", parts), template.select(section, "bwd", parts),
+                      end_full, window)
 
     has_moe = model.is_moe and bool(template.select("block", "fwd", ("moe",)))
     window = max((model.window(i) for i in range(model.layers)), default=0)
@@ -412,13 +413,8 @@ def resolve_template(
     )
     if par.mtp_layers:
         pieces = mtp_ops(template, model)
-
-        def piece(name: str, end_full: bool) -> Section:
-            fwd_ops, bwd_ops = pieces[name]
-            return _resolve_section(fwd_ops, bwd_ops, model, par, op_time, end_full=end_full,
-                                    regather=bool(template.meta.get("sp_regather")))
-
-        res = dataclasses.replace(res, mtp_in=piece("in", True), mtp_out=piece("out", False))
+        res = dataclasses.replace(res, mtp_in=of_ops(*pieces["in"], True),
+                                  mtp_out=of_ops(*pieces["out"], False))
     return dataclasses.replace(res, optimizer=optimizer_ops(template, res, model))
 
 
