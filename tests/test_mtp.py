@@ -128,3 +128,19 @@ def test_a_recorded_template_gets_the_module_with_its_own_embedding_and_head_ops
                   "per_op": True}, detail=True)
     names = set(p.graph.tasks["name"].astype(str))
     assert {"mtp.embed.tok:embedding", "mtp.head:linear", "mtp.eh_proj"} <= names
+
+
+def test_the_last_stages_embedding_copy_is_all_reduced_with_the_first_stage() -> None:
+    # untied embeddings: only MTP's copy on the last stage makes the embedding group reduce
+    # the word-embedding gradient (Megatron-Core's finalize_model_grads), once per stage
+    for mtp, count in ((0, 0), (1, 2)):
+        b = build(TINY, pp=2, global_batch=4, mtp_layers=mtp)
+        t = b.graph.tasks
+        emb = t[t["name"].astype(str) == "emb.all_reduce"]
+        assert len(emb) == count
+        if count:
+            assert sorted(emb["rank"].tolist()) == [0, 1]
+            assert set(emb["msg_bytes"].tolist()) == {TINY.vocab * TINY.hidden * 2}
+    # one stage holds the embedding already: nothing to reduce
+    one = build(TINY, pp=1, global_batch=4, mtp_layers=1).graph.tasks
+    assert not (one["name"].astype(str) == "emb.all_reduce").any()

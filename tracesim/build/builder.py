@@ -329,10 +329,11 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
         last_unit, last_off = prog.units[-1][0], prog.offsets[-1]
         for unit, off, g in deferred:
             grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, last_off + last_unit.tail)
-    # tied embeddings: first and last stage all-reduce the word-embedding gradient
+    # tied embeddings, or the copy MTP looks its inputs up in: first and last stage
+    # all-reduce the word-embedding gradient (Megatron-Core's embedding group)
     emb_params = model.vocab * model.hidden / tp
     has_emb = bool(sb.template.select("prologue")) and bool(sb.template.select("epilogue"))
-    if model.tied_embeddings and has_emb and pp > 1 and stage in (0, pp - 1):
+    if (model.tied_embeddings or sb._mtp(sb.n_chunks - 1)) and has_emb and pp > 1 and stage in (0, pp - 1):
         c_emb = 0 if stage == 0 else v - 1
         unit = bwd_units[c_emb]
         off = prog.offsets[last_b[c_emb]]

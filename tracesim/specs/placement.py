@@ -21,8 +21,9 @@ Group kinds (:data:`GROUP_KINDS`):
   weights but see different tokens);
 * ``edp``: expert data parallel, where expert gradients are reduced (same EP index, all
   DP blocks and CP ranks; folded: same ETP and EP index);
-* ``emb``: first and last pipeline stage with the same (t, c, d), where tied word-embedding
-  gradients are all-reduced.
+* ``emb``: first and last pipeline stage with the same (t, c, d), where the word-embedding
+  gradients are all-reduced (tied embeddings, or the copy multi-token prediction keeps on the
+  last stage).
 """
 
 from __future__ import annotations
