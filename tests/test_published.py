@@ -240,10 +240,15 @@ def test_many_micro_batches_extrapolate_to_the_full_replay(opts: dict) -> None:
     from tracesim.pipeline.published import steady_iteration_s
     from tracesim.pipeline.run import predict
 
-    full = predict(None, ReplayOptions.from_mapping(opts)).iteration_time_s
+    res = predict(None, ReplayOptions.from_mapping(opts))
+    full = res.iteration_time_s
     got, warns = steady_iteration_s(opts, BRIDGE, "row")
     assert "extrapolated from 4 and 6 of its 16" in warns[-1]
     assert got == pytest.approx(full, rel=1e-9)
+    # the sample replays skip the per-rank breakdown, which changes no time
+    bare = predict(None, ReplayOptions.from_mapping(opts), breakdown=False)
+    assert bare.iteration_time_s == full and not bare.per_rank
+    assert res.per_rank and bare.breakdown["compute_s"] == 0.0 < res.breakdown["compute_s"]
 
 
 MCORE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_core_h100_weak_scaling.csv"

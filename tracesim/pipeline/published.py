@@ -332,12 +332,13 @@ def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[fl
     m = int(opts["global_batch"]) // per if per else 0
     m1, m2 = (2 * pp, 3 * pp) if pp > 1 else (4, 8)
     if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per:
-        res = predict(None, ReplayOptions.from_mapping(opts, file, where))
+        res = predict(None, ReplayOptions.from_mapping(opts, file, where), breakdown=False)
         return res.iteration_time_s, tuple(res.warnings)
     t = []
     warns: list[str] = []
     for mb in (m1, m2):
-        res = predict(None, ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, file, where))
+        res = predict(None, ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, file, where),
+                      breakdown=False)
         t.append(res.iteration_time_s)
         warns += [w for w in res.warnings if w not in warns and "global batch" not in w]
     it = t[0] + (m - m1) * (t[1] - t[0]) / (m2 - m1)

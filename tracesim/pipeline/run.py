@@ -40,7 +40,8 @@ ProgressFn = Callable[[str, int, int], None]
 
 
 def predict(source: str | Path | None = None, options: ReplayOptions | None = None, *,
-            detail: bool = False, progress: ProgressFn | None = None) -> Prediction:
+            detail: bool = False, progress: ProgressFn | None = None,
+            breakdown: bool = True) -> Prediction:
     """Replay ``source`` (or build ``options.model``) as ``options`` say (module docstring).
 
     Args:
@@ -50,6 +51,9 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
         detail: keep what a result directory needs: per-link traffic (flow-level replays),
             per-task scaling methods, one task per template op in full replays.
         progress: called with (stage, done, total) while building and replaying.
+        breakdown: False skips the per-rank breakdown of a retarget (its ``breakdown`` and
+            ``per_rank`` are then zero / empty): for callers that read only the iteration
+            time, such as ``validate published``'s sample replays.
     """
     opts = options or ReplayOptions()
     if source is not None and _format_of(source) == "chakra":
@@ -57,7 +61,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
     kind = _source_kind(source)
     route = _route(source, kind, opts)
     if route == "template":
-        return _retarget(source, opts, detail, progress)
+        return _retarget(source, opts, detail, progress, breakdown)
     if source is None:
         raise InputError("give a bundle or trace to self-replay, or --model / --cluster / "
                          "layout flags to retarget", "SOURCE")
@@ -180,7 +184,7 @@ def _engine(graph: TaskGraph, comm: Any, progress: ProgressFn | None) -> tuple[R
 
 
 def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
-              progress: ProgressFn | None) -> Prediction:
+              progress: ProgressFn | None, breakdown: bool = True) -> Prediction:
     """A retarget: build the graph, replay it on the cluster, report (module docstring)."""
     from tracesim.report.memory import estimate_memory
     from tracesim.template.resolve import model_flops_per_iteration
@@ -200,7 +204,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     result, t_rep = _engine(graph, comm, progress)
     warnings = list(b.warnings)
     iter_s = result.makespan_ns * 1e-9
-    per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
+    per_rank = (rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns)
+                if breakdown else {})
     flops = model_flops_per_iteration(b.built.resolved, model, par)
     tflops = flops / iter_s / par.world / 1e12 if iter_s > 0 else 0.0
     peak = device.peak_flops(par.dtype) / 1e12
