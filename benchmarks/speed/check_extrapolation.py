@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.published import bridge_options, read_table, sc21_options, steady_iteration_s
+from tracesim.pipeline.published import read_table, row_options, steady_iteration_s
 from tracesim.pipeline.run import predict
 
 REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
@@ -28,8 +28,7 @@ def main() -> int:
         p = Path(t)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
-            opts = bridge_options(row, p, k) if fmt == "bridge" else sc21_options(row, p, k)
-            label = " ".join(str(row.get(c, "")) for c in ("system", "model", "params_billion", "precision", "gpus"))
+            opts, label, _ = row_options(fmt, row, p, k)
             if args.only not in label:
                 continue
             try:

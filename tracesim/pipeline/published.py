@@ -266,7 +266,7 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     return opts
 
 
-def _row(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
     """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt`` table."""
     if fmt == "bridge":
         opts = bridge_options(row, p, k)
@@ -288,7 +288,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
-            opts, label, gaps = _row(fmt, row, p, k)
+            opts, label, gaps = row_options(fmt, row, p, k)
             if only is not None and not only(label):
                 continue
             metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
