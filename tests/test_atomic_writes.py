@@ -134,12 +134,20 @@ def _writing(out: Path, old_mtimes: dict[str, float]) -> bool:
     return False
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so the Python there installs its
+    Ctrl-C handler even when this test runs with SIGINT ignored (a background job of a
+    non-interactive shell inherits it ignored, and so would every process it starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted(out: Path, sig: int, after_s: float) -> tuple[int, str]:
     """Start a replay onto ``out``; ``after_s`` seconds after it starts writing, signal it."""
     old_mtimes = {p.relative_to(out).as_posix(): p.stat().st_mtime for p in out.rglob("*")
                   if p.is_file()}
     p = subprocess.Popen([sys.executable, "-m", "tracesim.cli", *_CMD, "-o", str(out)],
-                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_default_sigint)
     t_end = time.monotonic() + 300
     while p.poll() is None and not _writing(out, old_mtimes) and time.monotonic() < t_end:
         time.sleep(0.002)
@@ -238,6 +246,6 @@ except BaseException as e:
 def test_a_signal_inside_a_finaliser_still_unwinds(exc):
     # Python cannot raise from a finaliser or weakref callback; the CLI re-posts the signal
     r = subprocess.run([sys.executable, "-c", _FINALISER_SCRIPT.format(exc=exc)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, preexec_fn=_default_sigint)
     assert r.stdout.startswith("unwound"), (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr
