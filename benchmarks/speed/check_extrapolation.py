@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.published import read_table, row_options, steady_iteration_s
+from tracesim.pipeline.published import steady_iteration_s, table_rows
 from tracesim.pipeline.run import predict
 
 REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
@@ -24,24 +24,18 @@ def main() -> int:
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     worst = 0.0
-    for t in args.tables:
-        p = Path(t)
-        fmt, rows = read_table(p)
-        for k, row in enumerate(rows):
-            opts, label, _ = row_options(fmt, row, p, k)
-            if args.only not in label:
-                continue
-            try:
-                got, warns = steady_iteration_s(opts, p, f"row {k + 2}")
-            except Exception as exc:  # a layout tracesim cannot express
-                print(f"{label}: not replayed ({exc})")
-                continue
-            if not warns or "extrapolated" not in warns[-1]:
-                continue
-            full = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}")).iteration_time_s
-            rel = got / full - 1.0
-            worst = max(worst, abs(rel))
-            print(f"{label:45s} full {full:.9f} s  extrapolated {got:.9f} s  {rel:+.1e}  ({warns[-1][:60]})")
+    for p, k, _, _, opts, label, _ in table_rows(args.tables, lambda lb: args.only in lb):
+        try:
+            got, warns = steady_iteration_s(opts, p, f"row {k + 2}")
+        except Exception as exc:  # a layout tracesim cannot express
+            print(f"{label}: not replayed ({exc})")
+            continue
+        if not warns or "extrapolated" not in warns[-1]:
+            continue
+        full = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}")).iteration_time_s
+        rel = got / full - 1.0
+        worst = max(worst, abs(rel))
+        print(f"{label:45s} full {full:.9f} s  extrapolated {got:.9f} s  {rel:+.1e}  ({warns[-1][:60]})")
     print(f"largest relative difference: {worst:.1e}")
     return 0
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.published import SAMPLE_FACTOR, read_table, row_options
+from tracesim.pipeline.published import SAMPLE_FACTOR, table_rows
 from tracesim.pipeline.run import predict
 
 REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
@@ -33,28 +33,24 @@ def main() -> int:
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     worst = 0.0
-    for t in args.tables:
-        p = Path(t)
-        fmt, rows = read_table(p)
-        for k, row in enumerate(rows):
-            opts, label, _ = row_options(fmt, row, p, k)
-            pp = int(opts.get("pp", 1))
-            per = int(opts["micro_batch"]) * int(opts["dp"])
-            m = int(opts["global_batch"]) // per
-            if args.only not in label or pp == 1 or m <= SAMPLE_FACTOR * 3 * pp or int(opts["global_batch"]) % per:
-                continue
-            it, wall = {}, {}
-            for mb in (pp, 2 * pp, 3 * pp):
-                t0 = time.perf_counter()
-                o = ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, p, f"row {k + 2}")
-                it[mb] = predict(None, o, breakdown=False).iteration_time_s
-                wall[mb] = time.perf_counter() - t0
-            used = it[2 * pp] + (m - 2 * pp) * (it[3 * pp] - it[2 * pp]) / pp
-            cheap = it[pp] + (m - pp) * (it[2 * pp] - it[pp]) / pp
-            rel = cheap / used - 1.0
-            worst = max(worst, abs(rel))
-            print(f"{label:60s} m {m:4d}  (2pp, 3pp) {used:9.4f} s  (pp, 2pp) {cheap:9.4f} s  {rel:+.2%}  "
-                  f"wall s {wall[pp]:.1f} / {wall[2 * pp]:.1f} / {wall[3 * pp]:.1f}", flush=True)
+    for p, k, _, _, opts, label, _ in table_rows(args.tables, lambda lb: args.only in lb):
+        pp = int(opts.get("pp", 1))
+        per = int(opts["micro_batch"]) * int(opts["dp"])
+        m = int(opts["global_batch"]) // per
+        if pp == 1 or m <= SAMPLE_FACTOR * 3 * pp or int(opts["global_batch"]) % per:
+            continue
+        it, wall = {}, {}
+        for mb in (pp, 2 * pp, 3 * pp):
+            t0 = time.perf_counter()
+            o = ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, p, f"row {k + 2}")
+            it[mb] = predict(None, o, breakdown=False).iteration_time_s
+            wall[mb] = time.perf_counter() - t0
+        used = it[2 * pp] + (m - 2 * pp) * (it[3 * pp] - it[2 * pp]) / pp
+        cheap = it[pp] + (m - pp) * (it[2 * pp] - it[pp]) / pp
+        rel = cheap / used - 1.0
+        worst = max(worst, abs(rel))
+        print(f"{label:60s} m {m:4d}  (2pp, 3pp) {used:9.4f} s  (pp, 2pp) {cheap:9.4f} s  {rel:+.2%}  "
+              f"wall s {wall[pp]:.1f} / {wall[2 * pp]:.1f} / {wall[3 * pp]:.1f}", flush=True)
     print(f"largest difference of the (pp, 2pp) extrapolation: {worst:.2%}")
     return 0
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -280,36 +280,42 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
     return opts, f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}", ()
 
 
-def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
-                  ) -> Iterator[PublishedRow]:
-    """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
-
+def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None = None,
+               ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any], str, tuple[str, ...]]]:
+    """(table path, row index, format, row, replay options, label, settings without a
+    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts."""
     for path in paths:
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
             opts, label, gaps = row_options(fmt, row, p, k)
-            if only is not None and not only(label):
-                continue
-            metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
-            published = float(row[metric])
-            t0 = time.perf_counter()
-            try:
-                it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
-            except InputError as exc:  # a layout tracesim cannot express: said, not fatal
-                yield PublishedRow(p.name, label, opts, metric, published, float("nan"),
-                                   float("nan"), float("nan"), time.perf_counter() - t0, (),
-                                   str(exc), gaps)
-                continue
-            wall = time.perf_counter() - t0
-            if fmt == "bridge":
-                predicted = int(opts["global_batch"]) * int(opts["seq_len"]) / it / int(row["gpus"])
-            else:
-                flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
-                predicted = flops / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
-            yield PublishedRow(p.name, label, opts, metric, published, predicted,
-                               predicted / published - 1.0 if published else 0.0, it, wall,
-                               warns, "", gaps)
+            if only is None or only(label):
+                yield p, k, fmt, row, opts, label, gaps
+
+
+def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
+                  ) -> Iterator[PublishedRow]:
+    """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
+    for p, k, fmt, row, opts, label, gaps in table_rows(paths, only):
+        metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
+        published = float(row[metric])
+        t0 = time.perf_counter()
+        try:
+            it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
+        except InputError as exc:  # a layout tracesim cannot express: said, not fatal
+            yield PublishedRow(p.name, label, opts, metric, published, float("nan"),
+                               float("nan"), float("nan"), time.perf_counter() - t0, (),
+                               str(exc), gaps)
+            continue
+        wall = time.perf_counter() - t0
+        if fmt == "bridge":
+            predicted = int(opts["global_batch"]) * int(opts["seq_len"]) / it / int(row["gpus"])
+        else:
+            flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
+            predicted = flops / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
+        yield PublishedRow(p.name, label, opts, metric, published, predicted,
+                           predicted / published - 1.0 if published else 0.0, it, wall,
+                           warns, "", gaps)
 
 
 #: a row with more micro-batches per pipeline than ``SAMPLE_FACTOR`` x the larger sample is
