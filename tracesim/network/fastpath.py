@@ -99,11 +99,8 @@ class Reservations:
         self._next = 0
         self._overlap: list[set[int]] = []  # plan id -> ids of the plans sharing a link
         self._links: list[frozenset[int]] = []  # plan id -> its links
-        self._link_arr: list[np.ndarray] = []  # plan id -> its links, as an array
         self._link_plans: dict[int, list[int]] = {}
         self._active: dict[int, FastRun] = {}  # plan id -> its operation holding links now
-        #: per link, how many running operations hold it (release_on's quick test)
-        self._held = np.zeros(n_links, dtype=np.int32)
 
     def register(self, links: np.ndarray) -> int:
         """An id for a plan over ``links`` (distinct link ids)."""
@@ -118,7 +115,6 @@ class Reservations:
             self._overlap[q].add(pid)
         self._overlap.append(conf)
         self._links.append(frozenset(ls))
-        self._link_arr.append(np.asarray(ls, dtype=np.int64))
         return pid
 
     def free(self, pid: int) -> bool:
@@ -129,19 +125,17 @@ class Reservations:
         rid = self._next
         self._next += 1
         self._active[run.pid] = run
-        self._held[self._link_arr[run.pid]] += 1
         self.count += 1
         return rid
 
     def drop(self, run: FastRun) -> None:
         del self._active[run.pid]
-        self._held[self._link_arr[run.pid]] -= 1
         self.count -= 1
 
     def release_on(self, links: np.ndarray, now: int) -> None:
         """Hand the operations holding any of ``links`` over to the flow model (in the
         order they started)."""
-        if not self._held[links].any():
+        if not self.count:
             return
         ls = set(links.tolist())
         plans = self._links
