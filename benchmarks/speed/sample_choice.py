@@ -1,8 +1,8 @@
-"""Why ``validate published`` samples ``2 pp`` and ``3 pp`` micro-batches, not ``pp`` and
-``2 pp``: every published row it extrapolates, replayed at ``pp``, ``2 pp`` and ``3 pp``
-micro-batches per pipeline; prints the iteration time extrapolated from each pair, their
-relative difference and each sample's wall time (the cheaper pair would save the ``3 pp``
-replay, the most expensive one).
+"""Why ``validate published`` extrapolates from ``2 pp`` and ``3 pp`` micro-batches (one
+replay of ``3 pp`` where the stages run periodically), not from ``pp`` and ``2 pp``: every
+published row it extrapolates, replayed at ``pp``, ``2 pp`` and ``3 pp`` micro-batches per
+pipeline; prints the iteration time extrapolated from each pair, their relative difference
+and each sample's wall time (a ``2 pp`` sample would be cheaper than ``3 pp``).
 
 With ``pp`` micro-batches an interleaved schedule is all warm-up on the first rank
 (Megatron's ``(pp - 1) * 2 + (vp - 1) * pp`` warm-up chunk passes are at least its
