@@ -101,6 +101,8 @@ class Reservations:
         self._links: list[frozenset[int]] = []  # plan id -> its links
         self._link_plans: dict[int, list[int]] = {}
         self._active: dict[int, FastRun] = {}  # plan id -> its operation holding links now
+        #: id of a link array -> (the array, plans registered then, ids of the plans on it)
+        self._on: dict[int, tuple[np.ndarray, int, frozenset[int]]] = {}
 
     def register(self, links: np.ndarray) -> int:
         """An id for a plan over ``links`` (distinct link ids)."""
@@ -137,12 +139,29 @@ class Reservations:
         order they started)."""
         if not self.count:
             return
-        ls = set(links.tolist())
-        plans = self._links
-        hit = [run for pid, run in self._active.items() if not plans[pid].isdisjoint(ls)]
+        act = self._active
+        pids = self.plans_on(links)
+        if len(pids) <= len(act):
+            hit = [act[p] for p in pids if p in act]
+        else:
+            hit = [run for p, run in act.items() if p in pids]
         for run in sorted(hit, key=lambda r: r.rid):
             self.drop(run)
             run.release(now)
+
+
+    def plans_on(self, links: np.ndarray) -> frozenset[int]:
+        """Ids of the registered plans with a link in ``links`` (cached per array: a flow
+        batch's route keeps its link array)."""
+        hit = self._on.get(id(links))
+        if hit is not None and hit[0] is links and hit[1] == len(self._links):
+            return hit[2]
+        lp = self._link_plans
+        got = frozenset(p for lk in links.tolist() for p in lp.get(lk, ()))
+        if len(self._on) >= 1 << 14:
+            self._on.clear()
+        self._on[id(links)] = (links, len(self._links), got)
+        return got
 
 
 class FastRun:
