@@ -128,3 +128,33 @@ def test_replay_same_times(monkeypatch: pytest.MonkeyPatch):
     slow = retarget({**SMALL, "full": True}).to_dict()
     assert fast["iteration_time_s"] == slow["iteration_time_s"]
     assert fast["breakdown"] == slow["breakdown"]
+
+
+def test_reservations_find_the_plans_on_links_as_plans_register():
+    """The plans on a link array are cached per array and recomputed once another plan has
+    registered; a release hands over only the running plans sharing a link, oldest first."""
+    from types import SimpleNamespace
+
+    from tracesim.network.fastpath import Reservations
+
+    res = Reservations(8)
+    a = res.register(np.array([1, 2]))
+    route = np.array([2, 3])
+    assert res.plans_on(route) == {a}
+    b = res.register(np.array([3]))
+    c = res.register(np.array([5, 6]))
+    assert res.plans_on(route) == {a, b}
+    assert res.plans_on(np.array([4])) == frozenset()
+    released = []
+
+    def run(pid: int) -> SimpleNamespace:
+        r = SimpleNamespace(pid=pid, rid=-1)
+        r.release = lambda now, r=r: released.append((r.pid, now))
+        r.rid = res.hold(r)  # type: ignore[arg-type]
+        return r
+
+    run(b), run(c), run(a)
+    assert not res.free(a) and res.count == 3
+    res.release_on(route, 7)
+    assert released == [(b, 7), (a, 7)]  # in the order they started
+    assert res.count == 1 and res.free(a) and not res.free(c)
