@@ -18,22 +18,49 @@ the flows over what is left). A link named twice takes the smaller factor.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from tracesim.errors import InputError
+from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.fabric import LINK_FORMS
 
-if TYPE_CHECKING:
-    from tracesim.network.topology import Topology
+
+class Fabric(Protocol):
+    """What this module reads and changes of a :class:`tracesim.network.topology.Topology`
+    (that module applies the cluster's faults while building one, so it imports this one)."""
+
+    cluster: ClusterSpec
+    capacity: np.ndarray
+    healthy_capacity: np.ndarray
+    alive: np.ndarray
+    kind: np.ndarray
+    n_gpus: int
+    gpu_up: np.ndarray
+    gpu_down: np.ndarray
+    pair: np.ndarray
+    nics_per_node: int
+    nic_up: np.ndarray
+    nic_down: np.ndarray
+    leaf_up: np.ndarray
+    leaf_down: np.ndarray
+    spine_up: np.ndarray
+    spine_down: np.ndarray
+    levels: int
+    uplinks: int
+    bundled: bool
+    leaves_per_pod: int
+    n_leaves: int
+
+    def nics_of_gpu(self, gpu: int) -> list[int]: ...
 
 #: (link id, member index, members of the link)
 Member = tuple[int, int, int]
 FLAG = "--degrade-link"
 
 
-def apply_fabric(topo: Topology) -> None:
+def apply_fabric(topo: Fabric) -> None:
     """Set ``topo.capacity`` and ``topo.alive`` from its cluster's degraded links and steady
     loads (module docstring); ``topo.healthy_capacity`` keeps the healthy values."""
     c = topo.cluster
@@ -76,7 +103,7 @@ def apply_fabric(topo: Topology) -> None:
 TIER_KINDS = {"intra": 0, "nic": 1, "fabric": 2}
 
 
-def link_members(topo: Topology, name: str, flag: str = FLAG) -> list[Member]:
+def link_members(topo: Fabric, name: str, flag: str = FLAG) -> list[Member]:
     """The modelled links (both directions) and bundle members a link name stands for;
     InputError naming ``flag`` and the names this cluster has, if it has no such link."""
     m = re.fullmatch(r"gpu(\d+)-gpu(\d+)|gpu(\d+)|nic(\d+)|leaf(\d+)\.up(\d*)|spine(\d+)(\.up(\d*))?",
@@ -104,7 +131,7 @@ def link_members(topo: Topology, name: str, flag: str = FLAG) -> list[Member]:
     return out
 
 
-def valid_names(topo: Topology) -> str:
+def valid_names(topo: Fabric) -> str:
     """The link names of a topology, as ranges (for error messages and docs)."""
     names = []
     c = topo.cluster
@@ -129,7 +156,7 @@ def _both(up: int, down: int, m: int = 0, n: int = 1) -> list[Member]:
     return [(int(up), m, n), (int(down), m, n)]
 
 
-def _gpu(topo: Topology, gpu: int) -> list[Member]:
+def _gpu(topo: Fabric, gpu: int) -> list[Member]:
     if not 0 <= gpu < topo.n_gpus:
         return []
     if topo.gpu_up[gpu] >= 0:
@@ -140,7 +167,7 @@ def _gpu(topo: Topology, gpu: int) -> list[Member]:
     return [(int(x), 0, 1) for x in np.r_[row[row >= 0], col[col >= 0]]]
 
 
-def _pair(topo: Topology, a: int, b: int) -> list[Member]:
+def _pair(topo: Fabric, a: int, b: int) -> list[Member]:
     g = topo.cluster.gpus_per_node
     if not (0 <= a < topo.n_gpus and 0 <= b < topo.n_gpus) or a // g != b // g or a == b:
         return []
@@ -149,13 +176,13 @@ def _pair(topo: Topology, a: int, b: int) -> list[Member]:
     return [(int(x), 0, 1) for x in (ab, ba) if x >= 0]
 
 
-def _nic(topo: Topology, nic: int) -> list[Member]:
+def _nic(topo: Fabric, nic: int) -> list[Member]:
     if not 0 <= nic < len(topo.nic_up) or topo.nic_up[nic] < 0:
         return []
     return _both(topo.nic_up[nic], topo.nic_down[nic])
 
 
-def _leaf_up(topo: Topology, leaf: int, j: int | None) -> list[Member]:
+def _leaf_up(topo: Fabric, leaf: int, j: int | None) -> list[Member]:
     u = topo.uplinks
     if topo.levels < 2 or not 0 <= leaf < topo.n_leaves or (j is not None and not 0 <= j < u):
         return []
@@ -168,7 +195,7 @@ def _leaf_up(topo: Topology, leaf: int, j: int | None) -> list[Member]:
     return out
 
 
-def _spine(topo: Topology, s: int) -> list[Member]:
+def _spine(topo: Fabric, s: int) -> list[Member]:
     """Physical spine ``s``: uplink ``s % U`` of every leaf of its pod, and its own uplinks."""
     u, p = topo.uplinks, topo.leaves_per_pod
     if topo.levels < 2 or s < 0:
@@ -181,7 +208,7 @@ def _spine(topo: Topology, s: int) -> list[Member]:
     return out + (_spine_up(topo, s, None) if topo.levels == 3 else [])
 
 
-def _spine_up(topo: Topology, s: int, m: int | None) -> list[Member]:
+def _spine_up(topo: Fabric, s: int, m: int | None) -> list[Member]:
     u, p = topo.uplinks, topo.leaves_per_pod
     n_spines = u * -(-topo.n_leaves // p)
     if topo.levels != 3 or not 0 <= s < n_spines or (m is not None and not 0 <= m < p):
@@ -196,7 +223,7 @@ def _spine_up(topo: Topology, s: int, m: int | None) -> list[Member]:
     return out
 
 
-def ranks_behind(topo: Topology, name: str) -> list[int]:
+def ranks_behind(topo: Fabric, name: str) -> list[int]:
     """The GPUs whose own port a link name is (``gpuN``, ``gpuA-gpuB``, ``nicN``: the GPUs
     attached to the NIC); empty for switch-to-switch links."""
     m = re.fullmatch(r"gpu(\d+)-gpu(\d+)|gpu(\d+)|nic(\d+)", name)

@@ -10,20 +10,33 @@ layers are dealt to its model chunks (interleaved schedule) as evenly as possibl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tracesim.errors import InputError
 from tracesim.specs.model import ModelSpec
 
-if TYPE_CHECKING:
-    from tracesim.specs.parallel import ParallelSpec
+
+class Layout(Protocol):
+    """What the pipeline split reads of a :class:`tracesim.specs.parallel.ParallelSpec`
+    (whose validation calls this module, so it imports this one)."""
+
+    @property
+    def pp(self) -> int: ...
+    @property
+    def chunks(self) -> int: ...
+    @property
+    def stage_layers(self) -> tuple[int, ...] | None: ...
+    @property
+    def first_stage_layers(self) -> int: ...
+    @property
+    def last_stage_layers(self) -> int: ...
 
 
 def _err(message: str, where: str) -> InputError:
     return InputError(message, "layout", where)
 
 
-def stage_layer_counts(model: ModelSpec, par: ParallelSpec) -> tuple[int, ...]:
+def stage_layer_counts(model: ModelSpec, par: Layout) -> tuple[int, ...]:
     """Transformer layers per pipeline stage (``pp`` entries, all model chunks of a stage).
 
     ``stage_layers`` with ``pp`` entries; else ``first_stage_layers`` / ``last_stage_layers``
@@ -49,7 +62,7 @@ def stage_layer_counts(model: ModelSpec, par: ParallelSpec) -> tuple[int, ...]:
     return tuple([model.layers // pp] * pp)
 
 
-def stage_split(model: ModelSpec, par: ParallelSpec) -> tuple[int, ...]:
+def stage_split(model: ModelSpec, par: Layout) -> tuple[int, ...]:
     """Transformer layers per model chunk, in chunk order (``pp * chunks`` entries).
 
     Chunk ``c`` (0-based, pipeline-order) runs on pipeline rank ``c % pp`` as its virtual
@@ -75,7 +88,7 @@ _SPLIT_HINT = ("give --stage-layers N,N,... or --first-stage-layers / --last-sta
                "for an uneven split")
 
 
-def check_split(model: ModelSpec, par: ParallelSpec) -> None:
+def check_split(model: ModelSpec, par: Layout) -> None:
     """The pipeline split: options consistent, every stage and model chunk has a layer (but
     a first or last chunk that ``stage_layers`` leaves bare: the embedding or the loss alone)."""
     pp, n_chunks = par.pp, par.pp * par.chunks
