@@ -149,7 +149,6 @@ class Reservations:
             self.drop(run)
             run.release(now)
 
-
     def plans_on(self, links: np.ndarray) -> frozenset[int]:
         """Ids of the registered plans with a link in ``links`` (cached per array: a flow
         batch's route keeps its link array)."""
