@@ -118,3 +118,47 @@ def test_dimension_table_is_unambiguous_for_the_tiny_models() -> None:
         table = dim_expressions(model_from_dict(meta["model"]), int(meta["batch"]), int(meta["seq_len"]))
         for dim in ("b*s", "h", "s", "b", "ffn", "vocab"):
             assert dim in table.values(), (name, dim, json.dumps(table))
+
+
+def test_unfused_attention_grows_linearly_with_the_micro_batch() -> None:
+    """The unfused core (scores, softmax, dropout, context) holds ``b heads s^2 / tp``
+    probabilities per micro-batch: FLOPs and bytes 4x at micro-batch 4, not 16x."""
+    m = ModelSpec(name="g", family="gpt", layers=2, hidden=256, heads=4, vocab=1000,
+                  seq_len=512, kv_heads=4, ffn_hidden=1024)
+    tpl = first_principles_template(m, "unfused")
+    core = ("attn.scores", "attn.softmax", "attn.dropout", "attn.context")
+
+    def ops(b: int) -> dict[str, tuple[float, float]]:
+        par = ParallelSpec(global_batch=8, micro_batch=b, seq_len=512, dp=1, tp=2)
+        res = resolve_template(tpl, m, par, op_time)
+        return {o.name: (o.flops, o.bytes) for o in res.dense.fwd if o.name in core}
+
+    one, four = ops(1), ops(4)
+    assert set(one) == set(core)
+    for name in core:
+        assert four[name][0] == pytest.approx(4 * one[name][0])
+        assert four[name][1] == pytest.approx(4 * one[name][1])
+    # softmax reads and writes every probability once (2-byte elements, heads split by tp)
+    assert one["attn.softmax"][1] == pytest.approx(2 * 2 * (4 / 2) * 512 * 512)
+
+
+def test_a_template_with_a_bad_meta_or_an_unnamed_block_part_is_an_input_error(tmp_path: Path) -> None:
+    """Both came out of truncated template files (tests/test_fuzz_specs.py): ``meta`` cut to a
+    string, and a backward block op cut before its ``part`` while the others name theirs
+    (the builder selects block ops by part, so the layer's backward had no compute op)."""
+    from tracesim.errors import InputError
+    from tracesim.template.layer import template_from_dict
+
+    m = ModelSpec(name="g", family="gpt", layers=2, hidden=64, heads=4, vocab=100, seq_len=32,
+                  kv_heads=4, ffn_hidden=256)
+    data = first_principles_template(m, "flash").to_dict()
+    assert template_from_dict(data).select("block", "bwd")
+    with pytest.raises(InputError) as err:
+        template_from_dict({**data, "meta": "s"}, tmp_path / "t.yaml")
+    assert err.value.where == "meta"
+    ops = [dict(o) for o in data["ops"]]
+    k = next(i for i, o in enumerate(ops) if o["section"] == "block" and o["phase"] == "bwd")
+    ops[k].pop("part")
+    with pytest.raises(InputError, match="has no part") as err:
+        template_from_dict({**data, "ops": ops}, tmp_path / "t.yaml")
+    assert err.value.where == "ops"

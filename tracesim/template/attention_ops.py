@@ -45,7 +45,7 @@ def _core(flash: bool, qk: str, v: str, k_elems: str, v_elems: str) -> list[Temp
         return [op("attn.core", "block", "attention", flops, f"eb*({q_o} + {kv})/tp",
                    f"{T}*{v}", part="attn", shard="feature", recompute=True, causal=True,
                    shape=f"b*heads/tp, s/cp, win, {qk}/heads")]
-    probs = f"b*heads*{T}*s/tp"
+    probs = f"heads*{T}*s/tp"  # attention probabilities: T = b s / cp queries x s keys
     return [
         op("attn.scores", "block", "attention", f"2*{T}*s*{qk}/tp",
            f"eb*({T}*{qk} + {k_elems})/tp + eb*{probs}", probs, part="attn",

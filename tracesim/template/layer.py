@@ -303,6 +303,11 @@ class LayerTemplate:
             names.add((op.section, op.name, op.phase, op.part))
         if not self.select("block", "fwd"):
             raise ValueError("template has no forward block ops")
+        block = self.select("block")
+        unnamed = [op for op in block if not op.part]
+        if unnamed and len(unnamed) < len(block):  # the builder selects block ops by part
+            raise ValueError(f"op {unnamed[0].name} ({unnamed[0].phase}) has no part, where other "
+                             "block ops name theirs (attn, mlp, moe)")
 
     def to_dict(self) -> dict[str, Any]:
         defaults = {f.name: f.default for f in dataclasses.fields(TemplateOp)}
@@ -337,7 +342,10 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
         except (TypeError, ValueError) as exc:
             raise InputError(str(exc), file, f"ops[{i}]") from None
         ops.append(op)
-    tpl = LayerTemplate(tuple(ops), dict(data.get("meta") or {}))
+    meta = data.get("meta") or {}
+    if not isinstance(meta, Mapping):
+        raise InputError(f"expected a mapping, got {type(meta).__name__}", file, "meta")
+    tpl = LayerTemplate(tuple(ops), dict(meta))
     try:
         tpl.check()
     except ValueError as exc:
