@@ -97,6 +97,25 @@ def test_sc21_rows_run_the_2021_stack() -> None:
     assert o["attention"] == "unfused" and o["recompute"] == "full" and not o["dp_overlap"]
 
 
+def test_sc21_rows_take_their_runs_settings() -> None:
+    """Every row is in run_table_1.sh: its micro-batch size, interleaving and DDP."""
+    from tracesim.pipeline.published import SC21_RUNS
+
+    _, rows = read_table(SC21)
+    assert {(int(r["layers"]), int(r["hidden"])) for r in rows} == set(SC21_RUNS)
+    got = {r["params_billion"]: sc21_options(r, SC21, k) for k, r in enumerate(rows)}
+    # 1.7B: MBS 16 with PyTorch DDP (gradients all-reduced during the backward pass)
+    assert got["1.7"]["micro_batch"] == 16 and got["1.7"]["dp_overlap"] and "schedule" not in got["1.7"]
+    # 39B and 1T: no virtual stages, so 1F1B; 145B: 5 of its 10 layers per virtual stage
+    assert got["39.1"]["schedule"] == "1f1b" and got["39.1"]["micro_batch"] == 4
+    assert got["1008.0"]["schedule"] == "1f1b" and "vpp" not in got["1008.0"]
+    assert (got["145.6"]["schedule"], got["145.6"]["vpp"], got["145.6"]["micro_batch"]) == ("interleaved", 2, 2)
+    assert got["529.6"]["vpp"] == 3 and not got["529.6"]["dp_overlap"]
+    # a row the script does not have: micro-batch 1, the interleaved schedule's default chunks
+    other = sc21_options({**rows[6], "layers": "64"}, SC21, 6)
+    assert other["micro_batch"] == 1 and other["schedule"] == "interleaved" and "vpp" not in other
+
+
 def test_real_rows_replay() -> None:
     """The smallest SC'21 row and the 8-GPU Llama 3 8B rows of every system."""
     got = list(validate_rows([SC21], only=lambda s: "32 GPUs" in s))
