@@ -89,8 +89,8 @@ def make_plan(flows: Any, cc: CompiledCollective, msg_bytes: float) -> Plan | No
 class Reservations:
     """Links held by operations on the fast path.
 
-    Plans are registered once (:meth:`register`: an id, its links as a set, the ids of the
-    plans sharing a link with it); at most one operation of a plan runs at a time (its own
+    Plans are registered once (:meth:`register`: an id, the ids of the plans sharing a link
+    with it, the plans on each link); at most one operation of a plan runs at a time (its own
     links are not free), so admission is a set test against the plans running now."""
 
     def __init__(self, n_links: int):
@@ -98,7 +98,6 @@ class Reservations:
         self.count = 0
         self._next = 0
         self._overlap: list[set[int]] = []  # plan id -> ids of the plans sharing a link
-        self._links: list[frozenset[int]] = []  # plan id -> its links
         self._link_plans: dict[int, list[int]] = {}
         self._active: dict[int, FastRun] = {}  # plan id -> its operation holding links now
         #: id of a link array -> (the array, plans registered then, ids of the plans on it)
@@ -108,15 +107,13 @@ class Reservations:
         """An id for a plan over ``links`` (distinct link ids)."""
         pid = len(self._overlap)
         conf = {pid}
-        ls = links.tolist()
-        for lk in ls:
+        for lk in links.tolist():
             lst = self._link_plans.setdefault(lk, [])
             conf.update(lst)
             lst.append(pid)
         for q in conf - {pid}:
             self._overlap[q].add(pid)
         self._overlap.append(conf)
-        self._links.append(frozenset(ls))
         return pid
 
     def free(self, pid: int) -> bool:
@@ -153,13 +150,13 @@ class Reservations:
         """Ids of the registered plans with a link in ``links`` (cached per array: a flow
         batch's route keeps its link array)."""
         hit = self._on.get(id(links))
-        if hit is not None and hit[0] is links and hit[1] == len(self._links):
+        if hit is not None and hit[0] is links and hit[1] == len(self._overlap):
             return hit[2]
         lp = self._link_plans
         got = frozenset(p for lk in links.tolist() for p in lp.get(lk, ()))
         if len(self._on) >= 1 << 14:
             self._on.clear()
-        self._on[id(links)] = (links, len(self._links), got)
+        self._on[id(links)] = (links, len(self._overlap), got)
         return got
 
 

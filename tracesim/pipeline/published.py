@@ -408,7 +408,7 @@ def steady_span_s(res: Any, m1: int, m2: int, tol: float = 1e-4) -> float | None
     spans = []
     for r in np.unique(rank).tolist():
         e = ends[rank == r]
-        if len(e) == 0 or len(e) % m2:
+        if len(e) % m2:
             return None
         spans.append(int(e[-1] - e[len(e) // m2 * m1 - 1]))
     if not spans or max(spans) - min(spans) > tol * max(spans):
