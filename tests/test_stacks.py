@@ -224,6 +224,38 @@ def test_fp8_gemms_run_at_the_fp8_rate() -> None:
     assert any(".fp8_cast" in n for n in _names(fp8))
 
 
+@pytest.mark.parametrize("recipe,cluster,wire", [("current", "h100x8", 1.0),
+                                                  ("mxfp8", "dgx-b200", 1.0 + 1 / 32)])
+def test_fp8_tp_gathers_move_the_quantized_tensor(recipe: str, cluster: str, wire: float) -> None:
+    """With sequence parallelism, what feeds an FP8 GEMM is gathered in FP8 (Transformer
+    Engine's LayerNormLinear / Linear): the forward all-gather of the QKV / fc1 input and its
+    backward re-gather, and a row-parallel linear's output gradient; the reduce-scatters
+    carry BF16. The all-gathers moved 0 bytes when the cast op had no output size."""
+    seq, h = 512, load_model("gpt3-1.7b").hidden
+    full = seq * h  # one micro-batch's tokens x hidden, gathered over TP
+
+    def sizes(b) -> dict[tuple[str, str, str], set[int]]:
+        t = b.graph.tasks
+        c = t[t["kind"] == "coll"]
+        out: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+        for name, coll, phase, m in zip(c["name"].astype(str), c["collective"].astype(str),
+                                        c["phase"].astype(str), c["msg_bytes"], strict=True):
+            out[(name.split("#")[0], coll, phase)].add(int(m))
+        return out
+
+    bf16 = sizes(_built(cluster=cluster, tp_comm_overlap=False))
+    fp8 = sizes(_built(cluster=cluster, dtype="fp8", fp8_recipe=recipe, tp_comm_overlap=False))
+    for mod in ("attn.qkv", "mlp.fc1"):
+        assert bf16[(f"{mod}.tp_f", "all_gather", "fwd")] == {2 * full}
+        assert fp8[(f"{mod}.tp_f", "all_gather", "fwd")] == {round(wire * full)}
+        assert fp8[(f"{mod}.tp_regather", "all_gather", "bwd")] == {round(wire * full)}
+        assert fp8[(f"{mod}.tp_f", "reduce_scatter", "bwd")] == {2 * full}
+    for mod in ("attn.residual", "mlp.residual"):
+        assert fp8[(f"{mod}.tp_g", "reduce_scatter", "fwd")] == {2 * full}
+        assert fp8[(f"{mod}.tp_g", "all_gather", "bwd")] == {round(wire * full)}
+    assert min(min(v) for v in fp8.values()) > 0
+
+
 def test_mxfp8_needs_blackwell() -> None:
     with pytest.raises(InputError, match="Blackwell"):
         _built(dtype="fp8", fp8_recipe="mxfp8")

@@ -47,6 +47,11 @@ DTYPE_BYTES = {
     "complex128": 16,
 }
 
+#: bytes per element a quantized tensor moves over the wire (data and scales): FP8 with a
+#: per-tensor scale (current or delayed scaling) one; MXFP8 one plus a one-byte E8M0 scale
+#: per block of 32 (OCP Microscaling Formats v1.0)
+WIRE_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32}
+
 #: the dtype reported when no tensor input names one
 DEFAULT_DTYPE = "fp32"
 

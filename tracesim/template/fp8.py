@@ -27,9 +27,16 @@ what the scaling costs.
   of the gathered weights is left (2 bytes per parameter), and the data-parallel parameter
   all-gather moves one byte per parameter (the builder).
 
+* with sequence parallelism, the tensor-parallel all-gathers that feed an FP8 GEMM move the
+  quantized tensor, as Transformer Engine runs them (``LayerNormLinear`` / ``Linear``: the
+  input is cast on the rank's sequence shard and gathered in FP8, forward and in the
+  backward's re-gather; a row-parallel linear's output gradient is cast before its
+  all-gather): one byte per element, MXFP8 one plus a scale byte per 32 (the cast op's
+  ``out_dtype``); the reduce-scatters carry BF16 (GEMM outputs and input gradients).
+
 Not modelled: the per-tensor amax all-reduce over the TP group of current scaling (a few
 latency-bound collectives per layer), the amax-history update of delayed scaling (one small
-kernel per step), FP8 attention (``NVTE_FP8_DPA``) and FP8 communication of activations.
+kernel per step), FP8 attention (``NVTE_FP8_DPA``) and FP8 all-to-all of MoE tokens.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from tracesim.template.moe_ops import is_expert_op
 
 #: bytes moved per element of the quantized tensor, by recipe (module docstring)
 CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625"}
+#: the dtype of a recipe's quantized tensors on the wire (:data:`tracesim.ops.dtypes.WIRE_BYTES`)
+_WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8"}
 
 
 def is_fp8_gemm(op: TemplateOp) -> bool:
@@ -72,12 +81,14 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
             # a column-parallel linear's input is quantized on the rank's sequence shard,
             # before the (FP8) all-gather; the backward's cast sits with its GEMM
             seq = o.phase == "fwd" and o.tp_style == "colwise"
-            n = f"{n}/tps" if seq else n
+            local = f"{n}/tps" if seq else n
+            fwd = o.phase == "fwd"  # its output, the GEMM's whole input, is what TP gathers
             ops.append(TemplateOp(
                 name=f"{o.module}.fp8_cast", section=o.section, phase=o.phase,
-                op_class="elementwise", flops=f"2*{n}", bytes=f"{per_elem}*{n}", part=o.part,
-                shard="sequence" if seq else o.shard,
-                fwd=(o.fwd or o.name) if o.phase == "bwd" else ""))
+                op_class="elementwise", flops=f"2*{local}", bytes=f"{per_elem}*{local}",
+                part=o.part, shard="sequence" if seq else o.shard,
+                fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
+                out_dtype=_WIRE_DTYPE[recipe] if fwd else ""))
         ops.append(o.replace(dtype=gemm_dtype))
     per_param = "2" if param_gather else "4"
     ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",

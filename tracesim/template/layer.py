@@ -195,6 +195,10 @@ class TemplateOp:
         dtype: compute dtype of this op when it differs from the layout's activation dtype
             ("" = the layout's): ``fp8`` / ``mxfp8`` marks a GEMM that runs at the device's
             FP8 rate on FP8 operands (:mod:`tracesim.template.fp8`); its ``eb`` is 1.
+        out_dtype: dtype of ``out`` when it is not the layout's activation dtype ("" = the
+            layout's): an FP8 cast's output is ``fp8`` (one byte per element) or ``mxfp8``
+            (one byte plus a one-byte scale per 32), the bytes a tensor-parallel all-gather
+            of it moves (:data:`tracesim.ops.dtypes.WIRE_BYTES`).
         shape: analytic GEMMs and fused attention: ``batch, m, n, k`` as four comma-separated
             expressions (GEMM ``[m, k] x [k, n]`` per batch; attention ``batch x heads``, query
             length, keys per query, head dim), for the cost model's shape-aware path and for
@@ -238,6 +242,7 @@ class TemplateOp:
     dtype: str = ""
     shape: str = ""
     causal: bool = False
+    out_dtype: str = ""
 
     @property
     def module(self) -> str:
@@ -372,8 +377,8 @@ def _checked_field(key: str, value: Any) -> Any:
         ok = number and value >= 0 and (isinstance(value, int) or not isinstance(default, int))
     else:
         ok = isinstance(value, str)
-    if ok and key == "dtype" and value not in _DTYPE_FIELD_VALUES:
-        raise ValueError(f"dtype: expected one of {', '.join(repr(x) for x in _DTYPE_FIELD_VALUES)}, "
+    if ok and key in ("dtype", "out_dtype") and value not in _DTYPE_FIELD_VALUES:
+        raise ValueError(f"{key}: expected one of {', '.join(repr(x) for x in _DTYPE_FIELD_VALUES)}, "
                          f"got {value!r}")
     if not ok:
         kind = type(default).__name__ if default is not dataclasses.MISSING else "str"

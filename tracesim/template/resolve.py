@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from tracesim.ops.dtypes import WIRE_BYTES
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
@@ -255,7 +256,9 @@ def _resolve_section(
             env_["win"] = float(min(window, par.seq_len))
     state = "full"
     in_experts = False  # between the EP dispatch and combine
-    out_prev = 0.0
+    out_prev = 0.0  # elements of the last op's output (unsharded)
+    out_wire = float(eb)  # the bytes per element a TP all-gather of it moves
+    prev_dtype = ""  # the compute dtype of the last compute op
     fwd: list[ROp] = []
     fwd_index: dict[str, int] = {}
     bwd_inserts: list[tuple[int, ROp]] = []  # (fwd boundary index, comm) in fwd order
@@ -284,11 +287,12 @@ def _resolve_section(
             role = prev.ub if prev is not None and prev.op_class == "gemm" else ""
             fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", gk,
                              out_prev * eb, "fwd", "rs_prev" if sp and role else "", role))
-            if sp:
-                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", gk, out_prev * eb, "bwd",
-                                             "ag_next" if role else "", role)))
+            if sp:  # an FP8 GEMM's output gradient is quantized before it is gathered
+                grad_wire = WIRE_BYTES[prev_dtype] if prev is not None and prev_dtype in WIRE_BYTES else eb
+                bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", gk, out_prev * grad_wire,
+                                             "bwd", "ag_next" if role else "", role)))
         elif state == "sharded":
-            fwd.append(_comm(f"{name}.tp_gather", "all_gather", gk, out_prev * eb, "fwd"))
+            fwd.append(_comm(f"{name}.tp_gather", "all_gather", gk, out_prev * out_wire, "fwd"))
         state = "full"
 
     for i, op in enumerate(fwd_ops):
@@ -307,19 +311,20 @@ def _resolve_section(
                     fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd"))
                 if op.group_kind == "ep":  # the dispatch enters the routed experts, the combine leaves
                     in_experts = not in_experts
-            out_prev = evaluate(op.out, env_tp)
+            out_prev, out_wire = evaluate(op.out, env_tp), float(eb)
             continue
         role = _ub_role(op, style)
         if style == "colwise":
             if state != "full":
                 to_full(i, op.name)
             if tp > 1:
-                if sp:
-                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", gk, out_prev * eb, "fwd",
+                if sp:  # the input as it was cast (FP8: gathered quantized, as TE does)
+                    fwd.append(_comm(f"{op.name}.tp_f", "all_gather", gk, out_prev * out_wire, "fwd",
                                      "ag_next" if role else "", role))
                     if regather:  # Megatron keeps the sharded input and gathers it again
                         bwd_inserts.append((i + 1, _comm(f"{op.name}.tp_regather", "all_gather", gk,
-                                                         out_prev * eb, "bwd", "bulk_dgrad", role)))
+                                                         out_prev * out_wire, "bwd", "bulk_dgrad",
+                                                         role)))
                 bwd_inserts.append((i, _comm(f"{op.name}.tp_f", "reduce_scatter" if sp else "all_reduce",
                                              gk, out_prev * eb, "bwd", "bulk_wgrad", role)))
             env = env_x
@@ -328,7 +333,8 @@ def _resolve_section(
             if state == "partial":
                 to_full(i, op.name)
             if state == "full" and tp > 1:
-                bwd_inserts.append((i, _comm(f"{op.name}.tp_slice", "all_gather", gk, out_prev * eb, "bwd")))
+                bwd_inserts.append((i, _comm(f"{op.name}.tp_slice", "all_gather", gk, out_prev * eb,
+                                             "bwd")))
             env = env_x
             state = "partial"
         elif style == "vocab":
@@ -349,6 +355,8 @@ def _resolve_section(
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(_compute(op, "fwd", env, env_full, par, op_time, role, p))
         out_prev = evaluate(op.out, env_x)
+        out_wire = WIRE_BYTES[op.out_dtype] if op.out_dtype in WIRE_BYTES else float(eb)
+        prev_dtype = op.dtype
     if end_full:
         to_full(len(fwd_ops), "end")
 
