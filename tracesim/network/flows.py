@@ -157,13 +157,13 @@ class FlowNetwork(LazyBatches):
         self._rem.extend(nb)
         self._rate.extend(rt.rate0)
         self._bytes0.extend(nb)
-        self._sent.extend(np.zeros(n_new))
-        self._alive.extend(np.ones(n_new, dtype=bool))
-        self._t_upd.extend(np.full(n_new, now, dtype=np.int64))
+        self._sent.fill(0.0, n_new)
+        self._alive.fill(True, n_new)
+        self._t_upd.fill(now, n_new)
         self._e_flow.extend(rt.e_flow + lo)
         self._e_link.extend(rt.e_link)
         self._n_alive += n_new
-        np.add.at(self.link_flows, rt.e_link, 1)
+        self.link_flows[rt.links] += rt.link_count
         gid = self._next_group
         self._next_group += 1
         b = Batch(gid, lo, lo + n_new, elo, elo + len(rt.e_link), rt.links, ev, rt,
@@ -287,29 +287,31 @@ class FlowNetwork(LazyBatches):
 
     def _step(self, comps: list[list[int]], now: int) -> list[Batch]:
         batches = self._batches
-        order = sorted(g for comp in comps for g in comp)
+        order = sorted(comps[0]) if len(comps) == 1 else sorted(g for comp in comps for g in comp)
         bl = [batches[g] for g in order]
         idx = ranges([b.lo for b in bl], [b.hi for b in bl])
         rem, rate, alive = self._rem.a, self._rate.a, self._alive.a
-        # advance the touched flows to now
+        # advance the touched flows to now (a finished flow's rate is 0: it moves nothing)
         t_upd = self._t_upd.a
         dt = now - t_upd[idx]
         r = rate[idx]
-        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rem[idx])  # no inf rate x 0 ns
-        moved[~alive[idx]] = 0.0
-        rem[idx] -= moved
+        rm0 = rem[idx]
+        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rm0)  # no inf rate x 0 ns
+        rm = rm0 - moved
+        rem[idx] = rm
         self._sent.a[idx] += moved
         t_upd[idx] = now
         # finish the flows that are done (within half a nanosecond's worth of bytes)
-        rm = rem[idx]
-        done = alive[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
+        al = alive[idx]
+        done = al & ((rm <= r * 0.5) | (rm <= 1e-9))
         if self.record:  # what each flow moved since its last update, and the last fraction
             fids = ranges([b.fid0 for b in bl], [b.fid0 + b.hi - b.lo for b in bl])
             self._segment(fids, now - dt, now, moved + np.where(done, rm, 0.0))
         fired: list[Batch] = []
-        if done.any():
+        ended = bool(done.any())
+        if ended:
             fired = self._finish(bl, idx, done, now)
-        live = [b for b in bl if b.n_alive]
+        live = [b for b in bl if b.n_alive] if ended else bl
         if not live:
             return fired
         self.recomputes += 1
@@ -332,13 +334,23 @@ class FlowNetwork(LazyBatches):
                 if b.gid in alone and b.n_alive == b.hi - b.lo:
                     b.key.iso = rate[b.lo : b.hi].copy()
         # next completion of every live batch
-        lidx = ranges([b.lo for b in live], [b.hi for b in live])
+        if ended:
+            lidx = ranges([b.lo for b in live], [b.hi for b in live])
+            lrem, lal = rem[lidx], alive[lidx]
+        else:  # the same flows, none ended
+            lidx, lrem, lal = idx, rm, al
         lr = rate[lidx]
-        ok = alive[lidx] & (lr > 0)
-        tdone = np.where(ok, rem[lidx] / np.where(ok, lr, 1.0), np.inf)  # lr > 0 where used
-        lens = np.array([b.hi - b.lo for b in live], dtype=np.int64)
-        firsts = np.cumsum(lens) - lens
-        tmin = np.minimum.reduceat(tdone, firsts).tolist()
+        ok = lal & (lr > 0)
+        tdone = np.full(len(lidx), np.inf)
+        np.divide(lrem, lr, out=tdone, where=ok)
+        if len(live) == 1:
+            tmin = [float(tdone.min())]
+        else:
+            firsts, at = [], 0
+            for b in live:
+                firsts.append(at)
+                at += b.hi - b.lo
+            tmin = np.minimum.reduceat(tdone, firsts).tolist()
         heap = self._heap
         for b, t in zip(live, tmin, strict=True):
             b.version += 1
@@ -361,35 +373,39 @@ class FlowNetwork(LazyBatches):
         self._rate.a[fin] = 0.0
         self._n_alive -= len(fin)
         self._n_dead += len(fin)
-        # entries of the finished flows: per batch, entries of its finished slots
-        lens = np.array([b.hi - b.lo for b in bl], dtype=np.int64)
-        bpos = np.repeat(np.arange(len(bl)), lens)
-        per_batch = np.bincount(bpos[done], minlength=len(bl)).tolist()
-        touched = [b for b, c in zip(bl, per_batch, strict=True) if c]
-        eidx = ranges([b.elo for b in touched], [b.ehi for b in touched])
-        ef = self._e_flow.a[eidx]
-        flag = np.zeros(len(alive), dtype=bool)
-        flag[fin] = True
-        ent = flag[ef]
-        links = self._e_link.a[eidx][ent]
-        np.add.at(self.link_bytes, links, self._bytes0.a[ef[ent]])
-        np.subtract.at(self.link_flows, links, 1)
+        # per batch, its flows that ended now; their entries leave the links
+        e_link_a, bytes0 = self._e_link.a, self._bytes0.a
+        link_bytes, link_flows = self.link_bytes, self.link_flows
+        fired = []
+        at = 0
+        for b in bl:
+            n = b.hi - b.lo
+            d = done[at : at + n]
+            at += n
+            c = int(np.count_nonzero(d))
+            if not c:
+                continue
+            rt = b.key
+            if c == n:  # the whole batch at once (no flow of it had ended before)
+                np.add.at(link_bytes, e_link_a[b.elo : b.ehi], bytes0[b.lo + rt.e_flow])
+                link_flows[rt.links] -= rt.link_count
+            else:
+                ent = d[rt.e_flow]
+                links = e_link_a[b.elo : b.ehi][ent]
+                np.add.at(link_bytes, links, bytes0[b.lo + rt.e_flow[ent]])
+                np.subtract.at(link_flows, links, 1)
+            b.n_alive -= c
+            if self.record:
+                for slot in (b.lo + np.flatnonzero(d)).tolist():
+                    self.records.append(FlowRecord(b.fid0 + slot - b.lo, float(bytes0[slot]),
+                                                   float(self._sent.a[slot] + self._rem.a[slot]),
+                                                   b.t0, now))
+            if not b.n_alive:
+                self._drop(b)
+                fired.append(b)
         # the last fraction of a nanosecond's worth of bytes (rounding to integer ns)
         self._sent.a[fin] += self._rem.a[fin]
         self._rem.a[fin] = 0.0
-        if self.record:
-            bo = bpos[done].tolist()
-            for slot, k in zip(fin.tolist(), bo, strict=True):
-                b = bl[k]
-                self.records.append(FlowRecord(b.fid0 + slot - b.lo, float(self._bytes0.a[slot]),
-                                               float(self._sent.a[slot]), b.t0, now))
-        fired = []
-        for b, c in zip(bl, per_batch, strict=True):
-            if c:
-                b.n_alive -= c
-                if not b.n_alive:
-                    self._drop(b)
-                    fired.append(b)
         return fired
 
     def _compact(self) -> None:

@@ -62,23 +62,36 @@ class Buf:
     def v(self) -> np.ndarray:
         return self.a[: self.n]
 
+    def fill(self, value: float, n: int) -> None:
+        """Append ``n`` copies of ``value``."""
+        need = self.n + n
+        if need > len(self.a):
+            new = np.zeros(max(need, 2 * len(self.a)), dtype=self.a.dtype)
+            new[: self.n] = self.a[: self.n]
+            self.a = new
+        self.a[self.n : need] = value
+        self.n = need
+
     def set(self, values: np.ndarray) -> None:
         self.n = 0
         self.extend(values)
 
 
 class Route:
-    """Per-route-array data: flow of each entry, distinct links, initial rates, and the
-    rates of the flows when the batch runs alone (filled on first use)."""
+    """Per-route-array data: flow of each entry, distinct links (and the entries on each),
+    initial rates, and the rates of the flows when the batch runs alone (filled on first
+    use)."""
 
-    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "rate0", "iso", "traj")
+    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "link_count", "rate0", "iso",
+                 "traj", "n")
 
     def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
         self.ptr_in, self.link_in = e_ptr, e_link
         self.e_link = np.asarray(e_link, dtype=np.int64)
         lens = np.diff(np.asarray(e_ptr, dtype=np.int64)).astype(np.int64)
         self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-        self.links = np.unique(self.e_link)
+        self.links, self.link_count = np.unique(self.e_link, return_counts=True)
+        self.n = len(lens)
         self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
         self.iso: np.ndarray | None = None
         #: recorded runs alone, by the bytes of their flows (``nbytes.tobytes()``)

@@ -132,7 +132,7 @@ class LazyBatches:
         b.lazy = nb
         self._next_fid += n
         self._n_alive += n
-        np.add.at(self.link_flows, rt.e_link, 1)
+        self.link_flows[rt.links] += rt.link_count
         self._owner[rt.links] = gid
         self._batches[gid] = b
         self._seq += 1
@@ -167,7 +167,7 @@ class LazyBatches:
         self._bytes0.extend(nb)
         self._sent.extend(sent)
         self._alive.extend(alive)
-        self._t_upd.extend(np.full(n, t_upd, dtype=np.int64))
+        self._t_upd.fill(t_upd, n)
         self._e_flow.extend(rt.e_flow + lo)
         self._e_link.extend(rt.e_link)
         b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + len(rt.e_link)
@@ -209,7 +209,7 @@ class LazyBatches:
             b.traj = None
             self._traj_live -= 1
         np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
-        np.subtract.at(self.link_flows, rt.e_link, 1)
+        self.link_flows[rt.links] -= rt.link_count
         self._n_alive -= len(nb)
         if self.record:
             self._segment(np.arange(b.fid0, b.fid0 + len(nb)), np.full(len(nb), b.t0), now, nb)
