@@ -49,12 +49,15 @@ class Buf:
         self.a: np.ndarray = np.zeros(size, dtype=dtype)
         self.n = 0
 
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
+    def _grow(self, need: int) -> None:
         if need > len(self.a):
             new = np.zeros(max(need, 2 * len(self.a)), dtype=self.a.dtype)
             new[: self.n] = self.a[: self.n]
             self.a = new
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        self._grow(need)
         self.a[self.n : need] = values
         self.n = need
 
@@ -65,10 +68,7 @@ class Buf:
     def fill(self, value: float, n: int) -> None:
         """Append ``n`` copies of ``value``."""
         need = self.n + n
-        if need > len(self.a):
-            new = np.zeros(max(need, 2 * len(self.a)), dtype=self.a.dtype)
-            new[: self.n] = self.a[: self.n]
-            self.a = new
+        self._grow(need)
         self.a[self.n : need] = value
         self.n = need
 
