@@ -149,3 +149,33 @@ def test_a_task_of_k_chunks_takes_k_chunks_time(algorithm: str, coll: str, n: in
     assert _alone_ns(ranks, coll, k * chunk, algorithm, k) == k * one
     # not the same as one operation of all the bytes: k - 1 more latencies
     assert _alone_ns(ranks, coll, k * chunk, algorithm, 1) < k * one
+
+
+def test_chunks_that_share_links_run_as_one_transfer() -> None:
+    """Two chunked userbuffers operations on the same links: ``auto`` runs each one's chunks
+    left as one transfer after their latencies (a few flow batches instead of one per
+    chunk); chunk by chunk (``steps``) they end within the latencies' placement of that,
+    and the bytes are the same. (Chunks of a multi-step NCCL phase keep ``auto``'s step by
+    step run under sharing.)"""
+    algorithm = "userbuffers"
+    import simpy
+
+    def run(phases: str) -> tuple[list[int], int, float]:
+        env = simpy.Environment()
+        net = NetworkModel(H100, phases=phases)
+        net.attach(env)
+        ranks, k, chunk = tuple(range(4)), 6, 3 << 20
+        ends: list[int] = []
+        for msg in (k * chunk, 2 * k * chunk):  # started together; the second is longer
+            ev = net.collective("all_gather", ranks, msg, "tp", algorithm=algorithm, chunks=k)
+            ev.callbacks.append(lambda _e: ends.append(int(env.now)))
+        env.run()
+        return ends, net.flows._next_group, float(net.flows.link_bytes.sum())
+
+    merged, batches, carried = run("auto")
+    chunked, batches_chunked, carried_chunked = run("steps")
+    assert carried == pytest.approx(carried_chunked, rel=1e-12)
+    assert (batches, batches_chunked) == (5, 12)
+    lat_ns = 6 * (UB.defaults.step_latency_us + H100.intra_node.latency_us) * 1000.0
+    for a, b in zip(merged, chunked, strict=True):
+        assert abs(a - b) <= 2 * lat_ns + 12

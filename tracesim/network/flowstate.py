@@ -194,6 +194,8 @@ def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dic
     while stack and len(comp) < total:
         u = batches[stack.pop()].links
         sl = u[owner[u] == SHARED]
+        if not len(sl):
+            continue
         sl = sl[~visited[sl]]  # each shared link is looked at once per search
         if not len(sl):
             continue
@@ -256,6 +258,8 @@ def ranges(los: list[int], his: list[int]) -> np.ndarray:
     usual case, are cheaper concatenated)."""
     if len(los) == 1:
         return np.arange(los[0], his[0], dtype=np.int64)
+    if len(los) == 2 and his[0] == los[1]:  # adjacent slots
+        return np.arange(los[0], his[1], dtype=np.int64)
     if 1 < len(los) <= 8:
         return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(los, his, strict=True)])
     lo = np.asarray(los, dtype=np.int64)

@@ -69,9 +69,16 @@ class Runner:
     """One running collective: its phases (and, in ``auto`` mode, their steps) one after
     another, driven by callbacks (no SimPy process). Each round pays its share of the
     phase's latency, then starts its flows; ``auto`` aggregates the steps left unless a link
-    of the phase carries other traffic, then runs one step and looks again."""
+    of the phase carries other traffic, then runs one step and looks again.
 
-    __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done")
+    The chunks of a :func:`repeated` collective run one by one while their links carry
+    nothing else (each ends as it does alone, to the ns); where another flow shares the
+    links, ``auto`` runs the chunks left as one transfer of their bytes after their
+    latencies (the same bytes and link time; only where the latency gaps fall moves), so
+    that two chunked operations sharing links cost a few flow events, not a few per chunk."""
+
+    __slots__ = ("model", "cc", "collective", "kind", "n", "msg", "t0", "i", "left", "now", "done",
+                 "span")
 
     def __init__(self, model: FlowModel, cc: CompiledCollective, collective: str, kind: str,
                  n: int, msg_bytes: float, *, resume: tuple[int, int, simpy.Event] | None = None):
@@ -81,6 +88,7 @@ class Runner:
         self.i = 0
         self.left = -1
         self.now = 0
+        self.span = 1  # phases this round runs: the chunks left of a repeated collective
         if resume is None:
             self.t0 = int(env.now)
             self.done = env.event()
@@ -111,7 +119,14 @@ class Runner:
             self.now = 1
         else:  # auto: aggregate what is left unless another flow shares the links
             self.now = 1 if m.flows.busy(ph.e_link) else left
-        lat_ns = int(round(ph.latency_ns * self.now / k))
+        self.span = 1
+        if (k == 1 and m.phases == "auto" and self.i + 1 < len(cc.phases)
+                and cc.phases[self.i + 1] is ph and m.flows.busy(ph.e_link)):
+            j = self.i + 1
+            while j < len(cc.phases) and cc.phases[j] is ph:
+                j += 1
+            self.span = j - self.i
+        lat_ns = int(round(ph.latency_ns * self.now / k)) * self.span
         if lat_ns > 0:
             env.timeout(lat_ns).callbacks.append(self._start)
         else:
@@ -120,14 +135,16 @@ class Runner:
     def _start(self, _ev: Any) -> None:
         ph = self.cc.phases[self.i]
         k = max(1, ph.steps)
-        ev = self.model.flows.start(ph.e_ptr, ph.e_link, ph.wire_per_byte * (self.msg * self.now / k))
+        ev = self.model.flows.start(ph.e_ptr, ph.e_link,
+                                    ph.wire_per_byte * (self.msg * self.now / k * self.span))
         ev.callbacks.append(self._after)
 
     def _after(self, _ev: Any) -> None:
         self.left -= self.now
         if self.left == 0:
-            self.i += 1
+            self.i += self.span
             self.left = -1
+            self.span = 1
         self._round()
 
 
