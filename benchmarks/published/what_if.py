@@ -1,0 +1,57 @@
+"""A published row replayed as `tracesim validate published` replays it, with some of its
+options changed: what the prediction would be had the run used another setting (for
+example the layout its recipe's config names where the table prints another).
+
+    .venv/bin/python benchmarks/published/what_if.py TABLE --only TEXT KEY=VALUE ...
+
+KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the row's options
+are printed first); VALUE takes the type of the row's value. Prints the row's predicted
+iteration time and tokens/s per GPU with and without the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from tracesim.pipeline.published import steady_iteration_s, table_rows
+
+
+def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
+    key, _, raw = item.partition("=")
+    if not raw:
+        print(f"expected KEY=VALUE, got {item!r}", file=sys.stderr)
+        raise SystemExit(2)
+    old = opts.get(key)
+    if isinstance(old, bool):
+        return key, raw.lower() in ("1", "true", "yes")
+    if isinstance(old, (int, float)):
+        return key, type(old)(raw)
+    return key, raw
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("table")
+    ap.add_argument("--only", required=True, help="the first row whose label contains TEXT")
+    ap.add_argument("changes", nargs="*", metavar="KEY=VALUE")
+    args = ap.parse_intermixed_args()
+    for p, k, _, _, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
+        changed = dict(opts)
+        changed.update(_typed(opts, c) for c in args.changes)
+        print(label)
+        print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
+        for name, o in (("as published", opts), ("changed", changed)):
+            t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
+            gpus = int(o.get("tp", 1)) * int(o.get("pp", 1)) * int(o.get("cp", 1)) * int(o["dp"])
+            tokens = int(o["global_batch"]) * int(o["seq_len"])
+            print(f"  {name:13s} iteration {t:.4f} s, {tokens / t / gpus:,.0f} tokens/s per GPU")
+        return 0
+    print(f"{args.table}: no row contains {args.only!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
