@@ -313,7 +313,10 @@ class Recorder:
     def at_exit(self) -> None:
         """The process ends: report how far it got (a child that never stepped says nothing,
         its parent speaks for it)."""
-        if os.getpid() != self.pid or self.done:
+        if os.getpid() != self.pid:
+            return
+        _release_gil_for_workers()
+        if self.done:
             return
         if self._prof is not None:
             self.abort()
@@ -321,6 +324,24 @@ class Recorder:
             self.write_status("error")
         elif self.count > 0 or self.parent is None:
             self.write_status("incomplete")
+
+
+#: how long the exit handler lets other threads run (s); see _release_gil_for_workers
+EXIT_GRACE_S = 0.05
+
+
+def _release_gil_for_workers() -> None:
+    """Let the threads of torch.distributed's process groups take the GIL once more before
+    the interpreter finalizes. Every backward pass stashes a Python object (the contextvars
+    context, ``torch.autograd.graph._engine_run_backward``) in the thread-local state that the
+    gradient all-reduces of DDP capture; a ProcessGroupGloo worker that drops its last
+    finished work takes the GIL to release that object, and if it asks after the interpreter
+    has started to finalize, Python ends the thread with a forced unwind through a noexcept
+    C++ frame: ``terminate called without an active exception``, SIGABRT, a failed job.
+    Sleeping in an exit handler (before finalization) hands the GIL to such a thread."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available():
+        time.sleep(EXIT_GRACE_S)
 
 
 def _cuda_in_use() -> bool:

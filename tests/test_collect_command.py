@@ -307,3 +307,22 @@ def test_record_api_in_process(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["api", "manual"]
     with pytest.raises(InputError, match="steps: must be an integer >= 1"):
         tracesim.record(short, steps=0)
+
+
+def test_exit_handler_hands_the_gil_to_process_group_threads(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorded rank's exit handler sleeps (releasing the GIL) once torch.distributed is
+    loaded, so that a ProcessGroupGloo worker can release the last finished work's Python
+    object before the interpreter finalizes (test_two_ranks_under_torchrun aborted about one
+    run in ten without it); a process without torch.distributed does not wait."""
+    slept: list[float] = []
+    monkeypatch.setattr(rec_mod.time, "sleep", slept.append)
+    rec = rec_mod.Recorder(tmp_path, Plan(steps=1, warmup=0, measure=1))
+    rec.done = True
+    import torch.distributed  # noqa: F401 - what the handler looks for
+
+    rec.at_exit()
+    assert slept == [rec_mod.EXIT_GRACE_S]
+    monkeypatch.delitem(sys.modules, "torch.distributed")
+    rec.at_exit()
+    assert slept == [rec_mod.EXIT_GRACE_S]
