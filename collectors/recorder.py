@@ -315,7 +315,7 @@ class Recorder:
         its parent speaks for it)."""
         if os.getpid() != self.pid:
             return
-        _release_gil_for_workers()
+        release_gil_for_workers()
         if self.done:
             return
         if self._prof is not None:
@@ -326,11 +326,11 @@ class Recorder:
             self.write_status("incomplete")
 
 
-#: how long the exit handler lets other threads run (s); see _release_gil_for_workers
+#: how long the exit handler lets other threads run (s); see release_gil_for_workers
 EXIT_GRACE_S = 0.05
 
 
-def _release_gil_for_workers() -> None:
+def release_gil_for_workers() -> None:
     """Let the threads of torch.distributed's process groups take the GIL once more before
     the interpreter finalizes. Every backward pass stashes a Python object (the contextvars
     context, ``torch.autograd.graph._engine_run_backward``) in the thread-local state that the

@@ -36,6 +36,7 @@ from tracesim.collectors.cycles import (
     plan_cycles,
 )
 from tracesim.collectors.overhead import op_overhead, overhead_mapping
+from tracesim.collectors.recorder import release_gil_for_workers
 from tracesim.collectors.train import (
     Training,
     count_step_events,
@@ -114,6 +115,7 @@ def run_rank(rank: int, cfg: RankConfig) -> dict[str, Any]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+            release_gil_for_workers()  # before the spawned process finalizes
 
 
 def _run(rank: int, cfg: RankConfig, device: torch.device, rank_dir: Path) -> dict[str, Any]:
