@@ -156,6 +156,25 @@ def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
         read_table(tmp_path / "missing.csv")
 
 
+def test_cli_summarises_each_table_and_all(tmp_path: Path) -> None:
+    """With several tables, a summary line per table and one for all (the numbers of
+    docs/accuracy.md's per-table lines); the JSON has them under ``per_table``."""
+    copy = tmp_path / "sc21_copy.csv"
+    copy.write_text(SC21.read_text())
+    args = ["validate", "published", str(SC21), str(copy), "--only", "32 GPUs"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert any(ln.startswith(f"{SC21.name}: 1 rows: mean absolute error") for ln in lines)
+    assert any(ln.startswith("sc21_copy.csv: 1 rows: mean absolute error") for ln in lines)
+    assert lines[-1].startswith("all tables: 2 rows: mean absolute error")
+    doc = json.loads(CliRunner().invoke(main, [*args, "--json"]).output)
+    assert doc["summary"]["rows"] == 2
+    assert {k: v["rows"] for k, v in doc["per_table"].items()} == {SC21.name: 1, "sc21_copy.csv": 1}
+    one = json.loads(CliRunner().invoke(main, [*args[:3], "--only", "32 GPUs", "--json"]).output)
+    assert "per_table" not in one
+
+
 def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path) -> None:
     """A row whose expert layout does not fit a pipeline stage (the H100 Qwen3 235B row with
     ep 64 x etp 1 on tp 2 x dp 16 = 32 ranks) says so and the others still count."""

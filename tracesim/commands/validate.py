@@ -75,7 +75,8 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
     (TFLOP/s per GPU; benchmarks/published/megatron_core_h100_weak_scaling.csv). Each row's layout, batch and
     precision are replayed on the system's cluster spec with the row's software stack;
     nothing is fitted to the rows. Prints one line per row as it finishes, then the mean
-    absolute error, the largest error and the rows within 10% and 20%.
+    absolute error, the largest error and the rows within 10% and 20% (with several
+    tables: for each table, then for all).
     """
     from tracesim.pipeline.published import summary, validate_rows
 
@@ -94,11 +95,25 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
             click.echo(f"{r.label[:62]:<62} {r.published:>10.1f} {r.predicted:>10.1f} "
                        f"{r.rel_error * 100:>+7.1f}% {r.wall_s:>7.1f}")
     s = summary(rows)
+    names = list(dict.fromkeys(r.table for r in rows))
+    per_table = {t: summary([r for r in rows if r.table == t]) for t in names} if len(names) > 1 else {}
     if as_json:
-        click.echo(json.dumps({"rows": [r.to_dict() for r in rows], "summary": s}, indent=2))
+        out: dict[str, object] = {"rows": [r.to_dict() for r in rows], "summary": s}
+        if per_table:
+            out["per_table"] = per_table
+        click.echo(json.dumps(out, indent=2))
         return
     if s["rows"]:
-        click.echo(f"\n{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}%, "
-                   f"largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
-                   f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s"
-                   + (f"; {s['not_replayed']} not replayed" if s.get("not_replayed") else ""))
+        click.echo("")
+        for t, ts in per_table.items():
+            if ts["rows"]:
+                click.echo(f"{t}: {_summary_line(ts)}")
+        click.echo(("all tables: " if per_table else "") + _summary_line(s))
+
+
+def _summary_line(s: dict) -> str:
+    """One line of :func:`tracesim.pipeline.published.summary`'s numbers."""
+    return (f"{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}%, "
+            f"largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
+            f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s"
+            + (f"; {s['not_replayed']} not replayed" if s.get("not_replayed") else ""))
