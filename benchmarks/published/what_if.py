@@ -5,7 +5,8 @@ example the layout its recipe's config names where the table prints another).
     .venv/bin/python benchmarks/published/what_if.py TABLE --only TEXT KEY=VALUE ...
 
 KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the row's options
-are printed first); VALUE takes the type of the row's value. Prints the row's predicted
+are printed first); VALUE takes the type of the row's value. A change the layout cannot
+take (``vpp`` on a row whose ``stage_layers`` were set for another) is reported, exit 2. Prints the row's predicted
 iteration time and tokens/s per GPU with and without the change.
 """
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tracesim.errors import InputError
 from tracesim.pipeline.published import steady_iteration_s, table_rows
 
 
@@ -44,7 +46,11 @@ def main() -> int:
         print(label)
         print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
         for name, o in (("as published", opts), ("changed", changed)):
-            t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
+            try:
+                t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
+            except InputError as exc:  # e.g. vpp changed but the row's stage_layers kept
+                print(f"  {name:13s} not replayed: {exc}")
+                return 2
             gpus = int(o.get("tp", 1)) * int(o.get("pp", 1)) * int(o.get("cp", 1)) * int(o["dp"])
             tokens = int(o["global_batch"]) * int(o["seq_len"])
             print(f"  {name:13s} iteration {t:.4f} s, {tokens / t / gpus:,.0f} tokens/s per GPU")
