@@ -7,7 +7,8 @@ example the layout its recipe's config names where the table prints another).
 KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the row's options
 are printed first); VALUE takes the type of the row's value. A change the layout cannot
 take (``vpp`` on a row whose ``stage_layers`` were set for another) is reported, exit 2. Prints the row's predicted
-iteration time and tokens/s per GPU with and without the change.
+iteration time and metric per GPU (the table's: tokens/s or TFLOP/s) with and without the
+change.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.pipeline.published import steady_iteration_s, table_rows
+from tracesim.pipeline.published import predicted_metric, steady_iteration_s, table_rows
 
 
 def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
@@ -40,9 +41,10 @@ def main() -> int:
     ap.add_argument("--only", required=True, help="the first row whose label contains TEXT")
     ap.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = ap.parse_intermixed_args()
-    for p, k, _, _, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
+    for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
         changed = dict(opts)
         changed.update(_typed(opts, c) for c in args.changes)
+        metric = "tokens/s" if fmt == "bridge" else "TFLOP/s"
         print(label)
         print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
         for name, o in (("as published", opts), ("changed", changed)):
@@ -51,9 +53,8 @@ def main() -> int:
             except InputError as exc:  # e.g. vpp changed but the row's stage_layers kept
                 print(f"  {name:13s} not replayed: {exc}")
                 return 2
-            gpus = int(o.get("tp", 1)) * int(o.get("pp", 1)) * int(o.get("cp", 1)) * int(o["dp"])
-            tokens = int(o["global_batch"]) * int(o["seq_len"])
-            print(f"  {name:13s} iteration {t:.4f} s, {tokens / t / gpus:,.0f} tokens/s per GPU")
+            value = predicted_metric(fmt, row, o, t)
+            print(f"  {name:13s} iteration {t:.4f} s, {value:,.1f} {metric} per GPU")
         return 0
     print(f"{args.table}: no row contains {args.only!r}", file=sys.stderr)
     return 2

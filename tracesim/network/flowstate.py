@@ -83,7 +83,7 @@ class Route:
     use)."""
 
     __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "link_count", "rate0", "iso",
-                 "traj", "n")
+                 "traj")
 
     def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
         self.ptr_in, self.link_in = e_ptr, e_link
@@ -91,7 +91,6 @@ class Route:
         lens = np.diff(np.asarray(e_ptr, dtype=np.int64)).astype(np.int64)
         self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         self.links, self.link_count = np.unique(self.e_link, return_counts=True)
-        self.n = len(lens)
         self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
         self.iso: np.ndarray | None = None
         #: recorded runs alone, by the bytes of their flows (``nbytes.tobytes()``)

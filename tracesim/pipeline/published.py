@@ -38,7 +38,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,6 +319,16 @@ def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None =
                 yield p, k, fmt, row, opts, label, gaps
 
 
+def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
+                     iteration_s: float) -> float:
+    """The row's metric at an iteration time of ``iteration_s``: tokens/s per GPU
+    (Megatron-Bridge tables) or TFLOP/s per GPU by the table's own FLOP formula."""
+    if fmt == "bridge":
+        return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / int(row["gpus"])
+    flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
+    return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
+
+
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
                   ) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
@@ -334,11 +344,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                                str(exc), gaps)
             continue
         wall = time.perf_counter() - t0
-        if fmt == "bridge":
-            predicted = int(opts["global_batch"]) * int(opts["seq_len"]) / it / int(row["gpus"])
-        else:
-            flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
-            predicted = flops / (it * int(row["gpus"])) / 1e12 if it > 0 else 0.0
+        predicted = predicted_metric(fmt, row, opts, it)
         yield PublishedRow(p.name, label, opts, metric, published, predicted,
                            predicted / published - 1.0 if published else 0.0, it, wall,
                            warns, "", gaps)

@@ -288,7 +288,7 @@ def _resolve_section(
             fwd.append(_comm(f"{name}.tp_g", "reduce_scatter" if sp else "all_reduce", gk,
                              out_prev * eb, "fwd", "rs_prev" if sp and role else "", role))
             if sp:  # an FP8 GEMM's output gradient is quantized before it is gathered
-                grad_wire = WIRE_BYTES[prev_dtype] if prev is not None and prev_dtype in WIRE_BYTES else eb
+                grad_wire = WIRE_BYTES.get(prev_dtype, float(eb))
                 bwd_inserts.append((i, _comm(f"{name}.tp_g", "all_gather", gk, out_prev * grad_wire,
                                              "bwd", "ag_next" if role else "", role)))
         elif state == "sharded":
@@ -355,7 +355,7 @@ def _resolve_section(
         model_flops += op_numbers(op, env_full, env_full, par.dtype)[0]
         fwd.append(_compute(op, "fwd", env, env_full, par, op_time, role, p))
         out_prev = evaluate(op.out, env_x)
-        out_wire = WIRE_BYTES[op.out_dtype] if op.out_dtype in WIRE_BYTES else float(eb)
+        out_wire = WIRE_BYTES.get(op.out_dtype, float(eb))
         prev_dtype = op.dtype
     if end_full:
         to_full(len(fwd_ops), "end")
