@@ -177,6 +177,8 @@ def shipped(kind: str) -> list[Entry]:
             d = get_device(name)
             peaks = ", ".join(f"{k} {v:g}" for k, v in d.peak_tflops.items() if v)
             out.append(Entry(name, f"{d.kind}: peak TFLOP/s {peaks}; memory {d.hbm_GBps:g} GB/s"
-                                   + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")))
+                                   + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")
+                                   + (f"; sustained clock {d.sustained_clock:g} of the burst rate"
+                                      if d.sustained_clock < 1.0 else "")))
         return out
     raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")

@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.kernels import kernel_fit as kf
 from tracesim.hardware.costmodel import op_time_ns
-from tracesim.hardware.device import get_device
+from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.template.durations import backward_attention_ns
 
 
@@ -41,8 +41,14 @@ class Case:
     #: ``fwd``, ``bwd`` (the backward kernel alone) or ``fwd_bwd`` (both, in a training step)
     kind: str = "fwd"
 
+    def device(self) -> DeviceProfile:
+        """The profile as the measurement saw the GPU: kernels timed inside a training step
+        (``fwd_bwd``) at its sustained clock, short kernel benchmarks at the burst rate."""
+        dev = get_device(self.profile)
+        return dev if self.kind == "fwd_bwd" else dev.burst()
+
     def predicted_s(self, shaped: bool = True) -> float:
-        return op_time_ns(self.profile, self.op_class, self.flops, self.nbytes, self.dtype,
+        return op_time_ns(self.device(), self.op_class, self.flops, self.nbytes, self.dtype,
                           self.units, self.shape if shaped else None) * 1e-9
 
 
@@ -151,7 +157,7 @@ def predict_bwd_s(c: Case, shaped: bool = True) -> float:
     bwd = Case(**{**c.__dict__, "flops": 2.5 * c.flops, "nbytes": 2 * c.nbytes})
     t_bwd = bwd.predicted_s(shaped)
     if shaped and c.shape is not None:
-        t_bwd = backward_attention_ns(get_device(c.profile), int(round(t_bwd * 1e9)),
+        t_bwd = backward_attention_ns(c.device(), int(round(t_bwd * 1e9)),
                                        tuple(float(x) for x in c.shape)) * 1e-9
     return t_bwd
 

@@ -118,7 +118,7 @@ def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.nd
             size = f / np.broadcast_to(units, (n,))[idx]
         eff_c = np.minimum(ce.compute_curve(dt).at(size) * scale, 1.0)
         eff_m = np.minimum(ce.memory.at(b) * scale, 1.0)
-        peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32")
+        peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32") * dev.sustained_clock
         t_c = f / (peak * eff_c)
         if shape is not None and dev.shape_model is not None and c in MATRIX_CLASSES:
             t_c = _shaped(dev, str(c), dt, peak, shape[idx], f, t_c, scale)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -74,7 +74,8 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
 
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
-                  "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model")
+                  "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model",
+                  "sustained_clock")
 _PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
@@ -124,6 +125,10 @@ class DeviceProfile:
         l2_GBps: L2 read bandwidth in GB/s, 0 if unknown.
         shape_model: shape-aware GEMM / attention efficiency (:mod:`tracesim.hardware.shapemodel`),
             used for ops whose shape is known; None: the size curves only.
+        sustained_clock: compute rate under a training step's sustained load over the rate of
+            the short kernel benchmarks the curves are calibrated on (0 < r <= 1): a GPU at
+            its power limit lowers its SM clock, and every compute term runs that much slower
+            (memory bandwidth does not follow the SM clock). :meth:`burst` gives the profile at 1.
     """
 
     name: str
@@ -139,6 +144,7 @@ class DeviceProfile:
     sm_count: int = 0
     l2_GBps: float = 0.0
     shape_model: ShapeModel | None = None
+    sustained_clock: float = 1.0
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -151,6 +157,10 @@ class DeviceProfile:
 
     def class_efficiency(self, op_class: str) -> ClassEfficiency:
         return self.efficiency.get(op_class) or self.efficiency["default"]
+
+    def burst(self) -> DeviceProfile:
+        """This profile as a short kernel benchmark sees the GPU: ``sustained_clock`` 1."""
+        return self if self.sustained_clock == 1.0 else replace(self, sustained_clock=1.0)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -274,8 +284,17 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         l2_GBps=get_number(data, "l2_GBps", file=file, where=where, allow_zero=True, default=0.0),
         shape_model=(parse_shape_model(data["shape_model"], file, f"{where}.shape_model")
                      if data.get("shape_model") is not None else None),
+        sustained_clock=_sustained(data, file, where),
         raw=MappingProxyType(dict(data)),
     )
+
+
+def _sustained(data: Mapping[str, Any], file: str | Path | None, where: str) -> float:
+    """``sustained_clock``: a ratio in (0, 1], 1 when absent."""
+    r = get_number(data, "sustained_clock", file=file, where=where, default=1.0)
+    if r > 1.0:
+        raise InputError(f"must be in (0, 1], got {r!r}", file, f"{where}.sustained_clock")
+    return r
 
 
 # --------------------------------------------------------------------------- registry

@@ -1,0 +1,87 @@
+"""The rate a GPU sustains under a training step's load, over its kernel benchmarks' rate.
+
+A GPU running dense matrix work back to back reaches its board power limit and lowers its SM
+clock until it stays under it; short kernel benchmarks (the ones every profile's compute
+curves are calibrated on: MAMF's 100 iterations, pyptx's 20-200, cuDNN's benchmark runs)
+catch the clock before it settles. A training step is one long saturated run. The profile's
+``sustained_clock`` is the ratio of the two; the cost model multiplies every compute rate by it
+(tracesim.hardware.device.DeviceProfile). Data: ``data/sustained.csv`` (sources in
+``data/SOURCES.md``).
+
+Per GPU (:func:`sustained_clock`): the sustained BF16 matmul rate (MSMF: the best shape held
+over a 2 s window at the power limit) over the profile's large-GEMM level (the shape model's
+BF16 ceiling, ``q`` x MAMF); at most 1 (a profile already at or below the sustained rate
+keeps its rates). A GPU without an MSMF of its own takes one of the same die at its own power
+limit, scaled as the cube root of the power ratio (dynamic power ~ f V^2 with the voltage
+following the clock, so P ~ f^3 at the power limit; derived, :data:`DERIVED_FROM`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.kernels import kernel_fit as kf
+
+#: board power limits (W) of the GPUs scaled from another's MSMF, with their sources
+POWER_W: dict[str, tuple[float, str]] = {
+    "b200": (1000.0, "NVIDIA B200 HGX datasheet (1000 W; the MSMF run drew it, source MLE-MSMF)"),
+    "gb200": (1200.0, "GB200 NVL72 specification, 1200 W per GPU (the profile's source; "
+                      "facebookexperimental/triton PR #2023 sets GB200 to 1200 W as its rated power)"),
+    "gb300": (1400.0, "GB300 NVL72 specification, 1400 W per GPU (the profile's source; "
+                      "facebookexperimental/triton PR #2023: default_limit == max_limit == 1400 W)"),
+}
+
+#: profile -> (the profile whose MSMF row it takes, why)
+DERIVED_FROM: dict[str, tuple[str, str]] = {
+    "h100": ("h200", "the same GH100 die at the same 700 W limit (ml-engineering's MAMF table: "
+                     "'H200 is the same' for BF16)"),
+    "gb200": ("b200", "the same Blackwell die at a higher power limit"),
+    "gb300": ("b200", "Blackwell Ultra at a higher power limit (no MSMF of its own)"),
+}
+
+
+def rows(role: str | None = None) -> list[dict[str, str]]:
+    """Rows of ``data/sustained.csv`` (``role``: calibrated / tested / None for all)."""
+    return [r for r in kf.rows("sustained") if role is None or r["role"] == role]
+
+
+def msmf_row(profile: str) -> dict[str, str] | None:
+    """The MSMF (calibrated matmul) row of a profile's own device, None when there is none."""
+    hit = [r for r in rows("calibrated") if r["profile"] == profile]
+    return hit[0] if hit else None
+
+
+def sustained_clock(name: str, ceiling_tflops: float) -> tuple[float, str]:
+    """(ratio, its source) of a generated GPU; ``ceiling_tflops`` is the profile's BF16
+    large-GEMM level (the shape model's ceiling x the BF16 peak)."""
+    own = msmf_row(name)
+    if own is not None:
+        rate = float(own["sustained_tflops"])
+        how = (f"{own['device']} MSMF {rate:g} TFLOP/s BF16 at {own['power_W']} W "
+               f"(data/sustained.csv, source {own['source']})")
+    elif name in DERIVED_FROM:
+        base, why = DERIVED_FROM[name]
+        row = msmf_row(base)
+        assert row is not None, base
+        rate = float(row["sustained_tflops"])
+        how = f"{row['device']} MSMF {rate:g} TFLOP/s BF16 (source {row['source']}): {why}"
+        if name in POWER_W and base in POWER_W:
+            k = (POWER_W[name][0] / POWER_W[base][0]) ** (1.0 / 3.0)
+            rate *= k
+            how += (f", x (P / P_{base})^(1/3) = ({POWER_W[name][0]:g} / {POWER_W[base][0]:g})^(1/3)"
+                    f" = {k:.4f} -> {rate:.1f} TFLOP/s ({POWER_W[name][1]}; derived)")
+        else:
+            how += " (derived)"
+    else:
+        return 1.0, ("1.0: no sustained-load data for this GPU; the rates of its kernel "
+                     "benchmarks")
+    ratio = min(1.0, rate / ceiling_tflops)
+    cap = "" if ratio < 1.0 else " (at or above the profile's level: capped at 1)"
+    return round(ratio, 4), (f"{ratio:.4f}{cap} = {how} over the profile's BF16 large-GEMM level "
+                             f"{ceiling_tflops:.1f} TFLOP/s (shape_model.gemm.ceiling x peak)")
+
+
+def fields(name: str, ceiling_default: float, peak_bf16: float) -> dict[str, Any]:
+    """``sustained_clock`` and its calibration line for :func:`benchmarks.kernels.datasheet.profile`."""
+    r, src = sustained_clock(name, ceiling_default * peak_bf16)
+    return {"sustained_clock": r, "source": src}
