@@ -2,10 +2,11 @@
 
 The model (DESIGN.md, "Kernel-time scaling") is a roofline with size-dependent efficiency::
 
-    t = max(flops / (peak[dtype] * eff_c(class, dtype, flops)),
+    t = max(flops / (peak[dtype] * sustained_clock * eff_c(class, dtype, flops)),
             bytes / (hbm_bw * eff_m(class, bytes))) + launch_overhead
 
-with the curves taken from the device profile. A class whose profile says ``compute_size:
+with the curves taken from the device profile (``sustained_clock``: the compute rate a GPU
+holds at its power limit over its kernel benchmarks' rate, 1 unless the profile says). A class whose profile says ``compute_size:
 unit`` reads its compute curve at ``flops / units`` (FLOPs of one independent work unit, e.g.
 one attention head; ``units`` is 1 unless given). Where a GEMM's or an attention's ``shape``
 ``(batch, m, n, k)`` is given and the profile has a ``shape_model``, the compute term's

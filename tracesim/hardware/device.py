@@ -12,6 +12,7 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
     hbm_GBps: 2039                     # memory bandwidth, GB/s (1e9 bytes/s)
     hbm_GiB: 80
     launch_overhead_us: 2.0            # fixed time added to every op (kernel) on this device
+    sustained_clock: 1.0               # optional: compute rate at the power limit / burst rate
     efficiency:                        # per op class; 'default' covers unlisted classes
       default: {compute: [[1.0e6, 0.05], [1.0e9, 0.5]], memory: [[1.0e4, 0.05], [1.0e8, 0.85]], spread: 0.3}
       gemm:
