@@ -28,6 +28,12 @@ def test_report_text_has_every_metric():
     assert "CP1" not in txt
 
 
+def test_report_names_a_sustained_clock_below_one():
+    assert "GPU clock" not in report_text({**RES, "sustained_clock": 1.0})
+    assert "GPU clock          0.8659 of its kernel benchmarks' rate" in report_text(
+        {**RES, "device": "b200", "sustained_clock": 0.8659})
+
+
 def test_rich_report_renders():
     buf = io.StringIO()
     print_report(RES, buf, rich=True)
