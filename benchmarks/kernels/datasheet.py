@@ -24,7 +24,7 @@ from typing import Any
 from benchmarks.kernels import kernel_fit as kf
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.sizes import FLOP_SIZES
-from benchmarks.kernels.sustained import fields as sustained_fields
+from benchmarks.kernels.sustained import sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
 
 MLE = "stas00/ml-engineering@744d01e compute/accelerator/README.md"
@@ -411,10 +411,10 @@ def profile(name: str) -> dict[str, Any]:
         "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"],
                                                          "backward": att["backward"]}},
     }
-    sus = sustained_fields(name, gemm_model["ceiling"]["default"], _peak(spec, "bf16"))
-    out["sustained_clock"] = sus["sustained_clock"]
+    ratio, ratio_src = sustained_clock(name, gemm_model["ceiling"]["default"] * _peak(spec, "bf16"))
+    out["sustained_clock"] = ratio
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
-    out["calibration"]["sustained_clock"] = sus["source"]
+    out["calibration"]["sustained_clock"] = ratio_src
     return out
 
 

@@ -18,8 +18,6 @@ following the clock, so P ~ f^3 at the power limit; derived, :data:`DERIVED_FROM
 
 from __future__ import annotations
 
-from typing import Any
-
 from benchmarks.kernels import kernel_fit as kf
 
 #: board power limits (W) of the GPUs scaled from another's MSMF, with their sources
@@ -80,8 +78,3 @@ def sustained_clock(name: str, ceiling_tflops: float) -> tuple[float, str]:
     return round(ratio, 4), (f"{ratio:.4f}{cap} = {how} over the profile's BF16 large-GEMM level "
                              f"{ceiling_tflops:.1f} TFLOP/s (shape_model.gemm.ceiling x peak)")
 
-
-def fields(name: str, ceiling_default: float, peak_bf16: float) -> dict[str, Any]:
-    """``sustained_clock`` and its calibration line for :func:`benchmarks.kernels.datasheet.profile`."""
-    r, src = sustained_clock(name, ceiling_default * peak_bf16)
-    return {"sustained_clock": r, "source": src}

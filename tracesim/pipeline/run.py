@@ -222,7 +222,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     details = {
         "memory": mem.to_dict(),
         "model_flops_per_iteration": flops,
-        "sustained_clock": float(getattr(device, "sustained_clock", 1.0)),
+        "sustained_clock": device.sustained_clock,
         "template": dict(b.template.meta),
         "stack": dict(b.stack),
         "duration_methods": b.duration_methods,
