@@ -249,3 +249,32 @@ def test_a_signal_inside_a_finaliser_still_unwinds(exc):
                        capture_output=True, text=True, timeout=60, preexec_fn=_default_sigint)
     assert r.stdout.startswith("unwound"), (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr, r.stderr
+
+
+_SWALLOWING_SCRIPT = """
+import os, signal, sys, time
+from tracesim import cli
+
+@cli.cli.command("swallow")
+def swallow():
+    # as matplotlib's Agg converters do: the interrupt is caught in C and another error raised
+    interrupted = False
+    try:
+        os.kill(os.getpid(), signal.{sig})
+        time.sleep(5)
+    except BaseException:
+        interrupted = True
+    if interrupted:
+        raise ValueError("Invalid bounding box")
+
+sys.argv = ["tracesim", "swallow"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("sig,rc", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_an_error_raised_in_place_of_a_swallowed_signal_exits_as_interrupted(sig, rc):
+    r = subprocess.run([sys.executable, "-c", _SWALLOWING_SCRIPT.format(sig=sig)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, preexec_fn=_default_sigint)
+    assert r.returncode == rc, (r.returncode, r.stderr)
+    assert r.stderr.strip() == "tracesim: interrupted", r.stderr

@@ -53,8 +53,8 @@ class _Group(click.Group):
             click.echo("tracesim: interrupted", err=True)
             sys.exit(130)
         except Exception as exc:  # a bug: short message, traceback only with --debug
-            cause = _interrupt_in_chain(exc)
-            if cause is not None:  # Ctrl-C / SIGTERM that Python wrapped (e.g. mid-import)
+            cause = _interrupt_in_chain(exc) or _signalled
+            if cause is not None:  # Ctrl-C / SIGTERM that Python or a library wrapped
                 click.echo("tracesim: interrupted", err=True)
                 sys.exit(cause)
             if ctx.obj and ctx.obj.get("debug"):
@@ -104,8 +104,23 @@ def _interrupt_in_chain(exc: BaseException) -> int | None:
     return None
 
 
+# Exit status of the last Ctrl-C / SIGTERM this process received. Some extensions swallow the
+# interrupt and raise their own error instead (matplotlib's Agg converters turn it into
+# "ValueError: Invalid bounding box"); an error after a signal is still an interruption.
+_signalled: int | None = None
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C: remembered, then raised as ``KeyboardInterrupt`` as Python's default does."""
+    global _signalled
+    _signalled = 130
+    raise KeyboardInterrupt
+
+
 def _terminate(signum: int, frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C (temporary files removed), exit status 128 + 15."""
+    global _signalled
+    _signalled = 128 + signum
     raise SystemExit(128 + signum)
 
 
@@ -136,6 +151,8 @@ def _repost(signum: signal.Signals) -> None:
 def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when SIGINT is ignored
+        signal.signal(signal.SIGINT, _interrupt)
     sys.unraisablehook = _unraisable
     cli(obj={})
 
