@@ -14,6 +14,9 @@ Tensor parallelism (the ``ROp.overlap`` marks of :mod:`tracesim.template.resolve
   ``fc2``): 4 GEMM chunks, each followed by the reduce-scatter of its output; the last
   chunk's reduce-scatter is exposed;
 
+Each GEMM chunk costs ``dur_ns / n`` times the op's ``chunk_ratio(n)``: the chunk at its own
+shape, up to three side by side (:func:`tracesim.template.ub_chunks.chunk_slowdown`).
+
 The chunks are equal, so these pipelines have closed forms, and that is what is emitted
 (``_ring_in``, ``_chunks_out``): with GEMM chunks of ``g`` and transfer chunks of ``c``, an
 all-gather of ``n - 1`` chunks before ``n`` GEMM chunks ends the GEMM ``g + max((n-1) g,
@@ -70,6 +73,7 @@ import numpy as np
 
 from tracesim.build.units import Unit
 from tracesim.template.resolve import ROp
+from tracesim.template.ub_chunks import PIPE_SPLITS
 
 #: SMs an NCCL collective occupies while it overlaps compute: the 16 SMs Transformer Engine's
 #: norm kernels leave free for concurrent communication in the Megatron-Bridge recipes
@@ -92,7 +96,6 @@ UB_SMS: dict[str, dict[str, tuple[str, int]]] = {
 }
 #: Transformer Engine's defaults for a linear the configurations above leave out
 UB_DEFAULT = {"fprop": ("ring", 1), "dgrad": ("ring", 1), "bulk": ("bulk", 16), "rs": ("pipe", 16)}
-PIPE_SPLITS = 4
 #: the network algorithm of a userbuffers transfer (tracesim.network.collectives.userbuffers:
 #: copy engines and userbuffers' own kernels over NVLink, no NCCL protocol or base latency)
 UB_ALGORITHM = "userbuffers"
@@ -271,7 +274,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
     chunk with ``ov.chunked``)."""
     n = max(n, 2)
     total = g.dur_ns * frac if dur is None else dur
-    chunk = ov.slowed(total / n, sms)
+    chunk = ov.slowed(total / n * g.chunk_ratio(n), sms)
     tail, joins = u.tail, list(u.joins)
     msg = int(round(comm.msg_bytes / (n - 1)))
 
@@ -311,7 +314,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     chunk with ``ov.chunked``)."""
     splits = PIPE_SPLITS if method == "pipe" else max(ov.tp, 2)
     n_comm = splits if method == "pipe" else splits - 1
-    chunk = ov.slowed(g.dur_ns / splits, sms)
+    chunk = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
     msg = int(round(comm.msg_bytes / n_comm))
     if not ov.chunked:
         first = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)

@@ -43,9 +43,11 @@ from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
 from tracesim.template.moe_ops import is_expert_op
 from tracesim.template.mtp import mtp_ops
+from tracesim.template.ub_chunks import PIPE_SPLITS, chunk_slowdown
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
+
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,21 @@ class ROp:
     params: float = 0.0
     overlap: str = ""
     ub: str = ""
+    #: ``((splits, ratio), ...)``: a userbuffers overlap runs this GEMM as ``splits`` chunks,
+    #: each its own cuBLAS call of ``1 / splits`` of the tokens; ``ratio`` is one chunk's time
+    #: over ``dur_ns / splits`` (:func:`chunk_slowdown`)
+    chunk_slow: tuple[tuple[int, float], ...] = ()
 
     @property
     def is_comm(self) -> bool:
         return self.kind != "gpu"
+
+    def chunk_ratio(self, splits: int) -> float:
+        """One of ``splits`` chunks' time over ``dur_ns / splits`` (1 where not computed)."""
+        for n, r in self.chunk_slow:
+            if n == splits:
+                return r
+        return 1.0
 
 
 @dataclass(frozen=True)
@@ -388,9 +401,13 @@ def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Map
         env = {**env, "eb": 1.0}
     flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
     timed, run_flops = _timed(op, env, flops)
-    return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes,
-               op_time(op.op_class, run_flops, nbytes, timed, units), recompute=op.recompute,
-               params=params, ub=role)
+    dur = op_time(op.op_class, run_flops, nbytes, timed, units)
+    slow: tuple[tuple[int, float], ...] = ()
+    if role and par.tp_comm_overlap and par.tp > 1 and op.op_class == "gemm":
+        slow = tuple((n, chunk_slowdown(op_time, timed, run_flops, nbytes, units, dur, n))
+                     for n in sorted({par.tp, PIPE_SPLITS}))
+    return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes, dur, recompute=op.recompute,
+               params=params, ub=role, chunk_slow=slow)
 
 
 def resolve_template(
