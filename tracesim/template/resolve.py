@@ -49,7 +49,6 @@ from tracesim.template.ub_chunks import PIPE_SPLITS, chunk_slowdown
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
 
 
-
 @dataclass(frozen=True)
 class ROp:
     """A resolved op: numbers for one rank of one layout.
