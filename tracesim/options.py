@@ -61,7 +61,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 NETWORKS = ("flow", "estimate")
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "flash2", "unfused")
 STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "eager")
 FP8_RECIPES = ("current", "delayed", "mxfp8")
 TP_STYLES = ("colwise", "rowwise", "replicate")
@@ -231,9 +231,11 @@ class ReplayOptions:
                                 "trace or workload to take it from (default: the source, else "
                                 "the model family's stored bundle).", group="template",
                                 metavar="analytic|PATH")
-    attention: str | None = _opt("Attention kernel of the analytic template (unfused: 2021-era "
-                                 "softmax kernels).", "choice", group="template",
-                                 choices=ATTENTION)
+    attention: str | None = _opt("Attention kernel of the analytic template: flash (the fused "
+                                 "kernel the device profile was calibrated on), flash2 "
+                                 "(FlashAttention-2, as PyTorch SDPA and flash-attn 2 run on "
+                                 "Hopper) or unfused (2021-era softmax kernels).", "choice",
+                                 group="template", choices=ATTENTION)
     # the replay itself
     retarget: str | None = _opt(
         "How a recorded source is replayed elsewhere: trace (its own kernels, scaled to the "

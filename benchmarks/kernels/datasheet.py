@@ -23,6 +23,7 @@ from typing import Any
 
 from benchmarks.kernels import kernel_fit as kf
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
+from benchmarks.kernels.flash2 import flash2_params
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
@@ -411,11 +412,17 @@ def profile(name: str) -> dict[str, Any]:
         "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"],
                                                          "backward": att["backward"]}},
     }
+    fa2, fa2_src = flash2_params(name, att)
+    if fa2 is not None:
+        out["shape_model"]["attention"]["flash2"] = fa2
     ratio, ratio_src = sustained_clock(name, gemm_model["ceiling"]["default"] * _peak(spec, "bf16"))
     out["sustained_clock"] = ratio
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
     out["calibration"]["sustained_clock"] = ratio_src
+    if fa2 is not None:
+        out["calibration"]["shape_model.attention.flash2"] = fa2_src
     return out
+
 
 
 def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], curve_e: dict[str, float],

@@ -40,11 +40,17 @@ class Case:
     label: str
     #: ``fwd``, ``bwd`` (the backward kernel alone) or ``fwd_bwd`` (both, in a training step)
     kind: str = "fwd"
+    #: ``flash``: the profile's fused attention; ``flash2``: its FlashAttention-2 parameters
+    attention: str = "flash"
 
     def device(self) -> DeviceProfile:
         """The profile as the measurement saw the GPU: kernels timed inside a training step
         (``fwd_bwd``) at its sustained clock, short kernel benchmarks at the burst rate."""
         dev = get_device(self.profile)
+        if self.attention == "flash2":
+            fa2 = dev.with_flash2()
+            assert fa2 is not None, f"{self.profile} has no flash2 parameters"
+            dev = fa2
         return dev if self.kind == "fwd_bwd" else dev.burst()
 
     def predicted_s(self, shaped: bool = True) -> float:
@@ -137,6 +143,12 @@ def attention_cases() -> list[Case]:
         role = "tested (causal)" if causal else "calibrated"
         out.append(_attn_case(f"FA3 paper, H100, {r['dtype'].upper()}" + (", causal" if causal else ""),
                               role, r, causal))
+    for r in kf.attention_rows(impl="FlashAttention-2", device="H100-SXM5"):  # --attention flash2
+        causal, bwd = r["causal"] == "true", r["pass"] == "bwd"
+        c = _attn_case("FA3 paper, H100, FlashAttention-2 (flash2)" + (", causal" if causal else "")
+                       + (", backward" if bwd else ""), "tested (causal)" if causal else
+                       "calibrated", r, causal, profile="h100", bwd=bwd)
+        out.append(Case(**{**c.__dict__, "attention": "flash2"}))
     for r in kf.attention_rows(source="PYTORCH-BENCH-2391", impl="FlashAttention-3 (flash_v3)"):
         out.append(_attn_case("tritonbench FA3, H100-class (non-causal assumed)", "tested (other bench)",
                               r, False))

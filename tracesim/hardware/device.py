@@ -163,6 +163,14 @@ class DeviceProfile:
         """This profile as a short kernel benchmark sees the GPU: ``sustained_clock`` 1."""
         return self if self.sustained_clock == 1.0 else replace(self, sustained_clock=1.0)
 
+    def with_flash2(self) -> DeviceProfile | None:
+        """This profile with FlashAttention-2's attention parameters in place of its fused
+        attention's (``shape_model.attention.flash2``), None where it has none."""
+        sm = self.shape_model
+        if sm is None or sm.attention is None or sm.attention.flash2 is None:
+            return None
+        return replace(self, shape_model=replace(sm, attention=sm.attention.flash2))
+
 
 # --------------------------------------------------------------------------- parsing
 

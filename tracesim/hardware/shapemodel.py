@@ -120,6 +120,9 @@ class AttentionShapeModel:
     #: backward rate over forward rate: ``((head_dim, ((kv, ratio), ...)), ...)``; empty:
     #: the backward runs at the forward's efficiency
     backward: tuple[tuple[float, tuple[tuple[float, float], ...]], ...] = ()
+    #: FlashAttention-2's parameters on this device (``--attention flash2``: the kernel
+    #: PyTorch's SDPA and the flash-attn 2 package run), None where the profile has no data
+    flash2: AttentionShapeModel | None = None
 
     def backward_ratio(self, head_dim: float, kv: float) -> float:
         """The backward kernel's rate over the forward's at ``head_dim`` and mean key length
@@ -209,8 +212,11 @@ def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
         tiles=tuple((int(t[0]), int(t[1])) for t in tiles), **num, ceiling=ceiling)
 
 
-def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShapeModel:
-    check_keys(data, ("plateau", "kv_half"), ("tile_q", "backward", "source"), file=file, where=where)
+def _attention(data: Any, file: str | Path | None, where: str, nested: bool = True
+               ) -> AttentionShapeModel:
+    check_keys(data, ("plateau", "kv_half"),
+               ("tile_q", "backward", "source") + (("flash2",) if nested else ()),
+               file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     out: dict[str, tuple[tuple[float, float], ...]] = {}
     for key, pts in plat.items():
@@ -230,7 +236,9 @@ def _attention(data: Any, file: str | Path | None, where: str) -> AttentionShape
         kv_half=MappingProxyType({str(k): get_number(halves, k, file=file, where=f"{where}.kv_half",
                                                      allow_zero=True) for k in halves}),
         tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128),
-        backward=_backward(data.get("backward", []), file, f"{where}.backward"))
+        backward=_backward(data.get("backward", []), file, f"{where}.backward"),
+        flash2=(_attention(data["flash2"], file, f"{where}.flash2", nested=False)
+                if nested and "flash2" in data else None))
 
 
 def _backward(data: Any, file: str | Path | None, where: str

@@ -31,7 +31,7 @@ from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.moe_ops import moe_ops
 from tracesim.template.primitives import T, backward_of, mlp, norm_op, op, residual
 
-ATTENTION_IMPLS = ("flash", "unfused")
+ATTENTION_IMPLS = ("flash", "flash2", "unfused")
 
 __all__ = ["ATTENTION_IMPLS", "T", "backward_of", "first_principles_template"]
 
@@ -76,12 +76,13 @@ def _epilogue(model: ModelSpec) -> list[TemplateOp]:
 def first_principles_template(model: ModelSpec, attention: str = "flash") -> LayerTemplate:
     """The analytical template of ``model``'s family (no measured durations).
 
-    ``attention`` is ``flash`` (one fused attention kernel, today's default) or ``unfused``
-    (Megatron-LM 2021: separate scores, softmax, dropout and context kernels).
+    ``attention`` is ``flash`` (one fused attention kernel, today's default), ``flash2`` (the
+    same kernel, timed at FlashAttention-2's rates: :mod:`tracesim.template.durations`) or
+    ``unfused`` (Megatron-LM 2021: separate scores, softmax, dropout and context kernels).
     """
     if attention not in ATTENTION_IMPLS:
         raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {attention!r}")
-    flash = attention == "flash"
+    flash = attention != "unfused"
     llama_like = model.norm == "rmsnorm"
     bias = not llama_like
     rotary = llama_like or model.is_mla

@@ -35,7 +35,7 @@ def choose_template(source: str | Path | None, model: ModelSpec, template: str |
     """The layer template for ``model``, and warnings.
 
     ``template == "analytic"``: the first-principles template of the family (with
-    ``attention`` ``flash`` | ``unfused``); else the template of ``source`` (a bundle:
+    ``attention`` ``flash`` | ``flash2`` | ``unfused``); else the template of ``source`` (a bundle:
     extracted; a workload directory: its ``template.yaml``); else that of
     ``default_bundle`` (the family's stored bundle), falling back to first principles when
     it cannot be used.

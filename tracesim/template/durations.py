@@ -13,7 +13,9 @@ Ops without a measurement use the cost model (``model``), with the op's own ``dt
 it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 :func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
 that have one; a backward attention op runs at the profile's measured backward / forward
-rate ratio (:func:`backward_attention_ns`). ``methods`` counts each outcome.
+rate ratio (:func:`backward_attention_ns`). ``methods`` counts each outcome. A template built
+with ``attention: flash2`` times its fused attention with the profile's FlashAttention-2
+parameters (``shape_model.attention.flash2``; an InputError where the profile has none).
 
 An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
 parameter: the trace-derived optimizer step) is split in two (:func:`split_calls_ns`): the
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tracesim.errors import InputError
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate
 
 
@@ -48,6 +51,13 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     from tracesim.hardware.device import get_device
 
     methods: Counter = Counter()
+    if template.meta.get("attention") == "flash2" and getattr(device, "kind", "gpu") == "gpu":
+        fa2 = device.with_flash2()
+        if fa2 is None:
+            raise InputError(f"flash2: the {device.name} profile has no FlashAttention-2 rates "
+                             "(shape_model.attention.flash2); the shipped profiles with them: a100, "
+                             "a100-40gb, h100, h200", "--attention")
+        device = fa2
     src_name = template.meta.get("device")
     src_dev = None
     if src_name and str(src_name) == device.name:

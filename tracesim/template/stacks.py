@@ -224,6 +224,8 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
     if attention == "unfused":
         return "unfused (scores, scale-mask-softmax, dropout, context)"
     name = str(getattr(device, "name", ""))
+    if attention == "flash2":
+        return f"FlashAttention-2 (causal blocks only; the {name} profile's flash2 parameters)"
     gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "FlashAttention-3 / cuDNN",
            "h200": "FlashAttention-3 / cuDNN", "b200": "cuDNN fused attention",
            "gb200": "cuDNN fused attention", "gb300": "cuDNN fused attention"}.get(name, "flash")
