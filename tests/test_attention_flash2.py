@@ -63,3 +63,11 @@ def test_the_flash2_block_is_parsed_strictly(tmp_path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match="flash2"):
         get_device(str(path))
+
+
+def test_a_recorded_template_says_it_ignores_the_attention_choice() -> None:
+    res = retarget({**BASE, "model": "llama3-8b", "cluster": "h100x8", "stack": "eager",
+                    "attention": "flash2"})
+    assert any("--attention flash2 is not used" in w for w in res.warnings)
+    assert not any("--attention" in w for w in retarget({**BASE, "cluster": "h100x8",
+                                                          "attention": "flash2"}).warnings)

@@ -217,6 +217,10 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         template, w = choose_template(source, model, options.template, options.attention,
                                       default_bundle(model.family))
         warnings += w
+        if options.attention and template.meta.get("source") != "first-principles":
+            src = Path(str(template.meta.get("source") or "a bundle")).name
+            warnings.append(f"--attention {options.attention} is not used: the template's ops "
+                            f"are recorded ({src}); it applies to the analytic template")
     else:
         template = stack_template(model, stack, options.attention)
     if par.dtype == "fp8":
