@@ -24,8 +24,9 @@ Host time per launch: the medians over the public real GPU traces of the median 
 consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
 (backward) thread, 30 us; the chunks of an op that C++ code issues cost the launch call
 alone, 5.3 us, the median launch-call duration of the same traces
-(``benchmarks/traces/host_launch.py``; docs/stacks.md): a transfer chunk (``name#k``) and a
-compute task that repeats the one right before it. In the chunk pipelines of
+(``benchmarks/traces/host_launch.py``; docs/stacks.md): a transfer chunk (``name#k``), a
+compute task that repeats the one right before it, and current scaling's amax all-reduce
+(Transformer Engine's C++ quantizer calls the process group, ``quantizer.cpp``). In the chunk pipelines of
 :mod:`tracesim.build.overlap` the GEMM chunks alternate with transfer chunks, so a GEMM
 chunk counts as a launch of the op's price (it follows a transfer, not its own op); tasks
 that stand for several chunks (``chunks`` > 1, the closed forms) are walked as those
@@ -38,6 +39,8 @@ backward (data and weight gradients).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tracesim.template.fp8 import AMAX_SUFFIX
 
 #: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
 LAUNCH_US_FWD = 37.0
@@ -121,8 +124,10 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
     issue = []
     prev = ""
     for i in range(n):
-        # a chunk: a comm piece ``name#k`` or a compute task repeating the one before it
-        chunk = "#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
+        # a chunk: a comm piece ``name#k`` or a compute task repeating the one before it;
+        # current scaling's amax all-reduce, which Transformer Engine's C++ quantizer issues
+        chunk = ("#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
+                 or names[i].endswith(AMAX_SUFFIX))
         h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
         issue.append(h)
     if pieces is not None and any(p > 1 for p in pieces):

@@ -72,6 +72,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tracesim.build.units import Unit
+from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.resolve import ROp
 from tracesim.template.ub_chunks import PIPE_SPLITS
 
@@ -162,6 +163,21 @@ def _is_tp(r: ROp, marks: tuple[str, ...]) -> bool:
     return r.kind != "gpu" and r.gkind == "tp" and r.overlap in marks
 
 
+def _op(u: Unit, r: ROp, ov: Overlaps, *, layer: int, phase: str, prefix: str) -> None:
+    """:meth:`Unit.op`, except current scaling's amax all-reduce (4 bytes on the TP group,
+    issued on the compute stream before the cast, :mod:`tracesim.template.fp8`): a
+    compute-stream task of the collective's uncongested time (latency only; no flows), in
+    the TP group's communication (``gkind`` tp); a collective on the network where no
+    estimate is at hand."""
+    ns = ov.est(r.collective, r.gkind, r.msg_bytes) if r.name.endswith(AMAX_SUFFIX) else None
+    if ns is None:
+        u.op(r, layer=layer, phase=phase, prefix=prefix)
+        return
+    u.compute_task(prefix + r.name, layer=layer, phase=phase, op_class="comm",
+                   dur_ns=int(round(ns)), collective=r.collective, gkind=r.gkind,
+                   msg_bytes=r.msg_bytes)
+
+
 def emit(u: Unit, ops: Sequence[ROp], ov: Overlaps, *, layer: int, phase: str,
          prefix: str = "") -> None:
     """Append ``ops`` to ``u``'s chain, with the TP overlaps ``ov`` switches on (module
@@ -174,11 +190,12 @@ def emit(u: Unit, ops: Sequence[ROp], ov: Overlaps, *, layer: int, phase: str,
         pre_marks = (("ag_next",) if ov.ub else ()) + (("bulk_dgrad",) if bulk_on else ())
         if _is_tp(r, pre_marks):
             j = i + 1
-            while j < n and ops[j].kind == "gpu" and ops[j].op_class != "gemm":
+            while j < n and ((ops[j].kind == "gpu" and ops[j].op_class != "gemm")
+                             or ops[j].name.endswith(AMAX_SUFFIX)):
                 j += 1
             if j < n and ops[j].kind == "gpu" and ops[j].ub == r.ub:
-                for k in range(i + 1, j):  # quantize / cast kernels: before the comm (TE)
-                    u.op(ops[k], layer=layer, phase=phase, prefix=prefix)
+                for k in range(i + 1, j):  # amax, quantize / cast kernels: before the comm (TE)
+                    _op(u, ops[k], ov, layer=layer, phase=phase, prefix=prefix)
                 post = _post(ops, j + 1, ov, bulk_on)
                 _pattern(u, r, ops[j], post, ov, layer=layer, phase=phase, prefix=prefix)
                 i = j + 1 + (post is not None)
@@ -189,7 +206,7 @@ def emit(u: Unit, ops: Sequence[ROp], ov: Overlaps, *, layer: int, phase: str,
                 _pattern(u, None, r, post, ov, layer=layer, phase=phase, prefix=prefix)
                 i += 2
                 continue
-        u.op(r, layer=layer, phase=phase, prefix=prefix)
+        _op(u, r, ov, layer=layer, phase=phase, prefix=prefix)
         i += 1
 
 

@@ -103,11 +103,14 @@ class Unit:
 
     def compute_task(self, name: str, *, layer: int, phase: str, op_class: str = "other",
                      flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0,
-                     chain: bool = True, chunks: int = 1) -> int:
+                     chain: bool = True, chunks: int = 1, collective: str = "", gkind: str = "",
+                     msg_bytes: int = 0) -> int:
         """A compute task (on the chain unless ``chain`` is False: then only explicit edges
-        order it); ``chunks``: as for :meth:`add`."""
+        order it); ``chunks``: as for :meth:`add`; ``collective``, ``gkind``, ``msg_bytes``: a
+        collective timed on the compute stream (op class ``comm``)."""
         i = self.add(lane="compute", kind="gpu", name=name, op_class=op_class, phase=phase,
-                     flops=flops, nbytes=nbytes, dur_ns=dur_ns, layer=layer, chunks=chunks)
+                     flops=flops, nbytes=nbytes, dur_ns=dur_ns, layer=layer, chunks=chunks,
+                     collective=collective, gkind=gkind, msg_bytes=msg_bytes)
         if self.first_compute < 0:
             self.first_compute = i
         if chain:

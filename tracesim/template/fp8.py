@@ -34,9 +34,17 @@ what the scaling costs.
   all-gather): one byte per element, MXFP8 one plus a scale byte per 32 (the cast op's
   ``out_dtype``); the reduce-scatters carry BF16 (GEMM outputs and input gradients).
 
-Not modelled: the per-tensor amax all-reduce over the TP group of current scaling (a few
-latency-bound collectives per layer), the amax-history update of delayed scaling (one small
-kernel per step), FP8 attention (``NVTE_FP8_DPA``) and FP8 all-to-all of MoE tokens.
+* current scaling with sequence parallelism reduces the amax of each tensor TP gathers over
+  the TP group before its cast, as Transformer Engine's ``Linear`` / ``LayerNormLinear``
+  quantizers do (``with_amax_reduction``, ``amax_reduction_group = tp_group``: the input of
+  a column-parallel linear forward, the output gradient of a row-parallel one backward;
+  TE v2.9 ``_customize_quantizers_float8_current_scaling``): one all-reduce of 4 bytes on the
+  TP group before the cast (``AMAX_SUFFIX``; resolved only with TP > 1 and sequence
+  parallelism), latency-bound, on the compute stream's critical path. The routed experts'
+  grouped linears take their TP-local amax.
+
+Not modelled: the amax-history update of delayed scaling (one small kernel per step), FP8
+attention (``NVTE_FP8_DPA``) and FP8 all-to-all of MoE tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ from __future__ import annotations
 from tracesim.template.layer import LayerTemplate, TemplateOp, shape_parts
 from tracesim.template.moe_ops import is_expert_op
 
+#: name suffix of current scaling's amax all-reduce over the TP group (module docstring)
+AMAX_SUFFIX = ".fp8_amax"
 #: bytes moved per element of the quantized tensor, by recipe (module docstring)
 CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625"}
 #: the dtype of a recipe's quantized tensors on the wire (:data:`tracesim.ops.dtypes.WIRE_BYTES`)
@@ -77,6 +87,14 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
             ops.append(o)
             continue
         n = _elems(o, "a" if o.phase == "fwd" else "c")
+        if n and recipe == "current" and not is_expert_op(o) and (
+                o.tp_style == ("colwise" if o.phase == "fwd" else "rowwise")):
+            # the tensor sequence parallelism gathers: its scale needs the TP group's amax
+            ops.append(TemplateOp(
+                name=f"{o.module}{AMAX_SUFFIX}", section=o.section, phase=o.phase,
+                op_class="comm", kind="comm", collective="all_reduce", group_kind="tp",
+                msg_bytes="4", out="0", part=o.part,
+                fwd=(o.fwd or o.name) if o.phase == "bwd" else ""))
         if n:
             # a column-parallel linear's input is quantized on the rank's sequence shard,
             # before the (FP8) all-gather; the backward's cast sits with its GEMM

@@ -40,6 +40,7 @@ from typing import Any
 from tracesim.ops.dtypes import WIRE_BYTES
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
 from tracesim.template.moe_ops import is_expert_op
 from tracesim.template.mtp import mtp_ops
@@ -313,6 +314,10 @@ def _resolve_section(
         env = env_rep
         tp, sp, gk, env_x = group()
         if op.kind == "comm":
+            if op.name.endswith(AMAX_SUFFIX):  # current scaling's amax: with SP only
+                if tp > 1 and sp:
+                    fwd.append(_comm(op.name, op.collective, gk, evaluate(op.msg_bytes, env_x), "fwd"))
+                continue
             if op.group_kind == "tp":
                 if tp > 1 and state == "sharded":
                     fwd.append(_comm(op.name, op.collective, gk, evaluate(op.msg_bytes, env_x), "fwd"))
@@ -382,6 +387,8 @@ def _resolve_section(
             bwd.append(pending.pop(0)[1])
         if op.kind == "comm":
             size = {"ep": par.ep, "cp": par.cp, "dp": par.dp, "tp": par.tp}.get(op.group_kind, 1)
+            if op.name.endswith(AMAX_SUFFIX) and not par.sp:
+                size = 1
             if size > 1:
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
             continue
