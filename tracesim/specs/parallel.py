@@ -11,9 +11,8 @@ Conventions (Megatron-LM): ``world = tp * pp * dp * cp``; expert parallelism is 
 the data-parallel ranks (``ep`` divides ``dp``) unless an expert tensor-parallel degree
 ``etp`` is given: then the MoE layers fold ``etp x ep x edp`` over the ``tp x cp x dp`` ranks
 of each pipeline stage (MoE parallel folding, Megatron-Core's expert rank generator;
-``ep * etp`` divides ``tp * cp * dp``); ``global_batch = micro_batch * dp * num_micro``, where
-``num_micro`` is the number of micro-batches per pipeline and iteration (gradient
-accumulation steps).
+``ep * etp`` divides ``tp * cp * dp``); ``global_batch = micro_batch * dp * num_micro``, with
+``num_micro`` the micro-batches per pipeline and iteration (gradient accumulation steps).
 """
 
 from __future__ import annotations
