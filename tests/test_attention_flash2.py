@@ -71,3 +71,10 @@ def test_a_recorded_template_says_it_ignores_the_attention_choice() -> None:
     assert any("--attention flash2 is not used" in w for w in res.warnings)
     assert not any("--attention" in w for w in retarget({**BASE, "cluster": "h100x8",
                                                           "attention": "flash2"}).warnings)
+
+
+def test_the_device_list_says_which_profiles_have_fa2() -> None:
+    from tracesim.catalog import shipped
+
+    have = {e.name for e in shipped("devices") if "--attention flash2" in e.summary}
+    assert have == {"a100", "a100-40gb", "h100", "h200"}

@@ -179,6 +179,8 @@ def shipped(kind: str) -> list[Entry]:
             out.append(Entry(name, f"{d.kind}: peak TFLOP/s {peaks}; memory {d.hbm_GBps:g} GB/s"
                                    + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")
                                    + (f"; sustained clock {d.sustained_clock:g} of the burst rate"
-                                      if d.sustained_clock < 1.0 else "")))
+                                      if d.sustained_clock < 1.0 else "")
+                                   + ("; --attention flash2" if d.with_flash2() is not None
+                                      else "")))
         return out
     raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")
