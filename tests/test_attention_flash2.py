@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.helpers import retarget
+from tracesim.catalog import shipped
 from tracesim.errors import InputError
 from tracesim.hardware.costmodel import op_time_ns
 from tracesim.hardware.device import DEVICES_DIR, get_device
@@ -74,7 +75,5 @@ def test_a_recorded_template_says_it_ignores_the_attention_choice() -> None:
 
 
 def test_the_device_list_says_which_profiles_have_fa2() -> None:
-    from tracesim.catalog import shipped
-
     have = {e.name for e in shipped("devices") if "--attention flash2" in e.summary}
     assert have == {"a100", "a100-40gb", "h100", "h200"}

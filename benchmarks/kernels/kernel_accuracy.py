@@ -94,7 +94,7 @@ def gemm_cases() -> list[Case]:
 
 
 def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: str | None = None,
-               fwd_bwd: bool = False, bwd: bool = False) -> Case:
+               fwd_bwd: bool = False, bwd: bool = False, attention: str = "flash") -> Case:
     seq, d = float(r["seq_len"]), float(r["head_dim"])
     dv = float(r.get("head_dim_v") or d)
     units = kf.units(r)
@@ -111,7 +111,7 @@ def _attn_case(group: str, role: str, r: dict[str, str], causal: bool, profile: 
     return Case(group, role, profile or r["profile"], "attention", r["dtype"], fwd, nbytes, units,
                 shape, measured, f"{r['impl']} {r['dtype']} d{int(d)} L{int(seq)}"
                 + (" causal" if causal else "") + (" bwd" if bwd else ""),
-                "fwd_bwd" if fwd_bwd else "bwd" if bwd else "fwd")
+                "fwd_bwd" if fwd_bwd else "bwd" if bwd else "fwd", attention)
 
 
 def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
@@ -145,10 +145,10 @@ def attention_cases() -> list[Case]:
                               role, r, causal))
     for r in kf.attention_rows(impl="FlashAttention-2", device="H100-SXM5"):  # --attention flash2
         causal, bwd = r["causal"] == "true", r["pass"] == "bwd"
-        c = _attn_case("FA3 paper, H100, FlashAttention-2 (flash2)" + (", causal" if causal else "")
-                       + (", backward" if bwd else ""), "tested (causal)" if causal else
-                       "calibrated", r, causal, profile="h100", bwd=bwd)
-        out.append(Case(**{**c.__dict__, "attention": "flash2"}))
+        out.append(_attn_case("FA3 paper, H100, FlashAttention-2 (flash2)"
+                              + (", causal" if causal else "") + (", backward" if bwd else ""),
+                              "tested (causal)" if causal else "calibrated", r, causal,
+                              profile="h100", bwd=bwd, attention="flash2"))
     for r in kf.attention_rows(source="PYTORCH-BENCH-2391", impl="FlashAttention-3 (flash_v3)"):
         out.append(_attn_case("tritonbench FA3, H100-class (non-causal assumed)", "tested (other bench)",
                               r, False))
