@@ -58,7 +58,7 @@ def _opt(help: str, kind: str = "str", *, group: str = "layout", choices: tuple[
 
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 NETWORKS = ("flow", "estimate")
 ATTENTION = ("flash", "flash2", "unfused")
@@ -123,7 +123,11 @@ class ReplayOptions:
                                     "micro-batch per replica).", "int", minimum=1)
     seq_len: int | None = _opt("Sequence length in tokens (default: the model's).", "int", minimum=1)
     schedule: str | None = _opt("Pipeline schedule.", "choice", choices=SCHEDULES)
-    recompute: str | None = _opt("Activation recomputation.", "choice", choices=RECOMPUTE)
+    recompute: str | None = _opt(
+        "Activation recomputation: selective (the modules of --recompute-modules), full (whole "
+        "layers) or op (torchtitan's op-level selective checkpointing: every second matmul "
+        "of a dense block and its other ops but flash attention; docs/stacks.md).", "choice",
+        choices=RECOMPUTE)
     recompute_modules: str | None = _opt(
         "With --recompute selective: the modules recomputed, comma-separated, as Megatron-Core's "
         "--recompute-modules: core_attn, mlp, moe_act, moe, shared_experts, layernorm, "
@@ -236,6 +240,11 @@ class ReplayOptions:
                                  "(FlashAttention-2, as PyTorch SDPA and flash-attn 2 run on "
                                  "Hopper) or unfused (2021-era softmax kernels).", "choice",
                                  group="template", choices=ATTENTION)
+    compile: bool | None = _opt("torch.compile the transformer blocks (torchtitan's "
+                                "--training.compile): Inductor fuses each eager elementwise "
+                                "chain (RMSNorm, SwiGLU, rotary) into one kernel; nothing "
+                                "changes for stacks whose kernels are fused. Default: off.",
+                                "flag", group="template")
     # the replay itself
     retarget: str | None = _opt(
         "How a recorded source is replayed elsewhere: trace (its own kernels, scaled to the "
@@ -329,7 +338,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "cpu_offload_layers", "template", "attention",
+              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",

@@ -44,7 +44,7 @@ def main() -> int:
     for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
         changed = dict(opts)
         changed.update(_typed(opts, c) for c in args.changes)
-        metric = "tokens/s" if fmt == "bridge" else "TFLOP/s"
+        metric = "tokens/s" if fmt in ("bridge", "titan") else "TFLOP/s"
         print(label)
         print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
         for name, o in (("as published", opts), ("changed", changed)):

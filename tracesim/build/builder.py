@@ -43,7 +43,7 @@ from tracesim.build.overlap import (
     stretch_cols,
     stretched,
 )
-from tracesim.build.recompute import recomputed
+from tracesim.build.recompute import op_shares, rerun
 from tracesim.build.schedules import get_schedule
 from tracesim.build.units import Program, Unit
 from tracesim.errors import InputError
@@ -105,6 +105,7 @@ class _StageBuilder:
                                local_experts=max(1, model.experts // par.ep) if model.is_moe else 1)
                      if par.host_launch else None)
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
+        self.shares = op_shares(model) if par.recompute == "op" else {}
         self.offload_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # the same, activation copies
 
     def _host(self, u: Unit, phase: str) -> None:
@@ -233,10 +234,12 @@ class _StageBuilder:
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
             bwd = list(sec.bwd)
             cut = len(bwd)
-            again = [x for x in sec.fwd if recomputed(self.par, x)] if is_layer else []
+            again = rerun(self.par, sec.fwd, self.shares) if is_layer else []
             if again and self.par.recompute == "selective":  # before the first recomputed op's backward
                 names = {x.name for x in again}
                 cut = next((k for k, r in enumerate(bwd) if r.name in names), cut)
+            elif again:  # op-level: the block's forward reruns when its backward starts
+                cut = 0
             self._emit(u, bwd[:cut], layer, "bwd")
             if cut < len(bwd):
                 self._emit(u, again, layer, "bwd", prefix="recompute:")

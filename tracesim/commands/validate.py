@@ -71,8 +71,9 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
 
     TABLES: Megatron-Bridge performance summaries (tokens/s per GPU; e.g.
     ../shared/reference/megatron_bridge_25_11.csv), Megatron-LM SC'21 Table 1 (TFLOP/s
-    per GPU; ../shared/reference/megatron_sc21_table1.csv) or Megatron-Core GPT tables
-    (TFLOP/s per GPU; benchmarks/published/megatron_core_h100_weak_scaling.csv). Each row's layout, batch and
+    per GPU; ../shared/reference/megatron_sc21_table1.csv), Megatron-Core GPT tables
+    (TFLOP/s per GPU; benchmarks/published/megatron_core_h100_weak_scaling.csv) or
+    torchtitan runs (tokens/s per GPU; benchmarks/published/torchtitan_h200.csv). Each row's layout, batch and
     precision are replayed on the system's cluster spec with the row's software stack;
     nothing is fitted to the rows. Prints one line per row as it finishes, then the mean
     absolute error, the largest error and the rows within 10% and 20% (with several

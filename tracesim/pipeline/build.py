@@ -217,12 +217,16 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         template, w = choose_template(source, model, options.template, options.attention,
                                       default_bundle(model.family))
         warnings += w
-        if options.attention and template.meta.get("source") != "first-principles":
-            src = Path(str(template.meta.get("source") or "a bundle")).name
-            warnings.append(f"--attention {options.attention} is not used: the template's ops "
-                            f"are recorded ({src}); it applies to the analytic template")
+        src = Path(str(template.meta.get("source") or "a bundle")).name
+        unused = [f"--attention {options.attention}"] if options.attention else []
+        unused += ["--compile"] if options.compile else []
+        if unused and template.meta.get("source") != "first-principles":
+            verb = "are" if len(unused) > 1 else "is"
+            warnings.append(f"{' and '.join(unused)} {verb} not used: the template's ops are "
+                            f"recorded ({src}); {'they apply' if len(unused) > 1 else 'it applies'} "
+                            "to the analytic template")
     else:
-        template = stack_template(model, stack, options.attention)
+        template = stack_template(model, stack, options.attention, bool(options.compile))
     if par.dtype == "fp8":
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype)
     return par, stack, template, warnings

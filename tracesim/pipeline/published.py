@@ -23,6 +23,12 @@ Three table formats are read (the columns decide):
   distributed optimizer and, with a pipeline, the interleaved schedule (its default chunks):
   the table gives neither micro-batch nor chunks, and its overlapped pipeline transfers are
   the interleaved schedule's.
+* **torchtitan runs** (``system, model, gpus, precision, local_batch, seq_len, tp, ac,
+  compile, tokens_per_s_per_gpu``, optional ``attention`` and ``fsdp_fp8_all_gather``):
+  compared on tokens/s per GPU, replayed with the torchtitan stack, FSDP over the GPUs TP
+  leaves, one micro-batch of the local batch, the row's activation checkpointing
+  (``none``, ``op``, ``full``), torch.compile and attention kernel, torchao float8
+  (``fp8-cs``) as FP8 current scaling (:func:`titan_options`).
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, full recomputation)
@@ -56,9 +62,11 @@ BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len
 SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
                 "tflops_per_gpu")
 MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
+TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
+                 "compile", "tokens_per_s_per_gpu")
 #: system name -> (shipped cluster spec, GPUs per node of that spec)
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
-           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene"}
+           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8"}
 #: precision column -> (dtype, FP8 recipe)
 #: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
 #: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
@@ -117,13 +125,14 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"not a readable CSV table ({exc})", p) from None
     cols = set(rows[0]) if rows else set()
-    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("mcore", MCORE_COLUMNS), ("sc21", SC21_COLUMNS)):
+    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("titan", TITAN_COLUMNS), ("mcore", MCORE_COLUMNS),
+                      ("sc21", SC21_COLUMNS)):
         if set(need) <= cols:
             return fmt, rows
     raise InputError("neither a Megatron-Bridge performance table (columns "
-                     f"{', '.join(BRIDGE_COLUMNS)}), a Megatron-Core GPT table (columns "
-                     f"{', '.join(MCORE_COLUMNS)}) nor SC'21 Table 1 (columns "
-                     f"{', '.join(SC21_COLUMNS)})", p, "header")
+                     f"{', '.join(BRIDGE_COLUMNS)}), a torchtitan table ({', '.join(TITAN_COLUMNS)}), "
+                     f"a Megatron-Core GPT table (columns {', '.join(MCORE_COLUMNS)}) nor SC'21 "
+                     f"Table 1 (columns {', '.join(SC21_COLUMNS)})", p, "header")
 
 
 def _system(row: dict[str, str], path: Path, k: int) -> str:
@@ -183,6 +192,32 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
     return recipe_options(run, opts, layers) if run is not None else opts
+
+
+def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of a torchtitan row (module docstring): FSDP over the GPUs TP leaves,
+    the row's local batch as one micro-batch, its activation checkpointing (``ac``: none,
+    op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
+    (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered)."""
+    system, prec = _system(row, path, k), row["precision"].strip()
+    if prec not in ("bf16", "fp8-cs"):
+        raise InputError(f"unknown precision {prec!r} (known: bf16, fp8-cs)", path, f"row {k + 2}: precision")
+    gpus, tp = _int(row, "gpus", path, k), _int(row, "tp", path, k)
+    ac, flag = row["ac"].strip(), (row.get("fsdp_fp8_all_gather") or "").strip().lower()
+    if ac not in ("none", "op", "full"):
+        raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
+    lb, dp = _int(row, "local_batch", path, k), gpus // tp
+    dtype, recipe = PRECISIONS[prec]
+    opts: dict[str, Any] = {
+        "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
+        "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
+        "template": "analytic", "recompute": ac, "compile": row["compile"].strip().lower() == "true"}
+    if (row.get("attention") or "").strip():
+        opts["attention"] = row["attention"].strip()
+    if recipe:
+        opts.update(fp8_recipe=recipe, fp8_param_gather=flag == "true")
+    return opts
 
 
 def row_unmodelled(row: dict[str, str]) -> tuple[str, ...]:
@@ -298,6 +333,11 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
         opts = bridge_options(row, p, k)
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
                       f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row)
+    if fmt == "titan":
+        opts = titan_options(row, p, k)
+        return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
+                      f"tp{opts['tp']} fsdp{opts['dp']} ac {opts['recompute']}"
+                      f"{' compiled' if opts['compile'] else ''}"), ()
     if fmt == "mcore":
         opts = mcore_options(row, p, k)
         return opts, (f"{row['system'].removeprefix('DGX-')} {opts['model'].name} {row['gpus']} GPUs "
@@ -323,7 +363,7 @@ def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
                      iteration_s: float) -> float:
     """The row's metric at an iteration time of ``iteration_s``: tokens/s per GPU
     (Megatron-Bridge tables) or TFLOP/s per GPU by the table's own FLOP formula."""
-    if fmt == "bridge":
+    if fmt in ("bridge", "titan"):
         return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / int(row["gpus"])
     flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
     return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
@@ -333,7 +373,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                   ) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
     for p, k, fmt, row, opts, label, gaps in table_rows(paths, only):
-        metric = "tokens_per_s_per_gpu" if fmt == "bridge" else "tflops_per_gpu"
+        metric = "tokens_per_s_per_gpu" if fmt in ("bridge", "titan") else "tflops_per_gpu"
         published = float(row[metric])
         t0 = time.perf_counter()
         try:

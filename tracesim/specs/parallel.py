@@ -33,7 +33,7 @@ from tracesim.specs.stages import (
 )
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 FP8_RECIPES = ("current", "delayed", "mxfp8")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
@@ -59,7 +59,7 @@ class ParallelSpec:
         global_batch: sequences per iteration over all replicas.
         seq_len: sequence length in tokens.
         schedule: ``gpipe`` | ``1f1b`` | ``interleaved``.
-        recompute: activation recomputation ``none`` | ``selective`` | ``full``.
+        recompute: activation recomputation ``none`` | ``selective`` | ``full`` | ``op``.
         recompute_modules: with ``selective``, the modules recomputed (Megatron-Core's
             names, :data:`RECOMPUTE_MODULES`).
         recompute_layers: with ``full``, only the first N layers of each model chunk

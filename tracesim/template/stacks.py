@@ -29,6 +29,7 @@ Stacks, registered by :func:`register_stack`:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,16 +233,20 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
     return f"{gen} (causal blocks only; the {name} profile's attention curve)"
 
 
-def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None) -> LayerTemplate:
+def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
+                   compiled: bool = False) -> LayerTemplate:
     """The first-principles template with ``stack``'s kernels (``attention`` overrides the
-    stack's attention kernel)."""
+    stack's attention kernel; ``compiled``: torch.compile fuses the eager elementwise
+    chains, each one kernel as the fused stacks run it)."""
     att = attention or stack.attention
     base = first_principles_template(model, att)
     swiglu = model.activation == "swiglu"
     rms = model.norm == "rmsnorm"
+    if compiled:
+        stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0)
     ops = tuple(_kernel(o, stack, swiglu, rms) for o in base.ops)
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
-            "attention": att}
+            "attention": att, "compiled": compiled}
     tpl = LayerTemplate(ops, meta)
     tpl.check()
     return tpl
@@ -273,6 +278,11 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
     recorded = template.meta.get("source") not in (None, "first-principles")
     kernels = ({"ops": f"recorded ({template.meta.get('source')})"} if recorded
                else {**dict(stack.kernels), "attention": attention_kernel(stack, att, device)})
+    if template.meta.get("compiled") and not recorded:
+        for key, passes in (("norm", stack.norm_passes), ("activation", stack.act_passes),
+                            ("rotary", stack.rope_passes)):
+            if passes != 1 and key in kernels:
+                kernels[key] = "torch.compile: one fused Inductor kernel"
     overlaps = [name for name, on in (
         ("tp_comm_overlap", par.tp_comm_overlap), ("tp_bwd_overlap", par.tp_bwd_overlap),
         ("overlap_grad_reduce", par.dp_overlap and par.dp * par.cp > 1),
