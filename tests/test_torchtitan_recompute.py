@@ -110,3 +110,9 @@ def test_the_torchtitan_table_format(tmp_path) -> None:
     bad.write_text(open(table).read().replace(",op,", ",sometimes,", 1))
     with pytest.raises(InputError, match="row 2: ac"):
         list(table_rows([bad]))
+    bad.write_text(open(table).read().replace(",true,flash2", ",yes,flash2", 1))
+    with pytest.raises(InputError, match="row 2: compile"):
+        list(table_rows([bad]))
+    r = subprocess.run([sys.executable, "-m", "tracesim.cli", "validate", "published", str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "compile" in r.stderr

@@ -1,6 +1,6 @@
 """Published end-to-end measurements, replayed row by row: ``tracesim validate published``.
 
-Three table formats are read (the columns decide):
+Four table formats are read (the columns decide):
 
 * **Megatron-Bridge performance summary** (NeMo 25.11 on DGX H100, DGX B200, GB200 and
   GB300 NVL72): ``system, model, gpus, precision, gbs, mbs, seq_len, fsdp, tp, pp, cp, vp,
@@ -203,7 +203,9 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     if prec not in ("bf16", "fp8-cs"):
         raise InputError(f"unknown precision {prec!r} (known: bf16, fp8-cs)", path, f"row {k + 2}: precision")
     gpus, tp = _int(row, "gpus", path, k), _int(row, "tp", path, k)
-    ac, flag = row["ac"].strip(), (row.get("fsdp_fp8_all_gather") or "").strip().lower()
+    if tp < 1 or gpus % tp:
+        raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
+    ac = row["ac"].strip()
     if ac not in ("none", "op", "full"):
         raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
     lb, dp = _int(row, "local_batch", path, k), gpus // tp
@@ -212,12 +214,20 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
         "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
-        "template": "analytic", "recompute": ac, "compile": row["compile"].strip().lower() == "true"}
+        "template": "analytic", "recompute": ac, "compile": _flag(row, "compile", path, k)}
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
     if recipe:
-        opts.update(fp8_recipe=recipe, fp8_param_gather=flag == "true")
+        opts.update(fp8_recipe=recipe, fp8_param_gather=_flag(row, "fsdp_fp8_all_gather", path, k))
     return opts
+
+
+def _flag(row: dict[str, str], key: str, path: Path, k: int) -> bool:
+    """A true / false column (empty: false)."""
+    text = (row.get(key) or "").strip().lower()
+    if text not in ("", "true", "false"):
+        raise InputError(f"expected true or false, got {text!r}", path, f"row {k + 2}: {key}")
+    return text == "true"
 
 
 def row_unmodelled(row: dict[str, str]) -> tuple[str, ...]:
@@ -362,7 +372,8 @@ def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None =
 def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
                      iteration_s: float) -> float:
     """The row's metric at an iteration time of ``iteration_s``: tokens/s per GPU
-    (Megatron-Bridge tables) or TFLOP/s per GPU by the table's own FLOP formula."""
+    (Megatron-Bridge and torchtitan tables) or TFLOP/s per GPU by the table's own FLOP
+    formula."""
     if fmt in ("bridge", "titan"):
         return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / int(row["gpus"])
     flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
