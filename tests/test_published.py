@@ -32,6 +32,7 @@ from tracesim.pipeline.published import (
 )
 from tracesim.pipeline.recipes import (
     COMMITS,
+    INACTIVE_RECOMPUTE,
     RECIPES,
     Recipe,
     find_recipe,
@@ -262,6 +263,13 @@ def test_recipe_settings_reach_the_replay_options() -> None:
     assert unmodelled(_recipe("DGX-H100", "llama3-8b", "fp8-cs")) == ()
     ds = opts["DGX-GB300", "deepseek-v3", "bf16"]
     assert (ds["recompute"], ds["recompute_modules"]) == ("selective", "mlp,moe_act")
+    # GPT-OSS configs list recompute_modules without recompute_granularity: none ran in
+    # 25.11; from Megatron-Bridge v0.2.1 on (the 26.02 table's rows) the modules recompute
+    for system, model in INACTIVE_RECOMPUTE:
+        assert "recompute" not in opts[system, model, "bf16"]
+        later = bridge_options({**dict(next(r for r in rows if (r["system"], r["model"]) == (system, model))),
+                                "release": "26.02"}, BRIDGE, 0)
+        assert (later["recompute"], later["recompute_modules"]) == ("selective", "layernorm,moe_act")
     assert unmodelled(_recipe("DGX-H100", "llama3-70b", "fp8-cs")) == ()
     q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"))
     assert not any("CUDA graphs" in g for g in q) and any("hybridep" in g for g in q)

@@ -54,7 +54,13 @@ import numpy as np
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
+from tracesim.pipeline.recipes import (
+    INACTIVE_RECOMPUTE,
+    find_recipe,
+    recipe_options,
+    segment_gpus,
+    unmodelled,
+)
 from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -191,7 +197,10 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
-    return recipe_options(run, opts, layers) if run is not None else opts
+    # before Megatron-Bridge v0.2.1 (release 25.11) recompute_modules alone did nothing
+    ran = ((row.get("release") or "25.11").strip() != "25.11"
+           or (system, row["model"].strip()) not in INACTIVE_RECOMPUTE)
+    return recipe_options(run, opts, layers, ran) if run is not None else opts
 
 
 def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:

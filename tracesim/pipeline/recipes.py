@@ -15,6 +15,14 @@ gives every row with its file and config name). Three commits are used:
   table's larger runs (Llama 3 70B GBS 256, Llama 3.1 405B on 256 GB200/GB300 GPUs with GBS
   1536, Qwen3 235B on 256 GPUs with GBS 8192).
 
+Selective recomputation ran in the 25.11 table's runs only where the config sets
+``recompute_granularity = "selective"`` itself (DeepSeek-V3: ``set_deepseek_v3_common_configs``):
+at these commits ``set_recompute_overrides`` (``scripts/performance/utils/helpers.py``) sets
+``recompute_modules`` alone, which Megatron-Core ignores without a granularity (its default
+is None). Megatron-Bridge ``6afd5c74`` ("selective recompute", 2025-12-10, first in v0.2.1)
+sets it with the modules, so later releases' runs recompute them. The GPT-OSS configs list
+``layernorm, moe_act``: :data:`INACTIVE_RECOMPUTE`, applied to rows of release 25.11.
+
 :func:`recipe_options` turns what tracesim can express into replay options;
 :func:`unmodelled` names, per row, the settings tracesim has no mechanism for.
 """
@@ -200,6 +208,12 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
 }
 
 
+#: (system, model) whose config lists ``recompute_modules`` without setting
+#: ``recompute_granularity``: no recomputation ran in release 25.11 (module docstring)
+INACTIVE_RECOMPUTE = {("DGX-GB200", "gpt-oss-120b"), ("DGX-B200", "gpt-oss-120b"),
+                      ("DGX-H100", "gpt-oss-120b")}
+
+
 def find_recipe(system: str, model: str, precision: str) -> Recipe | None:
     return RECIPES.get((system, model, precision))
 
@@ -219,13 +233,15 @@ def layout_chunks(layout: str) -> tuple[int, ...]:
     return tuple(chunk.count("t") for chunk in text.split("|"))
 
 
-def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[str, Any]:
+def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
+                   selective_ran: bool = True) -> dict[str, Any]:
     """``opts`` (a row's replay options, of a model of ``layers`` layers) with what tracesim can express of ``recipe``: the
     pipeline layout (its chunks decide the chunks per rank, as in Megatron-Core, where a
     layout of ``pp x v`` stages gives ``v`` virtual stages), TP overlap and the parameter
     all-gather overlap where the recipe turns them off, and full recomputation where the
     recipe's recomputation (full, of the first N layers of each chunk with the block method;
-    selective, by module), and its CUDA-graph scopes."""
+    selective, by module, unless ``selective_ran`` is False: module docstring), and its
+    CUDA-graph scopes."""
     out = dict(opts)
     if recipe.pp_layout is not None:
         chunks = layout_chunks(recipe.pp_layout)
@@ -254,7 +270,7 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int) -> dict[st
         n = int(recipe.recompute.split(":")[1])
         if n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
             out["recompute_layers"] = n
-    elif recipe.recompute.startswith("selective:"):  # Megatron-Core's recompute_modules
+    elif recipe.recompute.startswith("selective:") and selective_ran:  # recompute_modules
         out["recompute"] = "selective"
         out["recompute_modules"] = recipe.recompute.split(":", 1)[1]
     return out
