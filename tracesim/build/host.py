@@ -33,7 +33,9 @@ that stand for several chunks (``chunks`` > 1, the closed forms) are walked as t
 chunks in that order (:func:`_piecewise`). Kernels per task: one, except
 the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
 ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
-backward (data and weight gradients).
+backward (data and weight gradients), and the experts' bias added expert by expert
+(``moe.expert_bias``, Megatron-Core's ``TEGroupedMLP._apply_bias``): two kernels per local
+expert and a concatenation forward, four per expert backward.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracesim.template.fp8 import AMAX_SUFFIX
+from tracesim.template.moe_ops import EXPERT_BIAS
 
 #: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
 LAUNCH_US_FWD = 37.0
@@ -92,6 +95,8 @@ class HostModel:
     def launches(self, name: str, phase: str) -> int:
         """Kernel launches of one task (module docstring)."""
         base = name.split(":", 1)[-1]
+        if base == EXPERT_BIAS:  # per expert a product and a sum, then a concatenation
+            return 2 * self.local_experts + 1 if phase == "fwd" else 4 * self.local_experts
         if base.startswith(_EXPERT_OPS):
             return self.local_experts * (2 if phase == "bwd" and ".fp8_cast" not in base else 1)
         return 1

@@ -24,6 +24,9 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     # sliding-window attention: sliding_window (keys per query), full_attention_every
     #   (every n-th layer keeps full attention, 1-based as Megatron's window_attn_skip_freq;
     #   0: every layer is windowed)
+    # rope_scaling: yarn (YaRN-scaled rotary; default: plain RoPE); glu_clamp: the limit of
+    #   a clamped SwiGLU (gpt-oss: 7); expert_bias: the routed experts' projections have
+    #   biases (gpt-oss). How stacks run them: docs/moe.md
 
 Unknown keys are errors; so are non-positive sizes and heads that do not divide hidden
 (unless ``head_dim`` or the MLA head sizes are given). docs/moe.md describes the MoE and
@@ -70,7 +73,12 @@ _OPTIONAL = (
     *MLA_KEYS,
     "sliding_window",
     "full_attention_every",
+    "rope_scaling",
+    "glu_clamp",
+    "expert_bias",
 )
+#: rotary variants a spec may name (``rope_scaling``; "" = plain RoPE)
+ROPE_SCALINGS = ("yarn",)
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,9 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0
     full_attention_every: int = 0
+    rope_scaling: str = ""
+    glu_clamp: float = 0.0
+    expert_bias: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -189,7 +200,7 @@ class ModelSpec:
         head_dim = d.pop("head_dim_override")
         if head_dim:
             d["head_dim"] = head_dim
-        for k in _ZERO_KEYS:
+        for k in (*_ZERO_KEYS, "rope_scaling", "glu_clamp", "expert_bias"):
             if not d[k]:
                 d.pop(k)
         return d
@@ -300,6 +311,7 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
             raise InputError(f"{kw[key]} is more than {limit:,} (the largest value a spec may give)",
                              file, name)
     _check_attention(kw, data, file)
+    _variants(kw, data, file)
     if kw["heads"] % kw["kv_heads"]:
         raise InputError(
             f"heads {kw['heads']} is not divisible by kv_heads {kw['kv_heads']}", file, "kv_heads"
@@ -320,6 +332,22 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
         raise InputError("full_attention_every needs a sliding_window", file,
                          "full_attention_every")
     return ModelSpec(**kw)
+
+
+def _variants(kw: dict[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:
+    """The rotary, activation and expert-bias variants (module docstring)."""
+    if "rope_scaling" in data:
+        kw["rope_scaling"] = get_str(data, "rope_scaling", file=file, choices=ROPE_SCALINGS)
+    if "glu_clamp" in data:
+        if kw["activation"] != "swiglu":
+            raise InputError("glu_clamp needs activation swiglu", file, "glu_clamp")
+        kw["glu_clamp"] = get_number(data, "glu_clamp", file=file)
+    eb = data.get("expert_bias", False)
+    if not isinstance(eb, bool):
+        raise InputError(f"expected true or false, got {eb!r}", file, "expert_bias")
+    if eb and not kw["experts"]:
+        raise InputError("expert_bias needs a MoE model (experts > 0)", file, "expert_bias")
+    kw["expert_bias"] = eb
 
 
 def _check_attention(kw: Mapping[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:

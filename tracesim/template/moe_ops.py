@@ -73,3 +73,22 @@ def is_expert_op(template_op: TemplateOp) -> bool:
     its shared experts."""
     return (template_op.part == "moe" and template_op.tp_style in ("colwise", "rowwise")
             and not template_op.module.startswith("moe.shared"))
+
+
+#: template op of the routed experts' second-projection bias where a stack adds it eagerly
+EXPERT_BIAS = "moe.expert_bias"
+
+
+def expert_bias_ops() -> tuple[TemplateOp, TemplateOp]:
+    """(forward, backward) of the routed experts' ``fc2`` bias added expert by expert after
+    the grouped GEMM, as Megatron-Core 0.15's ``TEGroupedMLP._apply_bias`` does: per local
+    expert a product of the bias with the tokens' routing probabilities and a sum (each a
+    pass over the expert's ``[tokens, h]`` output), then one concatenation: forward, write the
+    product, read it and the output, write the sum, read and write the concatenation (6
+    element passes); backward, the reductions of the two products' gradients (read the output
+    gradient twice, write and read two products: 6) and the split's concatenation (2)."""
+    rows = EXPERT_TOKENS
+    fwd = op(EXPERT_BIAS, "block", "elementwise", f"2*{rows}*h", f"6*eb*{rows}*h", f"{rows}*h",
+             part="moe", shard="feature")
+    bwd = fwd.replace(phase="bwd", flops=f"4*{rows}*h", bytes=f"8*eb*{rows}*h", params="0")
+    return fwd, bwd

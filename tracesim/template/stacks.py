@@ -38,6 +38,7 @@ from tracesim.errors import InputError
 from tracesim.specs.model import ModelSpec
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.layer import LayerTemplate, TemplateOp
+from tracesim.template.moe_ops import expert_bias_ops
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Stack:
             sharding it sets up unless the user says otherwise.
         kernels: the kernels, in words, for the report and the docs.
         recorded: its template is the family's stored bundle (``eager``).
+        mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_variant`):
+            a YaRN rotary embedding unfused, a clamped SwiGLU's clamp and concatenation
+            eagerly, the routed experts' bias added expert by expert.
     """
 
     name: str
@@ -73,6 +77,7 @@ class Stack:
     defaults: Callable[[Any, Any], dict[str, Any]] = field(default=lambda par, dev: {})
     kernels: Mapping[str, str] = field(default_factory=dict)
     recorded: bool = False
+    mcore_paths: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -124,7 +129,7 @@ def _eager(par: Any, dev: Any) -> dict[str, Any]:
 
 register_stack(Stack(
     "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
-    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8"),
+    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8"), mcore_paths=True,
     defaults=_megatron_core,
     kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
              "fused bias-SwiGLU / bias-GeLU", "rotary": "fused RoPE (apply_rope_fusion)",
@@ -244,12 +249,43 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
     rms = model.norm == "rmsnorm"
     if compiled:
         stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0)
-    ops = tuple(_kernel(o, stack, swiglu, rms) for o in base.ops)
+    ops = [_variant(_kernel(o, stack, swiglu, rms), stack, model) for o in base.ops]
+    if stack.mcore_paths and model.expert_bias and model.is_moe:
+        fwd, bwd = expert_bias_ops()
+        i = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "fwd")
+        ops.insert(i + 1, fwd)
+        j = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "bwd")
+        ops.insert(j, bwd)
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
             "attention": att, "compiled": compiled}
-    tpl = LayerTemplate(ops, meta)
+    tpl = LayerTemplate(tuple(ops), meta)
     tpl.check()
     return tpl
+
+
+#: memory traffic of Megatron-Core's unfused rotary embedding (``_apply_rotary_pos_emb_bshd``:
+#: rotate-half split, negation and concatenation, two products and a sum) over the fused kernel's
+YARN_ROPE_PASSES = 3.0
+#: a clamped SwiGLU's element passes over the fused kernel's (forward: read 2w, write w; its
+#: backward 1.5x that), with Megatron-Core 0.15's eager clamps and concatenation: forward two
+#: clamps (read and write w each) and the concatenation (read and write 2w), +8w; backward the
+#: two clamps' gradients (read the gradient and the input, write, w each), +6w
+CLAMPED_GLU_PASSES = {"fwd": 11 / 3, "bwd": 10.5 / 4.5}
+
+
+def _variant(o: TemplateOp, stack: Stack, model: ModelSpec) -> TemplateOp:
+    """``o`` as ``stack`` runs a model variant (``Stack.mcore_paths``): Megatron-Bridge
+    switches rope fusion off for anything but plain RoPE (``validate_rope_fusion_compatibility``:
+    a YaRN model runs Megatron-Core's unfused rotary), and Megatron-Core 0.15 fuses only the
+    gated product of a clamped SwiGLU (``fusions/fused_bias_geglu.py``: the clamps and the
+    concatenation run eagerly)."""
+    if not stack.mcore_paths:
+        return o
+    if o.module.endswith(".rope") and model.rope_scaling == "yarn":
+        return o.replace(bytes=_times(o.bytes, YARN_ROPE_PASSES))
+    if o.module.endswith(".act") and model.glu_clamp and o.phase in CLAMPED_GLU_PASSES:
+        return o.replace(bytes=_times(o.bytes, CLAMPED_GLU_PASSES[o.phase]))
+    return o
 
 
 def _times(expr: str, k: float) -> str:
