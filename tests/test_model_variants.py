@@ -70,3 +70,17 @@ def test_a_gpt_oss_step_takes_longer_with_its_variants() -> None:
     t_var = retarget({**base, "model": OSS}).iteration_time_s
     t_plain = retarget({**base, "model": PLAIN}).iteration_time_s
     assert t_plain * 1.05 < t_var < t_plain * 1.3
+
+
+def test_qwen3_normalises_each_query_and_key_head() -> None:
+    qwen = load_model("qwen3-30b-a3b")
+    assert qwen.qk_norm
+    ops = _ops(qwen)
+    norm = ops["attn.qk_norm", "fwd"]
+    assert norm.op_class == "norm" and norm.params == "2*head_dim"
+    names = [o.name for o in stack_template(qwen, get_stack("megatron-core")).ops if o.phase == "fwd"]
+    assert names.index("attn.qkv") < names.index("attn.qk_norm") < names.index("attn.rope")
+    assert ("attn.qk_norm", "fwd") not in _ops(load_model("llama3-8b"))
+    assert qwen.attention_params() == qwen.replace(qk_norm=False).attention_params() + 2 * 128
+    with pytest.raises(InputError, match="qk_norm"):
+        model_from_dict({**load_model("deepseek-v3").to_dict(), "qk_norm": True}, "m.yaml")

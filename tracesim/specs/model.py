@@ -24,6 +24,7 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     # sliding-window attention: sliding_window (keys per query), full_attention_every
     #   (every n-th layer keeps full attention, 1-based as Megatron's window_attn_skip_freq;
     #   0: every layer is windowed)
+    # qk_norm: true (an RMSNorm over each head of the queries and keys, Qwen3)
     # rope_scaling: yarn (YaRN-scaled rotary; default: plain RoPE); glu_clamp: the limit of
     #   a clamped SwiGLU (gpt-oss: 7); expert_bias: the routed experts' projections have
     #   biases (gpt-oss). How stacks run them: docs/moe.md
@@ -76,6 +77,7 @@ _OPTIONAL = (
     "rope_scaling",
     "glu_clamp",
     "expert_bias",
+    "qk_norm",
 )
 #: rotary variants a spec may name (``rope_scaling``; "" = plain RoPE)
 ROPE_SCALINGS = ("yarn",)
@@ -122,6 +124,7 @@ class ModelSpec:
     rope_scaling: str = ""
     glu_clamp: float = 0.0
     expert_bias: bool = False
+    qk_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -200,7 +203,7 @@ class ModelSpec:
         head_dim = d.pop("head_dim_override")
         if head_dim:
             d["head_dim"] = head_dim
-        for k in (*_ZERO_KEYS, "rope_scaling", "glu_clamp", "expert_bias"):
+        for k in (*_ZERO_KEYS, "rope_scaling", "glu_clamp", "expert_bias", "qk_norm"):
             if not d[k]:
                 d.pop(k)
         return d
@@ -219,7 +222,8 @@ class ModelSpec:
             return q + kv + self.attn_width * h
         qd, kv = self.q_width, self.kv_heads * self.head_dim
         bias = (qd + 2 * kv + h) if self.family == "gpt" else 0
-        return h * qd + 2 * h * kv + qd * h + bias  # q, k, v, out
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return h * qd + 2 * h * kv + qd * h + bias + qk_norm  # q, k, v, out
 
     def mlp_params(self, layer: int, *, active: bool = False) -> int:
         """Parameters of layer ``layer``'s MLP: a dense MLP, or the MoE block (router, routed
@@ -335,19 +339,23 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
 
 
 def _variants(kw: dict[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:
-    """The rotary, activation and expert-bias variants (module docstring)."""
+    """The rotary, activation, expert-bias and query/key-norm variants (module docstring)."""
     if "rope_scaling" in data:
         kw["rope_scaling"] = get_str(data, "rope_scaling", file=file, choices=ROPE_SCALINGS)
     if "glu_clamp" in data:
         if kw["activation"] != "swiglu":
             raise InputError("glu_clamp needs activation swiglu", file, "glu_clamp")
         kw["glu_clamp"] = get_number(data, "glu_clamp", file=file)
-    eb = data.get("expert_bias", False)
-    if not isinstance(eb, bool):
-        raise InputError(f"expected true or false, got {eb!r}", file, "expert_bias")
-    if eb and not kw["experts"]:
+    for key in ("expert_bias", "qk_norm"):
+        flag = data.get(key, False)
+        if not isinstance(flag, bool):
+            raise InputError(f"expected true or false, got {flag!r}", file, key)
+        kw[key] = flag
+    if kw["qk_norm"] and kw.get("q_lora_rank", 0) + kw.get("kv_lora_rank", 0):
+        raise InputError("qk_norm is for grouped-query attention (MLA has its latent norms)",
+                         file, "qk_norm")
+    if kw["expert_bias"] and not kw["experts"]:
         raise InputError("expert_bias needs a MoE model (experts > 0)", file, "expert_bias")
-    kw["expert_bias"] = eb
 
 
 def _check_attention(kw: Mapping[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:

@@ -69,6 +69,10 @@ def _gqa_ops(model: ModelSpec, bias: bool, rotary: bool, flash: bool) -> list[Te
            params=f"(h*{qkv_w}{' + ' + qkv_w if bias else ''})/tp", part="attn",
            shard="feature", tp_style="colwise", shape=f"1, {T}, {qkv_w}/tp, h"),
     ]
+    if model.qk_norm:  # Qwen3: RMSNorm over each query and key head (TE's norm kernel)
+        ops.append(op("attn.qk_norm", "block", "norm", f"4*{T}*(qd+kvh)/tp",
+                      f"2*eb*{T}*(qd+kvh)/tp", f"{T}*(qd+kvh)", params="2*head_dim",
+                      part="attn", shard="feature"))
     if rotary:
         ops.append(op("attn.rope", "block", "elementwise", f"6*{T}*(qd+kvh)/tp",
                       f"2*eb*{T}*(qd+kvh)/tp", f"{T}*{qkv_w}", part="attn", shard="feature"))
