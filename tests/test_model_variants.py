@@ -58,6 +58,16 @@ def test_megatron_core_prices_the_variants_as_its_code_runs_them() -> None:
     assert (EXPERT_BIAS, "fwd") not in _ops(OSS, "torchtitan")
 
 
+def test_the_report_names_the_unfused_paths() -> None:
+    base = {"cluster": "h100x8", "ep": 8, "dp": 8, "micro_batch": 1, "global_batch": 8,
+            "seq_len": 4096}
+    kernels = retarget({**base, "model": OSS}).to_dict()["stack"]["kernels"]
+    assert "unfused" in kernels["rotary"] and "eager" in kernels["activation"]
+    assert "expert by expert" in kernels["expert_bias"]
+    plain = retarget({**base, "model": PLAIN}).to_dict()["stack"]["kernels"]
+    assert plain["rotary"].startswith("fused") and "expert_bias" not in plain
+
+
 def test_the_bias_loop_costs_host_launches_per_expert() -> None:
     host = HostModel(local_experts=16)
     assert host.launches(EXPERT_BIAS, "fwd") == 33 and host.launches(EXPERT_BIAS, "bwd") == 64

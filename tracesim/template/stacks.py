@@ -256,8 +256,14 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
         ops.insert(i + 1, fwd)
         j = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "bwd")
         ops.insert(j, bwd)
+    unfused = ({"rotary": "unfused rotary (YaRN: Megatron-Bridge turns rope fusion off)"}
+               if stack.mcore_paths and model.rope_scaling == "yarn" else {})
+    if stack.mcore_paths and model.glu_clamp:
+        unfused["activation"] = "bias-SwiGLU fused, its clamps and concatenation eager"
+    if stack.mcore_paths and model.expert_bias and model.is_moe:
+        unfused["expert_bias"] = "the routed experts' bias added expert by expert (Python loop)"
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
-            "attention": att, "compiled": compiled}
+            "attention": att, "compiled": compiled, "unfused": unfused}
     tpl = LayerTemplate(tuple(ops), meta)
     tpl.check()
     return tpl
@@ -314,6 +320,8 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
     recorded = template.meta.get("source") not in (None, "first-principles")
     kernels = ({"ops": f"recorded ({template.meta.get('source')})"} if recorded
                else {**dict(stack.kernels), "attention": attention_kernel(stack, att, device)})
+    if not recorded:
+        kernels.update(template.meta.get("unfused") or {})
     if template.meta.get("compiled") and not recorded:
         for key, passes in (("norm", stack.norm_passes), ("activation", stack.act_passes),
                             ("rotary", stack.rope_passes)):
