@@ -157,6 +157,10 @@ def shipped(kind: str) -> list[Entry]:
             active = f" ({m.active_params() / 1e9:.3g} B active)" if m.experts else ""
             heads = f"{m.heads} heads ({'MLA' if m.is_mla else f'{m.kv_heads} kv'})"
             heads += f", window {m.sliding_window}" if m.sliding_window else ""
+            heads += ", q/k norm" if m.qk_norm else ""
+            heads += f", {m.rope_scaling} rotary" if m.rope_scaling else ""
+            moe += " (biased)" if m.expert_bias else ""
+            moe += f", SwiGLU clamped at {m.glu_clamp:g}" if m.glu_clamp else ""
             out.append(Entry(name, f"{m.family}: {m.layers} layers, hidden {m.hidden}, "
                                    f"{heads}, ffn {m.ffn_hidden}"
                                    f"{moe}, {m.params() / 1e9:.3g} B parameters{active}"))
