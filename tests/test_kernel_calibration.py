@@ -64,7 +64,10 @@ def test_gemm_predicts_held_out_shapes_and_devices(gemm: dict[str, np.ndarray]) 
               "XLA sm_90 BF16 (H100)": 0.17,                      # 13.8%
               "DeepGEMM FP8 block-scaled": 0.16,                  # 12.4%
               "MAMF, B300 on b200 and GH200 on h100": 0.15,       # 13.6% (4 rows; best shapes)
-              "cuBLAS ordinary shapes (pyptx), B200 and H100|tested": 0.10}  # 6.9% (2048^3)
+              "cuBLAS ordinary shapes (pyptx), B200 and H100|tested": 0.10,  # 6.9% (2048^3)
+              "TileLang FP16": 0.06,                              # 3.2% (k 256-16k)
+              "TileLang FP8, H800, 8192 x 8192, k 256-16k, fork run": 0.13,      # 9.5%
+              "TileLang FP8, H800, 8192 x 8192, k 256-16k, upstream run": 0.20}  # 15.8%
     for prefix, bound in bounds.items():
         r = _group(gemm, prefix)
         assert _mape(r) < bound, (prefix, _mape(r))

@@ -78,6 +78,11 @@ def gemm_cases() -> list[Case]:
             for r in kf.gemm_rows(source="XLA90")]
     out += [_gemm_case("DeepGEMM FP8 block-scaled, H800 (h100 profile)", "tested (other device, library)",
                        r) for r in kf.gemm_rows(source="DEEPGEMM")]
+    out += [_gemm_case("TileLang FP16, H800, 8192 x 8192, k 256-16k", "tested (k dependence, other library)",
+                       r) for r in kf.gemm_rows(source="TILELANG", dtype="fp16")]
+    out += [_gemm_case(f"TileLang FP8, H800, 8192 x 8192, k 256-16k, {run}", "tested (k dependence, FP8)", r)
+            for src, run in (("TILELANG", "fork run"), ("TILELANG-UP", "upstream run"))
+            for r in kf.gemm_rows(source=src, dtype="fp8")]
     for r in kf.gemm_rows(source="PYPTX"):
         big = min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM
         out.append(_gemm_case("cuBLAS ordinary shapes (pyptx), B200 and H100",
