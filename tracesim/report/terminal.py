@@ -83,8 +83,16 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     if isinstance(st, Mapping) and st.get("name"):
         short = [_OVERLAP_WORDS.get(str(o), str(o)) for o in st.get("overlaps") or []]
         fp8 = st.get("fp8")
-        rows.append(("stack", str(st["name"]) + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
+        rows.append(("stack", str(st["name"]) + (", compiled" if st.get("compiled") else "")
+                     + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
                      + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
+        par = res.get("parallel")
+        rc = par.get("recompute") if isinstance(par, Mapping) else None
+        if isinstance(par, Mapping) and rc and rc != "none":
+            detail = (f" ({', '.join(par.get('recompute_modules') or [])})" if rc == "selective"
+                      else f" (the first {par['recompute_layers']} layers of each chunk)"
+                      if rc == "full" and par.get("recompute_layers") else "")
+            rows.append(("recompute", str(rc) + detail))
         host = st.get("host")
         if isinstance(host, Mapping):
             graphs = ", ".join(host.get("cuda_graphs") or []) or "none"

@@ -336,6 +336,8 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
         ("fsdp_prefetch", par.shard_params)) if on]
     out: dict[str, Any] = {"name": stack.name, "summary": stack.summary, "kernels": kernels,
                            "overlaps": overlaps, "comm_interference": par.comm_interference}
+    if template.meta.get("compiled") and not recorded:
+        out["compiled"] = True
     if par.dtype == "fp8":
         out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather}
     return out
