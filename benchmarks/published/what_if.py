@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.pipeline.published import predicted_metric, steady_iteration_s, table_rows
+from tracesim.pipeline.published import (
+    TOKEN_FORMATS,
+    predicted_metric,
+    steady_iteration_s,
+    table_rows,
+)
 
 
 def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
@@ -44,7 +49,7 @@ def main() -> int:
     for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
         changed = dict(opts)
         changed.update(_typed(opts, c) for c in args.changes)
-        metric = "tokens/s" if fmt in ("bridge", "titan") else "TFLOP/s"
+        metric = "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s"
         print(label)
         print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
         for name, o in (("as published", opts), ("changed", changed)):

@@ -54,13 +54,7 @@ import numpy as np
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.recipes import (
-    INACTIVE_RECOMPUTE,
-    find_recipe,
-    recipe_options,
-    segment_gpus,
-    unmodelled,
-)
+from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
 from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -68,6 +62,8 @@ BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len
 SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
                 "tflops_per_gpu")
 MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
+#: table formats compared on tokens/s per GPU (the others on TFLOP/s per GPU)
+TOKEN_FORMATS = ("bridge", "titan")
 TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
                  "compile", "tokens_per_s_per_gpu")
 #: system name -> (shipped cluster spec, GPUs per node of that spec)
@@ -197,10 +193,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
-    # before Megatron-Bridge v0.2.1 (release 25.11) recompute_modules alone did nothing
-    ran = ((row.get("release") or "25.11").strip() != "25.11"
-           or (system, row["model"].strip()) not in INACTIVE_RECOMPUTE)
-    return recipe_options(run, opts, layers, ran) if run is not None else opts
+    release = (row.get("release") or "25.11").strip()
+    return recipe_options(run, opts, layers, release) if run is not None else opts
 
 
 def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
@@ -383,7 +377,7 @@ def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
     """The row's metric at an iteration time of ``iteration_s``: tokens/s per GPU
     (Megatron-Bridge and torchtitan tables) or TFLOP/s per GPU by the table's own FLOP
     formula."""
-    if fmt in ("bridge", "titan"):
+    if fmt in TOKEN_FORMATS:
         return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / int(row["gpus"])
     flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
     return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
@@ -393,7 +387,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                   ) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
     for p, k, fmt, row, opts, label, gaps in table_rows(paths, only):
-        metric = "tokens_per_s_per_gpu" if fmt in ("bridge", "titan") else "tflops_per_gpu"
+        metric = "tokens_per_s_per_gpu" if fmt in TOKEN_FORMATS else "tflops_per_gpu"
         published = float(row[metric])
         t0 = time.perf_counter()
         try:

@@ -21,7 +21,8 @@ at these commits ``set_recompute_overrides`` (``scripts/performance/utils/helper
 ``recompute_modules`` alone, which Megatron-Core ignores without a granularity (its default
 is None). Megatron-Bridge ``6afd5c74`` ("selective recompute", 2025-12-10, first in v0.2.1)
 sets it with the modules, so later releases' runs recompute them. The GPT-OSS configs list
-``layernorm, moe_act``: :data:`INACTIVE_RECOMPUTE`, applied to rows of release 25.11.
+``layernorm, moe_act`` (``Recipe.granularity`` False; :data:`INACTIVE_RECOMPUTE`), which
+:func:`recipe_options` drops for rows of release 25.11.
 
 :func:`recipe_options` turns what tracesim can express into replay options;
 :func:`unmodelled` names, per row, the settings tracesim has no mechanism for.
@@ -74,7 +75,9 @@ class Recipe:
     ``tp_comm_overlap`` / ``overlap_param_gather``: None where the recipe keeps the
     megatron-core default (userbuffers TP overlap with tp > 1; parameter all-gather
     overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``:
-    DeepSeek multi-token-prediction layers.
+    DeepSeek multi-token-prediction layers; ``granularity``: the config sets
+    ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
+    Megatron-Bridge v0.2.1 on, module docstring).
     """
 
     source: str
@@ -90,6 +93,7 @@ class Recipe:
     pp_layout: str | None = None
     mtp_layers: int = 0
     fsdp_notes: str = ""
+    granularity: bool = True
 
     @property
     def expert_tp(self) -> int | None:
@@ -163,7 +167,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         overlap_param_gather=False, pp_layout=_DS_LAYOUT),
     ("DGX-GB200", "gpt-oss-120b", "bf16"): Recipe(
         f"r0.2.0-test:{_OSS}", "GPT_OSS_120B_GB200_BF16_BASE_CONFIG",
-        recompute="selective:layernorm,moe_act", dispatcher="hybridep"),
+        recompute="selective:layernorm,moe_act", dispatcher="hybridep", granularity=False),
     ("DGX-GB200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
         f"v0.2.0:{_QW}", "QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG",
         cuda_graph=_TE_MOE, dispatcher="hybridep"),
@@ -181,7 +185,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         recompute="selective:mla_up_proj", pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
     ("DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
         f"v0.2.0:{_OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
-        recompute="selective:layernorm,moe_act"),
+        recompute="selective:layernorm,moe_act", granularity=False),
     ("DGX-B200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
         f"v0.2.0:{_QW}", "QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG", cuda_graph=_TE_MOE),
     ("DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(
@@ -198,7 +202,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         f"v0.2.0:{_L405}", "LLAMA31_405B_H100_FP8_CS_BASE_CONFIG"),
     ("DGX-H100", "gpt-oss-120b", "bf16"): Recipe(
         f"v0.2.0:{_OSS}", "GPT_OSS_120B_H100_BF16_BASE_CONFIG", "mbs 1 (table 4)",
-        recompute="selective:layernorm,moe_act"),
+        recompute="selective:layernorm,moe_act", granularity=False),
     ("DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(
         f"v0.2.0:{_QW}", "QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG", "mbs 1 vp 12 (table 2, 24)",
         a2a_overlap=True),
@@ -210,8 +214,8 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
 
 #: (system, model) whose config lists ``recompute_modules`` without setting
 #: ``recompute_granularity``: no recomputation ran in release 25.11 (module docstring)
-INACTIVE_RECOMPUTE = {("DGX-GB200", "gpt-oss-120b"), ("DGX-B200", "gpt-oss-120b"),
-                      ("DGX-H100", "gpt-oss-120b")}
+INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
+                               if r.recompute.startswith("selective:") and not r.granularity)
 
 
 def find_recipe(system: str, model: str, precision: str) -> Recipe | None:
@@ -234,13 +238,13 @@ def layout_chunks(layout: str) -> tuple[int, ...]:
 
 
 def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
-                   selective_ran: bool = True) -> dict[str, Any]:
+                   release: str = "25.11") -> dict[str, Any]:
     """``opts`` (a row's replay options, of a model of ``layers`` layers) with what tracesim can express of ``recipe``: the
     pipeline layout (its chunks decide the chunks per rank, as in Megatron-Core, where a
     layout of ``pp x v`` stages gives ``v`` virtual stages), TP overlap and the parameter
     all-gather overlap where the recipe turns them off, and full recomputation where the
     recipe's recomputation (full, of the first N layers of each chunk with the block method;
-    selective, by module, unless ``selective_ran`` is False: module docstring), and its
+    selective, by module, unless the row's ``release`` ran without it: module docstring), and its
     CUDA-graph scopes."""
     out = dict(opts)
     if recipe.pp_layout is not None:
@@ -270,7 +274,7 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         n = int(recipe.recompute.split(":")[1])
         if n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
             out["recompute_layers"] = n
-    elif recipe.recompute.startswith("selective:") and selective_ran:  # recompute_modules
+    elif recipe.recompute.startswith("selective:") and (recipe.granularity or release != "25.11"):
         out["recompute"] = "selective"
         out["recompute_modules"] = recipe.recompute.split(":", 1)[1]
     return out

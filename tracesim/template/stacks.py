@@ -60,7 +60,7 @@ class Stack:
             sharding it sets up unless the user says otherwise.
         kernels: the kernels, in words, for the report and the docs.
         recorded: its template is the family's stored bundle (``eager``).
-        mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_variant`):
+        mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_unfused`):
             a YaRN rotary embedding unfused, a clamped SwiGLU's clamp and concatenation
             eagerly, the routed experts' bias added expert by expert.
     """
@@ -249,19 +249,14 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
     rms = model.norm == "rmsnorm"
     if compiled:
         stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0)
-    ops = [_variant(_kernel(o, stack, swiglu, rms), stack, model) for o in base.ops]
-    if stack.mcore_paths and model.expert_bias and model.is_moe:
+    unfused = _unfused(stack, model)
+    ops = [_variant(_kernel(o, stack, swiglu, rms), unfused) for o in base.ops]
+    if "expert_bias" in unfused:
         fwd, bwd = expert_bias_ops()
         i = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "fwd")
         ops.insert(i + 1, fwd)
         j = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "bwd")
         ops.insert(j, bwd)
-    unfused = ({"rotary": "unfused rotary (YaRN: Megatron-Bridge turns rope fusion off)"}
-               if stack.mcore_paths and model.rope_scaling == "yarn" else {})
-    if stack.mcore_paths and model.glu_clamp:
-        unfused["activation"] = "bias-SwiGLU fused, its clamps and concatenation eager"
-    if stack.mcore_paths and model.expert_bias and model.is_moe:
-        unfused["expert_bias"] = "the routed experts' bias added expert by expert (Python loop)"
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
             "attention": att, "compiled": compiled, "unfused": unfused}
     tpl = LayerTemplate(tuple(ops), meta)
@@ -279,17 +274,30 @@ YARN_ROPE_PASSES = 3.0
 CLAMPED_GLU_PASSES = {"fwd": 11 / 3, "bwd": 10.5 / 4.5}
 
 
-def _variant(o: TemplateOp, stack: Stack, model: ModelSpec) -> TemplateOp:
-    """``o`` as ``stack`` runs a model variant (``Stack.mcore_paths``): Megatron-Bridge
-    switches rope fusion off for anything but plain RoPE (``validate_rope_fusion_compatibility``:
-    a YaRN model runs Megatron-Core's unfused rotary), and Megatron-Core 0.15 fuses only the
-    gated product of a clamped SwiGLU (``fusions/fused_bias_geglu.py``: the clamps and the
-    concatenation run eagerly)."""
+def _unfused(stack: Stack, model: ModelSpec) -> dict[str, str]:
+    """The model variants ``stack`` runs with Megatron-Core 0.15's unfused code
+    (``Stack.mcore_paths``), by report key, in words: Megatron-Bridge switches rope fusion off
+    for anything but plain RoPE (``validate_rope_fusion_compatibility``: a YaRN model runs
+    Megatron-Core's unfused rotary); Megatron-Core fuses only the gated product of a clamped
+    SwiGLU (``fusions/fused_bias_geglu.py``: the clamps and the concatenation run eagerly) and
+    adds the routed experts' bias expert by expert (``TEGroupedMLP._apply_bias``)."""
     if not stack.mcore_paths:
-        return o
-    if o.module.endswith(".rope") and model.rope_scaling == "yarn":
+        return {}
+    out = {}
+    if model.rope_scaling == "yarn":
+        out["rotary"] = "unfused rotary (YaRN: Megatron-Bridge turns rope fusion off)"
+    if model.glu_clamp:
+        out["activation"] = "bias-SwiGLU fused, its clamps and concatenation eager"
+    if model.expert_bias and model.is_moe:
+        out["expert_bias"] = "the routed experts' bias added expert by expert (Python loop)"
+    return out
+
+
+def _variant(o: TemplateOp, unfused: Mapping[str, str]) -> TemplateOp:
+    """``o`` with the memory traffic of the unfused paths in ``unfused`` (:func:`_unfused`)."""
+    if o.module.endswith(".rope") and "rotary" in unfused:
         return o.replace(bytes=_times(o.bytes, YARN_ROPE_PASSES))
-    if o.module.endswith(".act") and model.glu_clamp and o.phase in CLAMPED_GLU_PASSES:
+    if o.module.endswith(".act") and "activation" in unfused and o.phase in CLAMPED_GLU_PASSES:
         return o.replace(bytes=_times(o.bytes, CLAMPED_GLU_PASSES[o.phase]))
     return o
 
