@@ -113,7 +113,7 @@ def test_the_b200_deepseek_row_runs_its_recipes_mtp_layer() -> None:
         if row["model"] != "deepseek-v3":
             continue
         opts = bridge_options(row, path, k)
-        assert not any("MTP" in u for u in row_unmodelled(row))
+        assert not any("MTP" in u for u in row_unmodelled(row, Path("t.csv"), 0))
         # only the B200 row ran with MTP (the GB rows' notes: "without MTP")
         assert opts.get("mtp_layers", 0) == (1 if row["system"] == "DGX-B200" else 0)
         seen += 1

@@ -37,6 +37,12 @@ def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
         return key, raw.lower() in ("1", "true", "yes")
     if isinstance(old, (int, float)):
         return key, type(old)(raw)
+    if old is None:  # an option the row does not set: a number where the text is one
+        for kind in (int, float):
+            try:
+                return key, kind(raw)
+            except ValueError:
+                pass
     return key, raw
 
 

@@ -54,7 +54,7 @@ import numpy as np
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.recipes import find_recipe, recipe_options, segment_gpus, unmodelled
+from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
 from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -126,6 +126,10 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
         raise InputError("file not found", p) from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"not a readable CSV table ({exc})", p) from None
+    for k, row in enumerate(rows):
+        if None in row:  # csv.DictReader keeps the cells past the header under None
+            raise InputError(f"{len(row[None]) + len(row) - 1} cells, more cells than the header "  # type: ignore[index]
+                             "(quote a cell that holds a comma)", p, f"row {k + 2}")
     cols = set(rows[0]) if rows else set()
     for fmt, need in (("bridge", BRIDGE_COLUMNS), ("titan", TITAN_COLUMNS), ("mcore", MCORE_COLUMNS),
                       ("sc21", SC21_COLUMNS)):
@@ -168,7 +172,7 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     cp, ep = _int(row, "cp", path, k, 1), _int(row, "ep", path, k, 1)
     vp, fsdp = _int(row, "vp", path, k, 1), _int(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
-    run = find_recipe(system, row["model"].strip(), prec)
+    run = row_run(row, path, k)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
     cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
@@ -231,14 +235,6 @@ def _flag(row: dict[str, str], key: str, path: Path, k: int) -> bool:
     if text not in ("", "true", "false"):
         raise InputError(f"expected true or false, got {text!r}", path, f"row {k + 2}: {key}")
     return text == "true"
-
-
-def row_unmodelled(row: dict[str, str]) -> tuple[str, ...]:
-    """The settings of the row's recipe that the replay cannot express (recipes.py)."""
-    run = find_recipe(row["system"].strip(), row["model"].strip(), row["precision"].strip())
-    if run is None:
-        return ()
-    return unmodelled(run)
 
 
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -345,7 +341,7 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
     if fmt == "bridge":
         opts = bridge_options(row, p, k)
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
-                      f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row)
+                      f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row, p, k)
     if fmt == "titan":
         opts = titan_options(row, p, k)
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "

@@ -31,7 +31,9 @@ sets it with the modules, so later releases' runs recompute them. The GPT-OSS co
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
@@ -94,10 +96,13 @@ class Recipe:
     mtp_layers: int = 0
     fsdp_notes: str = ""
     granularity: bool = True
+    etp: int | None = None
 
     @property
     def expert_tp(self) -> int | None:
         """Expert tensor-parallel degree the config sets (None: Megatron's default, = TP)."""
+        if self.etp is not None:
+            return self.etp
         return 1 if self.source.split(":", 1)[1] in _ETP1 else None
 
 
@@ -222,6 +227,62 @@ def find_recipe(system: str, model: str, precision: str) -> Recipe | None:
     return RECIPES.get((system, model, precision))
 
 
+#: columns with which a table row gives its own run settings instead of a Megatron-Bridge
+#: recipe (:func:`row_recipe`)
+ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp")
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
+
+
+def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe | None:
+    """The run settings a table row gives itself (None: the table has none of
+    :data:`ROW_RECIPE_COLUMNS`), in :class:`Recipe`'s terms: ``recompute`` ``""``, ``full``
+    (every layer), ``full-block:N`` or ``selective:MODULES``; ``dispatcher`` alltoall, deepep
+    or hybridep; ``a2a_overlap`` true / false; ``cuda_graph`` ``local:full_iteration`` or
+    ``te:SCOPES``; ``etp`` the expert tensor-parallel size (empty: Megatron's default, TP).
+    ``where`` names the row of the table at ``path`` in errors."""
+    if not any(c in row for c in ROW_RECIPE_COLUMNS):
+        return None
+
+    def text(key: str) -> str:
+        return (row.get(key) or "").strip()
+
+    rec = text("recompute")
+    if rec and rec != "full" and not re.fullmatch(r"full-block:\d+|selective:[a-z_]+(,[a-z_]+)*", rec):
+        raise InputError(f"expected '', full, full-block:N or selective:MODULES, got {rec!r}",
+                         path, f"{where}: recompute")
+    disp = text("dispatcher") or "alltoall"
+    if disp not in DISPATCHERS:
+        raise InputError(f"unknown dispatcher {disp!r} (known: {', '.join(DISPATCHERS)})",
+                         path, f"{where}: dispatcher")
+    overlap = text("a2a_overlap").lower()
+    if overlap not in ("", "true", "false"):
+        raise InputError(f"expected true or false, got {overlap!r}", path, f"{where}: a2a_overlap")
+    graph = text("cuda_graph")
+    if graph and not graph.startswith(("local:", "te:")):
+        raise InputError(f"expected local:SCOPES or te:SCOPES, got {graph!r}", path, f"{where}: cuda_graph")
+    etp = text("etp")
+    if etp and not etp.isdigit():
+        raise InputError(f"expected a number, got {etp!r}", path, f"{where}: etp")
+    return Recipe("table:row", "", recompute=rec, dispatcher=disp, a2a_overlap=overlap == "true",
+                  cuda_graph=graph, etp=int(etp) if etp else None)
+
+def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
+    """The run settings of a Megatron-Bridge-format row: its own columns where the table has
+    them (a table of the user's runs, :func:`row_recipe`), else the performance recipe of
+    its (system, model, precision) in the 25.11 table (:data:`RECIPES`), else None."""
+    own = row_recipe(row, path, f"row {k + 2}")
+    if own is not None:
+        return own
+    return find_recipe(*((row.get(c) or "").strip() for c in ("system", "model", "precision")))
+
+
+def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[str, ...]:
+    """The settings of the row's run that the replay cannot express (module docstring)."""
+    run = row_run(row, path, k)
+    return () if run is None else unmodelled(run)
+
+
+
 def layout_chunks(layout: str) -> tuple[int, ...]:
     """Transformer layers per model chunk of a Megatron ``pipeline_model_parallel_layout``
     string: ``|`` separates chunks, ``t`` is a decoder layer, ``E`` / ``m`` / ``L`` the
@@ -269,7 +330,9 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["mtp_layers"] = recipe.mtp_layers
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
-    if recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk
+    if recipe.recompute == "full":
+        out["recompute"] = "full"
+    elif recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk
         out["recompute"] = "full"
         n = int(recipe.recompute.split(":")[1])
         if n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):

@@ -1,0 +1,115 @@
+"""A Megatron-Bridge-format table whose rows give their own run settings (``recompute``,
+``dispatcher``, ``a2a_overlap``, ``cuda_graph``, ``etp``): the user's measured runs, or a
+publication other than the 25.11 table (Megatron-MoE-ModelZoo's H100 Qwen3 235B rows).
+
+What is asserted: the columns reach the replay options and the list of settings without a
+mechanism, they replace the 25.11 recipe of the same (system, model, precision), bad values
+exit 2 naming the file and the field, and a shipped row replays. The accuracy over the table
+is a benchmark (docs/accuracy.md), not asserted.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracesim.cli import cli as main
+from tracesim.errors import InputError
+from tracesim.pipeline.published import bridge_options, read_table, validate_rows
+from tracesim.pipeline.recipes import RECIPES, row_recipe, row_run, row_unmodelled
+
+ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_moe_modelzoo_h100.csv"
+HEAD = ("system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,etp,ga,"
+        "tokens_per_s_per_gpu,recompute,dispatcher,a2a_overlap,cuda_graph")
+
+
+def _table(tmp_path: Path, *rows: str) -> Path:
+    p = tmp_path / "runs.csv"
+    p.write_text("\n".join([HEAD, *rows]) + "\n")
+    return p
+
+
+def test_the_row_columns_become_replay_options(tmp_path: Path) -> None:
+    p = _table(tmp_path,
+               'DGX-H100,qwen3-30b-a3b,16,bf16,512,1,4096,0,1,2,1,12,8,1,32,5000,'
+               '"selective:layernorm,moe_act",deepep,true,"te:moe_router,moe_preprocess"',
+               "DGX-H100,qwen3-30b-a3b,16,bf16,512,1,4096,0,1,2,1,12,8,,32,5000,full,,,")
+    fmt, rows = read_table(p)
+    assert fmt == "bridge"
+    first = bridge_options(rows[0], p, 0)
+    assert (first["recompute"], first["recompute_modules"]) == ("selective", "layernorm,moe_act")
+    assert first["etp"] == 1 and first["cuda_graphs"] == "moe_router,moe_preprocess"
+    gaps = row_unmodelled(rows[0], p, 0)
+    assert any("deepep" in g for g in gaps) and any("all-to-all overlapped" in g for g in gaps)
+    second = bridge_options(rows[1], p, 1)
+    assert second["recompute"] == "full" and "recompute_layers" not in second
+    assert "etp" not in second and not row_unmodelled(rows[1], p, 1)
+
+
+def test_own_columns_replace_the_25_11_recipe(tmp_path: Path) -> None:
+    """The 25.11 H100 Qwen3 30B row's recipe turns on the EP overlap; a table with its own
+    columns says what its run did instead."""
+    assert RECIPES[("DGX-H100", "qwen3-30b-a3b", "fp8-cs")].a2a_overlap
+    p = _table(tmp_path, "DGX-H100,qwen3-30b-a3b,16,fp8-cs,512,2,4096,0,1,2,1,24,8,1,32,5275,,,,")
+    _, rows = read_table(p)
+    run = row_run(rows[0], p, 0)
+    assert run is not None and not run.a2a_overlap and run.dispatcher == "alltoall"
+    assert row_unmodelled(rows[0], p, 0) == ()
+    # without the columns the 25.11 recipe applies
+    bare = {k: v for k, v in rows[0].items() if k not in ("recompute", "dispatcher", "a2a_overlap",
+                                                           "cuda_graph", "etp")}
+    assert row_recipe(bare, p, "row 2") is None
+    assert row_run(bare, p, 0) is RECIPES[("DGX-H100", "qwen3-30b-a3b", "fp8-cs")]
+
+
+@pytest.mark.parametrize(("column", "value", "field"), [
+    ("recompute", "some", "recompute"), ("dispatcher", "nccl", "dispatcher"),
+    ("a2a_overlap", "yes", "a2a_overlap"), ("cuda_graph", "attn", "cuda_graph"), ("etp", "x", "etp")])
+def test_bad_values_exit_2_naming_the_field(tmp_path: Path, column: str, value: str, field: str) -> None:
+    cells = dict(zip(HEAD.split(","), "DGX-H100,qwen3-30b-a3b,16,bf16,512,1,4096,0,1,2,1,12,8,1,32,5000,,,,"
+                                      .split(","), strict=True))
+    cells[column] = value
+    p = tmp_path / "runs.csv"
+    with p.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=HEAD.split(","))
+        w.writeheader()
+        w.writerow(cells)
+    with pytest.raises(InputError, match=field):
+        bridge_options(read_table(p)[1][0], p, 0)
+    res = CliRunner().invoke(main, ["validate", "published", str(p)])
+    assert res.exit_code == 2 and "runs.csv" in res.output and f"row 2: {field}" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_row_with_more_cells_than_the_header_is_bad_input(tmp_path: Path) -> None:
+    """An unquoted comma inside a cell shifts the row: said, not read."""
+    p = _table(tmp_path, "DGX-H100,qwen3-30b-a3b,16,bf16,512,1,4096,0,1,2,1,12,8,1,32,5000,"
+                         "selective:layernorm,moe_act,,,")
+    with pytest.raises(InputError, match="row 2.*more cells than the header"):
+        read_table(p)
+
+
+def test_the_modelzoo_table_reads_its_runs() -> None:
+    """Each row's published step time gives its tokens/s per GPU (GBS x 4096 / step / GPUs);
+    the layouts are the table's, with the embedding and the loss counted as layers."""
+    fmt, rows = read_table(ZOO)
+    assert fmt == "bridge" and len(rows) == 5
+    for k, row in enumerate(rows):
+        tok = int(row["gbs"]) * int(row["seq_len"]) / float(row["step_time_s"]) / int(row["gpus"])
+        assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(tok, abs=0.05)
+        opts = bridge_options(row, ZOO, k)
+        assert opts["etp"] == 1 and opts["dtype"] == "bf16"
+        if opts["pp"] == 32:  # 94 layers + embedding + loss on 96 chunks
+            assert opts["stage_layers"][:2] == (0, 1) and opts["stage_layers"][-1] == 0
+        if row["fsdp"] != "0":
+            assert opts["fsdp"] and opts["recompute"] == "full"
+
+
+def test_the_alltoall_row_replays() -> None:
+    """The table's one row with Megatron's alltoall dispatcher (no unmodelled settings)."""
+    got = list(validate_rows([ZOO], only=lambda s: "pp32" in s))
+    assert len(got) == 1 and not got[0].error and not got[0].unmodelled
+    assert got[0].predicted > 0 and got[0].options["recompute_modules"] == "layernorm,moe_act"
