@@ -176,3 +176,34 @@ def test_new_specs_replay_on_1024_gpus(layout: dict) -> None:
     # the MoE layers with their router, dispatch and expert GEMMs
     assert res["stack"]["name"] == "megatron-core"
     assert res["template"]["source"] == "first-principles"
+
+
+def test_dispatched_tokens_are_sorted_by_local_expert_where_a_rank_holds_several() -> None:
+    """Megatron-Core's alltoall dispatcher sorts the received tokens by local expert after the
+    dispatch and back before the combine (``sort_chunks_by_idxs``): one read and one write of
+    the rank's routed tokens each, forward and backward, only with more than one local expert."""
+    x = rank0(build(TINY, dp=2, ep=2, global_batch=2, micro_batch=1))  # 4 local experts
+    order = list(x[(x["layer"] == 1) & (x["phase"] == "fwd")]["name"].astype(str))
+    names = ("moe.dispatch", "moe.sort", "moe.fc1", "moe.fc2", "moe.unsort", "moe.combine")
+    assert [order.index(n) for n in names] == sorted(order.index(n) for n in names)
+    assert {"moe.sort", "moe.unsort"} <= _names(x, 1, "bwd")
+    sort = x[(x["name"] == "moe.sort") & (x["phase"] == "fwd")].iloc[0]
+    assert sort["bytes"] == 2 * EB * 128 * TINY.top_k * 256 and sort["flops"] == 0
+    one = rank0(build(TINY, dp=8, ep=8, global_batch=8, micro_batch=1))  # 1 expert per rank
+    assert not any(n in ("moe.sort", "moe.unsort") for n in one["name"].astype(str))
+
+
+def test_the_when_expression_survives_a_template_file(tmp_path) -> None:
+    from tracesim.errors import InputError
+    from tracesim.template.layer import load_template, template_from_dict
+
+    tpl = first_principles_template(TINY)
+    sort = next(o for o in tpl.ops if o.name == "moe.sort" and o.phase == "fwd")
+    assert sort.when == "experts/ep - 1"
+    tpl.save(tmp_path / "template.yaml")
+    assert load_template(tmp_path / "template.yaml").ops == tpl.ops
+    doc = tpl.to_dict()
+    bad = next(o for o in doc["ops"] if o["name"] == "moe.sort")
+    bad["when"] = "experts/"
+    with pytest.raises(InputError, match="ops\\["):
+        template_from_dict(doc, "t.yaml")

@@ -212,6 +212,8 @@ class TemplateOp:
             calls per local parameter and :func:`tracesim.template.durations.make_op_time`
             scales the per-call part of ``measured_ns`` by ``calls`` over ``count`` and only
             the rest by the cost model's ratio.
+        when: expression; a compute op runs only on layouts where it is positive ("" =
+            always): the sorting of the dispatched tokens by local expert, ``experts/ep - 1``.
     """
 
     name: str
@@ -243,6 +245,7 @@ class TemplateOp:
     shape: str = ""
     causal: bool = False
     out_dtype: str = ""
+    when: str = ""
 
     @property
     def module(self) -> str:
@@ -263,7 +266,7 @@ class TemplateOp:
         if self.kind not in ("compute", "comm"):
             raise ValueError(f"op {self.name}: kind {self.kind!r}")
         for expr in (self.flops, self.bytes, self.out, self.params, self.msg_bytes, self.tensors,
-                     self.calls, *shape_parts(self.shape)):
+                     self.calls, *shape_parts(self.shape), *([self.when] if self.when else [])):
             compile_expr(expr)
 
 

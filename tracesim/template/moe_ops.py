@@ -3,9 +3,14 @@
 ``shared_experts_compute`` (a dense MLP of width ``shared_ffn`` that every token runs,
 column/row-parallel over TP like any MLP), then ``router_and_preprocess`` (router GEMM, top-k,
 permutation of the ``top_k`` copies of each token), ``dispatch`` (all-to-all over the EP
-group), ``routed_experts_compute`` (one grouped GEMM per expert projection over the rank's
-local experts: ``fc1`` (gate and up with SwiGLU), activation, ``fc2``), ``combine``
-(all-to-all back) and the unpermutation, which adds the shared experts' output.
+group), the sorting of the received tokens by local expert (``moe.sort``; they arrive
+grouped by source rank), ``routed_experts_compute`` (one grouped GEMM per expert projection
+over the rank's local experts: ``fc1`` (gate and up with SwiGLU), activation, ``fc2``), the
+reverse sorting (``moe.unsort``), ``combine`` (all-to-all back) and the unpermutation, which
+adds the shared experts' output. The two sorts are Megatron-Core's ``sort_chunks_by_idxs``
+in ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` / ``combine_preprocess`` (core_v0.15.0;
+a transpose copy with a capacity factor): one read and one write of the rank's routed
+tokens each, only where a rank holds more than one expert (``when``).
 
 Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
 
@@ -35,12 +40,15 @@ from tracesim.template.primitives import T, mlp, norm_op, op, residual
 #: routed token copies of a rank's micro-batch, and those its local experts run (gated rank)
 ROUTED = f"{T}*top_k"
 EXPERT_TOKENS = f"{T}*top_k*moe_load/ets"
+#: positive where a rank holds more than one routed expert (``TemplateOp.when``)
+LOCAL_EXPERTS = "experts/ep - 1"
 
 
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
     """The forward ops of one MoE layer's MLP part (``part="moe"``)."""
     tk = ROUTED
     a2a = f"eb*{T}/tps*top_k*h*moe_kept"
+    sort = f"2*eb*{EXPERT_TOKENS}*h"  # read and write the rank's dispatched tokens
     ops = [norm_op("ln2", "block", model, "moe")]
     if model.shared_experts > 0:
         ops += mlp("moe.shared", "moe", model, "shared_ffn", T, bias=False)
@@ -55,9 +63,13 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         TemplateOp("moe.dispatch", "block", "fwd", "comm", out=f"{EXPERT_TOKENS}*h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
     ]
+    ops.append(op("moe.sort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*h",
+                  part="moe", when=LOCAL_EXPERTS))
     ops += mlp("moe", "moe", model, "moe_ffn", EXPERT_TOKENS, bias=False,
                param_scale="experts/ep*")
     ops += [
+        op("moe.unsort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*h", part="moe",
+           when=LOCAL_EXPERTS),
         TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
         op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*h", f"2*eb*{tk}/tps*h",

@@ -310,6 +310,8 @@ def _resolve_section(
 
     for i, op in enumerate(fwd_ops):
         fwd_index.setdefault(op.name, i)
+        if op.when and evaluate(op.when, env_tp) <= 0:  # not on this layout
+            continue
         style = _plan_style(op, par)
         env = env_rep
         tp, sp, gk, env_x = group()
@@ -391,6 +393,8 @@ def _resolve_section(
                 size = 1
             if size > 1:
                 bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
+            continue
+        if op.when and evaluate(op.when, env_tp) <= 0:
             continue
         env = env_of.get(ref, env_rep)
         bwd.append(_compute(op, "bwd", env, env_full, par, op_time,
