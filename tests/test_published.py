@@ -287,8 +287,8 @@ def test_many_micro_batches_extrapolate_to_the_full_replay(opts: dict, monkeypat
     of a row with 16 micro-batches per pipeline from one replay of 6 equals its full replay,
     and the first 4 micro-batches of that replay end as a replay of 4 does."""
     from tracesim.options import ReplayOptions
-    from tracesim.pipeline.published import steady_iteration_s, steady_span_s
     from tracesim.pipeline.run import predict
+    from tracesim.pipeline.steady import steady_iteration_s, steady_span_s
 
     res = predict(None, ReplayOptions.from_mapping(opts))
     full = res.iteration_time_s
@@ -307,7 +307,7 @@ def test_many_micro_batches_extrapolate_to_the_full_replay(opts: dict, monkeypat
     assert bare.iteration_time_s == full and not bare.per_rank
     assert res.per_rank and bare.breakdown["compute_s"] == 0.0 < res.breakdown["compute_s"]
     # where the stages disagree, a replay of 4 gives the line: the same time
-    monkeypatch.setattr("tracesim.pipeline.published.steady_span_s", lambda *a: None)
+    monkeypatch.setattr("tracesim.pipeline.steady.steady_span_s", lambda *a: None)
     two, warns = steady_iteration_s(opts, BRIDGE, "row")
     assert "extrapolated from 4 and 6 of its 16" in warns[-1]
     assert two == pytest.approx(full, rel=1e-9)
@@ -325,7 +325,7 @@ def test_the_steady_period_needs_every_stage_to_agree() -> None:
     """Micro-batches 2 .. 3 of 3 (one send each) took 40 ns on both stages: their span;
     where one stage took longer by more than the tolerance (another still catching up), or a
     stage's sends do not divide into micro-batches, there is none."""
-    from tracesim.pipeline.published import steady_span_s
+    from tracesim.pipeline.steady import steady_span_s
 
     assert steady_span_s(_sends({0: [10, 20, 60], 8: [15, 30, 70]}), 2, 3) == pytest.approx(40e-9)
     assert steady_span_s(_sends({0: [10, 20, 60], 8: [15, 30, 75]}), 2, 3) is None

@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.published import SAMPLE_FACTOR, table_rows
+from tracesim.pipeline.published import table_rows
 from tracesim.pipeline.run import predict
+from tracesim.pipeline.steady import SAMPLE_FACTOR
 
 REF = Path(__file__).resolve().parents[3] / "shared" / "reference"
 HERE = Path(__file__).resolve().parents[1] / "published"

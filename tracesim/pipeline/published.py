@@ -4,7 +4,7 @@ Four table formats are read (the columns decide):
 
 * **Megatron-Bridge performance summary** (NeMo 25.11 on DGX H100, DGX B200, GB200 and
   GB300 NVL72): ``system, model, gpus, precision, gbs, mbs, seq_len, fsdp, tp, pp, cp, vp,
-  ep, ga, tokens_per_s_per_gpu``; compared on tokens/s per GPU. Every row is replayed with
+  ep, ga, tokens_per_s_per_gpu`` (or ``step_time_s``); compared on tokens/s per GPU. Every row is replayed with
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-GB200`` -> ``gb200-nvl72``, ``DGX-GB300`` ->
   ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
@@ -52,12 +52,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
-from tracesim.options import ReplayOptions
 from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
+from tracesim.pipeline.steady import steady_iteration_s
 from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -134,6 +132,8 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
             raise InputError(f"{len(row[None]) + len(row) - 1} cells, more cells than the header "  # type: ignore[index]
                              "(quote a cell that holds a comma)", p, f"row {k + 2}")
     cols = set(rows[0]) if rows else set()
+    if "step_time_s" in cols:  # a table of one's own runs may give step times instead
+        cols.add("tokens_per_s_per_gpu")
     for fmt, need in (("bridge", BRIDGE_COLUMNS), ("titan", TITAN_COLUMNS), ("mcore", MCORE_COLUMNS),
                       ("sc21", SC21_COLUMNS)):
         if set(need) <= cols:
@@ -382,12 +382,35 @@ def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
     return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
 
 
+def _metric(fmt: str) -> str:
+    return "tokens_per_s_per_gpu" if fmt in TOKEN_FORMATS else "tflops_per_gpu"
+
+
+def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> float:
+    """The row's published ``metric``; a Megatron-Bridge-format row without tokens/s per
+    GPU may give its step time (``step_time_s``): tokens/s per GPU = gbs x seq_len / step
+    time / GPUs."""
+    key = metric if (row.get(metric) or "").strip() or "step_time_s" not in row else "step_time_s"
+    text = (row.get(key) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise InputError(f"expected a positive number, got {text!r}", path, f"row {k + 2}: {key}")
+    if key == "step_time_s":
+        return _int(row, "gbs", path, k) * _int(row, "seq_len", path, k) / value / _int(row, "gpus", path, k)
+    return value
+
+
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
                   ) -> Iterator[PublishedRow]:
-    """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts)."""
-    for p, k, fmt, row, opts, label, gaps in table_rows(paths, only):
-        metric = "tokens_per_s_per_gpu" if fmt in TOKEN_FORMATS else "tflops_per_gpu"
-        published = float(row[metric])
+    """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts); every
+    row is read and checked (InputError) before the first replay."""
+    checked = [(p, k, fmt, row, opts, label, gaps, published_value(row, _metric(fmt), p, k))
+               for p, k, fmt, row, opts, label, gaps in table_rows(paths, only)]
+    for p, k, fmt, row, opts, label, gaps, published in checked:
+        metric = _metric(fmt)
         t0 = time.perf_counter()
         try:
             it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
@@ -401,78 +424,6 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
         yield PublishedRow(p.name, label, opts, metric, published, predicted,
                            predicted / published - 1.0 if published else 0.0, it, wall,
                            warns, "", gaps)
-
-
-#: a row with more micro-batches per pipeline than ``SAMPLE_FACTOR`` x the sample is replayed
-#: at the sample and extrapolated (:func:`steady_iteration_s`)
-SAMPLE_FACTOR = 2
-
-
-def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[float, tuple[str, ...]]:
-    """The iteration time (s) of a row and the replay's warnings. A row with many
-    micro-batches per pipeline (``m``) is replayed at ``m2 = 3 pp`` and extrapolated
-    linearly: past the schedule's warm-up every further micro-batch adds the same steady
-    period ``P``, ``T(m) = T(m2) + (m - m2) P``. Every stage's forward passes of the first
-    ``m1 = 2 pp`` micro-batches run exactly as in a replay of ``m1`` (nothing they wait for
-    comes later in any stage's schedule), so where every stage sends its activations of the
-    last ``m2 - m1`` micro-batches in the same time ``D``, the pipeline ran them periodically
-    and ``P = D / (m2 - m1)``. Where the stages disagree (the first stages still catching up
-    with a slower one), ``m1`` is replayed as well and ``P = (T(m2) - T(m1)) / (m2 - m1)``.
-    Without a pipeline the samples are 4 and 8 micro-batches, both replayed. Rows with fewer
-    micro-batches are replayed whole. tests/test_published.py compares both ways with the
-    full replay."""
-    from tracesim.pipeline.run import predict
-
-    pp = int(opts.get("pp", 1))
-    per = int(opts["micro_batch"]) * int(opts["dp"])
-    m = int(opts["global_batch"]) // per if per else 0
-    m1, m2 = (2 * pp, 3 * pp) if pp > 1 else (4, 8)
-    if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per:
-        res = predict(None, ReplayOptions.from_mapping(opts, file, where), breakdown=False)
-        return res.iteration_time_s, tuple(res.warnings)
-
-    def sample(mb: int) -> Any:
-        return predict(None, ReplayOptions.from_mapping({**opts, "global_batch": mb * per}, file, where),
-                       breakdown=False)
-
-    res = sample(m2)
-    t2 = res.iteration_time_s
-    warns = [w for w in res.warnings if "global batch" not in w]
-    d = steady_span_s(res, m1, m2) if pp > 1 else None
-    if d is not None:
-        t1 = t2 - d
-        how = (f"a replay of {m2} of its {m} micro-batches per pipeline (the period of its "
-               f"last {m2 - m1}, equal on every stage)")
-    else:
-        res = sample(m1)
-        t1 = res.iteration_time_s
-        warns += [w for w in res.warnings if w not in warns and "global batch" not in w]
-        how = f"{m1} and {m2} of its {m} micro-batches per pipeline (steady state of the schedule)"
-    it = t1 + (m - m1) * (t2 - t1) / (m2 - m1)
-    warns.append(f"iteration time extrapolated from {how}")
-    return it, tuple(warns)
-
-
-def steady_span_s(res: Any, m1: int, m2: int, tol: float = 1e-4) -> float | None:
-    """How long (s) the micro-batches ``m1 .. m2 - 1`` of a pipelined replay ``res`` of
-    ``m2`` took, when every stage took the same: the time between a stage's activation sends
-    (one per forward pass of a model chunk, in schedule order) of micro-batch ``m1 - 1``'s
-    last chunk and of micro-batch ``m2 - 1``'s, the largest over the stages; None when two
-    stages differ by more than ``tol`` of it (the period then moves the extrapolation by
-    less than ``tol`` of the iteration), or a stage has no such sends."""
-    t = res.graph.tasks
-    sends = (t["name"] == "pp.send_act").to_numpy()
-    rank = t["rank"].to_numpy()[sends]
-    ends = np.asarray(res.end_ns)[sends]
-    spans = []
-    for r in np.unique(rank).tolist():
-        e = ends[rank == r]
-        if len(e) % m2:
-            return None
-        spans.append(int(e[-1] - e[len(e) // m2 * m1 - 1]))
-    if not spans or max(spans) - min(spans) > tol * max(spans):
-        return None
-    return max(spans) * 1e-9
 
 
 def summary(rows: list[PublishedRow]) -> dict[str, Any]:
