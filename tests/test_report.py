@@ -219,6 +219,32 @@ def test_breakdown_of_a_recorded_rank_follows_the_waits() -> None:
     assert total == pytest.approx(360e-9)
 
 
+def test_a_collective_queued_behind_another_on_its_lane_is_exposed_communication() -> None:
+    """Two gradient buckets on one communication lane: the second is ready at 150 ns but its
+    lane is busy until 400 ns; the optimizer waits for it. The whole wait (150-500 ns) is
+    exposed dp communication, none of it idle."""
+    from tests.helpers import graph
+    from tracesim.engine.replay import replay
+    from tracesim.report.breakdown import rank_breakdowns
+
+    lanes = [(0, "stream:7", "gpu"), (0, "stream:20", "gpu")]
+    comm = {"op_class": "comm", "group_kind": "dp"}
+    g = graph([
+        {"rank": 0, "lane": 0, "kind": "gpu", "name": "gemm a", "dur_ns": 100},             # 0
+        {"rank": 0, "lane": 1, "kind": "gpu", "name": "bucket 1", "dur_ns": 300,
+         "match_key": "b1", **comm},                                                         # 1
+        {"rank": 0, "lane": 0, "kind": "gpu", "name": "gemm b", "dur_ns": 50},              # 2
+        {"rank": 0, "lane": 1, "kind": "gpu", "name": "bucket 2", "dur_ns": 100,
+         "match_key": "b2", **comm},                                                         # 3
+        {"rank": 0, "lane": 0, "kind": "gpu", "name": "optimizer", "dur_ns": 10},           # 4
+    ], [(0, 1), (0, 2), (2, 3), (1, 4), (3, 4)], lanes)
+    r = replay(g)
+    assert r.start_ns.tolist() == [0, 100, 100, 400, 500]
+    (bd,) = rank_breakdowns(g, r.start_ns, r.end_ns, r.makespan_ns).values()
+    assert _parts(bd) == pytest.approx({"compute": 160e-9, "dp": 350e-9, "host": 0.0,
+                                        "bubble": 0.0, "idle": 0.0})
+
+
 def test_breakdown_of_a_cpu_rank_counts_its_ops_as_compute() -> None:
     from tests.helpers import graph
     from tracesim.engine.replay import replay

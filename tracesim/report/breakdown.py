@@ -5,7 +5,8 @@ A rank's **device lanes** are its GPU lanes (its CPU lanes when it has none, as 
 recording); its **compute** is the time at least one compute task (not communication) runs on
 them. Every stretch in which no compute runs (before the first compute task of the window,
 between them, and after the last until the end of the window) is attributed to what the next
-compute task waited for: its latest-finishing explicit predecessor, followed back as a chain:
+compute task waited for: its latest-finishing explicit predecessor (for a collective, or the
+collective before it on its lane when that finished later), followed back as a chain:
 
 * a collective of kind k (tp, dp, cp, ep; an unlabelled one counts as dp) makes the stretch,
   from the moment the collective could start (its last member arrived), exposed k
@@ -56,6 +57,7 @@ def rank_breakdowns(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     gk_code, gk_names = column_codes(t["group_kind"])
     gk = _Kinds(gk_code, [k if k in KINDS else "dp" for k in gk_names])
     bind = _binding_predecessors(graph, end_ns)
+    _lane_waits(bind, kind, lane, end_ns)
     # when each communication really began: the latest start among its matched tasks
     key_codes, _ = column_codes(t["match_key"], names=False)
     idx_t = np.int32 if n < 2**31 else np.int64  # task ids in 4 bytes when they fit
@@ -202,6 +204,22 @@ def _binding_predecessors(graph: TaskGraph, end_ns: np.ndarray) -> np.ndarray:
     return bind
 
 
+def _lane_waits(bind: np.ndarray, kind: np.ndarray, lane: np.ndarray, end_ns: np.ndarray) -> None:
+    """A collective waits for its own lane too: where the collective before it on the same
+    lane finished after its latest explicit predecessor (gradient buckets queued behind one
+    another), that collective becomes its binding predecessor, so the queueing is charged as
+    that communication, not as idle time."""
+    c = np.flatnonzero(kind == _COMM)
+    if len(c) < 2:
+        return
+    c = c[np.lexsort((c, lane[c]))]
+    same = lane[c[1:]] == lane[c[:-1]]
+    prev, cur = c[:-1][same], c[1:][same]
+    pred = bind[cur]
+    later = (pred < 0) | (end_ns[prev] > end_ns[np.maximum(pred, 0)])
+    bind[cur[later]] = prev[later]
+
+
 def _last_in(comm: np.ndarray | None, start_ns: np.ndarray, end_ns: np.ndarray, lo: int,
              hi: int) -> int:
     """The last-finishing of ``comm`` (task ids) that runs in the stretch [lo, hi), -1 if none."""
@@ -222,6 +240,10 @@ _GPU, _COMM, _P2P, _HOST = 0, 1, 2, 3
 _EDGE_CHUNK = 1 << 18
 #: tasks handled at a time by the other vectorised passes
 _STEP = 1 << 19
+#: waits followed back from one idle stretch at most: each step moves the stretch's end back
+#: to the start of a task that ran in it (a queue of collectives on one lane is one step
+#: each), so the bound only guards against a malformed graph
+_MAX_HOPS = 1 << 16
 
 
 def _lookup(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -278,7 +300,7 @@ class _Kinds:
 def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk: _Kinds,
                launch: _Launch, end_ns: np.ndarray, acc: dict[str, float]) -> None:
     """Charge the idle stretch [lo, hi) of a compute lane to the chain of waits behind it."""
-    for _ in range(64):
+    for _ in range(_MAX_HOPS):
         if hi <= lo:
             return
         if p < 0 or kind[p] == _GPU:
