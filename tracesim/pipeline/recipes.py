@@ -41,7 +41,8 @@ from tracesim.errors import InputError
 #: the commits (NVIDIA-NeMo/Megatron-Bridge) the recipes are read from
 COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
            "r0.2.0-test": "4a82e165124ad4bd2e77155ee8f964f241f0bbbd",
-           "v2-configs": "e940d997d7bdb7810f621f5b32bf70255b5aa2d9"}
+           "v2-configs": "e940d997d7bdb7810f621f5b32bf70255b5aa2d9",
+           "v0.3.0": "21b02e0cfb2f8ff907e0d8baee0c5205876c6812"}
 
 #: GPUs one job uses per GB200 / GB300 NVL72 rack: scripts/performance/utils/executors.py
 #: (v0.2.0) passes ``--segment`` = the largest divisor of the node count up to 18 when a
@@ -117,7 +118,8 @@ _QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
 #: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_
 #: CONFIG, BASE_GPT_OSS_120B_CONFIG, BASE_QWEN3_235B_A22B_CONFIG, BASE_QWEN3_30B_A3B_CONFIG at
 #: all three commits; qwen/qwen3_workload_base_configs.py at v2-configs)
-_ETP1 = (_DS, _OSS, _QW, _QWV2)
+_DS3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
+_ETP1 = (_DS, _DS3, _OSS, _QW, _QWV2)
 _DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
@@ -223,8 +225,33 @@ INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
                                if r.recompute.startswith("selective:") and not r.granularity)
 
 
-def find_recipe(system: str, model: str, precision: str) -> Recipe | None:
-    return RECIPES.get((system, model, precision))
+#: rows of a later release whose recipe differs from the 25.11 one in what tracesim expresses,
+#: by (release, system, model, precision): Megatron-Bridge v0.3.0 (the NeMo 26.02 release)
+#: runs DeepSeek-V3 with the recipe's default of one MTP layer (``deepseek_v3_pretrain_config``,
+#: ``mtp_num_layers=1``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
+#: ``pp_layout``; GB200 pp 4 x vp 4 and B200 pp 16: ``set_deepseek_v3_pipeline_model_parallel_
+#: layout``'s map), HybridEP on all three; the 26.02 table's TFLOP/s per GPU agree (Megatron's
+#: FLOP count with one MTP layer, tests/test_megatron_flops.py)
+RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
+    ("26.02", "DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
+        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
+        recompute="selective:mla_up_proj", dispatcher="hybridep",
+        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    ("26.02", "DGX-GB200", "deepseek-v3", "fp8-mx"): Recipe(
+        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
+        recompute="selective:mla_up_proj", cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep",
+        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    ("26.02", "DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
+        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
+        recompute="selective:mla_up_proj", dispatcher="hybridep",
+        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+}
+
+
+def find_recipe(system: str, model: str, precision: str, release: str = "25.11") -> Recipe | None:
+    """The recipe of a Bridge table row: the release's own where :data:`RELEASE_RECIPES`
+    has it, else the 25.11 one (:data:`RECIPES`)."""
+    return RELEASE_RECIPES.get((release, system, model, precision)) or RECIPES.get((system, model, precision))
 
 
 #: columns with which a table row gives its own run settings instead of a Megatron-Bridge
@@ -269,11 +296,13 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
 def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
     """The run settings of a Megatron-Bridge-format row: its own columns where the table has
     them (a table of the user's runs, :func:`row_recipe`), else the performance recipe of
-    its (system, model, precision) in the 25.11 table (:data:`RECIPES`), else None."""
+    its release, system, model and precision (:func:`find_recipe`), else None."""
     own = row_recipe(row, path, f"row {k + 2}")
     if own is not None:
         return own
-    return find_recipe(*((row.get(c) or "").strip() for c in ("system", "model", "precision")))
+    system, model, precision, release = ((row.get(c) or "").strip()
+                                         for c in ("system", "model", "precision", "release"))
+    return find_recipe(system, model, precision, release or "25.11")
 
 
 def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[str, ...]:
