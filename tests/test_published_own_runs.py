@@ -128,3 +128,28 @@ def test_a_bad_published_value_stops_before_any_replay(tmp_path: Path) -> None:
                      + good.replace(",5000,", ",0,") + "\n")
     res = CliRunner().invoke(main, ["validate", "published", str(steps)])
     assert res.exit_code == 2 and "row 2: step_time_s" in res.output
+
+
+BLACKWELL = ZOO.with_name("megatron_moe_modelzoo_blackwell.csv")
+
+
+def test_tflops_only_rows_and_slurm_segments() -> None:
+    """Megatron-MoE-ModelZoo's GB200 / GB300 rows print TFLOP/s alone: the published tokens/s
+    is that over Megatron's FLOPs per token; ``segment`` (trays) sets the GPUs per NVLink
+    domain (SEGMENT=2 -> 8, 16 -> 64)."""
+    from tracesim.catalog import load_model
+    from tracesim.pipeline.mflops import megatron_flops_per_token
+
+    fmt, rows = read_table(BLACKWELL)
+    assert fmt == "bridge" and len(rows) == 4
+    m = load_model("qwen3-235b-a22b")
+    for k, row in enumerate(rows):
+        per_token = megatron_flops_per_token(m, int(row["seq_len"]))
+        want = float(row["model_tflops_per_gpu"]) * 1e12 / per_token
+        assert published_value(row, "tokens_per_s_per_gpu", BLACKWELL, k) == pytest.approx(want)
+        opts = bridge_options(row, BLACKWELL, k)
+        assert opts["cluster"].gpus_per_node == 4 * int(row["segment"])
+    assert bridge_options(rows[0], BLACKWELL, 0)["cluster"].nodes == 32  # 256 GPUs, domains of 8
+    got = list(validate_rows([BLACKWELL], only=lambda s: "bf16" in s))
+    assert len(got) == 1 and got[0].predicted > 0 and not got[0].error
+    assert any("hybridep" in g for g in got[0].unmodelled)

@@ -4,7 +4,8 @@ Four table formats are read (the columns decide):
 
 * **Megatron-Bridge performance summary** (NeMo 25.11 on DGX H100, DGX B200, GB200 and
   GB300 NVL72): ``system, model, gpus, precision, gbs, mbs, seq_len, fsdp, tp, pp, cp, vp,
-  ep, ga, tokens_per_s_per_gpu`` (or ``step_time_s``); compared on tokens/s per GPU. Every row is replayed with
+  ep, ga, tokens_per_s_per_gpu`` (or ``step_time_s``, or Megatron's ``model_tflops_per_gpu``);
+  compared on tokens/s per GPU (``segment``: the run's slurm segment in 4-GPU trays). Every row is replayed with
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-GB200`` -> ``gb200-nvl72``, ``DGX-GB300`` ->
   ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
@@ -54,6 +55,7 @@ from typing import Any
 
 from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
+from tracesim.pipeline.mflops import megatron_flops_per_token
 from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
 from tracesim.pipeline.steady import steady_iteration_s
 from tracesim.specs.model import ModelSpec
@@ -132,8 +134,8 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
             raise InputError(f"{len(row[None]) + len(row) - 1} cells, more cells than the header "  # type: ignore[index]
                              "(quote a cell that holds a comma)", p, f"row {k + 2}")
     cols = set(rows[0]) if rows else set()
-    if "step_time_s" in cols:  # a table of one's own runs may give step times instead
-        cols.add("tokens_per_s_per_gpu")
+    if cols & {"step_time_s", "model_tflops_per_gpu"}:  # a table of one's own runs may give
+        cols.add("tokens_per_s_per_gpu")  # step times or Megatron's TFLOP/s instead
     for fmt, need in (("bridge", BRIDGE_COLUMNS), ("titan", TITAN_COLUMNS), ("mcore", MCORE_COLUMNS),
                       ("sc21", SC21_COLUMNS)):
         if set(need) <= cols:
@@ -177,6 +179,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     dtype, recipe = PRECISIONS[prec]
     run = row_run(row, path, k)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
+    if system in NVL72_SYSTEMS and (row.get("segment") or "").strip():  # the run's slurm --segment
+        per_domain = 4 * _int(row, "segment", path, k)
     cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
@@ -388,9 +392,13 @@ def _metric(fmt: str) -> str:
 
 def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> float:
     """The row's published ``metric``; a Megatron-Bridge-format row without tokens/s per
-    GPU may give its step time (``step_time_s``): tokens/s per GPU = gbs x seq_len / step
-    time / GPUs."""
-    key = metric if (row.get(metric) or "").strip() or "step_time_s" not in row else "step_time_s"
+    GPU may give its step time (``step_time_s``: tokens/s per GPU = gbs x seq_len / step
+    time / GPUs) or Megatron's TFLOP/s per GPU (``model_tflops_per_gpu``: over Megatron's
+    FLOPs per token, :mod:`tracesim.pipeline.mflops`, with the run's MTP layers)."""
+    key = metric
+    for alt in ("step_time_s", "model_tflops_per_gpu"):
+        if key == "tokens_per_s_per_gpu" and not (row.get(key) or "").strip() and (row.get(alt) or "").strip():
+            key = alt
     text = (row.get(key) or "").strip()
     try:
         value = float(text)
@@ -400,6 +408,11 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
         raise InputError(f"expected a positive number, got {text!r}", path, f"row {k + 2}: {key}")
     if key == "step_time_s":
         return _int(row, "gbs", path, k) * _int(row, "seq_len", path, k) / value / _int(row, "gpus", path, k)
+    if key == "model_tflops_per_gpu" and metric == "tokens_per_s_per_gpu":
+        run = row_run(row, path, k)
+        per_token = megatron_flops_per_token(load_model(row["model"].strip()), _int(row, "seq_len", path, k),
+                                             run.mtp_layers if run is not None else 0)
+        return value * 1e12 / per_token
     return value
 
 
