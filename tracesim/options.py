@@ -159,7 +159,8 @@ class ReplayOptions:
                                      "on.", "bool")
     moe_imbalance: float | None = _opt(
         "MoE load imbalance: the busiest expert's routed tokens over the mean (>= 1); scales "
-        "the expert GEMMs of the rank that gates the all-to-all. Default 1: balanced.",
+        "the expert GEMMs of the rank that gates the all-to-all and the all-to-all's size "
+        "(that rank receives and sends back that much). Default 1: balanced.",
         "float", metavar="X")
     moe_capacity_factor: float | None = _opt(
         "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "

@@ -14,9 +14,11 @@ tokens each, only where a rank holds more than one expert (``when``).
 
 Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
 
-* dispatch and combine: ``T/tps * top_k * h * eb * moe_kept`` bytes per rank and direction
+* dispatch and combine: ``T/tps * top_k * h * eb * moe_load`` bytes per rank and direction
   (``msg_bytes`` in the nccl-tests convention), forward and backward: each rank sends its own
-  (sequence-parallel) tokens;
+  (sequence-parallel) tokens, and the all-to-all ends when the rank with the busiest experts
+  has received its ``moe_load`` times the mean (dispatch) and sent it back (combine), so it
+  is priced at that size (balanced: the mean; a capacity factor below 1: the kept share);
 * the grouped GEMMs run ``experts/ep`` local experts with ``ep * T * top_k / experts *
   moe_load / ets`` tokens each, ``T * top_k * moe_load / ets`` in all, and read every local
   expert's weights (``1/tp`` of each, ``tp`` bound to the expert TP degree there);
@@ -47,7 +49,7 @@ LOCAL_EXPERTS = "experts/ep - 1"
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
     """The forward ops of one MoE layer's MLP part (``part="moe"``)."""
     tk = ROUTED
-    a2a = f"eb*{T}/tps*top_k*h*moe_kept"
+    a2a = f"eb*{T}/tps*top_k*h*moe_load"  # the busiest rank's share (its receive side)
     sort = f"2*eb*{EXPERT_TOKENS}*h"  # read and write the rank's dispatched tokens
     ops = [norm_op("ln2", "block", model, "moe")]
     if model.shared_experts > 0:
