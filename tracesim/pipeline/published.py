@@ -395,11 +395,13 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
     GPU may give its step time (``step_time_s``: tokens/s per GPU = gbs x seq_len / step
     time / GPUs) or Megatron's TFLOP/s per GPU (``model_tflops_per_gpu``: over Megatron's
     FLOPs per token, :mod:`tracesim.pipeline.mflops`, with the run's MTP layers)."""
+    def cell(name: str) -> str:
+        return (row.get(name) or "").strip()
+
     key = metric
-    for alt in ("step_time_s", "model_tflops_per_gpu"):
-        if key == "tokens_per_s_per_gpu" and not (row.get(key) or "").strip() and (row.get(alt) or "").strip():
-            key = alt
-    text = (row.get(key) or "").strip()
+    if metric == "tokens_per_s_per_gpu" and not cell(metric):
+        key = next((alt for alt in ("step_time_s", "model_tflops_per_gpu") if cell(alt)), metric)
+    text = cell(key)
     try:
         value = float(text)
     except ValueError:

@@ -4,7 +4,7 @@ Each row of ``megatron_bridge_25_11.csv`` (system, model, precision) was measure
 Megatron-Bridge performance recipe (``scripts/performance``) that sets much more than the
 table's columns. :data:`RECIPES` holds, per row, what that recipe sets, read from the
 repository NVIDIA-NeMo/Megatron-Bridge at the commit named in ``source`` (docs/published_configs.md
-gives every row with its file and config name). Three commits are used:
+gives every row with its file and config name). Four commits are used:
 
 * ``7af9601c`` = tag v0.2.0 (2025-11-26), the release in the NeMo 25.11 container;
 * ``4a82e165`` = branch ``gaod/r0.2.0_test`` (2025-12-06): r0.2.0 plus the GB200 / GB300
@@ -13,7 +13,9 @@ gives every row with its file and config name). Three commits are used:
   tokens);
 * ``e940d997`` (2026-01-12, "support multiple perf configs"): the ``_V2`` configs, the
   table's larger runs (Llama 3 70B GBS 256, Llama 3.1 405B on 256 GB200/GB300 GPUs with GBS
-  1536, Qwen3 235B on 256 GPUs with GBS 8192).
+  1536, Qwen3 235B on 256 GPUs with GBS 8192);
+* ``21b02e0c`` = tag v0.3.0, the NeMo 26.02 release: the recipes of the 26.02 table's
+  DeepSeek-V3 rows (:data:`RELEASE_RECIPES`).
 
 Selective recomputation ran in the 25.11 table's runs only where the config sets
 ``recompute_granularity = "selective"`` itself (DeepSeek-V3: ``set_deepseek_v3_common_configs``):
@@ -80,7 +82,8 @@ class Recipe:
     overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``:
     DeepSeek multi-token-prediction layers; ``granularity``: the config sets
     ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
-    Megatron-Bridge v0.2.1 on, module docstring).
+    Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
+    table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`).
     """
 
     source: str
