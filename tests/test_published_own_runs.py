@@ -153,3 +153,20 @@ def test_tflops_only_rows_and_slurm_segments() -> None:
     got = list(validate_rows([BLACKWELL], only=lambda s: "bf16" in s))
     assert len(got) == 1 and got[0].predicted > 0 and not got[0].error
     assert any("hybridep" in g for g in got[0].unmodelled)
+
+
+def test_layout_and_mtp_columns(tmp_path: Path) -> None:
+    """NVIDIA's DeepSeek-V3 GB200 roadmap rows give their pipeline layout (`Et|(tt|)*30L`:
+    the embedding and one layer, 30 chunks of two, the loss alone) and no MTP layer; a bad
+    layout is one line naming the file and the field."""
+    roadmap = ZOO.with_name("megatron_dsv3_gb200_roadmap.csv")
+    _, rows = read_table(roadmap)
+    opts = bridge_options(rows[0], roadmap, 0)
+    assert opts["stage_layers"] == (1, *[2] * 30, 0) and opts["vpp"] == 4
+    assert "mtp_layers" not in opts and opts["recompute_modules"] == "mlp,mla_up_proj"
+    row = dict(rows[0], pp_layout="Et|(tt|*30L")
+    with pytest.raises(InputError, match="pp_layout"):
+        bridge_options(row, roadmap, 0)
+    row = dict(rows[0], mtp_layers="one")
+    with pytest.raises(InputError, match="mtp_layers"):
+        bridge_options(row, roadmap, 0)

@@ -71,8 +71,8 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
 
     TABLES: Megatron-Bridge performance summaries (tokens/s per GPU; e.g.
     ../shared/reference/megatron_bridge_25_11.csv; a table of your own runs in that format
-    may add the columns recompute, dispatcher, a2a_overlap, cuda_graph, etp and segment per
-    row and give step_time_s or model_tflops_per_gpu instead of tokens/s, e.g.
+    may add the columns recompute, dispatcher, a2a_overlap, cuda_graph, etp, pp_layout,
+    mtp_layers and segment per row and give step_time_s or model_tflops_per_gpu instead of tokens/s, e.g.
     benchmarks/published/megatron_moe_modelzoo_h100.csv), Megatron-LM SC'21 Table 1 (TFLOP/s
     per GPU; ../shared/reference/megatron_sc21_table1.csv), Megatron-Core GPT tables
     (TFLOP/s per GPU; benchmarks/published/megatron_core_h100_weak_scaling.csv) or

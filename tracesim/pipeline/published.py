@@ -17,7 +17,8 @@ Four table formats are read (the columns decide):
   (``NCCL_NVLS_ENABLE=0``) and, on GB200 / GB300 past 18 trays, 64 GPUs per NVL72 rack
   (slurm segments of 16 trays); the recipe settings without a mechanism are listed per row.
   A table whose rows give their own run settings (columns ``recompute``, ``dispatcher``,
-  ``a2a_overlap``, ``cuda_graph``, ``etp``: :func:`tracesim.pipeline.recipes.row_recipe`)
+  ``a2a_overlap``, ``cuda_graph``, ``etp``, ``pp_layout``, ``mtp_layers``:
+  :func:`tracesim.pipeline.recipes.row_recipe`)
   takes those instead of the 25.11 recipes.
 * **Megatron-Core GPT tables** (Megatron-LM's H100 weak-scaling table): ``system,
   params_billion, heads, hidden, layers, tp, pp, gpus, global_batch, seq_len, vocab,

@@ -259,7 +259,8 @@ def find_recipe(system: str, model: str, precision: str, release: str = "25.11")
 
 #: columns with which a table row gives its own run settings instead of a Megatron-Bridge
 #: recipe (:func:`row_recipe`)
-ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp")
+ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp", "pp_layout",
+                      "mtp_layers")
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 
@@ -268,8 +269,9 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     :data:`ROW_RECIPE_COLUMNS`), in :class:`Recipe`'s terms: ``recompute`` ``""``, ``full``
     (every layer), ``full-block:N`` or ``selective:MODULES``; ``dispatcher`` alltoall, deepep
     or hybridep; ``a2a_overlap`` true / false; ``cuda_graph`` ``local:full_iteration`` or
-    ``te:SCOPES``; ``etp`` the expert tensor-parallel size (empty: Megatron's default, TP).
-    ``where`` names the row of the table at ``path`` in errors."""
+    ``te:SCOPES``; ``etp`` the expert tensor-parallel size (empty: Megatron's default, TP);
+    ``pp_layout`` a Megatron pipeline layout (:func:`layout_chunks`); ``mtp_layers`` the
+    multi-token-prediction modules. ``where`` names the row of the table at ``path`` in errors."""
     if not any(c in row for c in ROW_RECIPE_COLUMNS):
         return None
 
@@ -293,8 +295,15 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     etp = text("etp")
     if etp and not etp.isdigit():
         raise InputError(f"expected a number, got {etp!r}", path, f"{where}: etp")
+    layout = text("pp_layout")
+    if layout:
+        layout_chunks(layout, path, f"{where}: pp_layout")
+    mtp = text("mtp_layers")
+    if mtp and not mtp.isdigit():
+        raise InputError(f"expected a number, got {mtp!r}", path, f"{where}: mtp_layers")
     return Recipe("table:row", "", recompute=rec, dispatcher=disp, a2a_overlap=overlap == "true",
-                  cuda_graph=graph, etp=int(etp) if etp else None)
+                  cuda_graph=graph, etp=int(etp) if etp else None, pp_layout=layout or None,
+                  mtp_layers=int(mtp) if mtp else 0)
 
 def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
     """The run settings of a Megatron-Bridge-format row: its own columns where the table has
@@ -315,7 +324,8 @@ def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[s
 
 
 
-def layout_chunks(layout: str) -> tuple[int, ...]:
+def layout_chunks(layout: str, file: str | Path | None = "pp_layout", where: str | None = None,
+                  ) -> tuple[int, ...]:
     """Transformer layers per model chunk of a Megatron ``pipeline_model_parallel_layout``
     string: ``|`` separates chunks, ``t`` is a decoder layer, ``E`` / ``m`` / ``L`` the
     embedding, an MTP layer and the loss, ``X*N`` and ``(...)*N`` repeat.
@@ -326,7 +336,7 @@ def layout_chunks(layout: str) -> tuple[int, ...]:
         text = group.sub(lambda m: m.group(1) * int(m.group(2)), text)
     text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
     if set(text) - set("EtmL|"):
-        raise InputError(f"not a pipeline layout: {layout!r}", "pp_layout")
+        raise InputError(f"not a pipeline layout: {layout!r}", file, where)
     return tuple(chunk.count("t") for chunk in text.split("|"))
 
 
