@@ -71,6 +71,27 @@ def test_expert_gemms_launch_per_local_expert() -> None:
     assert host.launches("attn.qkv", "fwd") == 1
 
 
+def test_megatron_core_router_launches_its_measured_kernels() -> None:
+    """Megatron-Core's fused MoE router: 31 kernels per forward (NVIDIA's DeepSeek-V3 GB200
+    Nsight count), the gating GEMM and 30 more; one each backward (no count published); a
+    graphed router scope still launches once; only the megatron-core stack's MoE templates
+    carry the count."""
+    from tracesim.catalog import load_model
+    from tracesim.template.stacks import MCORE_ROUTER_KERNELS, get_stack, stack_template
+
+    host = HostModel(router_kernels=MCORE_ROUTER_KERNELS)
+    assert MCORE_ROUTER_KERNELS == 31
+    assert host.launches("moe.router", "fwd") + host.launches("moe.topk", "fwd") == 31
+    assert host.launches("moe.topk", "bwd") == 1 and HostModel().launches("moe.topk", "fwd") == 1
+    graphed = HostModel(router_kernels=31, graph_launch_us=10.0, graphs=("moe_router",))
+    assert graphed.issue_ns("moe.topk", "fwd", "")[0] == 10_000.0
+    assert graphed.issue_ns("moe.topk", "fwd", "moe_router")[0] == 0.0
+    qwen = load_model("qwen3-30b-a3b")
+    assert stack_template(qwen, get_stack("megatron-core")).meta["router_kernels"] == 31
+    assert "router_kernels" not in stack_template(qwen, get_stack("torchtitan")).meta
+    assert "router_kernels" not in stack_template(load_model("llama3-8b"), get_stack("megatron-core")).meta
+
+
 MOE = {"model": "qwen3-30b-a3b", "cluster": "dgx-b200", "ep": 8, "dp": 8, "micro_batch": 1,
        "global_batch": 16, "seq_len": 4096, "dtype": "fp8", "fp8_recipe": "mxfp8"}
 

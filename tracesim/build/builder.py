@@ -102,7 +102,8 @@ class _StageBuilder:
             kv_width = model.heads * (model.qk_head_dim + model.v_dim)
             self.ring_msg = int(par.micro_batch * (par.seq_len / par.cp) * kv_width / par.tp * self.eb)
         self.host = (HostModel(graphs=par.cuda_graphs,
-                               local_experts=max(1, model.experts // par.ep) if model.is_moe else 1)
+                               local_experts=max(1, model.experts // par.ep) if model.is_moe else 1,
+                               router_kernels=int(template.meta.get("router_kernels", 0)))
                      if par.host_launch else None)
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
         self.shares = op_shares(model) if par.recompute == "op" else {}

@@ -35,7 +35,10 @@ the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
 ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
 backward (data and weight gradients), and the experts' bias added expert by expert
 (``moe.expert_bias``, Megatron-Core's ``TEGroupedMLP._apply_bias``): two kernels per local
-expert and a concatenation forward, four per expert backward.
+expert and a concatenation forward, four per expert backward; and Megatron-Core's MoE router
+(``router_kernels``, from the stack's template: 31 kernels per forward with router fusion, the
+gating GEMM ``moe.router`` and the rest ``moe.topk``; backward one kernel each, as no count is
+published).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class HostModel:
     graph_launch_us: float = GRAPH_LAUNCH_US
     graphs: tuple[str, ...] = ()
     local_experts: int = 1
+    router_kernels: int = 0
 
     def scope(self, name: str) -> str:
         """The captured scope ``name`` (a task name) belongs to, or ""."""
@@ -95,6 +99,8 @@ class HostModel:
     def launches(self, name: str, phase: str) -> int:
         """Kernel launches of one task (module docstring)."""
         base = name.split(":", 1)[-1]
+        if base == "moe.topk" and phase == "fwd" and self.router_kernels > 1:
+            return self.router_kernels - 1  # the router's kernels after its gating GEMM
         if base == EXPERT_BIAS:  # per expert a product and a sum, then a concatenation
             return 2 * self.local_experts + 1 if phase == "fwd" else 4 * self.local_experts
         if base.startswith(_EXPERT_OPS):
