@@ -170,3 +170,11 @@ def test_layout_and_mtp_columns(tmp_path: Path) -> None:
     row = dict(rows[0], mtp_layers="one")
     with pytest.raises(InputError, match="mtp_layers"):
         bridge_options(row, roadmap, 0)
+
+
+def test_a_segment_outside_an_nvl72_rack_is_bad_input(tmp_path: Path) -> None:
+    p = tmp_path / "seg.csv"
+    p.write_text(HEAD + ",segment\n" + "DGX-H100,qwen3-30b-a3b,16,bf16,512,1,4096,0,1,2,1,12,8,1,32,"
+                 "5000,,,,,2\n")
+    with pytest.raises(InputError, match="row 2: segment"):
+        bridge_options(read_table(p)[1][0], p, 0)

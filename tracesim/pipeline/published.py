@@ -180,7 +180,10 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     dtype, recipe = PRECISIONS[prec]
     run = row_run(row, path, k)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
-    if system in NVL72_SYSTEMS and (row.get("segment") or "").strip():  # the run's slurm --segment
+    if (row.get("segment") or "").strip():  # the run's slurm --segment, in 4-GPU trays
+        if system not in NVL72_SYSTEMS:
+            raise InputError(f"a slurm segment applies to {' and '.join(NVL72_SYSTEMS)} racks, not "
+                             f"{system}", path, f"row {k + 2}: segment")
         per_domain = 4 * _int(row, "segment", path, k)
     cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
