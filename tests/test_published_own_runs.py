@@ -178,3 +178,23 @@ def test_a_segment_outside_an_nvl72_rack_is_bad_input(tmp_path: Path) -> None:
                  "5000,,,,,2\n")
     with pytest.raises(InputError, match="row 2: segment"):
         bridge_options(read_table(p)[1][0], p, 0)
+
+
+#: the tables in benchmarks/published that `validate published` replays (the releases table
+#: is compared between releases by its own script, in the tables' own spelling)
+REPLAYED = sorted(p for p in ZOO.parent.glob("*.csv") if p.name != "megatron_bridge_releases.csv")
+
+
+@pytest.mark.parametrize("table", REPLAYED, ids=lambda p: p.name)
+def test_every_shipped_table_reads_and_states_its_rows(table: Path) -> None:
+    """Every replayed table in benchmarks/published is read, each row's options built and
+    its published number taken, without a replay (the replays are the benchmark)."""
+    from tracesim.pipeline.published import row_options
+
+    fmt, rows = read_table(table)
+    metric = "tokens_per_s_per_gpu" if fmt in ("bridge", "titan") else "tflops_per_gpu"
+    assert rows
+    for k, row in enumerate(rows):
+        opts, label, _ = row_options(fmt, row, table, k)
+        assert opts["dp"] >= 1 and label
+        assert published_value(row, metric, table, k) > 0
