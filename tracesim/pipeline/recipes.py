@@ -292,18 +292,19 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     graph = text("cuda_graph")
     if graph and not graph.startswith(("local:", "te:")):
         raise InputError(f"expected local:SCOPES or te:SCOPES, got {graph!r}", path, f"{where}: cuda_graph")
-    etp = text("etp")
-    if etp and not etp.isdigit():
-        raise InputError(f"expected a number, got {etp!r}", path, f"{where}: etp")
+    def count(key: str) -> int | None:
+        value = text(key)
+        if value and not value.isdigit():
+            raise InputError(f"expected a number, got {value!r}", path, f"{where}: {key}")
+        return int(value) if value else None
+
     layout = text("pp_layout")
     if layout:
         layout_chunks(layout, path, f"{where}: pp_layout")
-    mtp = text("mtp_layers")
-    if mtp and not mtp.isdigit():
-        raise InputError(f"expected a number, got {mtp!r}", path, f"{where}: mtp_layers")
     return Recipe("table:row", "", recompute=rec, dispatcher=disp, a2a_overlap=overlap == "true",
-                  cuda_graph=graph, etp=int(etp) if etp else None, pp_layout=layout or None,
-                  mtp_layers=int(mtp) if mtp else 0)
+                  cuda_graph=graph, etp=count("etp"), pp_layout=layout or None,
+                  mtp_layers=count("mtp_layers") or 0)
+
 
 def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
     """The run settings of a Megatron-Bridge-format row: its own columns where the table has
@@ -321,7 +322,6 @@ def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[s
     """The settings of the row's run that the replay cannot express (module docstring)."""
     run = row_run(row, path, k)
     return () if run is None else unmodelled(run)
-
 
 
 def layout_chunks(layout: str, file: str | Path | None = "pp_layout", where: str | None = None,
@@ -372,12 +372,10 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["mtp_layers"] = recipe.mtp_layers
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
-    if recipe.recompute == "full":
+    if recipe.recompute.startswith("full"):  # "full" (every layer) or "full-block:N"
         out["recompute"] = "full"
-    elif recipe.recompute.startswith("full-block:"):  # the first N layers of each chunk
-        out["recompute"] = "full"
-        n = int(recipe.recompute.split(":")[1])
-        if n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
+        n = int(recipe.recompute.split(":")[1]) if ":" in recipe.recompute else 0
+        if n and n < max(out.get("stage_layers") or (layers // (out["pp"] * out.get("vpp", 1)),)):
             out["recompute_layers"] = n
     elif recipe.recompute.startswith("selective:") and (recipe.granularity or release != "25.11"):
         out["recompute"] = "selective"
