@@ -201,7 +201,7 @@ def test_the_when_expression_survives_a_template_file(tmp_path) -> None:
 
     tpl = first_principles_template(TINY)
     sort = next(o for o in tpl.ops if o.name == "moe.sort" and o.phase == "fwd")
-    assert sort.when == "experts/ep - 1"
+    assert sort.when == "(experts/ep - 1)*a2a_sorted"
     tpl.save(tmp_path / "template.yaml")
     assert load_template(tmp_path / "template.yaml").ops == tpl.ops
     doc = tpl.to_dict()

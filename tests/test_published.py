@@ -272,8 +272,10 @@ def test_recipe_settings_reach_the_replay_options() -> None:
         assert (later["recompute"], later["recompute_modules"]) == ("selective", "layernorm,moe_act")
     assert unmodelled(_recipe("DGX-H100", "llama3-70b", "fp8-cs")) == ()
     q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"))
-    assert not any("CUDA graphs" in g for g in q) and any("hybridep" in g for g in q)
-    assert opts["DGX-GB300", "qwen3-30b-a3b", "fp8-mx"]["cuda_graphs"] == "moe_router,moe_preprocess"
+    assert q == ()  # the HybridEP dispatcher and the graphed router are options now
+    q30 = opts["DGX-GB300", "qwen3-30b-a3b", "fp8-mx"]
+    assert q30["cuda_graphs"] == "moe_router,moe_preprocess" and q30["moe_dispatcher"] == "hybridep"
+    assert "moe_dispatcher" not in opts["DGX-H100", "qwen3-235b-a22b", "fp8-cs"]  # alltoall
 
 
 @pytest.mark.parametrize("opts", [

@@ -43,7 +43,8 @@ def test_the_row_columns_become_replay_options(tmp_path: Path) -> None:
     assert (first["recompute"], first["recompute_modules"]) == ("selective", "layernorm,moe_act")
     assert first["etp"] == 1 and first["cuda_graphs"] == "moe_router,moe_preprocess"
     gaps = row_unmodelled(rows[0], p, 0)
-    assert any("deepep" in g for g in gaps) and any("all-to-all overlapped" in g for g in gaps)
+    assert first["moe_dispatcher"] == "deepep" and gaps == (
+        "EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)",)
     second = bridge_options(rows[1], p, 1)
     assert second["recompute"] == "full" and "recompute_layers" not in second
     assert "etp" not in second and not row_unmodelled(rows[1], p, 1)
@@ -152,7 +153,7 @@ def test_tflops_only_rows_and_slurm_segments() -> None:
     assert bridge_options(rows[0], BLACKWELL, 0)["cluster"].nodes == 32  # 256 GPUs, domains of 8
     got = list(validate_rows([BLACKWELL], only=lambda s: "bf16" in s))
     assert len(got) == 1 and got[0].predicted > 0 and not got[0].error
-    assert any("hybridep" in g for g in got[0].unmodelled)
+    assert got[0].options["moe_dispatcher"] == "hybridep" and not got[0].unmodelled
 
 
 def test_layout_and_mtp_columns(tmp_path: Path) -> None:

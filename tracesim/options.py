@@ -26,6 +26,7 @@ from tracesim.errors import InputError
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.fabric import parse_background, parse_link_faults
 from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import MOE_DISPATCHERS
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,11 @@ class ReplayOptions:
     moe_capacity_factor: float | None = _opt(
         "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "
         "dropped). Default: dropless, as Megatron-Core.", "float", metavar="X")
+    moe_dispatcher: str | None = _opt(
+        "MoE token dispatcher: alltoall (Megatron-Core's: every routed copy of a token is "
+        "sent), deepep or hybridep (the flex dispatcher's backends: a token is sent once per "
+        "destination rank, across nodes once per node and forwarded over NVLink; docs/moe.md). "
+        "Default alltoall.", "choice", choices=MOE_DISPATCHERS)
     mtp_layers: int | None = _opt(
         "Multi-token prediction modules (DeepSeek-V3's MTP; Megatron-Core's --mtp-num-layers): "
         "each runs one more transformer layer, two norms, a projection, the shared output head "
@@ -339,7 +345,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
+              "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",

@@ -133,7 +133,8 @@ class Unit:
             return i
         lane = COMM_LANE[r.gkind]
         i = self.add(lane=lane, kind="coll", name=prefix + r.name, phase=ph, layer=layer,
-                     collective=r.collective, gkind=r.gkind, msg_bytes=r.msg_bytes)
+                     collective=r.collective, gkind=r.gkind, msg_bytes=r.msg_bytes,
+                     algorithm=r.algorithm)
         self._chain(i, lane)
         return i
 

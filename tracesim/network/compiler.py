@@ -34,9 +34,10 @@ class Compiler:
 
     def params(self, algo: Algorithm) -> AlgorithmParams:
         """``algo``'s calibration: the spec's overrides, else (efficiencies) those the spec
-        gives the algorithm it takes them from (``efficiency_as``), else its defaults."""
+        gives the algorithm it takes them from (``efficiency_as``), else its defaults. A
+        variant (``dedup:128:8``) takes the spec's values for its base name."""
         spec = self.cluster.collectives
-        over = spec.params(algo.name)
+        over = spec.params(algo.name.partition(":")[0])
         d = algo.defaults
         if algo.efficiency_as:
             other = spec.params(algo.efficiency_as)

@@ -26,7 +26,7 @@ import simpy
 
 from tracesim.errors import InputError
 from tracesim.network.background import BackgroundTraffic
-from tracesim.network.collectives import ALGORITHMS, Algorithm
+from tracesim.network.collectives import ALGORITHMS, Algorithm, find
 from tracesim.network.compiler import shared
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
@@ -287,7 +287,7 @@ class NetworkModel:
             raise ValueError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
         prefs = self._preferences(collective)
         if algorithm:
-            if algorithm not in ALGORITHMS:
+            if find(algorithm) is None:
                 raise ValueError(f"unknown algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
             prefs = (algorithm, *prefs)
         sh = self._shared
@@ -377,7 +377,7 @@ def _validate_choice(collective: str, value: str | Sequence[str]) -> None:
     if collective not in COLLECTIVES:
         raise InputError(f"unknown collective {collective!r}", "--algo")
     for name in _split(value):
-        if name != "auto" and name not in ALGORITHMS:
+        if name != "auto" and find(name) is None:
             raise InputError(
                 f"unknown algorithm {name!r} (known: auto, {', '.join(ALGORITHMS)})", "--algo"
             )

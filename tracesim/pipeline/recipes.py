@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.specs.parallel import MOE_DISPATCHERS
 
 #: the commits (NVIDIA-NeMo/Megatron-Bridge) the recipes are read from
 COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
@@ -261,7 +262,6 @@ def find_recipe(system: str, model: str, precision: str, release: str = "25.11")
 #: recipe (:func:`row_recipe`)
 ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp", "pp_layout",
                       "mtp_layers")
-DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 
 def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe | None:
@@ -283,8 +283,8 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
         raise InputError(f"expected '', full, full-block:N or selective:MODULES, got {rec!r}",
                          path, f"{where}: recompute")
     disp = text("dispatcher") or "alltoall"
-    if disp not in DISPATCHERS:
-        raise InputError(f"unknown dispatcher {disp!r} (known: {', '.join(DISPATCHERS)})",
+    if disp not in MOE_DISPATCHERS:
+        raise InputError(f"unknown dispatcher {disp!r} (known: {', '.join(MOE_DISPATCHERS)})",
                          path, f"{where}: dispatcher")
     overlap = text("a2a_overlap").lower()
     if overlap not in ("", "true", "false"):
@@ -370,6 +370,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["cpu_offload_layers"] = recipe.cpu_offload_layers
     if recipe.mtp_layers:  # DeepSeek-V3's multi-token prediction (the layout's ``m``)
         out["mtp_layers"] = recipe.mtp_layers
+    if recipe.dispatcher != "alltoall":  # the flex dispatcher's DeepEP / HybridEP backend
+        out["moe_dispatcher"] = recipe.dispatcher
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full"):  # "full" (every layer) or "full-block:N"
@@ -386,8 +388,6 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
 def unmodelled(recipe: Recipe) -> tuple[str, ...]:
     """The recipe's settings that no replay option expresses (module docstring)."""
     out = []
-    if recipe.dispatcher != "alltoall":
-        out.append(f"flex token dispatcher ({recipe.dispatcher})")
     if recipe.a2a_overlap:
         out.append("EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)")
     return tuple(out)

@@ -93,6 +93,9 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                       else f" (the first {par['recompute_layers']} layers of each chunk)"
                       if rc == "full" and par.get("recompute_layers") else "")
             rows.append(("recompute", str(rc) + detail))
+        disp = par.get("moe_dispatcher") if isinstance(par, Mapping) else None
+        if isinstance(par, Mapping) and disp not in (None, "alltoall") and int(par.get("ep") or 1) > 1:
+            rows.append(("MoE dispatcher", f"{disp} (a token sent once per rank and per node)"))
         host = st.get("host")
         if isinstance(host, Mapping):
             graphs = ", ".join(host.get("cuda_graphs") or []) or "none"

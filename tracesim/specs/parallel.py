@@ -35,6 +35,8 @@ from tracesim.specs.stages import (
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
 FP8_RECIPES = ("current", "delayed", "mxfp8")
+#: MoE token dispatchers: Megatron-Core's all-to-all, the flex dispatcher's backends
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -86,6 +88,7 @@ class ParallelSpec:
         moe_capacity_factor: expert capacity in multiples of the mean routed tokens per
             expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
             0 is dropless (Megatron-Core's default).
+        moe_dispatcher: ``alltoall``, ``deepep`` or ``hybridep`` (docs/moe.md, "Dispatchers").
         mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
             ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
         first_stage_layers, last_stage_layers: transformer layers of the first / last
@@ -145,6 +148,7 @@ class ParallelSpec:
     dp_overlap: bool = True
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
+    moe_dispatcher: str = "alltoall"
     mtp_layers: int = 0
     first_stage_layers: int = 0
     last_stage_layers: int = 0
@@ -265,12 +269,10 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         value = getattr(par, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise _err(f"must be a positive integer, got {value!r}", key)
-    if par.schedule not in SCHEDULES:
-        raise _err(f"{par.schedule!r} is not one of {', '.join(SCHEDULES)}", "schedule")
-    if par.recompute not in RECOMPUTE:
-        raise _err(f"{par.recompute!r} is not one of {', '.join(RECOMPUTE)}", "recompute")
-    if par.dtype not in DTYPES:
-        raise _err(f"{par.dtype!r} is not one of {', '.join(DTYPES)}", "dtype")
+    for key, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("dtype", DTYPES),
+                         ("moe_dispatcher", MOE_DISPATCHERS)):
+        if getattr(par, key) not in allowed:
+            raise _err(f"{getattr(par, key)!r} is not one of {', '.join(allowed)}", key)
     if par.zero not in (0, 1, 2, 3):
         raise _err(f"ZeRO stage must be 0, 1, 2 or 3, got {par.zero!r}", "zero")
     if par.fsdp and par.zero not in (0, 3):
@@ -285,12 +287,9 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
             "gpus",
         )
     t = par.tp
-    if model.heads % t:
-        raise _err(f"heads {model.heads} are not divisible by tp {t}", "tp")
-    if model.kv_heads % t:
-        raise _err(f"kv_heads {model.kv_heads} are not divisible by tp {t}", "tp")
-    if model.ffn_hidden % t:
-        raise _err(f"ffn_hidden {model.ffn_hidden} is not divisible by tp {t}", "tp")
+    for key, verb in (("heads", "are"), ("kv_heads", "are"), ("ffn_hidden", "is")):
+        if getattr(model, key) % t:
+            raise _err(f"{key} {getattr(model, key)} {verb} not divisible by tp {t}", "tp")
     if model.is_moe:
         ef = model.moe_ffn_hidden or model.ffn_hidden
         if ef % par.expert_tp:
@@ -435,6 +434,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         dp_overlap=_one_switch(opts, "dp_overlap", "overlap_grad_reduce", True),
         moe_imbalance=float(get("moe_imbalance", 1.0)),
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
+        moe_dispatcher=str(get("moe_dispatcher", "alltoall")),
         mtp_layers=int(get("mtp_layers", 0) or 0),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),

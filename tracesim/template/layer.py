@@ -66,6 +66,7 @@ SYMBOLS: dict[str, str] = {
     "shared_ffn": "shared-expert MLP hidden size (all shared experts; 0: none)",
     "moe_load": "routed tokens of the busiest expert over the mean (imbalance, capped by capacity)",
     "moe_kept": "share of routed tokens dispatched (1 dropless, capacity factor if below 1)",
+    "a2a_sorted": "1 where the received tokens arrive by source rank (alltoall dispatcher), else 0",
     "qd": "heads * qk_dim (width of the query projection)",
     "qk_dim": "per-head width of queries and keys (MLA: nope + rope part)",
     "v_dim": "per-head width of values",
@@ -213,7 +214,7 @@ class TemplateOp:
             scales the per-call part of ``measured_ns`` by ``calls`` over ``count`` and only
             the rest by the cost model's ratio.
         when: expression; a compute op runs only on layouts where it is positive ("" =
-            always): the sorting of the dispatched tokens by local expert, ``experts/ep - 1``.
+            always): the sorting of the dispatched tokens by local expert, ``(experts/ep - 1)*a2a_sorted``.
     """
 
     name: str
@@ -435,6 +436,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "shared_ffn": float(model.shared_ffn),
         "moe_load": float(par.moe_load),
         "moe_kept": float(par.moe_kept),
+        "a2a_sorted": float(getattr(par, "moe_dispatcher", "alltoall") == "alltoall"),
         "qd": float(model.q_width),
         "qk_dim": float(model.qk_head_dim),
         "v_dim": float(model.v_dim),

@@ -10,7 +10,11 @@ reverse sorting (``moe.unsort``), ``combine`` (all-to-all back) and the unpermut
 adds the shared experts' output. The two sorts are Megatron-Core's ``sort_chunks_by_idxs``
 in ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` / ``combine_preprocess`` (core_v0.15.0;
 a transpose copy with a capacity factor): one read and one write of the rank's routed
-tokens each, only where a rank holds more than one expert (``when``).
+tokens each, only where a rank holds more than one expert (``when``) and with the ``alltoall``
+dispatcher. The flex dispatcher (``--moe-dispatcher deepep`` / ``hybridep``) permutes the
+received tokens by expert itself (no sort) and its dispatch and combine run the
+deduplicated all-to-all (:func:`dispatch_algorithm`, :mod:`tracesim.network.collectives.dedup`:
+a token crosses to a rank once, to a node once); the permutations keep the template's sizes.
 
 Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
 
@@ -35,15 +39,19 @@ Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.prim
 
 from __future__ import annotations
 
+from tracesim.network.collectives.dedup import algorithm_name as dedup_name
 from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.layer import TemplateOp
 from tracesim.template.primitives import T, mlp, norm_op, op, residual
 
 #: routed token copies of a rank's micro-batch, and those its local experts run (gated rank)
 ROUTED = f"{T}*top_k"
 EXPERT_TOKENS = f"{T}*top_k*moe_load/ets"
-#: positive where a rank holds more than one routed expert (``TemplateOp.when``)
-LOCAL_EXPERTS = "experts/ep - 1"
+#: positive where a rank holds more than one routed expert and receives its tokens by source
+#: rank (``TemplateOp.when``): the flex dispatcher's receive-side permutation orders them by
+#: expert itself (Megatron-Core ``_DeepepManager.get_permuted_hidden_states_by_experts``)
+LOCAL_EXPERTS = "(experts/ep - 1)*a2a_sorted"
 
 
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
@@ -79,6 +87,15 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         residual("moe.residual", "moe", dropout=bias),
     ]
     return ops
+
+
+def dispatch_algorithm(op: TemplateOp, model: ModelSpec, par: ParallelSpec) -> str:
+    """The network algorithm of a comm op: for the EP all-to-alls of the flex dispatcher
+    (``--moe-dispatcher deepep`` / ``hybridep``) the deduplicated all-to-all of the model's
+    routing (:mod:`tracesim.network.collectives.dedup`), else "" (NCCL's choice)."""
+    if op.group_kind != "ep" or op.collective != "all_to_all" or par.moe_dispatcher == "alltoall":
+        return ""
+    return dedup_name(model.experts, model.top_k)
 
 
 def is_expert_op(template_op: TemplateOp) -> bool:

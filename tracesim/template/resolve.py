@@ -42,7 +42,7 @@ from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
-from tracesim.template.moe_ops import is_expert_op
+from tracesim.template.moe_ops import dispatch_algorithm, is_expert_op
 from tracesim.template.mtp import mtp_ops
 from tracesim.template.ub_chunks import PIPE_SPLITS, chunk_slowdown
 
@@ -85,6 +85,8 @@ class ROp:
     #: each its own cuBLAS call of ``1 / splits`` of the tokens; ``ratio`` is one chunk's time
     #: over ``dur_ns / splits`` (:func:`chunk_slowdown`)
     chunk_slow: tuple[tuple[int, float], ...] = ()
+    #: the network algorithm the collective asks for ("" = the model's choice)
+    algorithm: str = ""
 
     @property
     def is_comm(self) -> bool:
@@ -212,9 +214,9 @@ def op_units(op: TemplateOp, env: Mapping[str, float], env_full: Mapping[str, fl
 
 
 def _comm(name: str, collective: str, gkind: str, msg: float, phase: str, overlap: str = "",
-          ub: str = "") -> ROp:
+          ub: str = "", algorithm: str = "") -> ROp:
     return ROp(name=name, kind="coll", op_class="comm", phase=phase, collective=collective,
-               gkind=gkind, msg_bytes=int(round(msg)), overlap=overlap, ub=ub)
+               gkind=gkind, msg_bytes=int(round(msg)), overlap=overlap, ub=ub, algorithm=algorithm)
 
 
 _FP8 = ("fp8", "mxfp8")
@@ -327,7 +329,8 @@ def _resolve_section(
                 to_full(i, op.name)
                 size = {"ep": par.ep, "cp": par.cp, "dp": par.dp}.get(op.group_kind, 1)
                 if size > 1:
-                    fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd"))
+                    fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd",
+                                     algorithm=dispatch_algorithm(op, model, par)))
                 if op.group_kind == "ep":  # the dispatch enters the routed experts, the combine leaves
                     in_experts = not in_experts
             out_prev, out_wire = evaluate(op.out, env_tp), float(eb)
@@ -392,7 +395,8 @@ def _resolve_section(
             if op.name.endswith(AMAX_SUFFIX) and not par.sp:
                 size = 1
             if size > 1:
-                bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd"))
+                bwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "bwd",
+                                 algorithm=dispatch_algorithm(op, model, par)))
             continue
         if op.when and evaluate(op.when, env_tp) <= 0:
             continue

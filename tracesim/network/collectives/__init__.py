@@ -159,6 +159,12 @@ class Algorithm:
         tuner does, relative to another."""
         return fixed_ns + ns_per_byte * msg_bytes
 
+    def with_args(self, args: str) -> Algorithm | None:
+        """The variant of this algorithm that the name ``<name>:<args>`` asks for (an
+        algorithm parameterized by what it carries, e.g. ``dedup:128:8``), None if there is
+        none (the default) or ``args`` do not parse."""
+        return None
+
 
 def register(
     name: str,
@@ -186,6 +192,18 @@ def register(
         return cls
 
     return deco
+
+
+def find(name: str) -> Algorithm | None:
+    """The registered algorithm ``name``, or the variant ``base:args`` of a registered one
+    (:meth:`Algorithm.with_args`; registered under its name on first use), else None."""
+    algo = ALGORITHMS.get(name)
+    if algo is None and ":" in name:
+        base = ALGORITHMS.get(name.partition(":")[0])
+        algo = base.with_args(name.partition(":")[2]) if base is not None else None
+        if algo is not None:
+            ALGORITHMS[algo.name] = algo
+    return algo
 
 
 def load_algorithms() -> dict[str, Algorithm]:
