@@ -18,7 +18,10 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     head_dim: 128          # optional: per-head width when heads x head_dim != hidden (Qwen3, gpt-oss)
     # MoE only: experts, top_k, moe_ffn_hidden, moe_every (a MoE block every k layers),
     #   shared_experts (dense experts every token runs, each moe_ffn_hidden wide),
-    #   first_k_dense (the first k layers keep a dense MLP of width ffn_hidden)
+    #   first_k_dense (the first k layers keep a dense MLP of width ffn_hidden),
+    #   router_groups / router_group_topk (group-limited routing: the experts in that many
+    #   equal groups, a token's top_k taken from its best router_group_topk groups; DeepSeek-V3
+    #   n_group 8, topk_group 4; Megatron's --moe-router-num-groups / --moe-router-group-topk)
     # multi-head latent attention (DeepSeek-V2/V3): q_lora_rank (0: no query compression),
     #   kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
     # sliding-window attention: sliding_window (keys per query), full_attention_every
@@ -52,7 +55,7 @@ DTYPES = ("fp32", "bf16", "fp16", "fp8")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 #: optional integer keys that default to 0 (feature off) and are left out of ``to_dict`` then
 _ZERO_KEYS = ("shared_experts", "first_k_dense", *MLA_KEYS, "sliding_window",
-              "full_attention_every")
+              "full_attention_every", "router_groups", "router_group_topk")
 
 _REQUIRED = ("name", "family", "layers", "hidden", "heads", "vocab", "seq_len")
 _OPTIONAL = (
@@ -78,6 +81,8 @@ _OPTIONAL = (
     "glu_clamp",
     "expert_bias",
     "qk_norm",
+    "router_groups",
+    "router_group_topk",
 )
 #: rotary variants a spec may name (``rope_scaling``; "" = plain RoPE)
 ROPE_SCALINGS = ("yarn",)
@@ -125,6 +130,8 @@ class ModelSpec:
     glu_clamp: float = 0.0
     expert_bias: bool = False
     qk_norm: bool = False
+    router_groups: int = 0
+    router_group_topk: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -274,7 +281,7 @@ _LIMITS = {"layers": 1 << 14, "hidden": 1 << 20, "heads": 1 << 14, "kv_heads": 1
            "head_dim_override": 1 << 16, "shared_experts": 1 << 14, "first_k_dense": 1 << 14,
            "q_lora_rank": 1 << 20, "kv_lora_rank": 1 << 20, "qk_nope_head_dim": 1 << 16,
            "qk_rope_head_dim": 1 << 16, "v_head_dim": 1 << 16, "sliding_window": 1 << 24,
-           "full_attention_every": 1 << 14}
+           "full_attention_every": 1 << 14, "router_groups": 1 << 14, "router_group_topk": 1 << 14}
 
 
 def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
@@ -329,6 +336,7 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     for key in ("shared_experts", "first_k_dense"):
         if kw[key] and not kw["experts"]:
             raise InputError(f"{key} needs a MoE model (experts > 0)", file, key)
+    _check_router_groups(kw, file)
     if kw["first_k_dense"] >= kw["layers"]:
         raise InputError(f"first_k_dense {kw['first_k_dense']} leaves no MoE layer of "
                          f"{kw['layers']}", file, "first_k_dense")
@@ -336,6 +344,24 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
         raise InputError("full_attention_every needs a sliding_window", file,
                          "full_attention_every")
     return ModelSpec(**kw)
+
+
+def _check_router_groups(kw: Mapping[str, Any], file: str | Path | None) -> None:
+    """Group-limited routing: both keys or neither, groups dividing the experts, the top-k
+    inside the chosen groups' experts."""
+    g, m = kw["router_groups"], kw["router_group_topk"]
+    if not g and not m:
+        return
+    if not g or not m or not kw["experts"]:
+        key = "router_group_topk" if g else "router_groups"
+        raise InputError("router_groups and router_group_topk go together, on a MoE model",
+                         file, key)
+    if kw["experts"] % g:
+        raise InputError(f"experts {kw['experts']} are not divisible by router_groups {g}",
+                         file, "router_groups")
+    if not m <= g or kw["top_k"] > m * kw["experts"] // g:
+        raise InputError(f"must be in 1..router_groups ({g}) and its groups hold top_k "
+                         f"{kw['top_k']} experts", file, "router_group_topk")
 
 
 def _variants(kw: dict[str, Any], data: Mapping[str, Any], file: str | Path | None) -> None:

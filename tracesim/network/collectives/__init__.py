@@ -202,7 +202,8 @@ def find(name: str) -> Algorithm | None:
         base = ALGORITHMS.get(name.partition(":")[0])
         algo = base.with_args(name.partition(":")[2]) if base is not None else None
         if algo is not None:
-            ALGORITHMS[algo.name] = algo
+            algo = ALGORITHMS.setdefault(algo.name, algo)
+            ALGORITHMS[name] = algo  # also under the spelling asked for
     return algo
 
 

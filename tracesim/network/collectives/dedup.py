@@ -29,49 +29,96 @@ convention). One phase, per byte of it, on a group of ``n`` ranks on ``N`` nodes
 * rank to the same local index on every other node: ``f(N) / N``.
 
 Everything runs at once (DeepEP pipelines the forwarding with the network transfers).
-Efficiencies: the spec's ``direct`` ones (the same links; no separate calibration), step
-latency as ``direct``. Kernel-level check: DeepEP's normal kernels reach 43-58 GB/s of
-deduplicated RDMA traffic per H800 on 400 Gb/s CX7 NICs (50 GB/s) at EP 16-64 (docs/
-legacy.md), i.e. the NIC's rate, which this phase gives (0.94 x 50 GB/s). A group spread
-unevenly over nodes takes the plain ``direct`` all-to-all (the model's fallback).
+Group-limited routing (DeepSeek-V3: the 8 experts of a token from 4 of 8 groups;
+``dedup:E:K:G:M``) narrows the parts a token reaches (:func:`kept_share`).
+
+Calibration, on the kernels' own benchmarks (not on training runs):
+
+* ``efficiency_intra`` 0.70: HybridEP's dispatch and combine kernels on GB200 with 32 SMs
+  (Megatron-Bridge's ``moe_hybridep_num_sms``), 8-36 ranks of one NVL72 domain, 4096 tokens
+  of 7168 BF16 values, top 8 of 8 experts per rank, uniform routing (deepseek-ai/DeepEP
+  branch hybrid-ep, ``docs/README_Hybrid-EP.md``, "Kernel Only" columns): 764-632 GB/s
+  dispatch and 737-597 GB/s combine of received tokens, the own rank's included
+  (``tests/test_hybrid_ep.py``: ``dispatched_hidden.numel() * 2 / t``). Over NVLink that is
+  ``(n - 1) / n`` of it on 900 GB/s per direction: 0.74-0.68 dispatch, 0.72-0.65 combine,
+  mean 0.695. Below NCCL's 0.80 (``direct``): these kernels run on few SMs.
+* ``efficiency_inter`` 0.94, as NCCL's: DeepEP's normal kernels reach 43-58 GB/s of
+  deduplicated RDMA traffic per H800 on 400 Gb/s CX7 NICs (50 GB/s) at EP 16-64
+  (deepseek-ai/DeepEP ``docs/legacy.md``), the NIC's rate.
+* Checked against data not used above: DeepEP's intranode kernels on 8 H800 (200 GB/s
+  NVLink per direction), DeepSeek-V3 routing, 153 GB/s dispatch and 158 GB/s combine
+  (``docs/legacy.md``); the model gives 160 GB/s (``tests/test_network_dedup.py``).
+
+The HybridEP "Torch API" columns of the same table are 28-35% below the kernels' (the
+Python call, output allocation and metadata around the kernel); that host-side cost is not
+part of this algorithm. A group spread unevenly over nodes takes the plain ``direct``
+all-to-all (the model's fallback).
 """
 
 from __future__ import annotations
+
+import math
 
 from tracesim.network.collectives import Algorithm, Group, Phase, register
 
 NAME = "dedup"
 
 
-def kept_share(experts: float, top_k: int, parts: float) -> float:
+def _miss(pool: float, taken: float, top_k: int) -> float:
+    """Chance that ``top_k`` distinct experts drawn from ``pool`` avoid ``taken`` of them:
+    C(pool - taken, K) / C(pool, K) as a product (``taken`` may be fractional)."""
+    out = 1.0
+    for i in range(top_k):
+        out *= max(pool - taken - i, 0.0) / (pool - i)
+    return out
+
+
+def kept_share(experts: float, top_k: int, parts: float, groups: int = 1,
+               group_topk: int = 1) -> float:
     """Share of a token's ``top_k`` routed copies left when copies to the same part (one of
-    ``parts`` equal shares of ``experts``) are sent once (module docstring)."""
+    ``parts`` equal shares of ``experts``) are sent once (module docstring). With
+    group-limited routing (``groups`` > 1) the token's experts come from ``group_topk`` of the
+    ``groups`` equal expert groups: a part inside one group is missed when its group is not
+    chosen or no expert falls in it; a part of ``c`` whole groups, summed over how many of
+    them are chosen. Parts that neither lie inside a group nor hold whole groups are taken
+    as without group limits."""
     if top_k <= 0:
         return 1.0
     per = experts / parts
-    miss = 1.0
-    for i in range(top_k):  # C(E - E/P, K) / C(E, K) as a product (E/P may be fractional)
-        miss *= max(experts - per - i, 0.0) / (experts - i)
+    g_size = experts / groups if groups > 1 else 0.0
+    pool = group_topk * g_size
+    if groups > 1 and per <= g_size and g_size % per == 0:
+        miss = 1.0 - group_topk / groups + group_topk / groups * _miss(pool, per, top_k)
+    elif groups > 1 and per > g_size and per % g_size == 0:
+        c = int(per // g_size)
+        total = math.comb(groups, group_topk)
+        miss = sum(math.comb(c, i) * math.comb(groups - c, group_topk - i) / total
+                   * _miss(pool, i * g_size, top_k) for i in range(min(c, group_topk) + 1))
+    else:
+        miss = _miss(experts, per, top_k)
     return parts / top_k * (1.0 - miss)
 
 
-def algorithm_name(experts: int, top_k: int) -> str:
-    """The network algorithm of a deduplicated dispatch for ``experts`` routed top-``top_k``."""
-    return f"{NAME}:{experts}:{top_k}"
+def algorithm_name(experts: int, top_k: int, groups: int = 0, group_topk: int = 0) -> str:
+    """The network algorithm of a deduplicated dispatch for ``experts`` routed top-``top_k``
+    (``groups``, ``group_topk``: group-limited routing, 0 without)."""
+    tail = f":{groups}:{group_topk}" if groups > 1 else ""
+    return f"{NAME}:{experts}:{top_k}{tail}"
 
 
 @register(
     NAME,
     collectives=("all_to_all",),
-    efficiency_intra=0.80,
+    efficiency_intra=0.70,
     efficiency_inter=0.94,
     step_latency_us=1.0,
     auto=(),
 )
 class Dedup(Algorithm):
-    efficiency_as = "direct"
     experts = 0
     top_k = 0
+    groups = 1
+    group_topk = 1
 
     def check(self, group: Group, collective: str) -> str | None:
         why = super().check(group, collective)
@@ -83,8 +130,9 @@ class Dedup(Algorithm):
 
     def phases(self, group: Group, collective: str) -> list[Phase]:
         n, nodes = group.n, len(group.nodes)
-        f_rank = kept_share(self.experts, self.top_k, n)
-        f_node = kept_share(self.experts, self.top_k, nodes)
+        route = (self.experts, self.top_k)
+        f_rank = kept_share(*route, n, self.groups, self.group_topk)
+        f_node = kept_share(*route, nodes, self.groups, self.group_topk)
         ph = Phase(1, 0 if group.single_node else 1)
         for rs in group.by_node:
             for a in rs:
@@ -103,14 +151,20 @@ class Dedup(Algorithm):
 
 
     def with_args(self, args: str) -> Algorithm | None:
-        """``dedup:E:K`` (``args`` = ``E:K``), None unless ``1 <= K <= E``."""
+        """``dedup:E:K`` or ``dedup:E:K:G:M`` (``args`` after the first colon), None unless
+        ``1 <= K <= E`` and the groups divide the experts and hold the top-k."""
         try:
-            experts, top_k = (int(x) for x in args.split(":"))
+            nums = [int(x) for x in args.split(":")]
         except ValueError:
             return None
-        if experts < 1 or not 1 <= top_k <= experts:
+        if len(nums) not in (2, 4):
+            return None
+        experts, top_k, groups, group_topk = (*nums, 1, 1)[:4]
+        if experts < 1 or not 1 <= top_k <= experts or groups < 1 or experts % groups:
+            return None
+        if not 1 <= group_topk <= groups or top_k > group_topk * experts // groups:
             return None
         algo = Dedup()
-        algo.name, algo.experts, algo.top_k = algorithm_name(experts, top_k), experts, top_k
+        algo.name = algorithm_name(experts, top_k, groups, group_topk)
+        algo.experts, algo.top_k, algo.groups, algo.group_topk = experts, top_k, groups, group_topk
         return algo
-
