@@ -177,3 +177,29 @@ def test_router_group_keys_are_checked(extra: dict, field: str) -> None:
     assert e.value.where == field
     ds = load_model("deepseek-v3")
     assert (ds.router_groups, ds.router_group_topk) == (8, 4)
+
+
+def test_hybridep_gathers_the_routing_map_and_fuses_the_permutation(tmp_path) -> None:
+    """HybridEP (``dispatch_with_permute`` without a handle): every forward all-gathers the
+    routing map over the EP group (one byte per token and expert) and preprocesses it; its
+    kernels permute, so no permute / unpermute ops; none of it in the backward. DeepEP keeps
+    the permutations and gathers nothing."""
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+
+    base = {"model": "qwen3-30b-a3b", "cluster": "h100x8", "ep": 8, "dp": 8, "micro_batch": 1,
+            "global_batch": 16, "seq_len": 1024}
+    graphs = {}
+    for disp in ("hybridep", "deepep"):
+        opts = ReplayOptions.from_mapping({**base, "moe_dispatcher": disp}, tmp_path / "o.yaml", "x")
+        graphs[disp] = predict(None, opts, detail=True).graph.tasks
+    g = graphs["hybridep"]
+    gather = g[g["name"].str.endswith("moe.route_gather")]
+    assert len(gather) and set(gather["phase"]) == {"fwd"} and set(gather["collective"]) == {"all_gather"}
+    assert set(gather["msg_bytes"]) == {8 * 1024 * 128}  # ep x tokens x experts, one byte each
+    prep = g[g["name"].str.endswith("moe.route_prep")]
+    assert len(prep) and set(prep["phase"]) == {"fwd"}
+    assert not g["name"].str.contains("permute").any()
+    d = graphs["deepep"]
+    assert d["name"].str.contains("moe.permute").any() and d["name"].str.contains("moe.unpermute").any()
+    assert not d["name"].str.contains("route_").any()

@@ -67,7 +67,7 @@ _SCOPE_PREFIX = {
     "attn": ("ln1", "attn."),
     "mlp": ("ln2", "mlp."),
     "moe_router": ("moe.router", "moe.topk"),
-    "moe_preprocess": ("moe.permute",),
+    "moe_preprocess": ("moe.permute", "moe.route_prep"),
     "moe": ("moe.",),
 }
 _EXPERT_OPS = ("moe.fc1", "moe.fc2")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from tracesim.specs.model import ModelSpec
 from tracesim.template.attention_ops import attention_ops
 from tracesim.template.layer import LayerTemplate, TemplateOp
-from tracesim.template.moe_ops import moe_ops
+from tracesim.template.moe_ops import FORWARD_ONLY, moe_ops
 from tracesim.template.primitives import T, backward_of, mlp, norm_op, op, residual
 
 ATTENTION_IMPLS = ("flash", "flash2", "unfused")
@@ -98,6 +98,8 @@ def first_principles_template(model: ModelSpec, attention: str = "flash") -> Lay
         sec = [o for o in fwd if o.section == section]
         ops += sec
         for o in reversed(sec):
+            if o.name in FORWARD_ONLY:  # HybridEP's routing metadata: reused backward
+                continue
             if o.kind == "comm":
                 if o.group_kind == "ep":  # all-to-all gradients flow back the same way
                     ops.append(o.replace(phase="bwd"))

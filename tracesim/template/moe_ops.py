@@ -52,6 +52,10 @@ EXPERT_TOKENS = f"{T}*top_k*moe_load/ets"
 #: rank (``TemplateOp.when``): the flex dispatcher's receive-side permutation orders them by
 #: expert itself (Megatron-Core ``_DeepepManager.get_permuted_hidden_states_by_experts``)
 LOCAL_EXPERTS = "(experts/ep - 1)*a2a_sorted"
+#: HybridEP's per-forward routing metadata (:func:`moe_ops`): forward only
+ROUTE_GATHER = "moe.route_gather"
+ROUTE_PREP = "moe.route_prep"
+FORWARD_ONLY = (ROUTE_GATHER, ROUTE_PREP)
 
 
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
@@ -69,7 +73,16 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         op("moe.topk", "block", "softmax", f"6*{T}/tps*experts", f"3*eb*{T}/tps*experts",
            f"{T}*top_k", part="moe", shard="sequence"),
         op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*h", f"{tk}*h",
-           part="moe", shard="sequence"),
+           part="moe", shard="sequence", when="1 - hybridep"),
+        # HybridEP's metadata for a new routing (``HybridEPBuffer.dispatch_with_permute``
+        # without a handle): the routing map all-gathered over the EP group (one byte per
+        # token and expert), then its preprocessing kernel (reads it, writes an int32 index
+        # per token of the group); the backward reuses both
+        TemplateOp(ROUTE_GATHER, "block", "fwd", "comm", out=f"{tk}*h", part="moe", kind="comm",
+                   collective="all_gather", group_kind="ep", msg_bytes=f"ep*{T}/tps*experts",
+                   when="hybridep"),
+        op(ROUTE_PREP, "block", "elementwise", "0", f"ep*{T}/tps*(experts + 4)", f"{tk}*h",
+           part="moe", when="hybridep"),
         TemplateOp("moe.dispatch", "block", "fwd", "comm", out=f"{EXPERT_TOKENS}*h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
     ]
@@ -83,7 +96,7 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
         op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*h", f"2*eb*{tk}/tps*h",
-           f"{T}*h", part="moe", shard="sequence"),
+           f"{T}*h", part="moe", shard="sequence", when="1 - hybridep"),
         residual("moe.residual", "moe", dropout=bias),
     ]
     return ops

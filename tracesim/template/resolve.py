@@ -331,7 +331,7 @@ def _resolve_section(
                 if size > 1:
                     fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd",
                                      algorithm=dispatch_algorithm(op, model, par)))
-                if op.group_kind == "ep":  # the dispatch enters the routed experts, the combine leaves
+                if (op.group_kind, op.collective) == ("ep", "all_to_all"):  # dispatch in, combine out
                     in_experts = not in_experts
             out_prev, out_wire = evaluate(op.out, env_tp), float(eb)
             continue
