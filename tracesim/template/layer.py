@@ -67,7 +67,7 @@ SYMBOLS: dict[str, str] = {
     "moe_load": "routed tokens of the busiest expert over the mean (imbalance, capped by capacity)",
     "moe_kept": "share of routed tokens dispatched (1 dropless, capacity factor if below 1)",
     "a2a_sorted": "1 where the received tokens arrive by source rank (alltoall dispatcher), else 0",
-    "hybridep": "1 with the HybridEP dispatcher (permutation fused into its kernels), else 0",
+    "hybridep": "1 with the HybridEP dispatcher (routing metadata gathered every forward), else 0",
     "qd": "heads * qk_dim (width of the query projection)",
     "qk_dim": "per-head width of queries and keys (MLA: nope + rope part)",
     "v_dim": "per-head width of values",

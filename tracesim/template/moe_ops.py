@@ -73,7 +73,7 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         op("moe.topk", "block", "softmax", f"6*{T}/tps*experts", f"3*eb*{T}/tps*experts",
            f"{T}*top_k", part="moe", shard="sequence"),
         op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*h", f"{tk}*h",
-           part="moe", shard="sequence", when="1 - hybridep"),
+           part="moe", shard="sequence"),
         # HybridEP's metadata for a new routing (``HybridEPBuffer.dispatch_with_permute``
         # without a handle): the routing map all-gathered over the EP group (one byte per
         # token and expert), then its preprocessing kernel (reads it, writes an int32 index
@@ -96,7 +96,7 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
         TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
         op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*h", f"2*eb*{tk}/tps*h",
-           f"{T}*h", part="moe", shard="sequence", when="1 - hybridep"),
+           f"{T}*h", part="moe", shard="sequence"),
         residual("moe.residual", "moe", dropout=bias),
     ]
     return ops
