@@ -234,3 +234,27 @@ def test_hybridep_gathers_the_routing_map(tmp_path) -> None:
     for d in graphs.values():
         assert d["name"].str.contains("moe.permute").any() and d["name"].str.contains("moe.unpermute").any()
     assert not graphs["deepep"]["name"].str.contains("route_").any()
+
+
+def test_an_uneven_ep_group_is_named(tmp_path) -> None:
+    """On nodes of 6 GPUs, EP groups of 4 straddle nodes unevenly: the flex dispatcher cannot
+    deduplicate there (no rail peer on every node), the replay says so and runs NCCL's."""
+    import yaml
+
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+
+    spec = yaml.safe_load((Path(__file__).parents[1] / "topologies" / "h100x8.yaml").read_text())
+    spec.update(nodes=2, gpus_per_node=6)
+    spec["inter_node"]["nics_per_node"] = 6
+    cfile = tmp_path / "six.yaml"
+    cfile.write_text(yaml.safe_dump(spec))
+    base = {"model": "qwen3-30b-a3b", "cluster": str(cfile), "ep": 4, "dp": 12, "micro_batch": 1,
+            "global_batch": 12, "seq_len": 512}
+    res = predict(None, ReplayOptions.from_mapping({**base, "moe_dispatcher": "deepep"},
+                                                   tmp_path / "o.yaml", "x"))
+    assert any("EP group [4, 5, 6, 7] holds different GPUs" in w for w in res.warnings)
+    quiet = predict(None, ReplayOptions.from_mapping({**base, "dp": 8, "cluster": "h100x8",
+                                                      "global_batch": 8, "moe_dispatcher": "deepep"},
+                                                     tmp_path / "o.yaml", "x"))
+    assert not any("EP group" in w for w in quiet.warnings)

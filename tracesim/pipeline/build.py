@@ -163,6 +163,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         f"(ranks 0..{par.world - 1})")
     if model.is_moe and par.tp > 1 and par.sp and options.sp is None:
         warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
+    warnings += _dispatcher_warnings(model, par, cluster)
     par, stack, template, w = _stack_and_template(source, options, model, par, device)
     warnings += w
     op_time, methods = make_op_time(template, device, par.act_dtype)
@@ -253,6 +254,22 @@ def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, st
         return cache[key]
 
     return estimate
+
+
+def _dispatcher_warnings(model: ModelSpec, par: ParallelSpec, cluster: ClusterSpec) -> list[str]:
+    """A flex dispatcher whose EP group holds different local GPUs on its nodes: its
+    deduplicated all-to-all needs a rail peer on every node, so NCCL's runs instead."""
+    if not model.is_moe or par.ep < 2 or par.moe_dispatcher == "alltoall":
+        return []
+    from tracesim.specs.placement import Placement
+
+    g = cluster.gpus_per_node
+    for group in Placement(par).groups("ep"):
+        nodes = {r // g for r in group}
+        if len({tuple(r % g for r in group if r // g == n) for n in nodes}) > 1:
+            return [f"--moe-dispatcher {par.moe_dispatcher}: EP group {list(group)} holds different "
+                    "GPUs on its nodes; such groups' all-to-all runs as NCCL's (no deduplication)"]
+    return []
 
 
 def _method_recorder(op_time: Callable, methods: Counter) -> tuple[Callable, dict[str, str]]:
