@@ -163,7 +163,6 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         f"(ranks 0..{par.world - 1})")
     if model.is_moe and par.tp > 1 and par.sp and options.sp is None:
         warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
-    warnings += _dispatcher_warnings(model, par, cluster)
     par, stack, template, w = _stack_and_template(source, options, model, par, device)
     warnings += w
     op_time, methods = make_op_time(template, device, par.act_dtype)
@@ -182,6 +181,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
                         offload=offload)
+    warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
     if offload is not None:
         waits = [sum(st.get("offload_wait_ns", {}).values()) for st in built.info["stages"]]
