@@ -56,8 +56,8 @@ Calibration, on the kernels' own benchmarks (not on training runs):
 
 The HybridEP "Torch API" columns of the same tables are 24-35% below the kernels' (the
 call around the kernel; on GB200 the gap is about a third of the kernel's time at every
-size, 128-241 us); this algorithm leaves it out. A group spread unevenly over nodes takes the plain ``direct``
-all-to-all (the model's fallback).
+size, 128-241 us); this algorithm leaves it out. A group spread unevenly over nodes takes
+the plain ``direct`` all-to-all (the model's fallback; the replay warns).
 """
 
 from __future__ import annotations
@@ -153,7 +153,6 @@ class Dedup(Algorithm):
                 for a in rs:
                     ph.add(group.route(a, peer_of[a % g]), f_node / nodes)
         return [ph]
-
 
     def with_args(self, args: str) -> Algorithm | None:
         """``dedup:E:K`` or ``dedup:E:K:G:M`` (``args`` after the first colon), None unless
