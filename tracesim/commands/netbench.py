@@ -26,7 +26,8 @@ from tracesim.network.bench import NETBENCH_COLLECTIVES
               help="Message sizes in bytes (nccl-tests convention): a comma list and/or "
               "MIN:MAX[:FACTOR] ranges, binary units K M G.")
 @click.option("--algo", default=None,
-              help="Algorithm (ring, tree, nvls, direct, hierarchical, p2p, auto) or a "
+              help="Algorithm (ring, tree, nvls, direct, hierarchical, p2p, auto; for all_to_all "
+              "also dedup:EXPERTS:TOP_K, the MoE dispatch of DeepEP / HybridEP) or a "
               "comma-separated preference list; default: the cluster spec's choice.")
 @click.option("--protocol", default=None,
               help="NCCL protocols ring and tree may use: LL, LL128, Simple, a comma list, "
