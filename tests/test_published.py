@@ -273,6 +273,10 @@ def test_recipe_settings_reach_the_replay_options() -> None:
     assert unmodelled(_recipe("DGX-H100", "llama3-70b", "fp8-cs")) == ()
     q = unmodelled(_recipe("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"))
     assert q == ()  # the HybridEP dispatcher and the graphed router are options now
+    assert "moe_a2a_overlap" not in opts["DGX-H100", "qwen3-235b-a22b", "fp8-cs"]  # unmodelled
+    assert unmodelled(_recipe("DGX-GB200", "llama3-70b", "fp8-cs")) == (
+        "Megatron FSDP settings (optim_grads_params, fsdp_double_buffer, "
+        "suggested_communication_unit_size 8e8)",)
     q30 = opts["DGX-GB300", "qwen3-30b-a3b", "fp8-mx"]
     assert q30["cuda_graphs"] == "moe_router,moe_preprocess" and q30["moe_dispatcher"] == "hybridep"
     assert "moe_dispatcher" not in opts["DGX-H100", "qwen3-235b-a22b", "fp8-cs"]  # alltoall

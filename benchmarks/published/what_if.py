@@ -37,7 +37,9 @@ def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
         return key, raw.lower() in ("1", "true", "yes")
     if isinstance(old, (int, float)):
         return key, type(old)(raw)
-    if old is None:  # an option the row does not set: a number where the text is one
+    if old is None:  # an option the row does not set: a switch or a number where the text is one
+        if raw.lower() in ("true", "false"):
+            return key, raw.lower() == "true"
         for kind in (int, float):
             try:
                 return key, kind(raw)

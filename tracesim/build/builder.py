@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.build import dpsync
+from tracesim.build import a2a_overlap, dpsync
 from tracesim.build.host import HostModel, host_bound
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
@@ -57,6 +57,9 @@ from tracesim.template.resolve import OpTimeFn, Resolved, resolve_template
 #: duration of a collective when no network model is used: (collective, gkind, ranks, bytes) -> ns
 CommTimeFn = Callable[[str, str, int, int], int]
 
+
+
+_EMPTY = Unit().freeze()
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,9 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     model, par, stage = sb.model, sb.par, sb.stage
     pp, m, v = par.pp, par.num_micro, par.chunks
     n_chunks = sb.n_chunks
+    overlap_a2a = par.moe_a2a_overlap and not a2a_overlap.why_not(par, model)
     items = get_schedule(par.schedule)(pp, stage, m, v)
+    items = a2a_overlap.reorder(items) if overlap_a2a else items
     fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
     bwd_units = {c: sb.backward_unit(c * pp + stage) for c in range(v)}
     prog = Program()
@@ -275,6 +280,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     p2p_bytes = int(act_bytes / tp)
     last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
     first_f = {c: min(i for i, it in enumerate(items) if it.kind == "F" and it.chunk == c) for c in range(v)}
+    merged_with = a2a_overlap.pairs(items, {*last_b.values(), *first_f.values()}) if overlap_a2a else {}
+    views: dict[Any, Any] = {}  # a merged pair's backward item: (its view, offset); merges
     # the distributed optimizer's parameter all-gather in the first forward of each chunk
     gather_early = (par.overlap_param_gather and 1 <= par.zero < 3 and not sb.shard
                     and sb.dpcp > 1)
@@ -311,7 +318,16 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
                                               sb.grad_bytes, False, unit)
             unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
-        off = prog.add_unit(unit, tag)
+        mg = a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], views) if idx in merged_with else None
+        if mg is not None:
+            nb = items[idx + 1]
+            off = prog.add_unit(mg[0], f"{tag}+B{nb.chunk}.{nb.mb}")
+            unit, views[idx + 1] = mg[1], (mg[2], off)
+        elif idx in views:  # one program unit per item: an empty one for the merged backward
+            (unit, off), pending_send = views.pop(idx), None
+            prog.add_unit(_EMPTY, tag)
+        else:
+            off = prog.add_unit(unit, tag)
         if it.kind == "F" and gather_early and idx == first_f[it.chunk]:
             dpsync.param_gathers(sb, prog, unit, off, g, bucket)
         for dep in (entry_dep, pending_send if par.p2p_blocking else None):
@@ -346,7 +362,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
         prog.edge(off + unit.tail, e)
         grad_sync.append(e)
     # optimizer over the local (possibly sharded) parameters
-    params, expert = _stage_params(sb, stage)
+    params, expert = dpsync.stage_params(sb, stage)
     if emb_params and model.tied_embeddings and pp > 1 and stage == pp - 1:
         params += emb_params
     local = params - expert
@@ -380,28 +396,6 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     info = {"params": params, "expert_params": expert, "items": len(items),
             "host_wait_ns": dict(sb.host_wait_ns), "offload_wait_ns": dict(sb.offload_wait_ns)}
     return prog.arrays(), info
-
-
-def _stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
-    params = expert = 0.0
-    for c in range(sb.par.chunks):
-        g = c * sb.par.pp + stage
-        for layer in sb._layers(g):
-            sec = sb.res.layer(sb.model, layer)
-            params += sec.params
-            expert += sec.expert_params
-        for key in sb._mtp(g):
-            params += sum(sec.params for sec in sb._mtp_sections(key))
-            expert += sb.res.layer(sb.model, key).expert_params
-        if g == 0:
-            params += sb.res.prologue.params
-        if g == sb.n_chunks - 1:
-            params += sb.res.epilogue.params
-            # MTP looks up the shifted inputs' embeddings: the last stage holds a copy of
-            # the word embeddings (Megatron-Core), unless tied ones put it there already
-            if sb._mtp(g) and stage != 0 and not sb.model.tied_embeddings:
-                params += sb.res.prologue.params
-    return params, expert
 
 
 def build_graph(

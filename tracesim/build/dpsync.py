@@ -145,3 +145,26 @@ def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int) -> f
 
     return overlap_extra_ns(sb.ov, comm_ns, compute_ns(unit, start))
 
+
+def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
+    """Local parameters of pipeline ``stage`` (its chunks' layers, MTP modules, embedding and
+    head) and how many of them are routed-expert weights."""
+    params = expert = 0.0
+    for c in range(sb.par.chunks):
+        g = c * sb.par.pp + stage
+        for layer in sb._layers(g):
+            sec = sb.res.layer(sb.model, layer)
+            params += sec.params
+            expert += sec.expert_params
+        for key in sb._mtp(g):
+            params += sum(sec.params for sec in sb._mtp_sections(key))
+            expert += sb.res.layer(sb.model, key).expert_params
+        if g == 0:
+            params += sb.res.prologue.params
+        if g == sb.n_chunks - 1:
+            params += sb.res.epilogue.params
+            # MTP looks up the shifted inputs' embeddings: the last stage holds a copy of
+            # the word embeddings (Megatron-Core), unless tied ones put it there already
+            if sb._mtp(g) and stage != 0 and not sb.model.tied_embeddings:
+                params += sb.res.prologue.params
+    return params, expert

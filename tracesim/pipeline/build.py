@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.build.a2a_overlap import why_not as a2a_why_not
 from tracesim.build.builder import BuildResult, build_graph
 from tracesim.build.offload import Offload
 from tracesim.catalog import default_bundle, load_cluster, load_model
@@ -183,6 +184,10 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         offload=offload)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
+    if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
+        warnings.append(f"--moe-a2a-overlap ignored: {why} (Megatron-Core's conditions)")
+    elif par.moe_a2a_overlap:
+        info["overlaps"].append("moe_a2a_overlap")
     if offload is not None:
         waits = [sum(st.get("offload_wait_ns", {}).values()) for st in built.info["stages"]]
         info["offload"] = {"layers": offload.layers, "d2h_GBps": offload.d2h_GBps,

@@ -386,8 +386,15 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
 
 
 def unmodelled(recipe: Recipe) -> tuple[str, ...]:
-    """The recipe's settings that no replay option expresses (module docstring)."""
+    """The recipe's settings the replay does not apply (module docstring): the EP
+    all-to-all overlap (``--moe-a2a-overlap`` models it, overlapping ideally: on the one
+    published pair, Megatron-MoE-ModelZoo's H100 Qwen3 235B rows, it gains 2.5 times what the
+    run gained, docs/moe.md, so published rows replay without it), and the FSDP recipes'
+    double buffer and communication unit size (``fsdp_notes``; the replay's FSDP gathers
+    per layer)."""
     out = []
     if recipe.a2a_overlap:
         out.append("EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)")
+    if recipe.fsdp_notes:
+        out.append(f"Megatron FSDP settings ({recipe.fsdp_notes})")
     return tuple(out)

@@ -74,14 +74,11 @@ class ParallelSpec:
         bucket_params: DDP gradient bucket size in parameters (0: Megatron's rule,
             ``max(40e6, 1e6 * dp)``).
         first_bucket_params: size of the first gradient bucket (the last layers' gradients)
-            in parameters; 0: the same as the others. PyTorch DDP caps its first bucket at
-            1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``) so that communication starts early.
+            in parameters; 0: the same as the others (PyTorch DDP caps it at 1 MiB).
         p2p_blocking: a pipeline pass starts only when the previous pass's send has
-            completed (Megatron-LM's default schedules wait on their batched isend/irecv);
-            False lets sends overlap the next pass.
+            completed (Megatron-LM's batched isend/irecv); False lets sends overlap it.
         dp_overlap: gradient buckets are reduced as soon as their layers' backward is done
-            (PyTorch DDP, Megatron's ``--overlap-grad-reduce``); False reduces after the whole
-            backward pass.
+            (DDP, Megatron's ``--overlap-grad-reduce``); False: after the backward pass.
         moe_imbalance: MoE load imbalance, the busiest expert's routed tokens over the mean
             (>= 1); the expert GEMMs of every rank run at that load, since the rank holding
             the busiest expert gates the combine all-to-all (docs/moe.md).
@@ -89,6 +86,8 @@ class ParallelSpec:
             expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
             0 is dropless (Megatron-Core's default).
         moe_dispatcher: ``alltoall``, ``deepep`` or ``hybridep`` (docs/moe.md, "Dispatchers").
+        moe_a2a_overlap: steady-state forward / backward pairs merged, each one's EP
+            all-to-alls beside the other's compute (:mod:`tracesim.build.a2a_overlap`).
         mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
             ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
         first_stage_layers, last_stage_layers: transformer layers of the first / last
@@ -106,9 +105,8 @@ class ParallelSpec:
             of its input during its data-gradient GEMM (Megatron-Core / TE asynchronous NCCL
             collectives; with ``tp_comm_overlap`` the userbuffers do it instead).
         overlap_param_gather: the distributed optimizer's (``zero`` 1-2) parameter
-            all-gather runs per bucket in the next iteration's first forward passes, each
-            layer waiting for its bucket only (Megatron's ``--overlap-param-gather``); False:
-            after the optimizer step, exposed.
+            all-gather runs per bucket in the next iteration's first forward passes, each layer
+            waiting for its bucket (``--overlap-param-gather``); False: after the step, exposed.
         cp_overlap: ring attention's key/value exchange runs during the attention chunks
             (every ring implementation does); False: each chunk waits for its exchange.
         comm_interference: communication kernels that overlap compute take streaming
@@ -149,6 +147,7 @@ class ParallelSpec:
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
     moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
     mtp_layers: int = 0
     first_stage_layers: int = 0
     last_stage_layers: int = 0
@@ -435,6 +434,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         moe_imbalance=float(get("moe_imbalance", 1.0)),
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
         moe_dispatcher=str(get("moe_dispatcher", "alltoall")),
+        moe_a2a_overlap=bool(get("moe_a2a_overlap", False)),
         mtp_layers=int(get("mtp_layers", 0) or 0),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),

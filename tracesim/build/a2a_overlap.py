@@ -1,0 +1,181 @@
+"""The MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core's
+``--overlap-moe-expert-parallel-comm``, Megatron-Bridge ``moe_a2a_overlap``).
+
+Megatron-Core runs each steady-state forward / backward pair of the 1F1B schedule as one
+merged step (``combined_1f1b``; ``TransformerModelChunkSchedulePlan.run`` and
+``TransformerLayerSchedulePlan.run``, core_v0.15.0
+``megatron/core/models/common/model_chunk_schedule_plan.py``): the forward's preprocessing
+and the backward's postprocessing (the loss and head), then layer ``i`` of the forward
+beside layer ``n - 1 - i`` of the backward, then the forward's postprocessing and the
+backward's preprocessing. Within a layer pair the all-to-alls of one pass run on the
+communication stream while the other computes::
+
+    comm stream:    combine bwd        | dispatch fwd, dispatch bwd    | combine fwd
+    compute stream: attention fwd (+   | MLP bwd (data and weight      | attention bwd
+                    router, permute)   | gradients), then MLP fwd      |
+
+:func:`merge` builds that step from the two passes' units: each pass's tasks are cut at its
+EP all-to-alls into ``before dispatch / experts / after combine`` (forward) and ``before
+combine / experts / after dispatch`` (backward) and the pieces are placed in the order above
+(a lane runs its tasks in order; every pass keeps its own order and dependencies). A layer
+without exactly two EP all-to-alls per pass (a dense layer, a recomputed one) runs whole,
+the forward's first. The schedule takes one more warm-up forward (:func:`reorder`, as
+Megatron-Core does with the overlap), so each steady-state pair is a forward and the
+backward of an earlier micro-batch (``pp = 1``: ``F0, (F1, B0), (F2, B1), ...``);
+:func:`pairs` merges them, except a pass whose unit is changed for the parameter all-gather
+or the last gradient reduction. The pipeline transfers of the pair are not serialized
+between its two passes. Megatron-Core's conditions (:func:`why_not`): expert parallelism,
+the interleaved schedule when ``pp > 1``, no full recomputation; elsewhere the option is
+ignored with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from tracesim.build.schedules import Item
+from tracesim.build.units import COLUMNS, Unit
+from tracesim.specs.model import ModelSpec
+from tracesim.specs.parallel import ParallelSpec
+
+_A2A = "comm:ep"
+
+
+def why_not(par: ParallelSpec, model: ModelSpec) -> str:
+    """Why the overlap cannot run on this layout ("" when it can), as Megatron-Core's
+    configuration checks (``TransformerConfig.__post_init__``): expert parallelism, a
+    virtual pipeline when ``pp > 1``, no full recomputation."""
+    if not model.is_moe or par.ep < 2:
+        return "it needs MoE layers with --ep > 1"
+    if par.pp > 1 and par.schedule != "interleaved":
+        return "with --pp > 1 it needs the interleaved schedule (--vpp)"
+    if par.recompute == "full":
+        return "it does not run with full recomputation"
+    return ""
+
+
+def reorder(items: list[Item]) -> list[Item]:
+    """One more warm-up forward, so that each steady-state pair is a forward and the
+    backward of an earlier micro-batch, independent of each other (Megatron-Core's
+    ``get_pp_rank_microbatches`` with the overlap; ``pp = 1``: ``F0, F1, B0, F2, B1, ...``)."""
+    f = [it for it in items if it.kind == "F"]
+    b = [it for it in items if it.kind == "B"]
+    lead = next((i for i, it in enumerate(items) if it.kind == "B"), len(items))
+    out = f[:lead]
+    for k in range(len(f) - lead):
+        out += [f[lead + k], b[k]]
+    return out + b[len(f) - lead:]
+
+
+def pairs(items: Sequence[Item], alone: set[int]) -> dict[int, int]:
+    """Forward item index -> the backward item right after it that runs merged with it."""
+    out: dict[int, int] = {}
+    for i in range(len(items) - 1):
+        f, b = items[i], items[i + 1]
+        if (f.kind, b.kind) == ("F", "B") and (f.chunk, f.mb) != (b.chunk, b.mb) \
+                and i not in alone and i + 1 not in alone and i not in out.values():
+            out[i] = i + 1
+    return out
+
+
+def _layers(a: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray], list[int]]:
+    """(tasks before the first layer, each layer's tasks in order, tasks after the last)."""
+    layer = a["layer"]
+    idx = np.arange(len(layer))
+    inside = np.flatnonzero(layer >= 0)
+    if not len(inside):
+        return idx.tolist(), [], []
+    first, last = int(inside[0]), int(inside[-1])
+    body = layer[first:last + 1]
+    cuts = np.flatnonzero(np.diff(body)) + 1
+    groups = np.split(np.arange(first, last + 1), cuts)
+    return idx[:first].tolist(), groups, idx[last + 1:].tolist()
+
+
+def _cut(a: dict[str, np.ndarray], tasks: np.ndarray) -> list[list[int]] | None:
+    """A layer's tasks cut at its two EP all-to-alls: [head, a2a, middle, a2a, rest], or
+    None where it has not exactly two."""
+    at = [k for k, t in enumerate(tasks.tolist())
+          if a["lane"][t] == _A2A and a["collective"][t] == "all_to_all"]
+    if len(at) != 2:
+        return None
+    t = tasks.tolist()
+    return [t[:at[0]], [t[at[0]]], t[at[0] + 1:at[1]], [t[at[1]]], t[at[1] + 1:]]
+
+
+def _order(fa: dict[str, np.ndarray], ba: dict[str, np.ndarray]) -> list[tuple[str, int]]:
+    """The merged step's tasks as (pass, local index), in Megatron's order (module
+    docstring)."""
+    f_pre, f_layers, f_post = _layers(fa)
+    b_pre, b_layers, b_post = _layers(ba)
+    out = [("F", t) for t in f_pre] + [("B", t) for t in b_pre]
+    for i in range(max(len(f_layers), len(b_layers))):
+        fl = f_layers[i] if i < len(f_layers) else None
+        bl = b_layers[i] if i < len(b_layers) else None
+        fc = _cut(fa, fl) if fl is not None else None
+        bc = _cut(ba, bl) if bl is not None else None
+        if fc is None or bc is None:
+            out += [("F", t) for t in (fl.tolist() if fl is not None else [])]
+            out += [("B", t) for t in (bl.tolist() if bl is not None else [])]
+            continue
+        f0, d_f, f1, c_f, f2 = fc
+        b0, c_b, b1, d_b, b2 = bc
+        for p, seg in (("B", b0), ("B", c_b), ("F", f0), ("B", b1), ("F", d_f), ("B", d_b),
+                       ("F", f1), ("F", c_f), ("B", b2), ("F", f2)):
+            out += [(p, t) for t in seg]
+    return out + [("F", t) for t in f_post] + [("B", t) for t in b_post]
+
+
+def _remap(u: Unit, new: np.ndarray, arrays: dict[str, np.ndarray]) -> Unit:
+    """``u`` as a view of the merged unit: its chain markers at their merged indices."""
+    def m(i: int) -> int:
+        return int(new[i]) if i >= 0 else i
+    return replace(u, arrays=arrays, entry=[m(i) for i in u.entry], tail=m(u.tail),
+                   first_compute=m(u.first_compute),
+                   layer_end={k: m(v) for k, v in u.layer_end.items()},
+                   layer_start={k: m(v) for k, v in u.layer_start.items()},
+                   marks={k: m(v) for k, v in u.marks.items()}, joins=[m(i) for i in u.joins])
+
+
+def merge(fu: Unit, bu: Unit, cache: dict | None = None) -> tuple[Unit, Unit, Unit] | None:
+    """(merged unit, the forward's view of it, the backward's view of it), None where a
+    pass has an edge pointing backwards (the in-order lanes could then deadlock). ``cache``:
+    results by the two units' identities (a stage merges the same pair of chunks often)."""
+    if cache is not None:
+        key = (id(fu), id(bu))
+        if key not in cache:
+            cache[key] = (fu, bu, merge(fu, bu))  # the units kept alive: ids stay theirs
+        return cache[key][2]
+    fa, ba = fu.arrays, bu.arrays
+    assert fa is not None and ba is not None
+    if (fa["src"] >= fa["dst"]).any() or (ba["src"] >= ba["dst"]).any():
+        return None
+    order = _order(fa, ba)
+    f_new = np.empty(len(fa["lane"]), dtype=np.int64)
+    b_new = np.empty(len(ba["lane"]), dtype=np.int64)
+    for pos, (p, t) in enumerate(order):
+        (f_new if p == "F" else b_new)[t] = pos
+    f_idx = np.array([t for p, t in order if p == "F"], dtype=np.int64)
+    b_idx = np.array([t for p, t in order if p == "B"], dtype=np.int64)
+    take = np.array([0 if p == "F" else 1 for p, _ in order])
+    pos_f, pos_b = np.flatnonzero(take == 0), np.flatnonzero(take == 1)
+    arrays: dict[str, np.ndarray] = {}
+    for col in fa:
+        if col in ("src", "dst"):
+            continue
+        out = np.empty(len(order), dtype=fa[col].dtype)
+        out[pos_f] = fa[col][f_idx]
+        out[pos_b] = ba[col][b_idx]
+        arrays[col] = out
+    keys = arrays["key"]  # the two passes' local keys stay distinct
+    keys[pos_f] = ["F" + str(k) for k in fa["key"][f_idx].tolist()]
+    keys[pos_b] = ["B" + str(k) for k in ba["key"][b_idx].tolist()]
+    arrays["src"] = np.concatenate([f_new[fa["src"]], b_new[ba["src"]]])
+    arrays["dst"] = np.concatenate([f_new[fa["dst"]], b_new[ba["dst"]]])
+    fv, bv = _remap(fu, f_new, arrays), _remap(bu, b_new, arrays)
+    merged = Unit(cols={c: arrays[c].tolist() for c in COLUMNS}, entry=fv.entry + bv.entry,
+                  tail=max(fv.tail, bv.tail), arrays=arrays)
+    return merged, fv, bv
