@@ -76,14 +76,19 @@ def test_merge_follows_megatrons_layer_order() -> None:
 
 
 def test_overlap_hides_the_all_to_all(tmp_path: Path) -> None:
-    """EP 16 over two nodes: the exposed all-to-all shrinks and the step with it, compute
-    unchanged; with one stage and interleaved with two; the pipeline and data-parallel
-    exchanges still complete (the replay ends)."""
+    """EP 16 over two nodes: the exposed all-to-all shrinks and the step with it; the
+    compute beside an all-to-all runs on the SMs its kernels leave (NCCL's 16 of 132: at most
+    16 / 116 longer), none slower without interference; with one stage and interleaved with
+    two; the pipeline and data-parallel exchanges still complete (the replay ends)."""
     for extra in ({}, {"pp": 2, "dp": 8, "ep": 8, "vpp": 2, "global_batch": 64}):
         off, on = _run(tmp_path, **extra), _run(tmp_path, **extra, moe_a2a_overlap=True)
         assert on.breakdown["exposed_comm_s"]["ep"] < 0.5 * off.breakdown["exposed_comm_s"]["ep"]
         assert on.iteration_time_s < off.iteration_time_s
-        assert on.breakdown["compute_s"] == pytest.approx(off.breakdown["compute_s"], rel=1e-6)
+        grown = on.breakdown["compute_s"] / off.breakdown["compute_s"] - 1
+        assert 0 < grown <= 16 / 116
+        plain = _run(tmp_path, **extra, comm_interference=False)
+        ideal = _run(tmp_path, **extra, moe_a2a_overlap=True, comm_interference=False)
+        assert ideal.breakdown["compute_s"] == pytest.approx(plain.breakdown["compute_s"], rel=1e-6)
 
 
 def test_where_megatron_refuses_it_it_is_ignored(tmp_path: Path) -> None:

@@ -31,11 +31,12 @@ ignored with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
+from tracesim.build.overlap import NCCL_SMS, Overlaps, overlap_extra_ns, spread
 from tracesim.build.schedules import Item
 from tracesim.build.units import COLUMNS, Unit
 from tracesim.specs.model import ModelSpec
@@ -106,12 +107,18 @@ def _cut(a: dict[str, np.ndarray], tasks: np.ndarray) -> list[list[int]] | None:
     return [t[:at[0]], [t[at[0]]], t[at[0] + 1:at[1]], [t[at[1]]], t[at[1] + 1:]]
 
 
-def _order(fa: dict[str, np.ndarray], ba: dict[str, np.ndarray]) -> list[tuple[str, int]]:
+Piece = tuple[str, list[int]]
+
+
+def _order(fa: dict[str, np.ndarray], ba: dict[str, np.ndarray]
+           ) -> tuple[list[tuple[str, int]], list[tuple[list[Piece], list[Piece]]]]:
     """The merged step's tasks as (pass, local index), in Megatron's order (module
-    docstring)."""
+    docstring), and which all-to-alls run beside which compute: (all-to-all pieces,
+    compute pieces) per overlap window."""
     f_pre, f_layers, f_post = _layers(fa)
     b_pre, b_layers, b_post = _layers(ba)
     out = [("F", t) for t in f_pre] + [("B", t) for t in b_pre]
+    windows: list[tuple[list[Piece], list[Piece]]] = []
     for i in range(max(len(f_layers), len(b_layers))):
         fl = f_layers[i] if i < len(f_layers) else None
         bl = b_layers[i] if i < len(b_layers) else None
@@ -126,7 +133,25 @@ def _order(fa: dict[str, np.ndarray], ba: dict[str, np.ndarray]) -> list[tuple[s
         for p, seg in (("B", b0), ("B", c_b), ("F", f0), ("B", b1), ("F", d_f), ("B", d_b),
                        ("F", f1), ("F", c_f), ("B", b2), ("F", f2)):
             out += [(p, t) for t in seg]
-    return out + [("F", t) for t in f_post] + [("B", t) for t in b_post]
+        windows += [([("B", c_b)], [("F", f0)]), ([("F", d_f), ("B", d_b)], [("B", b1), ("F", f1)]),
+                    ([("F", c_f)], [("B", b2)])]
+    return out + [("F", t) for t in f_post] + [("B", t) for t in b_post], windows
+
+
+def _interfere(arrays: dict[str, np.ndarray], windows: list[tuple[list[Piece], list[Piece]]],
+               new: dict[str, np.ndarray], slow: SlowFn,
+               comm_ns: Callable[[str, int, str], float]) -> None:
+    """Stretch the compute of each overlap window by what its all-to-alls take from it."""
+    dur = arrays["dur_ns"]
+    for comms, computes in windows:
+        c_pos = [int(new[p][t]) for p, seg in comms for t in seg]
+        x_pos = np.array([int(new[p][t]) for p, seg in computes for t in seg
+                          if arrays["lane"][new[p][t]] == "compute"], dtype=np.int64)
+        if not len(x_pos):
+            continue
+        c = sum(comm_ns(str(arrays["collective"][q]), int(arrays["msg_bytes"][q]),
+                        str(arrays["algorithm"][q])) for q in c_pos)
+        dur[x_pos] = spread(dur[x_pos], slow(c, float(dur[x_pos].sum())))
 
 
 def _remap(u: Unit, new: np.ndarray, arrays: dict[str, np.ndarray]) -> Unit:
@@ -140,20 +165,40 @@ def _remap(u: Unit, new: np.ndarray, arrays: dict[str, np.ndarray]) -> Unit:
                    marks={k: m(v) for k, v in u.marks.items()}, joins=[m(i) for i in u.joins])
 
 
-def merge(fu: Unit, bu: Unit, cache: dict | None = None) -> tuple[Unit, Unit, Unit] | None:
+#: the compute time (ns) an all-to-all of ``comm_ns`` costs the ``compute_ns`` beside it
+SlowFn = Callable[[float, float], float]
+#: SMs the dispatch / combine kernels take, by dispatcher: Megatron-Core's
+#: ``moe_deepep_num_sms`` default (core_v0.15.0), Megatron-Bridge's ``moe_hybridep_num_sms``
+#: (``set_common_perf_overrides``), NCCL's all-to-all as every NCCL collective here
+DISPATCHER_SMS = {"alltoall": NCCL_SMS, "deepep": 20, "hybridep": 32}
+
+
+def slowdown(ov: Overlaps, dispatcher: str) -> tuple[SlowFn, Callable[[str, int, str], float]]:
+    """(``slow``, ``comm_ns``) of :func:`merge` for a layout's overlaps and dispatcher."""
+    sms = DISPATCHER_SMS.get(dispatcher, NCCL_SMS)
+    return (lambda comm, compute: overlap_extra_ns(ov, comm, compute, sms),
+            lambda coll, nbytes, algo: ov.est(coll, "ep", nbytes, algo) or 0.0)
+
+
+def merge(fu: Unit, bu: Unit, cache: dict | None = None, slow: SlowFn | None = None,
+          comm_ns: Callable[[str, int, str], float] | None = None
+          ) -> tuple[Unit, Unit, Unit] | None:
     """(merged unit, the forward's view of it, the backward's view of it), None where a
     pass has an edge pointing backwards (the in-order lanes could then deadlock). ``cache``:
-    results by the two units' identities (a stage merges the same pair of chunks often)."""
+    results by the two units' identities (a stage merges the same pair of chunks often).
+    ``slow`` and ``comm_ns`` (an all-to-all's uncongested time from its collective, size and
+    algorithm): the compute beside each all-to-all lasts that much longer (the SMs the
+    all-to-all kernels take, :func:`tracesim.build.overlap.overlap_extra_ns`)."""
     if cache is not None:
         key = (id(fu), id(bu))
-        if key not in cache:
-            cache[key] = (fu, bu, merge(fu, bu))  # the units kept alive: ids stay theirs
+        if key not in cache:  # the units kept alive: ids stay theirs
+            cache[key] = (fu, bu, merge(fu, bu, None, slow, comm_ns))
         return cache[key][2]
     fa, ba = fu.arrays, bu.arrays
     assert fa is not None and ba is not None
     if (fa["src"] >= fa["dst"]).any() or (ba["src"] >= ba["dst"]).any():
         return None
-    order = _order(fa, ba)
+    order, windows = _order(fa, ba)
     f_new = np.empty(len(fa["lane"]), dtype=np.int64)
     b_new = np.empty(len(ba["lane"]), dtype=np.int64)
     for pos, (p, t) in enumerate(order):
@@ -170,6 +215,8 @@ def merge(fu: Unit, bu: Unit, cache: dict | None = None) -> tuple[Unit, Unit, Un
         out[pos_f] = fa[col][f_idx]
         out[pos_b] = ba[col][b_idx]
         arrays[col] = out
+    if slow is not None and comm_ns is not None:
+        _interfere(arrays, windows, {"F": f_new, "B": b_new}, slow, comm_ns)
     keys = arrays["key"]  # the two passes' local keys stay distinct
     keys[pos_f] = ["F" + str(k) for k in fa["key"][f_idx].tolist()]
     keys[pos_b] = ["B" + str(k) for k in ba["key"][b_idx].tolist()]

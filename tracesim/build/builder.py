@@ -282,6 +282,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     first_f = {c: min(i for i, it in enumerate(items) if it.kind == "F" and it.chunk == c) for c in range(v)}
     merged_with = a2a_overlap.pairs(items, {*last_b.values(), *first_f.values()}) if overlap_a2a else {}
     views: dict[Any, Any] = {}  # a merged pair's backward item: (its view, offset); merges
+    slowdown = a2a_overlap.slowdown(sb.ov, par.moe_dispatcher)
     # the distributed optimizer's parameter all-gather in the first forward of each chunk
     gather_early = (par.overlap_param_gather and 1 <= par.zero < 3 and not sb.shard
                     and sb.dpcp > 1)
@@ -318,7 +319,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
                                               sb.grad_bytes, False, unit)
             unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
-        mg = a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], views) if idx in merged_with else None
+        mg = (a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], views, *slowdown)
+              if idx in merged_with else None)
         if mg is not None:
             nb = items[idx + 1]
             off = prog.add_unit(mg[0], f"{tag}+B{nb.chunk}.{nb.mb}")

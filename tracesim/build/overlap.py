@@ -106,7 +106,7 @@ UB_ALGORITHM = "userbuffers"
 CHUNKED = False
 
 #: uncongested time (ns) of a collective: (collective, group kind, message bytes) -> ns
-CommEstimateFn = Callable[[str, str, int], float]
+CommEstimateFn = Callable[..., float]  # (collective, gkind, msg_bytes[, algorithm]) -> ns
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,11 @@ class Overlaps:
         part = dur_ns if overlapped_ns is None else min(max(overlapped_ns, 0.0), dur_ns)
         return int(round(dur_ns + part * sms / (self.sm_count - sms)))
 
-    def est(self, collective: str, gkind: str, msg_bytes: int) -> float | None:
-        return None if self.estimate is None else float(self.estimate(collective, gkind, msg_bytes))
+    def est(self, collective: str, gkind: str, msg_bytes: int, algorithm: str = "") -> float | None:
+        if self.estimate is None:
+            return None
+        more = (algorithm,) if algorithm else ()
+        return float(self.estimate(collective, gkind, msg_bytes, *more))
 
 
 def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
@@ -358,7 +361,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     u.joins.append(last_c)
 
 
-def _spread(dur: np.ndarray, extra_ns: float) -> np.ndarray:
+def spread(dur: np.ndarray, extra_ns: float) -> np.ndarray:
     """``dur`` (ns) lasting ``extra_ns`` longer in all, in proportion: each task ends where
     the rounded, stretched running total of the durations does. A run of tasks stretched
     this way lasts exactly as long as the one merged task of their summed durations
@@ -373,7 +376,7 @@ def _spread(dur: np.ndarray, extra_ns: float) -> np.ndarray:
 def stretched(unit: Unit, start: int, extra_ns: float) -> Unit:
     """A copy of frozen ``unit`` whose compute tasks from index ``start`` on last
     ``extra_ns`` longer in all, in proportion to their durations (a collective's SMs taken
-    from the compute it overlaps; :func:`_spread`)."""
+    from the compute it overlaps; :func:`spread`)."""
     a = unit.arrays
     assert a is not None
     if extra_ns <= 0:
@@ -383,7 +386,7 @@ def stretched(unit: Unit, start: int, extra_ns: float) -> Unit:
     sel[start:] = a["lane"][start:] == "compute"
     if dur[sel].sum() <= 0:
         return unit
-    dur[sel] = _spread(dur[sel], extra_ns)
+    dur[sel] = spread(dur[sel], extra_ns)
     return replace(unit, arrays={**a, "dur_ns": dur})
 
 
@@ -401,7 +404,7 @@ def stretch_cols(u: Unit, start: int, extra_ns: float) -> None:
         return
     c = u.cols
     idx = [i for i in range(start, len(u)) if c["lane"][i] == "compute"]
-    dur = _spread(np.asarray([c["dur_ns"][i] for i in idx], dtype=np.int64), extra_ns)
+    dur = spread(np.asarray([c["dur_ns"][i] for i in idx], dtype=np.int64), extra_ns)
     for i, d in zip(idx, dur.tolist(), strict=True):
         c["dur_ns"][i] = int(d)
 

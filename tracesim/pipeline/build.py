@@ -238,7 +238,7 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
     return par, stack, template, warnings
 
 
-def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, str, int], float]:
+def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[..., float]:
     """Uncongested time (ns) of a collective on the first group of a kind (the cluster's
     network model), for the compute an overlapped collective slows. Sized on the healthy
     fabric (the caller passes ``cluster.healthy``), so that degraded links and background
@@ -248,14 +248,15 @@ def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[[str, st
 
     net = NetworkModel(cluster, keep_records=False)
     placement = Placement(par)
-    cache: dict[tuple[str, str, int], float] = {}
+    cache: dict[tuple[str, str, int, str], float] = {}
 
-    def estimate(collective: str, gkind: str, nbytes: int) -> float:
-        key = (collective, gkind, int(nbytes))
+    def estimate(collective: str, gkind: str, nbytes: int, algorithm: str = "") -> float:
+        key = (collective, gkind, int(nbytes), algorithm)
         if key not in cache:
             groups = placement.groups(gkind)
             ranks = groups[0] if groups else ()
-            cache[key] = net.estimate_ns(collective, ranks, int(nbytes)) if len(ranks) > 1 else 0.0
+            more = {"algorithm": algorithm} if algorithm else {}
+            cache[key] = net.estimate_ns(collective, ranks, int(nbytes), **more) if len(ranks) > 1 else 0.0
         return cache[key]
 
     return estimate

@@ -388,7 +388,7 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
 def unmodelled(recipe: Recipe) -> tuple[str, ...]:
     """The recipe's settings the replay does not apply (module docstring): the EP
     all-to-all overlap (``--moe-a2a-overlap`` models it, overlapping ideally: on the one
-    published pair, Megatron-MoE-ModelZoo's H100 Qwen3 235B rows, it gains 2.5 times what the
+    published pair, Megatron-MoE-ModelZoo's H100 Qwen3 235B rows, it gains 2.1 times what the
     run gained, docs/moe.md, so published rows replay without it), and the FSDP recipes'
     double buffer and communication unit size (``fsdp_notes``; the replay's FSDP gathers
     per layer)."""
