@@ -19,7 +19,10 @@ EP all-to-alls into ``before dispatch / experts / after combine`` (forward) and 
 combine / experts / after dispatch`` (backward) and the pieces are placed in the order above
 (a lane runs its tasks in order; every pass keeps its own order and dependencies). A layer
 without exactly two EP all-to-alls per pass (a dense layer, a recomputed one) runs whole,
-the forward's first. The schedule takes one more warm-up forward (:func:`reorder`, as
+the forward's first. The compute beside an all-to-all runs on the SMs its kernels leave
+(:data:`DISPATCHER_SMS`, with ``--comm-interference``: :func:`slowdown`); nothing else of
+the merged step costs time (stream synchronization, host work). The schedule takes one more
+warm-up forward (:func:`reorder`, as
 Megatron-Core does with the overlap), so each steady-state pair is a forward and the
 backward of an earlier micro-batch (``pp = 1``: ``F0, (F1, B0), (F2, B1), ...``);
 :func:`pairs` merges them, except a pass whose unit is changed for the parameter all-gather
