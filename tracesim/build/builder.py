@@ -281,7 +281,8 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
     first_f = {c: min(i for i, it in enumerate(items) if it.kind == "F" and it.chunk == c) for c in range(v)}
     merged_with = a2a_overlap.pairs(items, {*last_b.values(), *first_f.values()}) if overlap_a2a else {}
-    views: dict[Any, Any] = {}  # a merged pair's backward item: (its view, offset); merges
+    views: dict[int, tuple[Unit, int]] = {}  # a merged pair's backward item: its view, offset
+    merges: dict = {}  # a2a_overlap.merge's cache
     slowdown = a2a_overlap.slowdown(sb.ov, par.moe_dispatcher)
     # the distributed optimizer's parameter all-gather in the first forward of each chunk
     gather_early = (par.overlap_param_gather and 1 <= par.zero < 3 and not sb.shard
@@ -319,7 +320,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
                                               sb.grad_bytes, False, unit)
             unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
-        mg = (a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], views, *slowdown)
+        mg = (a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], merges, *slowdown)
               if idx in merged_with else None)
         if mg is not None:
             nb = items[idx + 1]
