@@ -26,19 +26,24 @@ def test_one_more_warmup_forward() -> None:
     """Megatron-Core schedules one extra warm-up forward with the overlap, so that each
     steady-state pair is a forward and the backward of an earlier micro-batch: with one
     stage F0, F1 B0, F2 B1, ..., B3; interleaved, every stage; each pass exactly once."""
-    got = reorder(one_f_one_b(1, 0, 4))
+    got, steady = reorder(one_f_one_b(1, 0, 4))
     assert [(it.kind, it.mb) for it in got] == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1),
                                                  ("F", 3), ("B", 2), ("B", 3)]
+    assert steady == [1, 3, 5] and pairs(got, steady, {5}) == {1: 2, 3: 4}
     for stage in range(4):
         items = interleaved(4, stage, 8, 2)
-        new = reorder(items)
+        new, steady = reorder(items)
         assert sorted(new) == sorted(items)
         lead = next(i for i, it in enumerate(items) if it.kind == "B")
         assert next(i for i, it in enumerate(new) if it.kind == "B") == lead + 1
-        merged = pairs(new, set())
+        merged = pairs(new, steady, set())
         assert merged and all(new[f].kind == "F" and new[b].kind == "B" and b == f + 1
                               for f, b in merged.items())
-    assert pairs([Item("F", 0, 1), Item("B", 0, 1)], set()) == {}  # the same pass: alone
+        # every micro-batch in the warm-up (as many as stages): nothing to pair, not even the
+        # last forward with the first backward (that backward waits on it downstream)
+        few, none = reorder(interleaved(4, stage, 4, 2))
+        assert none == [] and pairs(few, none, set()) == {}
+    assert pairs([Item("F", 0, 1), Item("B", 0, 1)], [0], set()) == {}  # the same pass: alone
 
 
 def _unit(names: list[str], lanes: list[str], layers: list[int]) -> Unit:
@@ -89,6 +94,18 @@ def test_overlap_hides_the_all_to_all(tmp_path: Path) -> None:
         plain = _run(tmp_path, **extra, comm_interference=False)
         ideal = _run(tmp_path, **extra, moe_a2a_overlap=True, comm_interference=False)
         assert ideal.breakdown["compute_s"] == pytest.approx(plain.breakdown["compute_s"], rel=1e-6)
+
+
+def test_deepseek_on_four_stages_does_not_deadlock(tmp_path: Path) -> None:
+    """DeepSeek-V3 (dense first layers, MTP) on 4 interleaved stages with HybridEP, with as
+    many micro-batches as stages (no steady state) and with twice as many."""
+    for gb in (64, 128):
+        r = predict(None, ReplayOptions.from_mapping(
+            {"model": "deepseek-v3", "cluster": "gb200-nvl72", "pp": 4, "vpp": 2, "ep": 16,
+             "dp": 16, "global_batch": gb, "seq_len": 1024, "mtp_layers": 1,
+             "stage_layers": [4, 8, 8, 8, 8, 8, 8, 9], "moe_dispatcher": "hybridep",
+             "moe_a2a_overlap": True}, tmp_path / "o.yaml", "x"))
+        assert np.isfinite(r.iteration_time_s) and r.iteration_time_s > 0
 
 
 def test_where_megatron_refuses_it_it_is_ignored(tmp_path: Path) -> None:

@@ -61,28 +61,29 @@ def why_not(par: ParallelSpec, model: ModelSpec) -> str:
     return ""
 
 
-def reorder(items: list[Item]) -> list[Item]:
+def reorder(items: list[Item]) -> tuple[list[Item], list[int]]:
     """One more warm-up forward, so that each steady-state pair is a forward and the
     backward of an earlier micro-batch, independent of each other (Megatron-Core's
-    ``get_pp_rank_microbatches`` with the overlap; ``pp = 1``: ``F0, F1, B0, F2, B1, ...``)."""
+    ``get_pp_rank_microbatches`` with the overlap; ``pp = 1``: ``F0, F1, B0, F2, B1, ...``).
+    Returns the items and the index of each steady-state pair's forward (the backward right
+    after it); with every micro-batch in the warm-up there are none."""
     f = [it for it in items if it.kind == "F"]
     b = [it for it in items if it.kind == "B"]
     lead = next((i for i, it in enumerate(items) if it.kind == "B"), len(items))
     out = f[:lead]
+    steady = []
     for k in range(len(f) - lead):
+        steady.append(len(out))
         out += [f[lead + k], b[k]]
-    return out + b[len(f) - lead:]
+    return out + b[len(f) - lead:], steady
 
 
-def pairs(items: Sequence[Item], alone: set[int]) -> dict[int, int]:
-    """Forward item index -> the backward item right after it that runs merged with it."""
-    out: dict[int, int] = {}
-    for i in range(len(items) - 1):
-        f, b = items[i], items[i + 1]
-        if (f.kind, b.kind) == ("F", "B") and (f.chunk, f.mb) != (b.chunk, b.mb) \
-                and i not in alone and i + 1 not in alone and i not in out.values():
-            out[i] = i + 1
-    return out
+def pairs(items: Sequence[Item], steady: Sequence[int], alone: set[int]) -> dict[int, int]:
+    """Forward item index -> the backward item right after it that runs merged with it: the
+    steady-state pairs of :func:`reorder`, but a pass in ``alone``."""
+    return {i: i + 1 for i in steady
+            if i not in alone and i + 1 not in alone and items[i].kind == "F"
+            and items[i + 1].kind == "B" and (items[i].chunk, items[i].mb) != (items[i + 1].chunk, items[i + 1].mb)}
 
 
 def _layers(a: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray], list[int]]:

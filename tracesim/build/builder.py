@@ -271,7 +271,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     n_chunks = sb.n_chunks
     overlap_a2a = par.moe_a2a_overlap and not a2a_overlap.why_not(par, model)
     items = get_schedule(par.schedule)(pp, stage, m, v)
-    items = a2a_overlap.reorder(items) if overlap_a2a else items
+    items, steady = a2a_overlap.reorder(items) if overlap_a2a else (items, [])
     fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
     bwd_units = {c: sb.backward_unit(c * pp + stage) for c in range(v)}
     prog = Program()
@@ -280,7 +280,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     p2p_bytes = int(act_bytes / tp)
     last_b = {c: max(i for i, it in enumerate(items) if it.kind == "B" and it.chunk == c) for c in range(v)}
     first_f = {c: min(i for i, it in enumerate(items) if it.kind == "F" and it.chunk == c) for c in range(v)}
-    merged_with = a2a_overlap.pairs(items, {*last_b.values(), *first_f.values()}) if overlap_a2a else {}
+    merged_with = a2a_overlap.pairs(items, steady, {*last_b.values(), *first_f.values()})
     views: dict[int, tuple[Unit, int]] = {}  # a merged pair's backward item: its view, offset
     merges: dict = {}  # a2a_overlap.merge's cache
     slowdown = a2a_overlap.slowdown(sb.ov, par.moe_dispatcher)
