@@ -54,10 +54,12 @@ Calibration, on the kernels' own benchmarks (not on training runs):
   51 / 50, the model 54 and 46 (-5% to -9%); EP 16 43 / 43, the model 57.5 (+34%; the NVLink
   forwarding binds there, in the model at 140 GB/s and in the kernels sooner).
 
-The HybridEP "Torch API" columns of the same tables are 24-35% below the kernels' (the
-call around the kernel; on GB200 the gap is about a third of the kernel's time at every
-size, 128-241 us); this algorithm leaves it out. A group spread unevenly over nodes takes
-the plain ``direct`` all-to-all (the model's fallback; the replay warns).
+The HybridEP "Torch API" columns of the same tables are 24-35% below the kernels': that
+call copies the received tokens out of the communication buffer into a new tensor
+(``HybridEPBuffer::dispatch``), about a third of the kernel's time at every size; Megatron
+calls ``dispatch_with_permute``, whose permutation reads the buffer instead (the template's
+``moe.permute``). A group spread unevenly over nodes takes the plain ``direct`` all-to-all
+(the model's fallback; the replay warns).
 """
 
 from __future__ import annotations
