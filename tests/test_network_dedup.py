@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.network.dispatcher_kernels import ROWS, modelled
 from tracesim.catalog import load_cluster
 from tracesim.cli import cli as main
 from tracesim.errors import InputError
@@ -59,91 +60,21 @@ def test_one_node_sends_a_token_once_per_rank() -> None:
     assert dedup / direct == pytest.approx(kept_share(128, 8, 8) * eff, rel=0.02)
 
 
-#: HybridEP's kernels on GB200, 32 SMs, 4096 tokens x 7168 BF16, top 8 of 8 experts per rank
-#: (deepseek-ai/DeepEP hybrid-ep docs/README_Hybrid-EP.md, "Kernel Only"): ranks ->
-#: (dispatch, combine) GB/s of received tokens; the calibration of ``efficiency_intra``
-HYBRIDEP_GB200 = {8: (764.03, 737.13), 16: (706.95, 666.26), 24: (665.97, 639.80),
-                  32: (642.23, 605.15), 36: (632.31, 596.99)}
-
-
-@pytest.mark.parametrize("ranks", sorted(HYBRIDEP_GB200))
-def test_hybridep_kernels_on_one_nvl72_domain(ranks: int) -> None:
-    """The calibration data reproduced: the received tokens' bytes over the modelled time,
-    within 10% of both kernels (the model is one rate for dispatch and combine)."""
-    tokens, hidden, k = 4096, 7168, 8
-    t = collective_time_ns(load_cluster("gb200-nvl72"), "all_to_all", ranks,
-                           tokens * k * hidden * 2, algorithm_name(8 * ranks, k)) / 1e9
-    received = tokens * k * kept_share(8 * ranks, k, ranks) * hidden * 2
-    for measured in HYBRIDEP_GB200[ranks]:
-        assert received / t / 1e9 == pytest.approx(measured, rel=0.10)
-
-
-def test_deepep_intranode_on_h800_is_predicted() -> None:
-    """Data the calibration did not use: DeepEP's intranode kernels on 8 H800 (NVLink 400
-    GB/s both directions), DeepSeek-V3's routing (256 experts in 8 groups, top 4 groups, top
-    8), 4096 tokens of 7168, FP8 dispatch: 153 GB/s dispatch, 158 combine of received tokens
-    (deepseek-ai/DeepEP docs/legacy.md). The model: within 6%."""
-    import yaml
-
-    from tracesim.specs.cluster import cluster_from_dict
-
-    spec = yaml.safe_load((Path(__file__).parents[1] / "topologies" / "h100x8.yaml").read_text())
-    spec["intra_node"]["bandwidth_GBps"] = 200
-    h800 = cluster_from_dict(spec, "h800x8.yaml")
-    row = 7168 * (1 + 4 / 128)  # FP8 values and a 4-byte scale per 128
-    t = collective_time_ns(h800, "all_to_all", 8, int(4096 * 8 * row),
-                           algorithm_name(256, 8, 8, 4)) / 1e9
-    received = 4096 * 8 * kept_share(256, 8, 8, 8, 4) * row
-    assert received / t / 1e9 == pytest.approx(153, rel=0.06)
-    assert received / t / 1e9 == pytest.approx(158, rel=0.06)
-
-
-#: HybridEP's kernels across nodes of 8 H100 (400 Gb/s NICs), 4096 tokens x 7168 BF16, top 8
-#: of 8 experts per rank, 8 and 16 SMs (README_Hybrid-EP.md, "Kernel Only"): ranks -> GB/s
-#: of "IB" traffic (a token counted once per node it reaches, its own included), dispatch
-#: and combine; the calibration of ``efficiency_inter``
-HYBRIDEP_H100 = {16: (76.80, 71.71, 68.00, 62.95), 32: (54.50, 57.69, 56.40, 57.46),
-                 64: (50.55, 49.97, 51.03, 49.77)}
-
-
-def _counted_rdma(cluster, ranks: int, row_bytes: float, experts: int, groups: int = 0,
-                  group_topk: int = 0) -> float:
-    """GB/s of a dispatch of 4096 tokens, top 8, counted as the kernels' benchmarks count
-    their network traffic: each token once per node it reaches, its own node included."""
-    t = collective_time_ns(cluster, "all_to_all", ranks, int(4096 * 8 * row_bytes),
-                           algorithm_name(experts, 8, groups, group_topk)) / 1e9
-    nodes = kept_share(experts, 8, ranks // 8, max(groups, 1), max(group_topk, 1)) * 8
-    return 4096 * nodes * row_bytes / t / 1e9
-
-
-@pytest.mark.parametrize("ranks", sorted(HYBRIDEP_H100))
-def test_hybridep_kernels_across_h100_nodes(ranks: int) -> None:
-    """The calibration data reproduced: within 10% of every measurement on 4 and 8 nodes;
-    on 2 nodes the kernels fall further below the NIC (0.63-0.77 of it), the model 5-28%
-    above them."""
-    got = _counted_rdma(load_cluster("h100x128"), ranks, 7168 * 2, 8 * ranks)
-    for measured in HYBRIDEP_H100[ranks]:
-        assert got == pytest.approx(measured, rel=0.30 if ranks == 16 else 0.10)
-
-
-def test_deepep_internode_on_h800_is_predicted() -> None:
-    """Data the calibration did not use: DeepEP's internode kernels on H800 (NVLink 200 GB/s
-    per direction, 400 Gb/s CX7), DeepSeek-V3 routing, FP8 dispatch: 58 / 57 GB/s (EP 32)
-    and 51 / 50 (EP 64) of RDMA counted the same way (deepseek-ai/DeepEP docs/legacy.md);
-    the model within 10%. EP 16 (43 / 43) is bound by the NVLink forwarding, in the model
-    too but later: 57.5."""
-    import yaml
-
-    from tracesim.specs.cluster import cluster_from_dict
-
-    spec = yaml.safe_load((Path(__file__).parents[1] / "topologies" / "h100x128.yaml").read_text())
-    spec["intra_node"]["bandwidth_GBps"] = 200
-    h800 = cluster_from_dict(spec, "h800x128.yaml")
-    row = 7168 * (1 + 4 / 128)
-    for ranks, measured in ((32, (58, 57)), (64, (51, 50))):
-        for m in measured:
-            assert _counted_rdma(h800, ranks, row, 256, 8, 4) == pytest.approx(m, rel=0.10)
-    assert _counted_rdma(h800, 16, row, 256, 8, 4) == pytest.approx(57.5, rel=0.02)
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.source}-{r.system}-{r.ranks}")
+def test_dispatch_kernel_benchmarks(row) -> None:
+    """The kernels' published rates against the model (``benchmarks/network/
+    dispatcher_kernels.py``, which prints them): HybridEP's GB200 and H100 rows calibrated the
+    NVLink and NIC efficiencies and come back within 10% (30% on two H100 nodes, where the
+    kernels fall furthest below the NIC); DeepEP's H800 rows, not used, within 6% intranode
+    and 10% on 4 and 8 nodes. On 2 nodes DeepEP is NVLink-forwarding bound sooner than the
+    model (43 GB/s against 57.5): the model's number is pinned, the miss documented."""
+    got = modelled(row)
+    if row.source == "DeepEP internode" and row.ranks == 16:
+        assert got == pytest.approx(57.5, rel=0.02) and all(got > m for m in row.measured)
+        return
+    tol = {("h100", 16): 0.30, ("h800", 8): 0.06}.get((row.system, row.ranks), 0.10)
+    for measured in row.measured:
+        assert got == pytest.approx(measured, rel=tol)
 
 
 def test_names_and_fallbacks() -> None:
