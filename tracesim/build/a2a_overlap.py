@@ -81,9 +81,8 @@ def reorder(items: list[Item]) -> tuple[list[Item], list[int]]:
 def pairs(items: Sequence[Item], steady: Sequence[int], alone: set[int]) -> dict[int, int]:
     """Forward item index -> the backward item right after it that runs merged with it: the
     steady-state pairs of :func:`reorder`, but a pass in ``alone``."""
-    return {i: i + 1 for i in steady
-            if i not in alone and i + 1 not in alone and items[i].kind == "F"
-            and items[i + 1].kind == "B" and (items[i].chunk, items[i].mb) != (items[i + 1].chunk, items[i + 1].mb)}
+    return {i: i + 1 for i in steady if i not in alone and i + 1 not in alone
+            and (items[i].chunk, items[i].mb) != (items[i + 1].chunk, items[i + 1].mb)}
 
 
 def _layers(a: dict[str, np.ndarray]) -> tuple[list[int], list[np.ndarray], list[int]]:
@@ -207,23 +206,18 @@ def merge(fu: Unit, bu: Unit, cache: dict | None = None, slow: SlowFn | None = N
     b_new = np.empty(len(ba["lane"]), dtype=np.int64)
     for pos, (p, t) in enumerate(order):
         (f_new if p == "F" else b_new)[t] = pos
-    f_idx = np.array([t for p, t in order if p == "F"], dtype=np.int64)
-    b_idx = np.array([t for p, t in order if p == "B"], dtype=np.int64)
-    take = np.array([0 if p == "F" else 1 for p, _ in order])
-    pos_f, pos_b = np.flatnonzero(take == 0), np.flatnonzero(take == 1)
     arrays: dict[str, np.ndarray] = {}
     for col in fa:
         if col in ("src", "dst"):
             continue
         out = np.empty(len(order), dtype=fa[col].dtype)
-        out[pos_f] = fa[col][f_idx]
-        out[pos_b] = ba[col][b_idx]
+        out[f_new], out[b_new] = fa[col], ba[col]
         arrays[col] = out
     if slow is not None and comm_ns is not None:
         _interfere(arrays, windows, {"F": f_new, "B": b_new}, slow, comm_ns)
     keys = arrays["key"]  # the two passes' local keys stay distinct
-    keys[pos_f] = ["F" + str(k) for k in fa["key"][f_idx].tolist()]
-    keys[pos_b] = ["B" + str(k) for k in ba["key"][b_idx].tolist()]
+    keys[f_new] = ["F" + str(k) for k in fa["key"].tolist()]
+    keys[b_new] = ["B" + str(k) for k in ba["key"].tolist()]
     arrays["src"] = np.concatenate([f_new[fa["src"]], b_new[ba["src"]]])
     arrays["dst"] = np.concatenate([f_new[fa["dst"]], b_new[ba["dst"]]])
     fv, bv = _remap(fu, f_new, arrays), _remap(bu, b_new, arrays)
