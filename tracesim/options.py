@@ -176,6 +176,10 @@ class ReplayOptions:
         "--overlap-moe-expert-parallel-comm): each steady-state forward / backward pair runs "
         "merged, one pass's dispatch and combine beside the other's attention and experts "
         "(docs/moe.md). Default off.", "bool")
+    moe_shared_expert_overlap: bool | None = _opt(
+        "Run the shared experts on their own stream beside the MoE all-to-alls "
+        "(Megatron-Core's --moe-shared-expert-overlap; alltoall dispatcher only; docs/moe.md). "
+        "Default off.", "bool")
     mtp_layers: int | None = _opt(
         "Multi-token prediction modules (DeepSeek-V3's MTP; Megatron-Core's --mtp-num-layers): "
         "each runs one more transformer layer, two norms, a projection, the shared output head "
@@ -350,7 +354,8 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
+              "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
+              "moe_shared_expert_overlap", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.build import a2a_overlap, dpsync
+from tracesim.build import a2a_overlap, dpsync, shared_overlap
 from tracesim.build.host import HostModel, host_bound
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
@@ -480,6 +480,8 @@ def stage_programs(
     stage_progs = []
     infos = []
     ov = overlaps_for(par, sm_count, blackwell, comm_estimate)
+    if par.moe_shared_expert_overlap and not shared_overlap.why_not(par, model):
+        res = shared_overlap.apply(res, ov)
     for stage in range(par.pp):
         sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov, offload)
         prog, info = _stage_program(sb, placement, comm_time is None)

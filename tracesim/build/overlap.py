@@ -184,8 +184,35 @@ def _op(u: Unit, r: ROp, ov: Overlaps, *, layer: int, phase: str, prefix: str) -
 def emit(u: Unit, ops: Sequence[ROp], ov: Overlaps, *, layer: int, phase: str,
          prefix: str = "") -> None:
     """Append ``ops`` to ``u``'s chain, with the TP overlaps ``ov`` switches on (module
-    docstring); unmarked ops (and all of them with every overlap off) as :meth:`Unit.op`."""
+    docstring); unmarked ops (and all of them with every overlap off) as :meth:`Unit.op`.
+    Runs of ``side`` ops go on the unit's side chain (:meth:`Unit.side_chain`), which ends
+    (:meth:`Unit.end_side`) at the first op after its last run outside the MoE block (``moe.``)."""
     ops = list(ops)
+    sides = [k for k, r in enumerate(ops) if r.side]
+    if not sides:
+        _emit_run(u, ops, ov, layer=layer, phase=phase, prefix=prefix)
+        return
+    end = next((k for k in range(sides[-1] + 1, len(ops)) if not ops[k].name.startswith("moe.")),
+               len(ops))
+    u.end_side()
+    i = 0
+    while i < len(ops):
+        j = i + 1
+        while j < len(ops) and ops[j].side == ops[i].side and j != end:
+            j += 1
+        if i == end:
+            u.end_side()
+        if ops[i].side:
+            with u.side_chain():
+                _emit_run(u, ops[i:j], ov, layer=layer, phase=phase, prefix=prefix)
+        else:
+            _emit_run(u, ops[i:j], ov, layer=layer, phase=phase, prefix=prefix)
+        i = j
+    u.end_side()
+
+
+def _emit_run(u: Unit, ops: list[ROp], ov: Overlaps, *, layer: int, phase: str,
+              prefix: str) -> None:
     i, n = 0, len(ops)
     bulk_on = ov.ub or ov.tp_bwd
     while i < n:

@@ -16,7 +16,8 @@ tasks outside any unit (point-to-point transfers, gradient buckets, the optimize
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,10 @@ class Unit:
     marks: dict[str, int] = field(default_factory=dict)  # section name -> its last chain task
     joins: list[int] = field(default_factory=list)  # off-chain tasks the next chain task waits for
     arrays: dict[str, np.ndarray] | None = None
+    #: the side chain (:meth:`side_chain`): its last task and lane; -1: not forked
+    side_tail: int = -1
+    side_lane: str = ""
+    last_compute: int = -1  # the chain's last compute task
 
     def __len__(self) -> int:
         return len(self.cols["lane"])
@@ -94,6 +99,34 @@ class Unit:
         self.joins = []
         self.tail = i
         self.tail_lane = lane
+        if lane == "compute":
+            self.last_compute = i
+
+    @contextmanager
+    def side_chain(self) -> Iterator[None]:
+        """Tasks appended inside run on a side stream (the shared experts' stream of
+        Megatron-Core's ``--moe-shared-expert-overlap``): a second chain that forks from the
+        main chain's last compute task and waits for nothing the main chain runs after it
+        (the communication task that is the main chain's tail, above all). The compute lane
+        still runs in order, so the main chain's next compute task follows them there; a side
+        chain that ends on a communication task is joined by the next main chain task. Later
+        side chains of the unit continue it (:meth:`end_side` starts a new one)."""
+        main = (self.tail, self.tail_lane, self.joins)
+        if self.side_tail < 0:
+            self.side_tail, self.side_lane = self.last_compute, "compute"
+        self.tail, self.tail_lane, self.joins = self.side_tail, self.side_lane, []
+        try:
+            yield
+        finally:
+            self.side_tail, self.side_lane = self.tail, self.tail_lane
+            self.tail, self.tail_lane, self.joins = main
+
+    def end_side(self) -> None:
+        """End the side chain: the main chain's next task waits for its last task (on the
+        compute lane, lane order does that already); the next :meth:`side_chain` forks anew."""
+        if self.side_tail >= 0 and self.side_lane != "compute":
+            self.joins = [*self.joins, self.side_tail]
+        self.side_tail, self.side_lane = -1, ""
 
     def close(self) -> None:
         """End the chain on a task that follows every pending join (a zero-length compute

@@ -28,6 +28,7 @@ import numpy as np
 from tracesim.build.a2a_overlap import why_not as a2a_why_not
 from tracesim.build.builder import BuildResult, build_graph
 from tracesim.build.offload import Offload
+from tracesim.build.shared_overlap import why_not as shared_why_not
 from tracesim.catalog import default_bundle, load_cluster, load_model
 from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
 from tracesim.errors import InputError
@@ -188,6 +189,10 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
         warnings.append(f"--moe-a2a-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_a2a_overlap:
         info["overlaps"].append("moe_a2a_overlap")
+    if par.moe_shared_expert_overlap and (why := shared_why_not(par, model)):
+        warnings.append(f"--moe-shared-expert-overlap ignored: {why} (Megatron-Core's conditions)")
+    elif par.moe_shared_expert_overlap:
+        info["overlaps"].append("moe_shared_expert_overlap")
     if offload is not None:
         waits = [sum(st.get("offload_wait_ns", {}).values()) for st in built.info["stages"]]
         info["offload"] = {"layers": offload.layers, "d2h_GBps": offload.d2h_GBps,

@@ -77,7 +77,9 @@ class Recipe:
     ``cuda_graph``: ``""``, ``"local:full_iteration"`` or ``"te:"`` + TE graph scopes;
     ``dispatcher``: MoE token dispatcher (``alltoall``, ``hybridep`` or ``deepep``, the
     last two through Megatron's ``flex`` dispatcher; flex sets moe_shared_expert_overlap
-    off); ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute;
+    off); ``shared_overlap``: moe_shared_expert_overlap (the DeepSeek provider's default,
+    kept with the alltoall dispatcher and without the EP overlap, which both turn it off);
+    ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute;
     ``tp_comm_overlap`` / ``overlap_param_gather``: None where the recipe keeps the
     megatron-core default (userbuffers TP overlap with tp > 1; parameter all-gather
     overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``:
@@ -94,6 +96,7 @@ class Recipe:
     cpu_offload_layers: int = 0
     cuda_graph: str = ""
     dispatcher: str = "alltoall"
+    shared_overlap: bool = False
     a2a_overlap: bool = False
     tp_comm_overlap: bool | None = None
     overlap_param_gather: bool | None = None
@@ -193,7 +196,8 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         f"v0.2.0:{_L405}", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG"),
     ("DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.2.0:{_DS}", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG",
-        recompute="selective:mla_up_proj", pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+        recompute="selective:mla_up_proj", pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1,
+        shared_overlap=True),
     ("DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
         f"v0.2.0:{_OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
         recompute="selective:layernorm,moe_act", granularity=False),
@@ -372,6 +376,8 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["mtp_layers"] = recipe.mtp_layers
     if recipe.dispatcher != "alltoall":  # the flex dispatcher's DeepEP / HybridEP backend
         out["moe_dispatcher"] = recipe.dispatcher
+    if recipe.shared_overlap:  # shared experts on their own stream beside the all-to-alls
+        out["moe_shared_expert_overlap"] = True
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full"):  # "full" (every layer) or "full-block:N"

@@ -57,7 +57,8 @@ def headline(res: Mapping[str, Any]) -> str:
 _OVERLAP_WORDS = {"tp_comm_overlap": "tp comm", "tp_bwd_overlap": "tp backward",
                   "overlap_grad_reduce": "grad reduce", "overlap_param_gather": "param gather",
                   "overlap_p2p": "p2p", "cp_overlap": "cp ring", "fsdp_prefetch": "fsdp prefetch",
-                  "moe_a2a_overlap": "ep all-to-all (ideal)"}
+                  "moe_a2a_overlap": "ep all-to-all (ideal)",
+                  "moe_shared_expert_overlap": "shared experts"}
 
 
 def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:

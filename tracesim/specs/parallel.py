@@ -10,9 +10,8 @@ dtype. :func:`validate_layout` checks a spec against a model and a GPU count and
 Conventions (Megatron-LM): ``world = tp * pp * dp * cp``; expert parallelism is carved out of
 the data-parallel ranks (``ep`` divides ``dp``) unless an expert tensor-parallel degree
 ``etp`` is given: then the MoE layers fold ``etp x ep x edp`` over the ``tp x cp x dp`` ranks
-of each pipeline stage (MoE parallel folding, Megatron-Core's expert rank generator;
-``ep * etp`` divides ``tp * cp * dp``); ``global_batch = micro_batch * dp * num_micro``, with
-``num_micro`` the micro-batches per pipeline and iteration (gradient accumulation steps).
+of each pipeline stage (MoE parallel folding; ``ep * etp`` divides ``tp * cp * dp``);
+``global_batch = micro_batch * dp * num_micro`` (``num_micro``: gradient accumulation steps).
 """
 
 from __future__ import annotations
@@ -47,11 +46,9 @@ class ParallelSpec:
     Attributes:
         tp, pp, dp, cp, ep: parallel degrees (GPU counts per dimension); ``ep`` divides ``dp``
             (without ``etp``).
-        etp: expert tensor-parallel degree (Megatron's ``expert_tensor_parallel_size``);
-            0: not given, the routed experts are split over the TP group and EP over DP ranks.
-            Given: MoE parallel folding, the routed experts' layers use ``etp x ep x edp``
-            ranks of each pipeline stage (:attr:`edp`), ETP fastest, then EP, then EDP
-            (:mod:`tracesim.specs.placement`).
+        etp: expert tensor-parallel degree (Megatron's ``expert_tensor_parallel_size``); 0:
+            not given (routed experts split over TP, EP over DP ranks); given: MoE parallel
+            folding, ``etp x ep x edp`` ranks of each stage (:mod:`tracesim.specs.placement`).
         sp: Megatron sequence parallelism (norms / dropout sharded over the TP group,
             all-gather / reduce-scatter instead of all-reduce).
         vpp: virtual pipeline stages (model chunks) per pipeline rank, for ``interleaved``.
@@ -88,6 +85,7 @@ class ParallelSpec:
         moe_dispatcher: ``alltoall``, ``deepep`` or ``hybridep`` (docs/moe.md, "Dispatchers").
         moe_a2a_overlap: steady-state forward / backward pairs merged, each one's EP
             all-to-alls beside the other's compute (:mod:`tracesim.build.a2a_overlap`).
+        moe_shared_expert_overlap: shared experts beside the EP all-to-alls (build.shared_overlap).
         mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
             ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
         first_stage_layers, last_stage_layers: transformer layers of the first / last
@@ -148,6 +146,7 @@ class ParallelSpec:
     moe_capacity_factor: float = 0.0
     moe_dispatcher: str = "alltoall"
     moe_a2a_overlap: bool = False
+    moe_shared_expert_overlap: bool = False
     mtp_layers: int = 0
     first_stage_layers: int = 0
     last_stage_layers: int = 0
@@ -435,6 +434,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
         moe_dispatcher=str(get("moe_dispatcher", "alltoall")),
         moe_a2a_overlap=bool(get("moe_a2a_overlap", False)),
+        moe_shared_expert_overlap=bool(get("moe_shared_expert_overlap", False)),
         mtp_layers=int(get("mtp_layers", 0) or 0),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),

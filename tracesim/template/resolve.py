@@ -87,6 +87,8 @@ class ROp:
     chunk_slow: tuple[tuple[int, float], ...] = ()
     #: the network algorithm the collective asks for ("" = the model's choice)
     algorithm: str = ""
+    #: on a side stream beside the EP all-to-all before it (:mod:`tracesim.build.shared_overlap`)
+    side: bool = False
 
     @property
     def is_comm(self) -> bool:
