@@ -1,0 +1,165 @@
+"""MLPerf Training Llama 3.1 405B submissions as a `tracesim validate published` table.
+
+Reads the result logs and run configurations of the closed-division Llama 3.1 405B
+pre-training submissions in mlcommons/training_results_v5.0 and v5.1 (git directories as
+`fetch github:mlcommons/training_results_v5.0` leaves them) and writes one row per
+submission in the Megatron-Bridge column format (docs/accuracy.md, "MLPerf Training"):
+
+    .venv/bin/python benchmarks/published/mlperf_llama31_405b.py V5_0_GIT_DIR V5_1_GIT_DIR \\
+        -o benchmarks/published/mlperf_training_llama31_405b.csv
+
+The measurement is the logs' own per-step time (``tracked_stats`` ``train_step_time``, one
+value per optimizer step of ``global_batch_size`` sequences of 8,192 tokens): per
+submission, the median over every run's steps after its first two. tokens/s per GPU =
+global batch x 8,192 / (GPUs x that median). The layout (TP, PP, CP, virtual stages,
+micro-batch, gradient-accumulation steps ``MINIBS``, nodes x GPUs per node) and the settings
+tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config sets it, else NeMo's
+``delayed`` default of the submissions' ``conf/custom.yaml``; a full-iteration CUDA graph
+where a config sources ``config_common_cg.sh`` with ``FULL_CUDA_GRAPH``) come from the
+``config_*.sh`` the submission's README names for the run, and the ``source``d common files
+beside it. The global batch in the logs is checked against ``dp x MINIBS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+SEQ = 8192
+#: (release, results folder, implementation folder, config file name pattern, system)
+SUBMISSIONS = [
+    ("v5.0", "NVIDIA/results/eos-dfw_n64_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n64_ngc25.01_nemo", "config_DGXH100_64x8x", "DGX-H100"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n256_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n256_ngc25.01_nemo", "config_DGXH100_256x8x", "DGX-H100"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n304_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n304_ngc25.01_nemo", "config_DGXH100_304x8x", "DGX-H100"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n320_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n320_ngc25.01_nemo", "config_DGXH100_320x8x", "DGX-H100"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n1024_ngc25.01_nemo", "config_DGXH100_1024x8x", "DGX-H100"),
+    ("v5.0", "NVIDIA/results/tyche_ngpu256_ngc25.04_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu256_ngc25.04_nemo", "config_GB200_64x4x", "DGX-GB200"),
+    ("v5.0", "NVIDIA/results/tyche_ngpu512_ngc25.04_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo", "config_GB200_128x4x", "DGX-GB200"),
+    ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu512_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu512_ngc25.04_nemo", "config_GB200_128x4x", "DGX-GB200"),
+    ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu1024_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu1024_ngc25.04_nemo", "config_GB200_256x4x", "DGX-GB200"),
+    ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu1536_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu1536_ngc25.04_nemo", "config_GB200_384x4x", "DGX-GB200"),
+    ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu2048_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu2048_ngc25.04_nemo", "config_GB200_512x4x", "DGX-GB200"),
+    ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu2496_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu2496_ngc25.04_nemo", "config_GB200_624x4x", "DGX-GB200"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n32", "University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8", "config_DGXB200_32x8x", "DGX-B200"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n56", "University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8", "config_DGXB200_56x8x", "DGX-B200"),
+]
+#: where a submission's config sources common files its own folder lacks, the folder that has them
+#: (the same submitter's same container; ``config_common_blackwell.sh``, which the GB200
+#: configs also source, is in no submission: its settings are unknown)
+COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8":
+                   "University-of-Florida/benchmarks/llama31_405b/implementations/b200_nemo",
+                   "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu256_ngc25.04_nemo":
+                   "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo"}
+PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs"}
+COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
+           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "step_s", "release", "note"]
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def _files(repo: Path, folder: str) -> list[str]:
+    return _git(repo, "ls-tree", "--name-only", "HEAD", folder + "/").split()
+
+
+def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -> dict[str, str]:
+    """The variables a config exports, the files it sources first (later ones win)."""
+    seen = set() if seen is None else seen
+    path = f"{folder}/{name}"
+    if path not in _files(repo, folder):
+        alt = COMMON_FALLBACK.get(folder)
+        if alt is None or f"{alt}/{name}" not in _files(repo, alt):
+            return {}
+        folder, path = alt, f"{alt}/{name}"
+    if path in seen:
+        return {}
+    seen.add(path)
+    out: dict[str, str] = {}
+    for line in _git(repo, "show", f"HEAD:{path}").splitlines():
+        src = re.match(r"\s*source\s+.*?/(config_[\w.]+\.sh)", line)
+        if src:
+            out.update(_exports(repo, folder, src.group(1), seen))
+            continue
+        m = re.match(r"\s*export\s+(\w+)=\"?([^\"#\s]*)\"?", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def _steps(text: str) -> tuple[int, list[float]]:
+    gbs, times = 0, []
+    for line in text.splitlines():
+        if ":::MLLOG" not in line:
+            continue
+        rec = json.loads(line.split(":::MLLOG", 1)[1])
+        if rec.get("key") == "global_batch_size":
+            gbs = int(rec["value"])
+        elif rec.get("key") == "tracked_stats" and "train_step_time" in (rec.get("value") or {}):
+            times.append(float(rec["value"]["train_step_time"]))
+    return gbs, times[2:]
+
+
+def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: str) -> dict:
+    configs = [f.rsplit("/", 1)[1] for f in _files(repo, impl)
+               if f.rsplit("/", 1)[1].startswith(prefix) and "fp4" not in f]
+    if len(configs) != 1:
+        raise SystemExit(f"{impl}: expected one {prefix}* config, found {configs}")
+    env = _exports(repo, impl, configs[0])
+    m = re.match(r"config_\w+?_(\d+)x(\d+)x(\d+)x", configs[0])
+    assert m is not None
+    nodes, per_node, minibs = (int(x) for x in m.groups())
+    tp, pp, cp = (int(env[k]) for k in ("TENSOR_MODEL_PARALLEL", "PIPELINE_MODEL_PARALLEL",
+                                        "CONTEXT_PARALLEL"))
+    vp, mbs = int(env.get("INTERLEAVED_PIPELINE", "1") or 1), int(env["MICRO_BATCH_SIZE"])
+    gpus = nodes * per_node
+    dp = gpus // (tp * pp * cp)
+    gbs_all, steps = set(), []
+    logs = [f for f in _files(repo, f"{results}/llama31_405b") if re.search(r"result_\d+\.txt$", f)]
+    for f in logs:
+        gbs, times = _steps(_git(repo, "show", f"HEAD:{f}"))
+        gbs_all.add(gbs)
+        steps += times
+    if gbs_all != {dp * minibs * mbs}:
+        raise SystemExit(f"{results}: global batch {gbs_all} is not dp {dp} x MINIBS {minibs}")
+    gbs = dp * minibs * mbs
+    step = statistics.median(steps)
+    graph = "local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else ""
+    recipe = env.get("FP8_RECIPE", "delayed") if env.get("FP8", "").lower() == "true" else ""
+    return {"system": system, "model": "llama3.1-405b", "gpus": gpus,
+            "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": SEQ,
+            "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
+            "ga": minibs, "tokens_per_s_per_gpu": round(gbs * SEQ / (gpus * step), 2),
+            "cuda_graph": graph, "step_s": round(step, 4), "release": f"mlperf-{release}",
+            "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
+                    f"median of {len(steps)} steps over {len(logs)} runs"}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("v5_0", type=Path, help="git directory of mlcommons/training_results_v5.0")
+    ap.add_argument("v5_1", type=Path, help="git directory of mlcommons/training_results_v5.1")
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    args = ap.parse_args(argv)
+    repos = {"v5.0": args.v5_0, "v5.1": args.v5_1}
+    rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS]
+    with args.output.open("w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    for r in rows:
+        print(f"{r['system']:10s} {r['gpus']:5d} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']} "
+              f"gbs {r['gbs']:5d} {r['precision']} step {r['step_s']:8.3f} s "
+              f"{r['tokens_per_s_per_gpu']:8.1f} tokens/s/GPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
