@@ -107,3 +107,34 @@ def test_static_ecmp_collides_where_adaptive_routing_does_not() -> None:
     assert alone == pytest.approx(concurrent_ns(load_cluster("h100x1024"), groups[:1], size)[0], rel=1e-6)
     ends = concurrent_ns(ecmp, groups, size)
     assert max(ends) > 2 * alone
+
+
+def test_a_ring_over_an_uneven_group_spreads_over_the_nics() -> None:
+    """A pipeline stage's data-parallel group that does not fill whole nodes (2 GPUs of the
+    first node, all 8 of the next three, 6 of the last): its ring gets one channel per
+    rail of its fullest node, crossing nodes on the channel's rail over PXN, so it runs
+    near the aligned group's rate, not at one NIC's (a single channel in rank order)."""
+    from tracesim.network.bench import run_netbench
+    from tracesim.network.collectives import Group
+    from tracesim.network.routing import Router
+    from tracesim.network.topology import Topology
+
+    c = load_cluster("h100x128")
+    uneven = tuple([6, 7] + list(range(8, 32)) + list(range(32, 38)))
+    aligned = tuple(range(8, 40))
+    assert len(uneven) == len(aligned) == 32
+    topo = Topology(c)
+    group = Group(topo, Router(topo), uneven)
+    chans = group.channels()
+    assert not group.uniform and len(chans) == 8
+    for order, rail in chans:
+        assert sorted(order) == sorted(uneven) and rail is not None
+        for a, b in zip(order, order[1:] + order[:1], strict=True):
+            if a // 8 != b // 8:  # crossing nodes: on the channel's rail at both ends
+                route = group.edge_route(a, b, rail)
+                nics = [int(x) for x in route if int(x) in set(topo.nic_up.tolist())]
+                assert nics and all(topo.nic_up.tolist().index(n) % 8 == rail for n in nics)
+    rate = {name: run_netbench(c, "reduce_scatter", grp, [1 << 30])[0]["busbw_GBps"]
+            for name, grp in (("uneven", uneven), ("aligned", aligned))}
+    assert rate["uneven"] == pytest.approx(rate["aligned"], rel=0.15)
+    assert rate["uneven"] > 4 * NIC_GBPS

@@ -59,8 +59,10 @@ class Group:
 
     Ranks are sorted by (node, local GPU); ``order`` keeps the caller's order (its first
     rank is the root of broadcast / reduce). ``uniform`` is true when every node holds the
-    same local GPU indices of the group; then ``rails`` lists the distinct NIC indices those
-    GPUs own (one ring / tree channel per rail).
+    same local GPU indices of the group. ``rails`` lists the distinct NIC indices the
+    group's GPUs own on a node (one ring channel per rail): on every node of a uniform
+    group; on the node holding most of an uneven one (ring channels only, see
+    :meth:`channels`).
     """
 
     def __init__(self, topo: Topology, router: Router, ranks: Sequence[int]):
@@ -80,9 +82,10 @@ class Group:
         self.uniform = len(local_sets) == 1
         self.per_node = len(self.by_node[0]) if self.uniform else 0
         self.rails: list[int] = []
-        if self.uniform and len(self.nodes) > 1:
+        if len(self.nodes) > 1 and topo.nics_per_node > 0:
+            fullest = max(self.by_node, key=len)  # the first of the fullest nodes
             seen: list[int] = []
-            for r in self.by_node[0]:
+            for r in fullest:
                 for nic in topo.nics_of_gpu(r):
                     if nic % topo.nics_per_node not in seen:
                         seen.append(nic % topo.nics_per_node)
@@ -102,20 +105,26 @@ class Group:
     def channels(self) -> list[tuple[list[int], int | None]]:
         """Ring channels: (rank order, rail) pairs, rail-aligned across nodes.
 
-        One channel per rail of a uniform multi-node group: on each node the local ranks are
-        rotated to start at the GPU owning that rail's NIC, so every node-crossing edge
-        enters and leaves on the same rail. Otherwise a single channel in sorted order.
+        One channel per rail of a multi-node group (:attr:`rails`): on each node the local
+        ranks are rotated to start at the GPU owning that rail's NIC, so every node-crossing
+        edge enters and leaves on the same rail. On a node of an uneven group that has no
+        GPU owning the rail, channel ``c`` starts at its ``c``-th local GPU (mod its count)
+        and the edges still cross on the channel's rail: relayed over NVLink to the GPU
+        owning that NIC, as NCCL's PXN does (:mod:`tracesim.network.routing`), so the
+        channels spread a node's traffic over its NICs however few of the group's GPUs it
+        holds. A single-node group: one channel in sorted order.
         """
         if not self.rails:
             return [(list(self.ranks), None)]
         out: list[tuple[list[int], int | None]] = []
-        local_first = self.by_node[0]
-        for rail in self.rails:
-            pos = next(
-                i for i, r in enumerate(local_first)
-                if any(nic % self.topo.nics_per_node == rail for nic in self.topo.nics_of_gpu(r))
-            )
-            order = [rs[(pos + i) % len(rs)] for rs in self.by_node for i in range(len(rs))]
+        k = self.topo.nics_per_node
+        for c, rail in enumerate(self.rails):
+            order: list[int] = []
+            for rs in self.by_node:
+                pos = next((i for i, r in enumerate(rs)
+                            if any(nic % k == rail for nic in self.topo.nics_of_gpu(r))),
+                           c % len(rs))
+                order += [rs[(pos + i) % len(rs)] for i in range(len(rs))]
             out.append((order, rail))
         return out
 
