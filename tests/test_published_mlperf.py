@@ -1,26 +1,31 @@
-"""The MLPerf Training Llama 3.1 405B table (benchmarks/published/mlperf_training_llama31_405b.csv,
-written by benchmarks/published/mlperf_llama31_405b.py from the submissions' logs and
-configurations): its numbers agree with each other and its layouts with the GPU counts."""
+"""The MLPerf Training Llama 3.1 405B and 8B tables (benchmarks/published/mlperf_training_*.csv,
+written by benchmarks/published/mlperf_llama31.py from the submissions' logs and
+configurations): their numbers agree with each other and their layouts with the GPU counts."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import pytest
+
 from tracesim.pipeline.published import read_table, row_options
 
 TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "mlperf_training_llama31_405b.csv"
+TABLE_8B = TABLE.with_name("mlperf_training_llama31_8b.csv")
 
 
-def test_tokens_per_gpu_are_the_logged_step_times() -> None:
-    rows = list(csv.DictReader(TABLE.open()))
-    assert len(rows) == 14 and {r["system"] for r in rows} == {"DGX-H100", "DGX-GB200", "DGX-B200"}
+@pytest.mark.parametrize(("table", "n", "systems"), [
+    (TABLE, 14, {"DGX-H100", "DGX-GB200", "DGX-B200"}), (TABLE_8B, 6, {"DGX-B200"})])
+def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: set) -> None:
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == n and {r["system"] for r in rows} == systems
     for r in rows:
         gpus, gbs, step = int(r["gpus"]), int(r["gbs"]), float(r["step_s"])
         tp, pp, cp, mbs, ga = (int(r[k]) for k in ("tp", "pp", "cp", "mbs", "ga"))
         assert gbs == gpus // (tp * pp * cp) * ga * mbs  # dp x MINIBS, as the logs' global batch
         tokens = gbs * int(r["seq_len"]) / (gpus * step)
-        assert abs(tokens - float(r["tokens_per_s_per_gpu"])) < 0.01
+        assert tokens == pytest.approx(float(r["tokens_per_s_per_gpu"]), rel=1e-5, abs=0.006)
         assert r["precision"] in ("fp8-ds", "fp8-cs") and r["release"].startswith("mlperf-")
 
 

@@ -1,21 +1,22 @@
-"""MLPerf Training Llama 3.1 405B submissions as a `tracesim validate published` table.
+"""MLPerf Training Llama 3.1 405B and 8B submissions as `tracesim validate published` tables.
 
-Reads the result logs and run configurations of the closed-division Llama 3.1 405B
-pre-training submissions in mlcommons/training_results_v5.0 and v5.1 (git directories as
+Reads the result logs and run configurations of closed-division Llama 3.1 pre-training
+submissions in mlcommons/training_results_v5.0 and v5.1 (git directories as
 `fetch github:mlcommons/training_results_v5.0` leaves them) and writes one row per
-submission in the Megatron-Bridge column format (docs/accuracy.md, "MLPerf Training"):
+submission in the Megatron-Bridge column format (docs/accuracy.md, "MLPerf Training"), one
+table per benchmark (``mlperf_training_llama31_405b.csv``, ``mlperf_training_llama31_8b.csv``):
 
-    .venv/bin/python benchmarks/published/mlperf_llama31_405b.py V5_0_GIT_DIR V5_1_GIT_DIR \\
-        -o benchmarks/published/mlperf_training_llama31_405b.csv
+    .venv/bin/python benchmarks/published/mlperf_llama31.py V5_0_GIT_DIR V5_1_GIT_DIR \\
+        -o benchmarks/published
 
 The measurement is the logs' own per-step time (``tracked_stats`` ``train_step_time``, one
 value per optimizer step of ``global_batch_size`` sequences of 8,192 tokens): per
 submission, the median over every run's steps after its first two. tokens/s per GPU =
 global batch x 8,192 / (GPUs x that median). The layout (TP, PP, CP, virtual stages,
-micro-batch, gradient-accumulation steps ``MINIBS``, nodes x GPUs per node) and the settings
-tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config sets it, else NeMo's
-``delayed`` default of the submissions' ``conf/custom.yaml``; a full-iteration CUDA graph
-where a config sources ``config_common_cg.sh`` with ``FULL_CUDA_GRAPH``) come from the
+micro-batch, sequences per data-parallel rank ``MINIBS``, nodes x GPUs per node) and the
+settings tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config sets it, else
+NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml``; a full-iteration CUDA
+graph where a config sources ``config_common_cg.sh`` with ``FULL_CUDA_GRAPH``) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
 beside it. The global batch in the logs is checked against ``dp x MINIBS``.
 """
@@ -32,7 +33,8 @@ import sys
 from pathlib import Path
 
 SEQ = 8192
-#: (release, results folder, implementation folder, config file name pattern, system)
+#: (release, results folder, implementation folder, config file name pattern, system); the
+#: benchmark (llama31_405b, llama31_8b) is the implementation folder's
 SUBMISSIONS = [
     ("v5.0", "NVIDIA/results/eos-dfw_n64_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n64_ngc25.01_nemo", "config_DGXH100_64x8x", "DGX-H100"),
     ("v5.0", "NVIDIA/results/eos-dfw_n256_ngc25.01_nemo", "NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n256_ngc25.01_nemo", "config_DGXH100_256x8x", "DGX-H100"),
@@ -48,12 +50,21 @@ SUBMISSIONS = [
     ("v5.0", "IBM+CoreWeave+NVIDIA/results/carina_ngpu2496_ngc25.04_nemo", "IBM+CoreWeave+NVIDIA/benchmarks/llama31_405b/implementations/carina_ngpu2496_ngc25.04_nemo", "config_GB200_624x4x", "DGX-GB200"),
     ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n32", "University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8", "config_DGXB200_32x8x", "DGX-B200"),
     ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n56", "University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8", "config_DGXB200_56x8x", "DGX-B200"),
+] + [
+    ("v5.1", f"University-of-Florida/results/hpg.dgxb200x8.n{n}",
+     "University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8",
+     f"config_DGXB200_{n}x8x", "DGX-B200") for n in (1, 2, 4, 8, 16, 32)
 ]
+#: MLPerf benchmark -> (tracesim model, output table)
+BENCHMARKS = {"llama31_405b": ("llama3.1-405b", "mlperf_training_llama31_405b.csv"),
+              "llama31_8b": ("llama3-8b", "mlperf_training_llama31_8b.csv")}
 #: where a submission's config sources common files its own folder lacks, the folder that has them
 #: (the same submitter's same container; ``config_common_blackwell.sh``, which the GB200
 #: configs also source, is in no submission: its settings are unknown)
 COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8":
                    "University-of-Florida/benchmarks/llama31_405b/implementations/b200_nemo",
+                   "University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8":
+                   "University-of-Florida/benchmarks/llama31_8b/implementations/b200_nemo",
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu256_ngc25.04_nemo":
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo"}
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs"}
@@ -118,26 +129,29 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     nodes, per_node, minibs = (int(x) for x in m.groups())
     tp, pp, cp = (int(env[k]) for k in ("TENSOR_MODEL_PARALLEL", "PIPELINE_MODEL_PARALLEL",
                                         "CONTEXT_PARALLEL"))
-    vp, mbs = int(env.get("INTERLEAVED_PIPELINE", "1") or 1), int(env["MICRO_BATCH_SIZE"])
+    vp_text = env.get("INTERLEAVED_PIPELINE", "1")
+    vp = int(vp_text) if vp_text.isdigit() else 1
+    mbs = int(env["MICRO_BATCH_SIZE"])
     gpus = nodes * per_node
     dp = gpus // (tp * pp * cp)
+    bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
     gbs_all, steps = set(), []
-    logs = [f for f in _files(repo, f"{results}/llama31_405b") if re.search(r"result_\d+\.txt$", f)]
+    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
     for f in logs:
         gbs, times = _steps(_git(repo, "show", f"HEAD:{f}"))
         gbs_all.add(gbs)
         steps += times
-    if gbs_all != {dp * minibs * mbs}:
+    if gbs_all != {dp * minibs} or minibs % mbs:  # MINIBS: sequences per data-parallel rank
         raise SystemExit(f"{results}: global batch {gbs_all} is not dp {dp} x MINIBS {minibs}")
-    gbs = dp * minibs * mbs
+    gbs = dp * minibs
     step = statistics.median(steps)
     graph = "local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else ""
     recipe = env.get("FP8_RECIPE", "delayed") if env.get("FP8", "").lower() == "true" else ""
-    return {"system": system, "model": "llama3.1-405b", "gpus": gpus,
+    return {"system": system, "model": BENCHMARKS[bench][0], "gpus": gpus,
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": SEQ,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
-            "ga": minibs, "tokens_per_s_per_gpu": round(gbs * SEQ / (gpus * step), 2),
-            "cuda_graph": graph, "step_s": round(step, 4), "release": f"mlperf-{release}",
+            "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * SEQ / (gpus * step), 2),
+            "cuda_graph": graph, "step_s": round(step, 6), "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} steps over {len(logs)} runs"}
 
@@ -146,16 +160,17 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("v5_0", type=Path, help="git directory of mlcommons/training_results_v5.0")
     ap.add_argument("v5_1", type=Path, help="git directory of mlcommons/training_results_v5.1")
-    ap.add_argument("-o", "--output", type=Path, required=True)
+    ap.add_argument("-o", "--output", type=Path, required=True, help="folder for the tables")
     args = ap.parse_args(argv)
     repos = {"v5.0": args.v5_0, "v5.1": args.v5_1}
     rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS]
-    with args.output.open("w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    for model, name in BENCHMARKS.values():
+        with (args.output / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, COLUMNS)
+            w.writeheader()
+            w.writerows(r for r in rows if r["model"] == model)
     for r in rows:
-        print(f"{r['system']:10s} {r['gpus']:5d} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']} "
+        print(f"{r['model']:14s} {r['system']:10s} {r['gpus']:5d} GPUs tp{r['tp']} pp{r['pp']} cp{r['cp']} "
               f"gbs {r['gbs']:5d} {r['precision']} step {r['step_s']:8.3f} s "
               f"{r['tokens_per_s_per_gpu']:8.1f} tokens/s/GPU")
     return 0
