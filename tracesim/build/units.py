@@ -108,9 +108,8 @@ class Unit:
         Megatron-Core's ``--moe-shared-expert-overlap``): a second chain that forks from the
         main chain's last compute task and waits for nothing the main chain runs after it
         (the communication task that is the main chain's tail, above all). The compute lane
-        still runs in order, so the main chain's next compute task follows them there; a side
-        chain that ends on a communication task is joined by the next main chain task. Later
-        side chains of the unit continue it (:meth:`end_side` starts a new one)."""
+        still runs in order, so the main chain's next compute task follows them there. Later
+        side chains continue it until :meth:`end_side` ends it."""
         main = (self.tail, self.tail_lane, self.joins)
         if self.side_tail < 0:
             self.side_tail, self.side_lane = self.last_compute, "compute"
