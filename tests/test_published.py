@@ -139,6 +139,22 @@ def test_real_rows_replay() -> None:
     assert by["DGX-GB300"] > by["DGX-B200"] > by["DGX-H100"]
 
 
+def test_cli_network_choice() -> None:
+    """``--network estimate`` replays every row with uncongested collective times (the
+    replay's option); a row whose communication shares no links reads nearly the same."""
+    args = ["validate", "published", str(SC21), "--only", "1536 GPUs", "--json"]
+    runs = {net: CliRunner().invoke(main, args + (["--network", net] if net else []))
+            for net in (None, "estimate")}
+    docs = {net: json.loads(r.output) for net, r in runs.items() if r.exit_code == 0}
+    assert set(docs) == {None, "estimate"}
+    assert docs["estimate"]["rows"][0]["options"]["network"] == "estimate"
+    assert "network" not in docs[None]["rows"][0]["options"]
+    flow, est = (docs[n]["rows"][0]["predicted"] for n in (None, "estimate"))
+    assert est == pytest.approx(flow, rel=0.05)
+    bad = CliRunner().invoke(main, args + ["--network", "analytic"])
+    assert bad.exit_code == 2 and "--network" in bad.output
+
+
 def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["validate", "published", str(SC21), "--only", "32 GPUs",
                                     "--json"])

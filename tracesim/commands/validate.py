@@ -66,7 +66,12 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
 @click.option("--only", default=None, metavar="TEXT",
               help="Replay only the rows whose label contains TEXT (e.g. 'H100', 'deepseek').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> None:
+@click.option("--network", type=click.Choice(["flow", "estimate"]), default=None,
+              help="Network model of every replay (as replay's --network): flow (the default: "
+                   "flow-level max-min sharing) or estimate (each collective's uncongested "
+                   "time: faster, blind to contention).")
+def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
+                  network: str | None) -> None:
     """Replay every row of published end-to-end TABLES and compare.
 
     TABLES: Megatron-Bridge performance summaries (tokens/s per GPU; e.g.
@@ -89,7 +94,8 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool) -> 
     if not as_json:
         click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
         click.echo("-" * 101)
-    for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None):
+    for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None,
+                           network=network):
         rows.append(r)
         if as_json:
             continue

@@ -423,10 +423,13 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
 
 
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
-                  ) -> Iterator[PublishedRow]:
+                  network: str | None = None) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts); every
-    row is read and checked (InputError) before the first replay."""
-    checked = [(p, k, fmt, row, opts, label, gaps, published_value(row, _metric(fmt), p, k))
+    row is read and checked (InputError) before the first replay. ``network``: the replays'
+    network model (``flow`` or ``estimate``; None: the replay default)."""
+    extra = {"network": network} if network else {}
+    checked = [(p, k, fmt, row, {**opts, **extra}, label, gaps,
+                published_value(row, _metric(fmt), p, k))
                for p, k, fmt, row, opts, label, gaps in table_rows(paths, only)]
     for p, k, fmt, row, opts, label, gaps, published in checked:
         metric = _metric(fmt)
