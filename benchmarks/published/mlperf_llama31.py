@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import re
 import statistics
@@ -77,8 +78,10 @@ def _git(repo: Path, *args: str) -> str:
                           text=True).stdout
 
 
-def _files(repo: Path, folder: str) -> list[str]:
-    return _git(repo, "ls-tree", "--name-only", "HEAD", folder + "/").split()
+@functools.cache
+def _files(repo: Path, folder: str) -> tuple[str, ...]:
+    """The files of ``folder`` (each folder listed once: the configs' lookups repeat)."""
+    return tuple(_git(repo, "ls-tree", "--name-only", "HEAD", folder + "/").split())
 
 
 def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -> dict[str, str]:

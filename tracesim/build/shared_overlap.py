@@ -74,13 +74,22 @@ def _comm_index(ops: Sequence[ROp], name: str) -> int:
     return next((i for i, r in enumerate(ops) if r.is_comm and r.name == name), -1)
 
 
-def forward(ops: Sequence[ROp]) -> list[ROp] | None:
-    """The forward ops with the shared experts beside the dispatch and the combine; None
-    where the layer has no shared experts or no EP all-to-alls."""
+def _split(ops: Sequence[ROp]) -> tuple[list[ROp], list[ROp]] | None:
+    """(the other ops, the shared experts' ops) of a layer with both and its EP all-to-alls;
+    None otherwise."""
     rest = [r for r in ops if not _shared(r)]
     shared = [r for r in ops if _shared(r)]
     if not shared or _comm_index(rest, DISPATCH) < 0 or _comm_index(rest, COMBINE) < 0:
         return None
+    return rest, shared
+
+
+def forward(ops: Sequence[ROp]) -> list[ROp] | None:
+    """The forward ops with the shared experts beside the dispatch and the combine; None
+    where the layer has no shared experts or no EP all-to-alls."""
+    if (parts := _split(ops)) is None:
+        return None
+    rest, shared = parts
     cut = next((i for i, r in enumerate(shared) if r.name.startswith(f"{SHARED}.fc2")),
                len(shared))
     d = _comm_index(rest, DISPATCH) + 1
@@ -93,12 +102,11 @@ def forward(ops: Sequence[ROp]) -> list[ROp] | None:
 def backward(ops: Sequence[ROp]) -> list[ROp] | None:
     """The backward ops with the shared experts' backward beside the combine's backward
     all-to-all; None as :func:`forward`."""
-    rest = [r for r in ops if not _shared(r)]
-    shared = [r for r in ops if _shared(r)]
-    c = _comm_index(rest, COMBINE)
-    if not shared or c < 0 or _comm_index(rest, DISPATCH) < 0:
+    if (parts := _split(ops)) is None:
         return None
-    rest[c + 1:c + 1] = [_side(r) for r in shared]
+    rest, shared = parts
+    c = _comm_index(rest, COMBINE) + 1
+    rest[c:c] = [_side(r) for r in shared]
     return rest
 
 
