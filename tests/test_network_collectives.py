@@ -216,6 +216,47 @@ def test_auto_phases_go_step_by_step_under_contention():
     close(ends["aggregate"], ends["steps"], rel=1e-3)
 
 
+def test_auto_phases_take_at_most_max_rounds_under_contention():
+    # a 16-node ring all-gather (15 steps) whose first node's uplink carries a long transfer:
+    # auto runs it in rounds of ceil(15 / max_rounds) steps, each ending with its slowest flow
+    c = load_cluster("h100x128")
+    ranks = tuple(range(0, 128, 8))
+
+    def run(mode, max_rounds):
+        env = simpy.Environment()
+        model = NetworkModel(c, phases=mode, max_rounds=max_rounds)
+        model.attach(env)
+        starts = []
+        start = model.flows.start
+
+        def counted(*a, **k):
+            starts.append(env.now)
+            return start(*a, **k)
+
+        model.flows.start = counted
+        model.p2p(0, 8, 1 << 31)
+        out = {}
+
+        def ring():
+            yield env.timeout(10_000)
+            n0 = len(starts)
+            yield model.collective("all_gather", ranks, 1 << 30)
+            out["end"], out["rounds"] = env.now, len(starts) - n0
+
+        env.process(ring())
+        env.run()
+        return out
+
+    steps = run("steps", 8)
+    exact = run("auto", 15)  # one step a round: the same as steps
+    assert exact == steps and steps["rounds"] >= 15
+    grouped = run("auto", 8)
+    assert grouped["rounds"] < steps["rounds"]
+    close(grouped["end"], steps["end"], rel=1e-3)
+    with pytest.raises(ValueError):
+        NetworkModel(c, max_rounds=0)
+
+
 # ------------------------------------------------------------------ selection
 
 

@@ -31,6 +31,7 @@ from tracesim.network.compiler import shared
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
 from tracesim.network.running import (
+    MAX_ROUNDS,
     CommRecord,
     CompiledCollective,
     CompiledPhase,
@@ -63,7 +64,10 @@ class NetworkModel:
             latency and 1/k of the bytes, each ending when its slowest flow ends (a ring
             coupled step by step). ``"auto"`` (default, as DESIGN.md says): before each
             round, aggregate the remaining steps if none of the phase's links carries other
-            traffic, else run one step and look again.
+            traffic, else run ``ceil(k / max_rounds)`` of them and look again.
+        max_rounds: in ``auto`` mode, the most rounds a phase of k steps takes while other
+            traffic shares its links (default :data:`MAX_ROUNDS`; phases of up to that many
+            steps still run step by step).
         keep_records: keep a :class:`CommRecord` per finished operation in ``records``
             (tests, tools); a replay that never reads them passes False (a full 1,024-GPU
             replay finishes about two million operations).
@@ -79,6 +83,7 @@ class NetworkModel:
         algo: Mapping[str, str] | None = None,
         *,
         phases: str = "auto",
+        max_rounds: int = MAX_ROUNDS,
         keep_records: bool = True,
         fast_path: bool = True,
         protocol: str | Sequence[str] | None = None,
@@ -100,6 +105,9 @@ class NetworkModel:
         if phases not in ("auto", "aggregate", "steps"):
             raise ValueError(f"phases must be auto, aggregate or steps, not {phases!r}")
         self.phases = phases
+        if max_rounds < 1:
+            raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
+        self.max_rounds = max_rounds
         self.env: simpy.Environment | None = None
         #: the cluster's background collectives, once attached (tracesim.network.background)
         self.background: BackgroundTraffic | None = None
