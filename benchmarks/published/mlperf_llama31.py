@@ -55,6 +55,9 @@ SUBMISSIONS = [
     ("v5.1", f"University-of-Florida/results/hpg.dgxb200x8.n{n}",
      "University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8",
      f"config_DGXB200_{n}x8x", "DGX-B200") for n in (1, 2, 4, 8, 16, 32)
+] + [
+    ("v5.1", f"Cisco/results/hpf_n{n}", "Cisco/benchmarks/llama31_8b/implementations/nemo",
+     f"config_DGXH100_{n}x8x", "DGX-H100") for n in (8, 16)
 ]
 #: MLPerf benchmark -> (tracesim model, output table)
 BENCHMARKS = {"llama31_405b": ("llama3.1-405b", "mlperf_training_llama31_405b.csv"),
