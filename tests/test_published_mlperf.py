@@ -1,6 +1,7 @@
-"""The MLPerf Training Llama 3.1 405B and 8B tables (benchmarks/published/mlperf_training_*.csv,
-written by benchmarks/published/mlperf_llama31.py from the submissions' logs and
-configurations): their numbers agree with each other and their layouts with the GPU counts."""
+"""The MLPerf Training GPT-3 175B, Llama 3.1 405B and 8B tables
+(benchmarks/published/mlperf_training_*.csv, written by benchmarks/published/mlperf_training.py
+from the submissions' logs and configurations): their numbers agree with each other and their
+layouts with the GPU counts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from tracesim.pipeline.published import read_table, row_options
 
 TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "mlperf_training_llama31_405b.csv"
 TABLE_8B = TABLE.with_name("mlperf_training_llama31_8b.csv")
+TABLE_GPT3 = TABLE.with_name("mlperf_training_gpt3_175b.csv")
 
 
 @pytest.mark.parametrize(("table", "n", "systems"), [
-    (TABLE, 14, {"DGX-H100", "DGX-GB200", "DGX-B200"}), (TABLE_8B, 8, {"DGX-B200", "DGX-H100"})])
+    (TABLE, 14, {"DGX-H100", "DGX-GB200", "DGX-B200"}), (TABLE_8B, 8, {"DGX-B200", "DGX-H100"}),
+    (TABLE_GPT3, 7, {"DGX-H100", "DGX-B200"})])
 def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: set) -> None:
     rows = list(csv.DictReader(table.open()))
     assert len(rows) == n and {r["system"] for r in rows} == systems
@@ -39,3 +42,16 @@ def test_rows_replay_as_their_runs_ran() -> None:
         assert sum(opts["stage_layers"]) == 126 and len(opts["stage_layers"]) == 64
         assert opts["fp8_recipe"] == ("delayed" if row["precision"] == "fp8-ds" else "current")
         assert (opts.get("cuda_graphs") == "full_iteration") == bool(row["cuda_graph"])
+
+
+def test_gpt3_rows_replay_as_their_runs_ran() -> None:
+    fmt, rows = read_table(TABLE_GPT3)
+    assert fmt == "bridge"
+    for k, row in enumerate(rows):
+        opts, _, _ = row_options(fmt, row, TABLE_GPT3, k)
+        assert opts["model"] == "gpt3-175b" and opts["seq_len"] == 2048
+        # 96 layers in pp x vp chunks of 2 or 3, the interleaved schedule
+        assert 96 % (opts["pp"] * opts["vpp"]) == 0 and opts["vpp"] in (4, 6, 8)
+        assert opts["fp8_recipe"] == "delayed" and opts["tp"] == 4 and opts["zero"] == 1
+        # per-layer CUDA graphs (LAYER_CUDA_GRAPH) where the run captured them
+        assert (opts.get("cuda_graphs") == "attn,mlp") == bool(row["cuda_graph"])

@@ -1,22 +1,25 @@
-"""MLPerf Training Llama 3.1 405B and 8B submissions as `tracesim validate published` tables.
+"""MLPerf Training LLM pre-training submissions as `tracesim validate published` tables.
 
-Reads the result logs and run configurations of closed-division Llama 3.1 pre-training
-submissions in mlcommons/training_results_v5.0 and v5.1 (git directories as
-`fetch github:mlcommons/training_results_v5.0` leaves them) and writes one row per
-submission in the Megatron-Bridge column format (docs/accuracy.md, "MLPerf Training"), one
-table per benchmark (``mlperf_training_llama31_405b.csv``, ``mlperf_training_llama31_8b.csv``):
+Reads the result logs and run configurations of closed-division GPT-3 175B (v4.1) and Llama
+3.1 405B and 8B (v5.0, v5.1) pre-training submissions in mlcommons/training_results_v4.1,
+v5.0 and v5.1 (git directories as `fetch github:mlcommons/training_results_v5.0` leaves
+them) and writes one row per submission in the Megatron-Bridge column format
+(docs/accuracy.md, "MLPerf Training"), one table per benchmark
+(``mlperf_training_llama31_405b.csv``, ``mlperf_training_llama31_8b.csv``, and with
+``--v4-1`` ``mlperf_training_gpt3_175b.csv``):
 
-    .venv/bin/python benchmarks/published/mlperf_llama31.py V5_0_GIT_DIR V5_1_GIT_DIR \\
-        -o benchmarks/published
+    .venv/bin/python benchmarks/published/mlperf_training.py V5_0_GIT_DIR V5_1_GIT_DIR \\
+        --v4-1 V4_1_GIT_DIR -o benchmarks/published
 
-The measurement is the logs' own per-step time (``tracked_stats`` ``train_step_time``, one
-value per optimizer step of ``global_batch_size`` sequences of 8,192 tokens): per
-submission, the median over every run's steps after its first two. tokens/s per GPU =
-global batch x 8,192 / (GPUs x that median). The layout (TP, PP, CP, virtual stages,
-micro-batch, sequences per data-parallel rank ``MINIBS``, nodes x GPUs per node) and the
-settings tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config sets it, else
-NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml``; a full-iteration CUDA
-graph where a config sources ``config_common_cg.sh`` with ``FULL_CUDA_GRAPH``) come from the
+The measurement is the logs' own per-step time (``tracked_stats`` ``train_step_time``; v4.1:
+``train_step_timing in s``; one value per optimizer step of ``global_batch_size`` sequences):
+per submission, the median over every run's steps after its first two. tokens/s per GPU =
+global batch x sequence (8,192; GPT-3: 2,048) / (GPUs x that median). The layout (TP, PP,
+CP, virtual stages, micro-batch, sequences per data-parallel rank ``MINIBS``, nodes x GPUs
+per node) and the settings tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config
+sets it, else NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml``; a
+full-iteration CUDA graph where a config sources ``config_common_cg.sh`` with
+``FULL_CUDA_GRAPH``, per-layer graphs where it sets ``LAYER_CUDA_GRAPH``) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
 beside it. The global batch in the logs is checked against ``dp x MINIBS``.
 """
@@ -33,7 +36,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-SEQ = 8192
 #: (release, results folder, implementation folder, config file name pattern, system); the
 #: benchmark (llama31_405b, llama31_8b) is the implementation folder's
 SUBMISSIONS = [
@@ -58,10 +60,25 @@ SUBMISSIONS = [
 ] + [
     ("v5.1", f"Cisco/results/hpf_n{n}", "Cisco/benchmarks/llama31_8b/implementations/nemo",
      f"config_DGXH100_{n}x8x", "DGX-H100") for n in (8, 16)
+] + [
+    ("v4.1", f"NVIDIA/results/eos_n{n}_ngc24.09_nemo", f"NVIDIA/benchmarks/gpt3/implementations/eos_n{n}_ngc24.09_nemo",
+     f"config_DGXH100_{n}x8x", "DGX-H100") for n in (32, 64)
+] + [
+    ("v4.1", f"Oracle/results/{g}xBM.GPU.H100.8", "Oracle/benchmarks/gpt3/DGXH100_128x8x64x4x8_mbs2",
+     f"config_DGXH100_{g // 8}x8x", "DGX-H100") for g in (1536, 3072)
+] + [
+    ("v4.1", "NVIDIA/results/b200_n8_preview_nemo", "NVIDIA/benchmarks/gpt3/implementations/b200_n8_preview_nemo",
+     "config_DGXB200_8x8x", "DGX-B200"),
+] + [
+    ("v4.0", f"NVIDIA/results/eos-dfw_n{n}_ngc24.04_nemo", "NVIDIA/benchmarks/gpt3/implementations/nemo",
+     f"config_DGXH100_{n}x8x", "DGX-H100") for n in (1344, 1452)
 ]
-#: MLPerf benchmark -> (tracesim model, output table)
-BENCHMARKS = {"llama31_405b": ("llama3.1-405b", "mlperf_training_llama31_405b.csv"),
-              "llama31_8b": ("llama3-8b", "mlperf_training_llama31_8b.csv")}
+#: MLPerf benchmark -> (tracesim model, output table, sequence length)
+BENCHMARKS = {"llama31_405b": ("llama3.1-405b", "mlperf_training_llama31_405b.csv", 8192),
+              "llama31_8b": ("llama3-8b", "mlperf_training_llama31_8b.csv", 8192),
+              "gpt3": ("gpt3-175b", "mlperf_training_gpt3_175b.csv", 2048)}
+#: the logs' per-step time (v5.x, v4.1)
+STEP_KEYS = ("train_step_time", "train_step_timing in s")
 #: where a submission's config sources common files its own folder lacks, the folder that has them
 #: (the same submitter's same container; ``config_common_blackwell.sh``, which the GB200
 #: configs also source, is in no submission: its settings are unknown)
@@ -107,21 +124,33 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
             continue
         m = re.match(r"\s*export\s+(\w+)=\"?([^\"#\s]*)\"?", line)
         if m:
-            out[m.group(1)] = m.group(2)
+            dflt = re.fullmatch(r"\$\{\w+:=([^}]*)\}", m.group(2))  # "${MINIBS:=128}"
+            out[m.group(1)] = dflt.group(1) if dflt else m.group(2)
     return out
 
 
-def _steps(text: str) -> tuple[int, list[float]]:
-    gbs, times = 0, []
+def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
+    """The global batch and the step times of one run's log after its first two steps. Logs
+    without per-step times (v4.0) give one value per training block but the first: the block's
+    span (``block_start`` to ``block_stop``, evaluation outside it) over its steps
+    (``epoch_count`` tokens / (global batch x ``seq``))."""
+    gbs, times, blocks = 0, [], []
+    start = 0
     for line in text.splitlines():
         if ":::MLLOG" not in line:
             continue
         rec = json.loads(line.split(":::MLLOG", 1)[1])
-        if rec.get("key") == "global_batch_size":
+        key = rec.get("key")
+        if key == "global_batch_size":
             gbs = int(rec["value"])
-        elif rec.get("key") == "tracked_stats" and "train_step_time" in (rec.get("value") or {}):
-            times.append(float(rec["value"]["train_step_time"]))
-    return gbs, times[2:]
+        elif key == "tracked_stats":
+            times += [float(rec["value"][k]) for k in STEP_KEYS if k in (rec.get("value") or {})]
+        elif key == "block_start":
+            start = int(rec["time_ms"])
+        elif key == "block_stop" and gbs and "epoch_count" in rec.get("metadata", {}):
+            steps = int(rec["metadata"]["epoch_count"]) / (gbs * seq)
+            blocks.append((int(rec["time_ms"]) - start) / 1e3 / steps)
+    return (gbs, times[2:], "steps") if times else (gbs, blocks[1:], "training blocks")
 
 
 def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: str) -> dict:
@@ -133,8 +162,8 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     m = re.match(r"config_\w+?_(\d+)x(\d+)x(\d+)x", configs[0])
     assert m is not None
     nodes, per_node, minibs = (int(x) for x in m.groups())
-    tp, pp, cp = (int(env[k]) for k in ("TENSOR_MODEL_PARALLEL", "PIPELINE_MODEL_PARALLEL",
-                                        "CONTEXT_PARALLEL"))
+    tp, pp = (int(env[k]) for k in ("TENSOR_MODEL_PARALLEL", "PIPELINE_MODEL_PARALLEL"))
+    cp = int(env.get("CONTEXT_PARALLEL", "1"))  # the GPT-3 configs have no context parallelism
     vp_text = env.get("INTERLEAVED_PIPELINE", "1")
     vp = int(vp_text) if vp_text.isdigit() else 1
     mbs = int(env["MICRO_BATCH_SIZE"])
@@ -144,33 +173,41 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     gbs_all, steps = set(), []
     logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
     for f in logs:
-        gbs, times = _steps(_git(repo, "show", f"HEAD:{f}"))
+        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), BENCHMARKS[bench][2])
         gbs_all.add(gbs)
         steps += times
     if gbs_all != {dp * minibs} or minibs % mbs:  # MINIBS: sequences per data-parallel rank
         raise SystemExit(f"{results}: global batch {gbs_all} is not dp {dp} x MINIBS {minibs}")
     gbs = dp * minibs
     step = statistics.median(steps)
-    graph = "local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else ""
+    graph = ("local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else
+             "te:attn,mlp" if env.get("LAYER_CUDA_GRAPH", "").lower() in ("1", "true") else "")
+    model, _, seq = BENCHMARKS[bench]
     recipe = env.get("FP8_RECIPE", "delayed") if env.get("FP8", "").lower() == "true" else ""
-    return {"system": system, "model": BENCHMARKS[bench][0], "gpus": gpus,
-            "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": SEQ,
+    return {"system": system, "model": model, "gpus": gpus,
+            "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
-            "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * SEQ / (gpus * step), 2),
+            "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2),
             "cuda_graph": graph, "step_s": round(step, 6), "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
-                    f"median of {len(steps)} steps over {len(logs)} runs"}
+                    f"median of {len(steps)} {unit} over {len(logs)} runs"}
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("v5_0", type=Path, help="git directory of mlcommons/training_results_v5.0")
     ap.add_argument("v5_1", type=Path, help="git directory of mlcommons/training_results_v5.1")
+    ap.add_argument("--v4-0", type=Path, help="git directory of mlcommons/training_results_v4.0 "
+                    "(GPT-3 175B rows)")
+    ap.add_argument("--v4-1", type=Path, help="git directory of mlcommons/training_results_v4.1 "
+                    "(GPT-3 175B rows)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="folder for the tables")
     args = ap.parse_args(argv)
-    repos = {"v5.0": args.v5_0, "v5.1": args.v5_1}
-    rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS]
-    for model, name in BENCHMARKS.values():
+    repos = {"v5.0": args.v5_0, "v5.1": args.v5_1, "v4.0": args.v4_0, "v4.1": args.v4_1}
+    rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS if repos[rel] is not None]
+    for model, name, _ in BENCHMARKS.values():
+        if not any(r["model"] == model for r in rows):
+            continue
         with (args.output / name).open("w", newline="") as f:
             w = csv.DictWriter(f, COLUMNS)
             w.writeheader()
