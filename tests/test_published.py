@@ -155,6 +155,23 @@ def test_cli_network_choice() -> None:
     assert bad.exit_code == 2 and "--network" in bad.output
 
 
+def test_cli_jobs_replay_rows_in_worker_processes() -> None:
+    """``--jobs 2`` replays the rows in two worker processes: the same rows in the same
+    order with the same predictions as one process; ``--jobs 0`` is bad input."""
+    args = ["validate", "published", str(SC21), "--only", "pp1", "--json"]
+    docs = {}
+    for jobs in ("1", "2"):
+        res = CliRunner().invoke(main, args + ["--jobs", jobs])
+        assert res.exit_code == 0, res.output
+        docs[jobs] = json.loads(res.output)
+    rows = {j: [(r["row"], r["predicted"]) for r in d["rows"]] for j, d in docs.items()}
+    assert len(rows["1"]) >= 3 and rows["2"] == rows["1"]
+    same = {j: {k: v for k, v in d["summary"].items() if k != "max_wall_s"} for j, d in docs.items()}
+    assert same["2"] == same["1"]
+    bad = CliRunner().invoke(main, args + ["--jobs", "0"])
+    assert bad.exit_code == 2 and "--jobs" in bad.output
+
+
 def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["validate", "published", str(SC21), "--only", "32 GPUs",
                                     "--json"])

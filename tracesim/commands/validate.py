@@ -70,8 +70,11 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
               help="Network model of every replay (as replay's --network): flow (the default: "
                    "flow-level max-min sharing) or estimate (each collective's uncongested "
                    "time: faster, blind to contention).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Rows replayed at once, each in its own process (rows still print in "
+                   "table order; 'wall s' is each row's own replay time).")
 def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
-                  network: str | None) -> None:
+                  network: str | None, jobs: int) -> None:
     """Replay every row of published end-to-end TABLES and compare.
 
     TABLES: Megatron-Bridge performance summaries (tokens/s per GPU; e.g.
@@ -95,7 +98,7 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
         click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
         click.echo("-" * 101)
     for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None,
-                           network=network):
+                           network=network, jobs=jobs):
         rows.append(r)
         if as_json:
             continue
