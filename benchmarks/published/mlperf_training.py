@@ -1,21 +1,22 @@
 """MLPerf Training LLM pre-training submissions as `tracesim validate published` tables.
 
-Reads the result logs and run configurations of closed-division GPT-3 175B (v4.1) and Llama
-3.1 405B and 8B (v5.0, v5.1) pre-training submissions in mlcommons/training_results_v4.1,
-v5.0 and v5.1 (git directories as `fetch github:mlcommons/training_results_v5.0` leaves
+Reads the result logs and run configurations of closed-division GPT-3 175B (v3.1, v4.0, v4.1)
+and Llama 3.1 405B and 8B (v5.0, v5.1) pre-training submissions in
+mlcommons/training_results_v3.1 .. v5.1 (git directories as `fetch github:mlcommons/training_results_v5.0` leaves
 them) and writes one row per submission in the Megatron-Bridge column format
 (docs/accuracy.md, "MLPerf Training"), one table per benchmark
 (``mlperf_training_llama31_405b.csv``, ``mlperf_training_llama31_8b.csv``, and with
-``--v4-1`` ``mlperf_training_gpt3_175b.csv``):
+``--v3-1`` / ``--v4-0`` / ``--v4-1`` ``mlperf_training_gpt3_175b.csv``):
 
     .venv/bin/python benchmarks/published/mlperf_training.py V5_0_GIT_DIR V5_1_GIT_DIR \\
-        --v4-1 V4_1_GIT_DIR -o benchmarks/published
+        --v3-1 V3_1_GIT_DIR --v4-0 V4_0_GIT_DIR --v4-1 V4_1_GIT_DIR -o benchmarks/published
 
 The measurement is the logs' own per-step time (``tracked_stats`` ``train_step_time``; v4.1:
-``train_step_timing in s``; one value per optimizer step of ``global_batch_size`` sequences):
+``train_step_timing in s``, v3.1 ``train_step_timing``; v4.0, which logs none: the training
+blocks' spans over their steps; one value per optimizer step of ``global_batch_size`` sequences):
 per submission, the median over every run's steps after its first two. tokens/s per GPU =
 global batch x sequence (8,192; GPT-3: 2,048) / (GPUs x that median). The layout (TP, PP,
-CP, virtual stages, micro-batch, sequences per data-parallel rank ``MINIBS``, nodes x GPUs
+CP, virtual stages (``INTERLEAVED_PIPELINE``, else its ``conf/custom.yaml`` default), micro-batch, sequences per data-parallel rank ``MINIBS``, nodes x GPUs
 per node) and the settings tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config
 sets it, else NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml``; a
 full-iteration CUDA graph where a config sources ``config_common_cg.sh`` with
@@ -72,13 +73,22 @@ SUBMISSIONS = [
 ] + [
     ("v4.0", f"NVIDIA/results/eos-dfw_n{n}_ngc24.04_nemo", "NVIDIA/benchmarks/gpt3/implementations/nemo",
      f"config_DGXH100_{n}x8x", "DGX-H100") for n in (1344, 1452)
+] + [
+    ("v3.1", f"NVIDIA/results/eos_n{n}_ngc23.09_nemo", "NVIDIA/benchmarks/gpt3/implementations/pytorch",
+     f"config_DGXH100_{n}x8x", "DGX-H100") for n in (96,)
+] + [
+    ("v3.1", f"NVIDIA/results/eos-dfw_n{n}_ngc23.09_nemo", "NVIDIA/benchmarks/gpt3/implementations/pytorch",
+     f"config_DGXH100_{n}x8x", "DGX-H100") for n in (512, 768, 1024, 1280, 1344)
+] + [
+    ("v3.1", "Azure+NVIDIA/results/ND_H100_v5_n1344_pytorch", "Azure+NVIDIA/benchmarks/gpt3/implementations/pytorch",
+     "config_DGXH100_1344x8x", "DGX-H100"),
 ]
 #: MLPerf benchmark -> (tracesim model, output table, sequence length)
 BENCHMARKS = {"llama31_405b": ("llama3.1-405b", "mlperf_training_llama31_405b.csv", 8192),
               "llama31_8b": ("llama3-8b", "mlperf_training_llama31_8b.csv", 8192),
               "gpt3": ("gpt3-175b", "mlperf_training_gpt3_175b.csv", 2048)}
-#: the logs' per-step time (v5.x, v4.1)
-STEP_KEYS = ("train_step_time", "train_step_timing in s")
+#: the logs' per-step time (v5.x, v4.1, v3.1)
+STEP_KEYS = ("train_step_time", "train_step_timing in s", "train_step_timing")
 #: where a submission's config sources common files its own folder lacks, the folder that has them
 #: (the same submitter's same container; ``config_common_blackwell.sh``, which the GB200
 #: configs also source, is in no submission: its settings are unknown)
@@ -129,6 +139,16 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
     return out
 
 
+def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
+    """The default ``conf/custom.yaml`` gives ``var`` where no config exports it
+    (``${oc.env:INTERLEAVED_PIPELINE,12}``: 12; v3.1's GPT-3 configs leave it to that)."""
+    path = f"{impl}/conf/custom.yaml"
+    if path not in _files(repo, f"{impl}/conf"):
+        return fallback
+    m = re.search(rf"oc\.env:{var},([^}}]+)\}}", _git(repo, "show", f"HEAD:{path}"))
+    return m.group(1).strip() if m else fallback
+
+
 def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
     """The global batch and the step times of one run's log after its first two steps. Logs
     without per-step times (v4.0) give one value per training block but the first: the block's
@@ -164,7 +184,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     nodes, per_node, minibs = (int(x) for x in m.groups())
     tp, pp = (int(env[k]) for k in ("TENSOR_MODEL_PARALLEL", "PIPELINE_MODEL_PARALLEL"))
     cp = int(env.get("CONTEXT_PARALLEL", "1"))  # the GPT-3 configs have no context parallelism
-    vp_text = env.get("INTERLEAVED_PIPELINE", "1")
+    vp_text = env.get("INTERLEAVED_PIPELINE") or _conf_default(repo, impl, "INTERLEAVED_PIPELINE", "1")
     vp = int(vp_text) if vp_text.isdigit() else 1
     mbs = int(env["MICRO_BATCH_SIZE"])
     gpus = nodes * per_node
@@ -197,13 +217,16 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("v5_0", type=Path, help="git directory of mlcommons/training_results_v5.0")
     ap.add_argument("v5_1", type=Path, help="git directory of mlcommons/training_results_v5.1")
+    ap.add_argument("--v3-1", type=Path, help="git directory of mlcommons/training_results_v3.1 "
+                    "(GPT-3 175B rows)")
     ap.add_argument("--v4-0", type=Path, help="git directory of mlcommons/training_results_v4.0 "
                     "(GPT-3 175B rows)")
     ap.add_argument("--v4-1", type=Path, help="git directory of mlcommons/training_results_v4.1 "
                     "(GPT-3 175B rows)")
     ap.add_argument("-o", "--output", type=Path, required=True, help="folder for the tables")
     args = ap.parse_args(argv)
-    repos = {"v5.0": args.v5_0, "v5.1": args.v5_1, "v4.0": args.v4_0, "v4.1": args.v4_1}
+    repos = {"v5.0": args.v5_0, "v5.1": args.v5_1, "v3.1": args.v3_1, "v4.0": args.v4_0,
+             "v4.1": args.v4_1}
     rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS if repos[rel] is not None]
     for model, name, _ in BENCHMARKS.values():
         if not any(r["model"] == model for r in rows):
