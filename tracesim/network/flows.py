@@ -32,8 +32,6 @@ import numpy as np
 import simpy
 
 from tracesim.network.flowstate import (
-    NONE,
-    SHARED,
     Batch,
     Buf,
     FlowRecord,
@@ -41,11 +39,11 @@ from tracesim.network.flowstate import (
     Route,
     SolveCache,
     cached_route,
-    component,
     ranges,
     solve_rates,
 )
 from tracesim.network.lazy import LazyBatches
+from tracesim.network.owners import NONE, LinkOwners, component
 
 
 class FlowNetwork(LazyBatches):
@@ -99,9 +97,10 @@ class FlowNetwork(LazyBatches):
         self._next_fid = 0
         self._next_group = 0
         self._batches: dict[int, Batch] = {}
-        # link -> its one batch (gid), NONE, or SHARED (then self._shared[link] lists them)
-        self._owner = np.full(len(self.capacity), NONE, dtype=np.int64)
-        self._shared: dict[int, dict[int, None]] = {}
+        # the batches on each link (tracesim.network.owners); ``_owner``: NONE, the gid of a
+        # link's one batch, or SHARED
+        self._owners = LinkOwners(len(self.capacity))
+        self._owner = self._owners.owner
         self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
         self._routes: dict[tuple[int, int], Route] = {}
         self._solved = SolveCache()
@@ -229,36 +228,16 @@ class FlowNetwork(LazyBatches):
         return cached_route(self._routes, e_ptr, e_link)
 
     def _register(self, b: Batch) -> None:
-        """Enter batch ``b`` on its links (vectorised for links no other batch uses)."""
-        owner, u, gid = self._owner, b.links, b.gid
-        own = owner[u]
-        free = own == NONE
-        if free.all():
-            owner[u] = gid
+        """Enter batch ``b`` on its links (a lazy batch already there gets its slots first)."""
+        own = self._owner[b.links]
+        if (own == NONE).all():
+            self._owners.claim(b.gid, b.links)
             return
         self._materialize_owners(own)
-        owner[u[free]] = gid
-        shared = self._shared
-        for lk, o in zip(u[~free].tolist(), own[~free].tolist(), strict=True):
-            if o == SHARED:
-                shared[lk][gid] = None
-            else:
-                shared[lk] = {o: None, gid: None}
-                owner[lk] = SHARED
+        self._owners.add(b.gid, b.links)
 
     def _drop(self, b: Batch) -> None:
-        owner, u, gid = self._owner, b.links, b.gid
-        own = owner[u]
-        mine = own == gid
-        owner[u[mine]] = NONE
-        if not mine.all():
-            shared = self._shared
-            for lk in u[~mine].tolist():
-                d = shared[lk]
-                del d[gid]
-                if len(d) == 1:  # one batch left: back to a single owner
-                    owner[lk] = next(iter(d))
-                    del shared[lk]
+        self._owners.remove(b.gid, b.links)
         del self._batches[b.gid]
 
     def _process(self, gids: list[int]) -> None:
@@ -269,8 +248,7 @@ class FlowNetwork(LazyBatches):
         comps: list[list[int]] = []
         for gid in gids:
             if gid not in seen and gid in self._batches:
-                comps.append(component(gid, seen, self._owner, self._shared, self._batches,
-                                       self._visited))
+                comps.append(component(gid, seen, self._owners, self._batches, self._visited))
         if comps:
             fired = self._step(comps, now)
             if self._tracing:

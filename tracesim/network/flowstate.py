@@ -19,8 +19,6 @@ from tracesim.network.maxmin import max_min_sorted
 ROUTE_CACHE_MAX = 1 << 16
 #: bound on the rates held by the cache of solves (32 MiB of float64); past it, it starts over
 SOLVE_CACHE_MAX_VALUES = 4 << 20
-#: link owner codes (a link with exactly one batch holds that batch's gid)
-NONE, SHARED = -1, -2
 
 
 #: SimPy priority of :class:`Late` (NORMAL is 1, URGENT 0; lower runs first)
@@ -178,37 +176,6 @@ def lazy_step(nb: np.ndarray, iso: np.ndarray) -> int | None:
     if not hi_dt - lo_dt <= 0.5 or not math.isfinite(hi_dt):
         return None
     return max(1, math.ceil(lo_dt - 1e-9)) if lo_dt > 0 else 0
-
-
-def component(gid: int, seen: set[int], owner: np.ndarray, shared: dict[int, dict[int, None]],
-              batches: dict[int, Batch], visited: np.ndarray) -> list[int]:
-    """Batches connected to batch ``gid`` through shared links (``owner``: link -> its one
-    batch or SHARED, then ``shared[link]`` lists them; ``visited``: all-False scratch, left
-    all False); adds them to ``seen``."""
-    comp = [gid]
-    seen.add(gid)
-    stack = [gid]
-    total = len(batches)
-    marked: list[np.ndarray] = []
-    while stack and len(comp) < total:
-        u = batches[stack.pop()].links
-        sl = u[owner[u] == SHARED]
-        if not len(sl):
-            continue
-        sl = sl[~visited[sl]]  # each shared link is looked at once per search
-        if not len(sl):
-            continue
-        visited[sl] = True
-        marked.append(sl)
-        for lk in sl.tolist():
-            for g in shared[lk]:
-                if g not in seen:
-                    seen.add(g)
-                    comp.append(g)
-                    stack.append(g)
-    for sl in marked:
-        visited[sl] = False
-    return comp
 
 
 class SolveCache(dict[Any, tuple[tuple[Route, ...], np.ndarray]]):

@@ -32,6 +32,7 @@ import numpy as np
 import simpy
 
 from tracesim.network.flowstate import Batch, Buf, FlowRecord, Route, Trajectory, lazy_step
+from tracesim.network.owners import LinkOwners
 
 #: bound on the float64 values held by the recorded trajectories of one network (64 MiB);
 #: past it every trajectory is dropped and recording starts over
@@ -65,6 +66,7 @@ class LazyBatches:
     _next_group: int
     _batches: dict[int, Batch]
     _owner: np.ndarray
+    _owners: LinkOwners
     _routes: dict[tuple[int, int], Route]
     _heap: list[tuple[int, int, int, int]]
     _seq: int
@@ -133,7 +135,7 @@ class LazyBatches:
         self._next_fid += n
         self._n_alive += n
         self.link_flows[rt.links] += rt.link_count
-        self._owner[rt.links] = gid
+        self._owners.claim(gid, rt.links)
         self._batches[gid] = b
         self._seq += 1
         heapq.heappush(self._heap, (end, self._seq, gid, b.version))

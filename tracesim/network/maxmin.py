@@ -20,6 +20,9 @@ import numpy as np
 
 #: relative tolerance when comparing fair shares
 REL_TOL = 1e-9
+#: entries x this below the network's link count: number the links by sorting the entries
+#: (cheaper than a pass over every link of a large network)
+SORT_BELOW = 16
 
 
 def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -41,12 +44,16 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
     if n == 0:
         return np.zeros(0)
     n_flows = int(e_flow[-1]) + 1
-    # compact the links used to 0..n_links-1 without sorting
-    used = np.zeros(len(capacity), dtype=bool)
-    used[e_link] = True
-    links = np.flatnonzero(used)
-    to_local = np.cumsum(used) - 1
-    e_l = to_local[e_link]
+    # compact the links used to 0..n_links-1 in link order: by a pass over every link, or,
+    # for a few entries on a large network, by sorting the entries (the same numbering)
+    if n * SORT_BELOW < len(capacity):
+        links, e_l = np.unique(e_link, return_inverse=True)
+    else:
+        used = np.zeros(len(capacity), dtype=bool)
+        used[e_link] = True
+        links = np.flatnonzero(used)
+        to_local = np.cumsum(used) - 1
+        e_l = to_local[e_link]
     n_links = len(links)
     cap = capacity[links].astype(np.float64)
     cnt = np.bincount(e_l, minlength=n_links).astype(np.float64)

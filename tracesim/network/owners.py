@@ -1,0 +1,123 @@
+"""Which flow batches hold each link of the flow network, kept in arrays.
+
+:class:`LinkOwners` answers what :class:`~tracesim.network.flows.FlowNetwork` asks of a link:
+is it free, which one batch holds it (``owner``: NONE, the batch's gid, or SHARED), and, for
+the connected components of the max-min solve (:func:`component`), which batches share it.
+A batch of a large collective crosses thousands of links (the rings of every data-parallel
+group in one batch, on the leaf and spine links), and two such batches share most of them,
+so entering and leaving a batch work on whole link arrays: a count per link, the XOR of the
+gids on it and one of them (``first``) name both batches of a link held by two; only links
+held by three or more keep a dict of their gids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: link owner codes (a link with exactly one batch holds that batch's gid)
+NONE, SHARED = -1, -2
+
+
+class LinkOwners:
+    """The batches on each of ``n_links`` links (module docstring).
+
+    ``owner[link]``: NONE (no batch), the gid of its only batch, or SHARED (two or more);
+    ``count[link]``: how many batches; ``xor[link]``: the XOR of their gids; ``first[link]``:
+    one of them (with two batches, the other is ``xor ^ first``); ``many[link]``: the gids of
+    a link held by three or more, in the order they came."""
+
+    __slots__ = ("owner", "count", "xor", "first", "many")
+
+    def __init__(self, n_links: int):
+        self.owner = np.full(n_links, NONE, dtype=np.int64)
+        self.count = np.zeros(n_links, dtype=np.int64)
+        self.xor = np.zeros(n_links, dtype=np.int64)
+        self.first = np.full(n_links, NONE, dtype=np.int64)
+        self.many: dict[int, dict[int, None]] = {}
+
+    def claim(self, gid: int, links: np.ndarray) -> None:
+        """Batch ``gid`` takes ``links`` (distinct, all free)."""
+        self.owner[links] = gid
+        self.count[links] = 1
+        self.xor[links] = gid
+        self.first[links] = gid
+
+    def add(self, gid: int, links: np.ndarray) -> None:
+        """Batch ``gid`` comes onto ``links`` (distinct; some may be held by others)."""
+        c = self.count[links]
+        if not c.any():
+            self.claim(gid, links)
+            return
+        free = links[c == 0]
+        self.owner[free] = gid
+        self.first[free] = gid
+        self.owner[links[c == 1]] = SHARED  # ``first`` stays the batch already there
+        many, first, xor = self.many, self.first, self.xor
+        for lk in links[c == 2].tolist():
+            a = int(first[lk])
+            many[lk] = {a: None, int(xor[lk]) ^ a: None, gid: None}
+        for lk in links[c >= 3].tolist():
+            many[lk][gid] = None
+        self.count[links] += 1
+        self.xor[links] ^= gid
+
+    def remove(self, gid: int, links: np.ndarray) -> None:
+        """Batch ``gid`` leaves ``links`` (the links it came onto)."""
+        c = self.count[links]
+        self.count[links] -= 1
+        self.xor[links] ^= gid
+        gone = links[c == 1]
+        self.owner[gone] = NONE
+        self.first[gone] = NONE
+        last = links[c == 2]  # one batch left: it is the XOR of what remains
+        left = self.xor[last]
+        self.owner[last] = left
+        self.first[last] = left
+        many, first = self.many, self.first
+        for lk in links[c == 3].tolist():  # two left: back to first / xor
+            d = many.pop(lk)
+            del d[gid]
+            first[lk] = next(iter(d))
+        for lk in links[c >= 4].tolist():
+            del many[lk][gid]
+
+    def sharing(self, links: np.ndarray) -> list[int]:
+        """The gids of the batches on ``links`` (links held by two or more), each once."""
+        c = self.count[links]
+        two = links[c == 2]
+        a = self.first[two]
+        out = np.unique(np.concatenate([a, self.xor[two] ^ a])).tolist()
+        for lk in links[c >= 3].tolist():
+            out.extend(self.many[lk])
+        return out
+
+
+def component(gid: int, seen: set[int], owners: LinkOwners, batches: dict,
+              visited: np.ndarray) -> list[int]:
+    """Batches connected to batch ``gid`` through shared links; adds them to ``seen``
+    (``visited``: all-False scratch over the links, left all False). Each shared link is
+    looked at once per search; the order of the list is not meaningful (the solve sorts)."""
+    comp = [gid]
+    seen.add(gid)
+    stack = [gid]
+    total = len(batches)
+    marked: list[np.ndarray] = []
+    count = owners.count
+    while stack and len(comp) < total:
+        u = batches[stack.pop()].links
+        sl = u[count[u] >= 2]
+        if not len(sl):
+            continue
+        sl = sl[~visited[sl]]
+        if not len(sl):
+            continue
+        visited[sl] = True
+        marked.append(sl)
+        for g in owners.sharing(sl):
+            if g not in seen:
+                seen.add(g)
+                comp.append(g)
+                stack.append(g)
+    for sl in marked:
+        visited[sl] = False
+    return comp
