@@ -21,7 +21,7 @@ import simpy
 #: up to 9 ranks still couple step by step). Each round ends with its slowest flow, as a
 #: step does; grouping steps leaves the bytes and the latency the same and moves where the
 #: coupling falls. A 312-rank ring sharing its links runs 8 rounds instead of 311 (the
-#: MLPerf 2,496-GPU replay: 69 s instead of 247 s step by step, 912.5 against 912.4 tokens/s
+#: MLPerf 2,496-GPU replay: 66 s instead of 244 s step by step, 912.5 against 912.4 tokens/s
 #: per GPU; docs/network.md)
 MAX_ROUNDS = 8
 
