@@ -55,3 +55,21 @@ def test_gpt3_rows_replay_as_their_runs_ran() -> None:
         assert opts["fp8_recipe"] == "delayed" and opts["tp"] == 4 and opts["zero"] == 1
         # per-layer CUDA graphs (LAYER_CUDA_GRAPH) where the run captured them
         assert (opts.get("cuda_graphs") == "attn,mlp") == bool(row["cuda_graph"])
+
+
+def test_what_if_routing_changes_the_cluster_of_a_row() -> None:
+    """``what_if.py ... routing=ecmp`` replays the row on its cluster with per-flow ECMP
+    hashing on the leaf uplinks: never faster than adaptive routing; a routing that does not
+    exist is bad input (exit 2)."""
+    import subprocess
+    import sys
+
+    script = TABLE.with_name("what_if.py")
+    run = [sys.executable, str(script), str(TABLE_GPT3), "--only", "256 GPUs"]
+    ok = subprocess.run(run + ["routing=ecmp"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    times = [float(line.split("iteration")[1].split()[0]) for line in ok.stdout.splitlines()
+             if "iteration" in line]
+    assert len(times) == 2 and times[1] >= times[0]
+    bad = subprocess.run(run + ["routing=foo"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "routing" in bad.stderr
