@@ -190,10 +190,11 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     gpus = nodes * per_node
     dp = gpus // (tp * pp * cp)
     bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
+    model, _, seq = BENCHMARKS[bench]
     gbs_all, steps = set(), []
     logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
     for f in logs:
-        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), BENCHMARKS[bench][2])
+        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
         gbs_all.add(gbs)
         steps += times
     if gbs_all != {dp * minibs} or minibs % mbs:  # MINIBS: sequences per data-parallel rank
@@ -202,7 +203,6 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     step = statistics.median(steps)
     graph = ("local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else
              "te:attn,mlp" if env.get("LAYER_CUDA_GRAPH", "").lower() in ("1", "true") else "")
-    model, _, seq = BENCHMARKS[bench]
     recipe = env.get("FP8_RECIPE", "delayed") if env.get("FP8", "").lower() == "true" else ""
     return {"system": system, "model": model, "gpus": gpus,
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,

@@ -6,8 +6,9 @@ example the layout its recipe's config names where the table prints another).
 
 KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the row's options
 are printed first); VALUE takes the type of the row's value. ``routing=ecmp`` (or
-``adaptive``) sets the row's cluster's inter-node routing (docs/network.md, "Routing"). A change the layout cannot
-take (``vpp`` on a row whose ``stage_layers`` were set for another) is reported, exit 2. Prints the row's predicted
+``adaptive``) sets the row's cluster's inter-node routing (docs/network.md, "Routing"). A
+change the layout cannot take (``vpp`` on a row whose ``stage_layers`` were set for another)
+is reported, exit 2. Prints the row's predicted
 iteration time and metric per GPU (the table's: tokens/s or TFLOP/s) with and without the
 change.
 """
@@ -58,16 +59,17 @@ def main() -> int:
     args = ap.parse_intermixed_args()
     for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
         changed = dict(opts)
-        changed.update(_typed(opts, c) for c in args.changes if not c.startswith("routing="))
         for c in args.changes:
-            if c.startswith("routing="):  # the cluster's inter-node routing
-                cl = opts["cluster"]
-                try:
-                    changed["cluster"] = cl.replace(inter_node=dataclasses.replace(
-                        cl.inter_node, routing=c.partition("=")[2]))
-                except InputError as exc:
-                    print(f"routing: {exc}", file=sys.stderr)
-                    return 2
+            if not c.startswith("routing="):
+                changed.update([_typed(opts, c)])
+                continue
+            cl = opts["cluster"]  # the cluster's inter-node routing
+            try:
+                changed["cluster"] = cl.replace(inter_node=dataclasses.replace(
+                    cl.inter_node, routing=c.partition("=")[2]))
+            except InputError as exc:
+                print(f"routing: {exc}", file=sys.stderr)
+                return 2
         metric = "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s"
         print(label)
         print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})

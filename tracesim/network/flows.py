@@ -101,7 +101,7 @@ class FlowNetwork(LazyBatches):
         # link's one batch, or SHARED
         self._owners = LinkOwners(len(self.capacity))
         self._owner = self._owners.owner
-        self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of _component
+        self._visited = np.zeros(len(self.capacity), dtype=bool)  # scratch of owners.component
         self._routes: dict[tuple[int, int], Route] = {}
         self._solved = SolveCache()
         self._dirty: dict[int, None] = {}
