@@ -140,3 +140,22 @@ def test_unprofiled_summary_takes_the_median_of_steady_steps() -> None:
     assert got[1].steps == 1 and got[1].rel_error == pytest.approx(-0.1)
     # a trace without unprofiled predictions has no summary
     assert unprofiled_summary([StepResult("t", 0, "#1", 0.05, 0.05, 0.0, True)]) == []
+
+
+def test_the_headline_compares_the_same_steady_steps():
+    """An even count of uneven recorded steps (82-166 ms): the reported measured step is the
+    median of the steady steps whose predictions make ``iteration_time_s``, not the median
+    of every step (which would put the middle pair's mean beside one predicted step)."""
+    import numpy as np
+
+    from tracesim import api
+
+    res = api.replay(DATA / "hta-v100-2rank-r1-cudagraph/test.json.gz").to_dict()
+    meas = [s["measured_s"] for s in res["steps"]]
+    med = float(np.median(meas))
+    steady = [s for s in res["steps"] if abs(s["measured_s"] - med) <= 0.2 * med]
+    assert len(steady) == 3 < len(meas) == 6
+    assert res["measured_step_time_s"] == pytest.approx(np.median([s["measured_s"] for s in steady]))
+    assert res["measured_step_time_s"] == res["measured_profiled_step_s"]
+    assert res["iteration_time_s"] == pytest.approx(np.median([s["predicted_s"] for s in steady]))
+    assert abs(res["iteration_time_s"] / res["measured_step_time_s"] - 1) < BOUND

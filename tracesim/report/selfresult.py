@@ -49,7 +49,10 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     ``unprofiled``: the graph had the profiler's per-event cost taken out, so the prediction is
     of the unprofiled step and is compared with the bundle's unprofiled reference steps
     (``meta.yaml: measured_step_time_s``); otherwise with the recorded (profiled) steps.
-    ``measured_profiled_step_s`` is always the median of the recorded steps.
+    ``measured_profiled_step_s`` is always the median of the recorded steady steps: rank 0's
+    steps within 20% of its median, the same steps whose predictions' median is
+    ``iteration_time_s`` (a warm-up or a stalled step left out of both, so an even count of
+    uneven steps does not compare one side's middle pair with the other's middle step).
 
     ``completion``: a step lasts as long as the busier of the host's step and the device
     work it launched (:func:`tracesim.report.steps.steady_windows`), for replays on another
@@ -86,7 +89,8 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     bd = mean_breakdown(per_rank)
     meta = source.meta or {}
     reference = meta.get("measured_step_time_s")
-    measured_s = med / 1e9
+    med_steady = float(np.median([s[3] for s in steady]))
+    measured_s = med_steady / 1e9
     if unprofiled and isinstance(reference, dict) and isinstance(reference.get("median"), (int, float)):
         measured_s = float(reference["median"])
     model = meta.get("model")
@@ -114,7 +118,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         "iteration_time_s": it_ns / 1e9,
         "prediction": "unprofiled" if unprofiled else "profiled",
         "measured_step_time_s": measured_s,
-        "measured_profiled_step_s": med / 1e9,
+        "measured_profiled_step_s": med_steady / 1e9,
         "tokens_per_s": tokens / (it_ns / 1e9) if tokens else None,
         "tflops_per_gpu": tflops,
         "mfu": mfu,

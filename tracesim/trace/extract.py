@@ -123,8 +123,14 @@ def extract_options(source: Source, overhead: tuple[float, float] | float = 0.0)
 
 
 def extract_source(source: Source, overhead: tuple[float, float] | float = 0.0) -> TaskGraph:
-    """The task graph of a loaded source (:func:`extract` with :func:`extract_options`)."""
-    return extract(source.op_table, extract_options(source, overhead), source.et_tables)
+    """The task graph of a loaded source (:func:`extract` with :func:`extract_options`); a
+    problem :func:`extract` finds in the trace is reported against the source's file."""
+    try:
+        return extract(source.op_table, extract_options(source, overhead), source.et_tables)
+    except InputError as e:
+        if e.file != "trace":
+            raise
+        raise InputError(e.message, source.path, e.where) from None
 
 
 #: what a workload directory written by :func:`extract_to_directory` holds
