@@ -51,6 +51,13 @@ def test_classify_ops(name: str, cls: str) -> None:
     ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4", "gemm", "bf16"),
     ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "gemm", "tf32"),
     ("volta_h884gemm_128x128_ldg8_nn", "gemm", "fp16"),
+    # FP16 GEMMs of a Megatron-LM step on A100 (MMA shapes TF32 also uses, the input type spelt)
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn", "gemm", "fp16"),
+    ("ampere_fp16_s1688gemm_fp16_256x64_ldg8_f2f_tn", "gemm", "fp16"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_relu_f16_128x128_32x5_tn_align8>",
+     "gemm", "fp16"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn", "gemm", "bf16"),
+    ("cutlass_80_tensorop_s16816gemm_64x64_32x6_tn_align8", "gemm", None),  # 16-bit, type unsaid
     ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "gemm", None),
     ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN", "gemm", None),
     ("flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, cutlass::bfloat16_t>>",

@@ -207,13 +207,19 @@ def _classify_kernel(name: str) -> str:
 
 # --------------------------------------------------------------------------- dtype helpers
 
-#: kernel-name markers of the math mode a GEMM / convolution kernel ran in
+#: kernel-name markers of the math mode a GEMM / convolution kernel ran in, in the order they
+#: are tried: the input type a name spells out first, then the MMA instruction shape. The
+#: shape alone does not give the input type: ``s16816`` (an m16n8k16 MMA with a float
+#: accumulator) runs FP16 or BF16 inputs, and FP16 kernels also use the m16n8k8 shape of TF32
+#: (cuBLAS's ``ampere_fp16_s1688gemm_fp16_*``, ``cutlass_80_tensorop_f16_s16816gemm_*``
+#: in a Megatron-LM FP16 step on A100, tests/data/traces/astra-megatron-gpt-tp8-a100)
 _KERNEL_DTYPE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("fp8", ("e4m3", "e5m2", "fp8", "f8f8", "qgmma")),
-    ("tf32", ("tf32", "s1688", "s16816", "tensorop_s", "xf32")),
-    ("bf16", ("bf16", "bfloat16", "s16816gemm_bf16")),
+    ("tf32", ("tf32", "xf32")),
+    ("bf16", ("bf16", "bfloat16")),
     ("fp16", ("h884", "h1688", "h16816", "fp16", "f16f16", "_f16_", "hgemm", "hcudnn", "half", "_hh_",
               "hh_")),
+    ("tf32", ("s1688",)),
     ("fp32", ("sgemm", "scudnn", "simt_s", "sgemv", "_ss_")),
 )
 
