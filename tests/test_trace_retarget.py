@@ -102,6 +102,21 @@ def test_a_slower_network_slows_the_step(tmp_path):
     assert slow.iteration_time_s > fast.iteration_time_s * 1.2
 
 
+def test_a_trace_on_a_cluster_writes_its_link_traffic(tmp_path):
+    """The result directory of a trace replayed on a cluster's network has the per-link
+    traffic of its re-timed collectives (links.parquet), as a retargeted model's has."""
+    import pandas as pd
+
+    from tracesim.api import write_result
+
+    pred = replay(A100_2R, cluster="h100x8", detail=True)
+    res = write_result(pred, tmp_path / "out", plots=False)
+    links = pd.read_parquet(tmp_path / "out" / "links.parquet")
+    assert len(links) and links["bytes"].sum() > 0
+    assert links["link"].nunique() >= 2  # both GPUs' NVLink ports
+    assert not [w for w in res["warnings"] if "links.parquet" in w]
+
+
 def test_data_parallel_groups_grow():
     groups, job = grow_groups([(0, 1), (0,), None], ["world", "pg", "pg"], 2, 8)
     assert job == 8

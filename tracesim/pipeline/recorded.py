@@ -118,6 +118,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     graph = rt.graph
     comm = None
     comms = None
+    recorder = None
     world = _world(src.meta)
     if transplanted is not None and cluster is None and graph.ranks and len(graph.ranks) > 1:
         raise InputError("a multi-rank CPU recording moved onto a GPU needs a network for its "
@@ -131,6 +132,10 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
                              f"{cluster.gpus} GPUs", "--cluster")
         graph = comms.graph
         comm = _network(cluster, opts.network, comms.groups)
+        if detail and (opts.network or "flow") == "flow":  # per-link traffic (links.parquet)
+            from tracesim.report.links import LinkRecorder
+
+            recorder = LinkRecorder.install(comm.inner)
     from tracesim.pipeline.perturbed import perturbation_step
 
     def _iteration(r: Any) -> float:
@@ -201,7 +206,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
         parallel=_parallel((src.meta or {}).get("parallel"), opts.dp), memory_gib_per_gpu=None,
         warnings=tuple(warnings), details=details, makespan_ns=result.makespan_ns, graph=graph,
         start_ns=result.start_ns, end_ns=result.end_ns, methods=methods, per_rank=per_rank,
-        topology=getattr(comm, "topology", None))
+        links=recorder, topology=getattr(comm, "topology", None))
 
 
 def plain_kinds(graph: Any) -> Any:

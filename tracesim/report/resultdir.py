@@ -120,9 +120,11 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
                 links_df.to_parquet(tmp, index=False)
             written["links.parquet"] = FILES["links.parquet"]
             if links_df.empty:
+                estimate = (res.get("replay") or {}).get("network") == "estimate"
                 res.setdefault("warnings", []).append(
                     "links.parquet is empty: the estimate network model simulates no flows "
-                    "(use --network flow for per-link traffic)")
+                    "(use --network flow for per-link traffic)" if estimate else
+                    "links.parquet is empty: no transfer crossed a network link")
     if plots:
         try:
             from tracesim.report import plots as pl
