@@ -159,3 +159,17 @@ def test_the_headline_compares_the_same_steady_steps():
     assert res["measured_step_time_s"] == res["measured_profiled_step_s"]
     assert res["iteration_time_s"] == pytest.approx(np.median([s["predicted_s"] for s in steady]))
     assert abs(res["iteration_time_s"] / res["measured_step_time_s"] - 1) < BOUND
+
+
+def test_a_jobs_breakdown_sums_to_its_iteration(public_traces):
+    """Eight ranks whose recorded steps differ (12-20 ms): the mean breakdown is each rank's
+    share of its own step, in the iteration's time, so its parts sum to the iteration."""
+    from tracesim import api
+
+    res = api.replay(public_traces / "param-dlrm-8xv100").to_dict()
+    steps = {s["rank"]: s["measured_s"] for s in res["steps"]}
+    assert len(steps) == 8 and max(steps.values()) > 1.3 * min(steps.values())
+    bd = res["breakdown"]
+    parts = (bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["host_s"]
+             + bd["bubble_s"] + bd["idle_s"])
+    assert parts == pytest.approx(res["iteration_time_s"], rel=1e-9)

@@ -324,14 +324,22 @@ def _attribute(p: int, lo: int, hi: int, bind: np.ndarray, kind: np.ndarray, gk:
     acc["idle"] += max(0, hi - lo)
 
 
-def mean_breakdown(per_rank: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Average of :func:`rank_breakdowns` over ranks (still sums to the iteration time)."""
+def mean_breakdown(per_rank: dict[int, dict[str, Any]], total_s: float | None = None) -> dict[str, Any]:
+    """Average of :func:`rank_breakdowns` over ranks. With equal windows it sums to the
+    iteration time. ``total_s``: the ranks' windows differ (the recorded steps of a job's
+    ranks, each its own length); each rank's parts are first scaled to sum to ``total_s``, so
+    the mean gives every part its average share of a rank's step, in a step of ``total_s``."""
     n = max(len(per_rank), 1)
-    exposed = {k: sum(b["exposed_comm_s"][k] for b in per_rank.values()) / n for k in KINDS}
+    w = {}
+    for rk, b in per_rank.items():
+        tot = (b["compute_s"] + sum(b["exposed_comm_s"].values()) + b.get("host_s", 0.0)
+               + b["bubble_s"] + b["idle_s"])
+        w[rk] = total_s / tot if total_s is not None and tot > 0 else 1.0
+    exposed = {k: sum(b["exposed_comm_s"][k] * w[r] for r, b in per_rank.items()) / n for k in KINDS}
     return {
-        "compute_s": sum(b["compute_s"] for b in per_rank.values()) / n,
+        "compute_s": sum(b["compute_s"] * w[r] for r, b in per_rank.items()) / n,
         "exposed_comm_s": exposed,
-        "host_s": sum(b.get("host_s", 0.0) for b in per_rank.values()) / n,
-        "bubble_s": sum(b["bubble_s"] for b in per_rank.values()) / n,
-        "idle_s": sum(b["idle_s"] for b in per_rank.values()) / n,
+        "host_s": sum(b.get("host_s", 0.0) * w[r] for r, b in per_rank.items()) / n,
+        "bubble_s": sum(b["bubble_s"] * w[r] for r, b in per_rank.items()) / n,
+        "idle_s": sum(b["idle_s"] * w[r] for r, b in per_rank.items()) / n,
     }

@@ -86,7 +86,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     it_ns = float(np.median([s[4] for s in steady]))
     last = steady[-1]
     per_rank = rank_breakdowns(graph, result.start_ns, result.end_ns, result.makespan_ns, windows)
-    bd = mean_breakdown(per_rank)
+    bd = mean_breakdown(per_rank, it_ns / 1e9)  # each rank's own step, as shares of this one
     meta = source.meta or {}
     reference = meta.get("measured_step_time_s")
     med_steady = float(np.median([s[3] for s in steady]))
