@@ -63,6 +63,20 @@ def test_built_workload_to_chakra(tmp_path):
     assert [0, 1] in groups.values()  # a TP pair
 
 
+def test_a_folder_of_rank_traces_converts_as_replay_reads_it(tmp_path):
+    """A job's per-rank Kineto traces in one folder (the 8-rank Megatron TP8 recording), the
+    input ``replay`` takes, converts to Chakra ET; the ET folder is then not taken for traces
+    (its communicator file is JSON too)."""
+    src = ROOT / "tests" / "data" / "traces" / "astra-megatron-gpt-tp8-a100"
+    p = run(str(src), "--to", "chakra", "-o", str(tmp_path / "et" / "meg"), "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["from"] == "trace" and res["ranks"] == 8
+    p = run(str(tmp_path / "et"), "--to", "tracesim", "-o", str(tmp_path / "wl"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["from"] == "chakra"
+
+
 def test_bad_inputs_exit_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.txt"
     lines = (DATA / "moe_ep2.txt").read_text().splitlines()

@@ -55,7 +55,15 @@ def _is_workload(p: Path) -> bool:
 
 
 def _is_recorded(p: Path) -> bool:
-    return (p.is_dir() and (p / "meta.yaml").exists()) or p.name.lower().endswith((".json", ".json.gz"))
+    """A bundle, a trace file, or a folder of per-rank traces (as ``replay`` reads them;
+    not a folder of Chakra ET files, whose communicator file is JSON too)."""
+    if p.is_dir():
+        if (p / "meta.yaml").exists():
+            return True
+        from tracesim.trace.folders import has_trace_files
+
+        return not (p / "graph.yaml").exists() and not any(p.glob("*.et")) and has_trace_files(p)
+    return p.name.lower().endswith((".json", ".json.gz"))
 
 
 def _is_chakra(p: Path) -> bool:
