@@ -33,6 +33,11 @@ def test_winner_and_ratio():
     assert pd.isna(df.loc["exposed_tp_s", "ratio"])  # the winner's 0: no finite ratio
     assert "exposed_dp_s" not in df.index  # zero everywhere: left out
     assert list(df.loc["mfu", ["a", "b", "c"]]) == [0.4, 0.5, 0.2]
+    # two runs sharing the best value: no winner, ratio 1
+    tie = compare_table([a, dict(a), c], ["a", "a2", "c"]).set_index("key")
+    assert pd.isna(tie.loc["iteration_time_s", "winner"])
+    assert tie.loc["iteration_time_s", "ratio"] == 1.0
+    assert tie.loc["memory_gib_per_gpu", "winner"] == "c"
 
 
 def test_default_labels_say_what_differs():

@@ -66,7 +66,8 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
     """Compare RUNs (result directories, or quoted "replay ..." command lines) side by side.
 
     For each metric the table gives every run's value, the winner (lowest time / memory,
-    highest tokens/s, TFLOP/s, MFU) and the ratio winner vs runner-up. Times in seconds.
+    highest tokens/s, TFLOP/s, MFU; "-" when runs share the best value) and the ratio winner
+    vs runner-up. Times in seconds.
     """
     res = compare([load_run(r, common) for r in runs],
                   labels=[x.strip() for x in labels.split(",")] if labels else None,

@@ -2,7 +2,8 @@
 
 :func:`compare_table` takes result dicts (``replay --json`` objects, ``result.json`` files)
 and returns one row per metric with one column per run, the ``winner`` (the best run: lowest
-for times and memory, highest for throughput, TFLOP/s and MFU) and ``ratio``: how many times
+for times and memory, highest for throughput, TFLOP/s and MFU; none when two runs share the
+best value) and ``ratio``: how many times
 better the winner is than the runner-up (``>= 1``; for 'lower is better' metrics the
 runner-up's value over the winner's, else the winner's over the runner-up's). A metric
 missing from any run, or whose runner-up is 0, has no ratio.
@@ -85,8 +86,8 @@ def _winner(col: Sequence[float | None], better: str) -> tuple[int | None, float
         ratio = vals[r] / vals[w] if vals[w] > 0 else None
     else:
         ratio = vals[w] / vals[r] if vals[r] > 0 else None
-    if len(set(vals)) == 1:
-        ratio = 1.0
+    if vals[r] == vals[w]:  # the best value shared: no single winner
+        return None, 1.0
     return w, ratio
 
 
@@ -132,7 +133,7 @@ def format_table(df: pd.DataFrame, labels: Sequence[str]) -> str:
     body = []
     for _, row in df.iterrows():
         body.append([row["metric"], *(_fmt(row["key"], row[lb]) for lb in labels),
-                     str(row["winner"] or "-"),
+                     row["winner"] if isinstance(row["winner"], str) else "-",
                      "-" if row["ratio"] is None or pd.isna(row["ratio"]) else f"{row['ratio']:.3f}x"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=True)]
     lines = ["  ".join(str(h).ljust(w) if i == 0 else str(h).rjust(w)
