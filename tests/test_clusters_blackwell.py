@@ -67,3 +67,19 @@ def test_replays_a_small_model(name: str) -> None:
                     "global_batch": gpn, "micro_batch": 1}).to_dict()
     assert out["gpus"] == gpn and out["iteration_time_s"] > 0
     assert 0 < out["mfu"] < 1
+
+
+def test_the_nodes_option_scales_a_shipped_spec(tmp_path: Path) -> None:
+    # --nodes 9 on dgx-b200 is the spec with nodes: 9 written out, to the nanosecond
+    opts = {"model": "llama3-8b", "tp": 8, "pp": 1, "dp": 9, "global_batch": 9,
+            "micro_batch": 1, "seq_len": 1024}
+    path = tmp_path / "dgx-b200x9.yaml"
+    write_yaml(path, load_cluster("dgx-b200").replace(nodes=9).to_dict())
+    scaled = retarget({**opts, "cluster": "dgx-b200", "nodes": 9}).to_dict()
+    written = retarget({**opts, "cluster": str(path)}).to_dict()
+    assert scaled["gpus"] == 72 and scaled["iteration_time_s"] == written["iteration_time_s"]
+    # a single-node spec without a fabric cannot grow
+    from tracesim.errors import InputError
+
+    with pytest.raises(InputError, match="inter-node fabric"):
+        retarget({"model": "llama-tiny", "cluster": "host-cpu", "nodes": 2, "dp": 2})
