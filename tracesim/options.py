@@ -87,10 +87,9 @@ class ReplayOptions:
         "Cluster spec: a shipped name (`tracesim list clusters`), a YAML file, or an ASTRA-sim "
         "network config.", "spec", group="where", metavar="NAME|YAML")
     nodes: int | None = _opt(
-        "Nodes of the cluster (its NVLink domains: DGX boxes, NVL72 racks): the spec's node "
-        "count replaced, to scale a shipped spec to the job (`--cluster dgx-b200 --nodes 16`). "
-        "More than one node needs the spec's inter-node fabric.", "int", group="where",
-        minimum=1, metavar="N")
+        "Nodes (NVLink domains: DGX boxes, NVL72 racks) of the cluster spec, scaled to the job "
+        "(`--cluster dgx-b200 --nodes 16`); more than one needs its inter-node fabric.", "int",
+        group="where", minimum=1, metavar="N")
     device: str | None = _opt(
         "Device to run on: a shipped profile (`tracesim list devices`) or a profile YAML "
         "(default: the cluster's device; without --cluster, the recorded one).", "spec",

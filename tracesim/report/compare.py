@@ -87,7 +87,7 @@ def _winner(col: Sequence[float | None], better: str) -> tuple[int | None, float
     else:
         ratio = vals[w] / vals[r] if vals[r] > 0 else None
     if vals[r] == vals[w]:  # the best value shared: no single winner
-        return None, 1.0
+        return None, (1.0 if vals[w] != 0 else None)
     return w, ratio
 
 

@@ -65,7 +65,7 @@ PATH_KEYS = ("model", "cluster", "source")
 #: where the template comes from, the cluster variants, and every replay option
 #: (:class:`tracesim.options.ReplayOptions`)
 SETTING_KEYS = ("model", "cluster", "gpu", "nodes", "nic_Gbps", "source",
-                *(k for k in option_names() if k not in ("model", "cluster")))
+                *(k for k in option_names() if k not in ("model", "cluster", "nodes")))
 #: settings that change the cluster instead of being replay options
 CLUSTER_VARIANT_KEYS = ("gpu", "nodes", "nic_Gbps")
 _TOP_KEYS = ("name", "source", "base", "axes", "points", "constraints", "filters", "prices")
