@@ -190,6 +190,26 @@ def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
         read_table(tmp_path / "missing.csv")
 
 
+def test_cli_bad_rows_print_one_line_and_nothing_else(tmp_path: Path) -> None:
+    """A bad cell or an unknown model: exit 2, one line naming the file, row and column, and
+    no table header before it; a header spelt with capitals and spaces is read."""
+    head, row = BRIDGE.read_text().splitlines()[:2]
+    fancy = ", ".join(c.capitalize() for c in head.split(","))
+    t = tmp_path / "own.csv"
+    t.write_text(f"{fancy}\n{row}\n")
+    assert read_table(t)[0] == "bridge"
+    for bad, needle in ((row.replace("llama3-8b", "llama9-8b"), "row 2: model: unknown model"),
+                        (row.rsplit(",", 3)[0] + ",abc," + ",".join(row.rsplit(",", 2)[1:]),
+                         "row 2: tokens_per_s_per_gpu")):
+        t.write_text(f"{head}\n{bad}\n")
+        res = CliRunner().invoke(main, ["validate", "published", str(t)])
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert "own.csv" in lines[0] and needle in lines[0], lines[0]
+    res = CliRunner().invoke(main, ["validate", "published", str(SC21), "--only", "no such row"])
+    assert res.exit_code == 0 and res.output.strip() == "no row whose label contains 'no such row' to replay"
+
+
 def test_cli_summarises_each_table_and_all(tmp_path: Path) -> None:
     """With several tables, a summary line per table and one for all (the numbers of
     docs/accuracy.md's per-table lines); the JSON has them under ``per_table``."""

@@ -94,14 +94,16 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
 
     needle = only.lower() if only else None
     rows = []
-    if not as_json:
-        click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
-        click.echo("-" * 101)
+    # every row is read and checked before the first comes back: nothing is printed for a
+    # table with bad input
     for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None,
                            network=network, jobs=jobs):
         rows.append(r)
         if as_json:
             continue
+        if len(rows) == 1:
+            click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
+            click.echo("-" * 101)
         if r.error:
             click.echo(f"{r.label[:62]:<62} not replayed: {r.error}")
         else:
@@ -116,6 +118,8 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
             out["per_table"] = per_table
         click.echo(json.dumps(out, indent=2))
         return
+    if not rows:
+        click.echo("no row" + (f" whose label contains {only!r}" if only else "") + " to replay")
     if s["rows"]:
         click.echo("")
         for t, ts in per_table.items():

@@ -130,6 +130,9 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
         raise InputError("file not found", p) from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"not a readable CSV table ({exc})", p) from None
+    # column names as the formats spell them (a header written "System" or " gpus" is read)
+    rows = [{(c.strip().lower() if isinstance(c, str) else c): v for c, v in row.items()}
+            for row in rows]
     for k, row in enumerate(rows):
         if None in row:  # csv.DictReader keeps the cells past the header under None
             raise InputError(f"{len(row[None]) + len(row) - 1} cells, more cells than the header "  # type: ignore[index]
@@ -145,6 +148,16 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
                      f"{', '.join(BRIDGE_COLUMNS)}), a torchtitan table ({', '.join(TITAN_COLUMNS)}), "
                      f"a Megatron-Core GPT table (columns {', '.join(MCORE_COLUMNS)}) nor SC'21 "
                      f"Table 1 (columns {', '.join(SC21_COLUMNS)})", p, "header")
+
+
+def _model_name(row: dict[str, str], path: Path, k: int) -> str:
+    """The row's model, a shipped name or a spec path (InputError on the row's cell)."""
+    name = (row.get("model") or "").strip()
+    try:
+        load_model(name)
+    except InputError as exc:
+        raise InputError(exc.message, path, f"row {k + 2}: model") from None
+    return name
 
 
 def _system(row: dict[str, str], path: Path, k: int) -> str:
@@ -190,7 +203,7 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
     cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
     opts: dict[str, Any] = {
-        "model": row["model"].strip(), "cluster": cluster,
+        "model": _model_name(row, path, k), "cluster": cluster,
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
         "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
@@ -229,7 +242,7 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     lb, dp = _int(row, "local_batch", path, k), gpus // tp
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
-        "model": row["model"].strip(), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": _model_name(row, path, k), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
         "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
         "template": "analytic", "recompute": ac, "compile": _flag(row, "compile", path, k)}
@@ -416,7 +429,7 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
         return _int(row, "gbs", path, k) * _int(row, "seq_len", path, k) / value / _int(row, "gpus", path, k)
     if key == "model_tflops_per_gpu" and metric == "tokens_per_s_per_gpu":
         run = row_run(row, path, k)
-        per_token = megatron_flops_per_token(load_model(row["model"].strip()), _int(row, "seq_len", path, k),
+        per_token = megatron_flops_per_token(load_model(_model_name(row, path, k)), _int(row, "seq_len", path, k),
                                              run.mtp_layers if run is not None else 0)
         return value * 1e12 / per_token
     return value
