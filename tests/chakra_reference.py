@@ -97,6 +97,8 @@ def reference_export(graph: TaskGraph, prefix: str | Path, *, involved_dims: int
     cols = {c: t[c].to_numpy() for c in ("name", "dur_ns", "gap_ns", "op_class", "flops",
                                          "bytes", "step", "phase", "layer", "collective",
                                          "group_kind", "msg_bytes", "peer", "lane")}
+    if "algorithm" in t:
+        cols["algorithm"] = t["algorithm"].to_numpy()
     lane_names = graph.lanes["name"].to_numpy().astype(str)
     lane_kinds = graph.lanes["kind"].to_numpy().astype(str)
     meta_json = json.dumps(dict(graph.meta), default=str, sort_keys=True)
@@ -175,6 +177,9 @@ def _node(g: int, me: int, local: dict[int, int], kind: str, cols: Mapping[str, 
         v = str(cols[key][g])
         if v:
             _attr(node, _P + key, "string_val", v)
+    algo = str(cols["algorithm"][g]) if "algorithm" in cols else ""
+    if algo and algo not in ("nan", "None"):  # a task's own algorithm (userbuffers chunks)
+        _attr(node, _P + "algorithm", "string_val", algo)
     if int(cols["layer"][g]) != -1:
         _attr(node, _P + "layer", "int64_val", int(cols["layer"][g]))
     if flops:

@@ -370,3 +370,20 @@ def test_cycle_check_per_distinct_rank_graph(built, tmp_path):
         if (a, b) == (on[-1], on[0]):
             with pytest.raises(ValueError, match="cycle"):
                 Ranks.check(g)
+
+
+def test_round_trip_keeps_the_userbuffers_marks(tmp_path):
+    """megatron-core's TP overlap: its transfer chunks are userbuffers transfers (the task
+    graph's ``algorithm``); written to ET and read back they stay so, and the imported
+    workload replays the built one's iteration to the nanosecond."""
+    import tracesim
+    from tracesim import ReplayOptions
+
+    opts = ReplayOptions(model="gpt3-1.7b", cluster="h100x8", tp=2, dp=2, global_batch=2,
+                         seq_len=512)
+    out = tracesim.convert(None, tmp_path / "et" / "w", "chakra", replay_on="h100x8", options=opts)
+    back = tracesim.convert(tmp_path / "et" / "w", tmp_path / "wl", "tracesim", replay_on="h100x8")
+    g = import_chakra(tmp_path / "et" / "w")
+    assert "userbuffers" in set(g.tasks["algorithm"].astype(str))
+    assert back.replay is not None and out.replay is not None
+    assert back.replay.iteration_time_s == out.replay.iteration_time_s

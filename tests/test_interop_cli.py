@@ -119,3 +119,20 @@ def test_console_entry_point_exit_code(tmp_path):
                        cwd=ROOT, timeout=120)
     check_error(p, "bad.txt", "line 8", "announces 7 rows")  # type: ignore[arg-type]
     assert not (tmp_path / "o.0.et").exists()
+
+
+def test_nodes_scale_a_built_workload_and_its_et_replay(tmp_path):
+    """``--nodes`` sizes the cluster a workload is built for and the one its ET replays on:
+    16 ranks on two nodes of h100x128, the same iteration either way."""
+    lay = ["--model", "gpt3-1.7b", "--cluster", "h100x128", "--nodes", "2", "--tp", "2",
+           "--dp", "8", "--global-batch", "8", "--seq-len", "256"]
+    p = run(*lay, "--to", "chakra", "-o", str(tmp_path / "et" / "w"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ranks"] == 16
+    on = CliRunner().invoke(cli, ["replay", str(tmp_path / "et"), "--cluster", "h100x128",
+                                  "--nodes", "2", "--json"], obj={})
+    native = CliRunner().invoke(cli, ["replay", *lay, "--json"], obj={})
+    assert on.exit_code == 0 and native.exit_code == 0, on.output + native.output
+    a, b = json.loads(on.stdout), json.loads(native.stdout)
+    assert a["gpus"] == b["gpus"] == 16
+    assert a["iteration_time_s"] == b["iteration_time_s"]

@@ -21,7 +21,7 @@ from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import print_report
 
 #: the flags that build a workload (without SOURCE): the model, its cluster and the layout
-BUILD_FLAGS = ("cluster", *BUILD_KEYS)
+BUILD_FLAGS = ("cluster", "nodes", *BUILD_KEYS)
 
 
 @click.command("convert")

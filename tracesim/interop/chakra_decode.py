@@ -33,7 +33,7 @@ from tracesim.interop.chakra_schema import COMM_NAMES
 
 #: string columns of a node row, each coded into its own vocabulary
 STR_FIELDS = ("name", "kind", "op_class", "phase", "step", "group_kind", "collective", "lane",
-              "lane_kind", "key", "pg")
+              "lane_kind", "key", "pg", "algorithm")
 #: numeric columns of a node row and their dtypes
 NUM_FIELDS: dict[str, Any] = {
     "node_id": np.uint64, "type": np.int64, "dur_ns": np.int64, "gap_ns": np.int64,
@@ -110,6 +110,7 @@ def node_row(nd: Any, plain: bool, groups_by_pg: Mapping[str, tuple[int, ...]],
         row["step"] = str(a.get("tracesim.step", ""))
         row["layer"] = _num(a, "tracesim.layer", -1, int, _I32)
         row["group_kind"] = str(a.get("tracesim.group_kind", ""))
+        row["algorithm"] = str(a.get("tracesim.algorithm", ""))  # a task's own algorithm
         for col, own, plain_name in (("flops", "tracesim.flops", "num_ops"),
                                      ("bytes", "tracesim.bytes", "tensor_size")):
             if own in a:

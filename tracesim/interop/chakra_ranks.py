@@ -274,6 +274,9 @@ class Ranks:
         first_rows = pd.unique(uids)
         for c in _STR_COLS:
             data[c] = _categorical(t.column(c), t.strings(c), uids, first_rows)
+        if any(t.strings("algorithm")):  # tasks that name their algorithm (userbuffers chunks)
+            data["algorithm"] = _categorical(t.column("algorithm"), t.strings("algorithm"), uids,
+                                             first_rows)
         keys = _cat(self.keys, np.int32)
         data["match_key"] = _categorical(keys, t.strings("key"), None, keys)
         del keys

@@ -39,7 +39,7 @@ from tracesim.specs.placement import GROUP_KINDS, Placement
 
 #: node-row columns a rank shares with its representative, task for task
 _SAME = ("type", "dur_ns", "gap_ns", "layer", "msg_bytes", "flops", "bytes", "name", "kind",
-         "op_class", "phase", "step", "group_kind", "collective", "lane", "lane_kind")
+         "op_class", "phase", "step", "group_kind", "collective", "lane", "lane_kind", "algorithm")
 
 
 class NotSymmetric(Exception):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.fileio import atomic_path, write_json
@@ -42,7 +43,7 @@ KIND_TYPES = {"cpu": pb.COMP_NODE, "gpu": pb.COMP_NODE, "coll": pb.COMM_COLL_NOD
 P = "tracesim."  # prefix of the attributes only tracesim reads
 _ATTR_FIELD = b"\x52"  # Node.attr: field 10, length-delimited
 #: string columns of the task table that enter a node's bytes
-_STR = ("kind", "name", "op_class", "phase", "step", "group_kind", "collective")
+_STR = ("kind", "name", "op_class", "phase", "step", "group_kind", "collective", "algorithm")
 #: distinct rank programs whose encoded nodes are kept
 _PROGRAMS_KEPT = 8
 
@@ -113,7 +114,7 @@ class _Chunk:
         self.codes: dict[str, np.ndarray] = {}
         cols = []
         for c in (*_STR, "match_key"):
-            codes, names = column_codes(t[c])
+            codes, names = column_codes(t[c] if c in t else pd.Series([""] * len(t), dtype=object))
             names = [*names, "nan"]  # code -1: a missing value, as str() prints it
             self.strings[c] = names
             self.codes[c] = np.asarray(codes, dtype=np.int64)[self.perm]
@@ -319,8 +320,8 @@ class ChakraWriter:
             rest.append(self._attr(P + "lane", "string_val", str(ch.lane_names[lane[i]])))
             rest.append(self._attr(P + "lane_kind", "string_val", str(ch.lane_kinds[lane[i]])))
             rest.append(self._attr(P + "kind", "string_val", kind))
-            for key in ("op_class", "phase", "step", "group_kind", "collective"):
-                if s[key][i]:
+            for key in ("op_class", "phase", "step", "group_kind", "collective", "algorithm"):
+                if s[key][i] and not (key == "algorithm" and s[key][i] == "nan"):  # none given
                     rest.append(self._attr(P + key, "string_val", s[key][i]))
             if int(num["layer"][i]) != -1:
                 rest.append(self._attr(P + "layer", "int64_val", int(num["layer"][i])))

@@ -26,13 +26,19 @@ from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.fabric import parse_background, parse_link_faults
 
 
+def scaled_cluster(cluster: ClusterSpec, nodes: int | None) -> ClusterSpec:
+    """``cluster`` with ``nodes`` nodes (``--nodes``; None: as it is)."""
+    if nodes is None or nodes == cluster.nodes:
+        return cluster
+    if nodes > 1 and cluster.inter_node is None:
+        raise InputError(f"cluster {cluster.name} is one node with no inter-node fabric "
+                         "(inter_node): give a spec that has one, e.g. h100x128", "--nodes")
+    return cluster.replace(nodes=nodes)
+
+
 def fabric_cluster(cluster: ClusterSpec, opts: ReplayOptions) -> ClusterSpec:
     """``cluster`` with the options' node count, degraded links and background traffic."""
-    if opts.nodes is not None and opts.nodes != cluster.nodes:
-        if opts.nodes > 1 and cluster.inter_node is None:
-            raise InputError(f"cluster {cluster.name} is one node with no inter-node fabric "
-                             "(inter_node): give a spec that has one, e.g. h100x128", "--nodes")
-        cluster = cluster.replace(nodes=opts.nodes)
+    cluster = scaled_cluster(cluster, opts.nodes)
     faults = tuple(f for x in opts.degrade_link or () for f in parse_link_faults(x))
     bg = tuple(parse_background(x, cluster.gpus_per_node, cluster.gpus)
                for x in opts.background or ())

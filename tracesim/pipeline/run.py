@@ -71,7 +71,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
         if not opts.cluster:
             raise InputError("an imported workload holds a task graph, not a recorded run: "
                              "give --cluster to replay it on a cluster", source)
-        return replay_graph(load_graph(source), opts.cluster)
+        return replay_graph(load_graph(source), _cluster_of(opts))
     if route == "trace" or kind == "workload":
         from tracesim.pipeline.recorded import replay_recorded
 
@@ -128,14 +128,22 @@ def _replay_chakra(source: Path, opts: ReplayOptions) -> Prediction:
     for ``--to tracesim``)."""
     from tracesim.interop.chakra_import import import_chakra
 
-    extra = sorted(k for k in opts.given() if k != "cluster")
+    extra = sorted(k for k in opts.given() if k not in ("cluster", "nodes"))
     if extra:
         raise InputError(f"--{extra[0].replace('_', '-')} does not apply to Chakra ET files: "
-                         "they hold every rank's tasks; give --cluster only", "SOURCE")
+                         "they hold every rank's tasks; give --cluster (and --nodes) only", "SOURCE")
     if not opts.cluster:
         raise InputError("Chakra ET files hold a task graph, not a recorded run: give "
                          "--cluster to replay them on a cluster", source)
-    return replay_graph(import_chakra(source, symmetric=None), opts.cluster)
+    return replay_graph(import_chakra(source, symmetric=None), _cluster_of(opts))
+
+
+def _cluster_of(opts: ReplayOptions) -> ClusterSpec:
+    """``--cluster`` scaled to ``--nodes`` (replays of imported task graphs)."""
+    from tracesim.pipeline.perturbed import scaled_cluster
+
+    assert opts.cluster is not None
+    return scaled_cluster(load_cluster(opts.cluster), opts.nodes)
 
 
 def _source_kind(source: str | Path | None) -> str:
