@@ -136,3 +136,16 @@ def test_nodes_scale_a_built_workload_and_its_et_replay(tmp_path):
     a, b = json.loads(on.stdout), json.loads(native.stdout)
     assert a["gpus"] == b["gpus"] == 16
     assert a["iteration_time_s"] == b["iteration_time_s"]
+
+
+def test_an_imported_workload_takes_only_cluster_and_nodes(tmp_path):
+    """Options a task graph with its own durations cannot honour are an error, not ignored."""
+    src = DATA / "moe_ep2.txt"
+    assert run(str(src), "--to", "tracesim", "-o", str(tmp_path / "wl")).returncode == 0
+    for extra in (["--device", "b200"], ["--straggler", "0:2"]):
+        r = CliRunner().invoke(cli, ["replay", str(tmp_path / "wl"), "--cluster", "h100x8", *extra],
+                               obj={})
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and extra[0] in lines[0], r.output
+    ok = CliRunner().invoke(cli, ["replay", str(tmp_path / "wl"), "--cluster", "h100x8"], obj={})
+    assert ok.exit_code == 0, ok.output

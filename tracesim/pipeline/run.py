@@ -71,6 +71,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
         if not opts.cluster:
             raise InputError("an imported workload holds a task graph, not a recorded run: "
                              "give --cluster to replay it on a cluster", source)
+        _cluster_only(opts, "an imported workload")
         return replay_graph(load_graph(source), _cluster_of(opts))
     if route == "trace" or kind == "workload":
         from tracesim.pipeline.recorded import replay_recorded
@@ -128,14 +129,21 @@ def _replay_chakra(source: Path, opts: ReplayOptions) -> Prediction:
     for ``--to tracesim``)."""
     from tracesim.interop.chakra_import import import_chakra
 
-    extra = sorted(k for k in opts.given() if k not in ("cluster", "nodes"))
-    if extra:
-        raise InputError(f"--{extra[0].replace('_', '-')} does not apply to Chakra ET files: "
-                         "they hold every rank's tasks; give --cluster (and --nodes) only", "SOURCE")
+    _cluster_only(opts, "Chakra ET files")
     if not opts.cluster:
         raise InputError("Chakra ET files hold a task graph, not a recorded run: give "
                          "--cluster to replay them on a cluster", source)
     return replay_graph(import_chakra(source, symmetric=None), _cluster_of(opts))
+
+
+def _cluster_only(opts: ReplayOptions, what: str) -> None:
+    """A task graph replays with its own durations on a cluster: other options would be
+    ignored, so they are an error."""
+    extra = sorted(k for k in opts.given() if k not in ("cluster", "nodes"))
+    if extra:
+        raise InputError(f"--{extra[0].replace('_', '-')} does not apply to {what} (every "
+                         "rank's tasks with their own durations): give --cluster (and --nodes) "
+                         "only", "SOURCE")
 
 
 def _cluster_of(opts: ReplayOptions) -> ClusterSpec:
