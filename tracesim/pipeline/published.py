@@ -150,14 +150,14 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
                      f"Table 1 (columns {', '.join(SC21_COLUMNS)})", p, "header")
 
 
-def _model_name(row: dict[str, str], path: Path, k: int) -> str:
-    """The row's model, a shipped name or a spec path (InputError on the row's cell)."""
+def _model(row: dict[str, str], path: Path, k: int) -> tuple[str, ModelSpec]:
+    """The row's model as given (a shipped name or a spec path) and its spec (InputError on
+    the row's cell)."""
     name = (row.get("model") or "").strip()
     try:
-        load_model(name)
+        return name, load_model(name)
     except InputError as exc:
         raise InputError(exc.message, path, f"row {k + 2}: model") from None
-    return name
 
 
 def _system(row: dict[str, str], path: Path, k: int) -> str:
@@ -202,8 +202,9 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
     cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
+    model, spec = _model(row, path, k)
     opts: dict[str, Any] = {
-        "model": _model_name(row, path, k), "cluster": cluster,
+        "model": model, "cluster": cluster,
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
         "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
@@ -213,8 +214,7 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_recipe"] = recipe
     if vp > 1:
         opts["vpp"] = vp
-    layers = load_model(opts["model"]).layers
-    split = pipeline_split(layers, pp, max(vp, 1))
+    split = pipeline_split(spec.layers, pp, max(vp, 1))
     if split is not None:
         opts["stage_layers"] = split
     if fsdp > 0:
@@ -222,7 +222,7 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
     release = (row.get("release") or "25.11").strip()
-    return recipe_options(run, opts, layers, release) if run is not None else opts
+    return recipe_options(run, opts, spec.layers, release) if run is not None else opts
 
 
 def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
@@ -242,7 +242,7 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     lb, dp = _int(row, "local_batch", path, k), gpus // tp
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
-        "model": _model_name(row, path, k), "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": _model(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
         "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
         "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
         "template": "analytic", "recompute": ac, "compile": _flag(row, "compile", path, k)}
@@ -429,7 +429,7 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
         return _int(row, "gbs", path, k) * _int(row, "seq_len", path, k) / value / _int(row, "gpus", path, k)
     if key == "model_tflops_per_gpu" and metric == "tokens_per_s_per_gpu":
         run = row_run(row, path, k)
-        per_token = megatron_flops_per_token(load_model(_model_name(row, path, k)), _int(row, "seq_len", path, k),
+        per_token = megatron_flops_per_token(_model(row, path, k)[1], _int(row, "seq_len", path, k),
                                              run.mtp_layers if run is not None else 0)
         return value * 1e12 / per_token
     return value
