@@ -184,6 +184,25 @@ def test_shipped_profiles_are_the_generated_ones_with_sources() -> None:
         assert cal["datasheet"]
 
 
+def test_every_gpu_prices_the_calibrated_memory_classes_below_its_streaming_curve() -> None:
+    # copies, norms and reductions of recorded steps ran below the streaming benchmark
+    # (benchmarks/kernels/memory_in_steps.py); every GPU profile, generated or kept, carries
+    # them as its streaming curve times the class's factor
+    factors = datasheet.read_factors()
+    assert set(factors) == {"memcpy", "norm", "reduction"}
+    assert all(0.5 < f < 1 for f in factors.values())
+    for name in datasheet.KEPT:
+        assert read_yaml(DEVICES_DIR / f"{name}.yaml") == datasheet.kept_profile(name), name
+    for name in (*datasheet.SPECS, *datasheet.KEPT):
+        d = get_device(name)
+        for cls, f in factors.items():
+            b = 1e9
+            assert d.class_efficiency(cls).memory.at(b) == pytest.approx(
+                f * d.class_efficiency("default").memory.at(b), rel=1e-3), (name, cls)
+        assert d.class_efficiency("softmax") is d.class_efficiency("default")
+        assert d.class_efficiency("elementwise") is d.class_efficiency("default")
+
+
 def test_every_profile_loads_and_no_plateau_beats_the_peak() -> None:
     for name in known_devices():
         d = get_device(name)

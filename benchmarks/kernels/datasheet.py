@@ -1,7 +1,8 @@
 """The shipped GPU profiles: datasheet figures plus kernel-level efficiencies, each with its source.
 
 ``python -m benchmarks.kernels.datasheet`` regenerates ``tracesim/hardware/devices/<gpu>.yaml``
-for the GPUs of :data:`SPECS` (``v100`` and ``mi250`` are kept as shipped, not generated).
+for the GPUs of :data:`SPECS` (``v100`` and ``mi250`` are kept as shipped, not generated, but
+take the memory-bound classes' curves as every GPU does: :func:`kept_profile`).
 Peaks, bandwidth, memory and SM counts are datasheet figures (:data:`SPECS`, sources named
 per field); every efficiency is calibrated on public kernel-level data
 (``benchmarks/kernels/data``, fits in :mod:`benchmarks.kernels.kernel_fit`) or, where a
@@ -11,7 +12,10 @@ and what was fitted (docs/devices.md).
 
 Curves of the size path (ops without a shape) are ``eff(s) = E s / (s + peak E t_ramp)``
 sampled every half decade (compute) and ``eff(b) = E_mem b / (b + bandwidth t_ramp)``
-(memory); the shape path uses the profile's ``shape_model``.
+(memory, the streaming curve); the shape path uses the profile's ``shape_model``. The
+memory-bound classes that the kernels of recorded steps calibrate (copies, normalisation,
+reductions: ``data/memory_classes.csv`` from :mod:`benchmarks.kernels.memory_in_steps`) get
+the streaming curve times their factor.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from benchmarks.kernels import kernel_fit as kf
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.flash2 import flash2_params
+from benchmarks.kernels.memory_in_steps import FACTORS_CSV, read_factors
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
@@ -365,6 +370,45 @@ def _attention_unit_curve(att: dict[str, Any], dtype: str, peak: float) -> list[
     return out
 
 
+#: GPU profiles kept as shipped (not generated from :data:`SPECS`)
+KEPT = ("v100", "mi250")
+
+
+def memory_classes(default: dict[str, Any]) -> dict[str, Any]:
+    """Efficiency entries of the calibrated memory-bound classes: ``default``'s entry with its
+    memory curve times the class's factor (data/memory_classes.csv)."""
+    out = {}
+    for cls, f in sorted(read_factors().items()):
+        e = copy.deepcopy(default)
+        e["memory"] = [[b, round(v * f, 4)] for b, v in default["memory"]]
+        out[cls] = e
+    return out
+
+
+def _memory_classes_source() -> str:
+    facts = ", ".join(f"{c} {f}" for c, f in sorted(read_factors().items()))
+    return (f"the streaming curve times {facts}: median over the public traces of the "
+            "memory part of streaming time / measured kernel time of single-kernel ops of at "
+            f"least L2/4 (benchmarks/kernels/memory_in_steps.py, {FACTORS_CSV.name}); softmax "
+            "and elementwise stay on the streaming curve")
+
+
+def kept_profile(name: str) -> dict[str, Any]:
+    """A kept profile (:data:`KEPT`) as shipped, with the calibrated memory-bound classes'
+    entries made from its own default class."""
+    from tracesim.fileio import read_yaml
+    from tracesim.hardware.device import DEVICES_DIR
+
+    out = read_yaml(DEVICES_DIR / f"{name}.yaml")
+    eff = {k: v for k, v in out["efficiency"].items() if k in ("default", "gemm", "attention")}
+    eff.update(memory_classes(eff["default"]))
+    out["efficiency"] = eff
+    cal = dict(out.get("calibration") or {})
+    cal["efficiency memory classes"] = _memory_classes_source()
+    out["calibration"] = cal
+    return out
+
+
 def profile(name: str) -> dict[str, Any]:
     """The profile mapping of a generated GPU."""
     spec = SPECS[name]
@@ -399,6 +443,7 @@ def profile(name: str) -> dict[str, Any]:
         "attention": {"compute_size": "unit", "compute": att_curves, "memory": copy.deepcopy(memory),
                       "spread": SPREAD["attention"]},
     }
+    eff.update(memory_classes(eff["default"]))
     gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "tf32", "fp32")
                               if k in plateau},
                   "tiles": [list(t) for t in kf.TILES], **shared,
@@ -454,6 +499,7 @@ def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], cur
             f"{asrc}; size path: the same model at head dim 128 per (batch, head) unit of 4 L^2 d FLOPs"),
         "efficiency memory curves": (f"E_mem {mem_e}: {msrc}; ramp {MEMORY_T_RAMP_US} us "
                                      "(small copies of the public A100 traces)"),
+        "efficiency memory classes": _memory_classes_source(),
         "launch_overhead_us": f"{LAUNCH_OVERHEAD_US}: the shortest kernels of the public A100 traces last 2-3 us",
         "spread": f"{SPREAD}: band half-widths, kept from the earlier profiles",
     }
@@ -466,9 +512,9 @@ def write_all(directory: str | Path | None = None) -> list[Path]:
 
     d = Path(directory) if directory is not None else DEVICES_DIR
     paths = []
-    for name in SPECS:
+    for name in (*SPECS, *KEPT):
         p = d / f"{name}.yaml"
-        write_yaml(p, profile(name))
+        write_yaml(p, profile(name) if name in SPECS else kept_profile(name))
         paths.append(p)
     return paths
 
