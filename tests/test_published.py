@@ -28,6 +28,7 @@ from tracesim.pipeline.published import (
     sc21_flops,
     sc21_options,
     summary,
+    table_rows,
     validate_rows,
 )
 from tracesim.pipeline.recipes import (
@@ -208,6 +209,30 @@ def test_cli_bad_rows_print_one_line_and_nothing_else(tmp_path: Path) -> None:
         assert "own.csv" in lines[0] and needle in lines[0], lines[0]
     res = CliRunner().invoke(main, ["validate", "published", str(SC21), "--only", "no such row"])
     assert res.exit_code == 0 and res.output.strip() == "no row whose label contains 'no such row' to replay"
+
+
+def test_nvidia_spellings_of_models_and_precisions_are_read(tmp_path: Path) -> None:
+    """NVIDIA's performance summaries write LLAMA3_8B, Qwen3_30B_a3B, FP8-CS, MXFP8: a row so
+    spelt is the shipped model's row (its recipe included); a name that matches no shipped
+    model, or an ambiguous precision, is still a one-line error."""
+    lines = BRIDGE.read_text().splitlines()
+    head = lines[0]
+    rows = [r for r in lines[1:] if r.startswith(("DGX-GB300,llama3-8b,", "DGX-GB300,qwen3-30b-a3b,"))]
+    nv = [r.replace("llama3-8b", "LLAMA3_8B").replace("fp8-cs", "FP8-CS")
+          .replace("qwen3-30b-a3b", "Qwen3_30B_a3B").replace("fp8-mx", "MXFP8") for r in rows]
+    ours, theirs = tmp_path / "ours.csv", tmp_path / "theirs.csv"
+    ours.write_text("\n".join([head, *rows]) + "\n")
+    theirs.write_text("\n".join([head, *nv]) + "\n")
+    a, b = list(table_rows([ours])), list(table_rows([theirs]))
+    assert len(a) == len(b) == 2
+    for x, y in zip(a, b, strict=True):
+        assert x[4] == y[4] and x[5] == y[5] and x[6] == y[6]  # options, label, unmodelled
+    assert load_model("DeepSeekV3") == load_model("deepseek-v3")
+    with pytest.raises(InputError, match="unknown model 'Llama3_71B'"):
+        load_model("Llama3_71B")
+    theirs.write_text(f"{head}\n{nv[0].replace('FP8-CS', 'FP8')}\n")
+    res = CliRunner().invoke(main, ["validate", "published", str(theirs)])
+    assert res.exit_code == 2 and "row 2: precision: unknown precision 'fp8'" in res.output
 
 
 def test_cli_summarises_each_table_and_all(tmp_path: Path) -> None:

@@ -55,7 +55,8 @@ def known_clusters() -> list[str]:
 def _named(name_or_path: str | Path, folder: Path, known: list[str], what: str,
            flag: str) -> Path:
     """The file a name or path stands for: an existing path, a ``.yaml`` path, or a shipped
-    name (names may contain dots, ``gpt3-1.7b``, so a name is tried before a missing path)."""
+    name (names may contain dots, ``gpt3-1.7b``, so a name is tried before a missing path),
+    also spelt with other case and separators where that matches one shipped name only."""
     text = str(name_or_path)
     path = Path(text)
     if path.exists():
@@ -65,13 +66,31 @@ def _named(name_or_path: str | Path, folder: Path, known: list[str], what: str,
         return shipped
     if path.suffix in (".yaml", ".yml") or "/" in text:
         raise InputError("file not found", path)
+    loose = [k for k in known if _loose(k) == _loose(text)]
+    if len(loose) == 1:  # another spelling of one shipped name: "DeepSeekV3", "LLAMA3_70B"
+        return folder / f"{loose[0]}.yaml"
     raise InputError(f"unknown {what} {text!r} (known: {', '.join(known)}; or give a YAML path)",
                      flag)
+
+
+def _loose(name: str) -> str:
+    """A name's letters and digits, lower case (``GPT OSS 120B`` and ``gpt-oss-120b`` agree)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
 def model_path(name_or_path: str | Path, flag: str = "--model") -> Path:
     """The YAML file of a model name (shipped) or path."""
     return _named(name_or_path, models_dir(), known_models(), "model", flag)
+
+
+def model_name(name_or_path: str) -> str:
+    """The shipped name a model name stands for (``LLAMA3_70B``: ``llama3-70b``); a path or
+    an unknown name as given."""
+    try:
+        path = model_path(name_or_path)
+    except InputError:
+        return name_or_path
+    return path.stem if path.parent == models_dir() else name_or_path
 
 
 def load_model(name_or_path: str | Path | ModelSpec, flag: str = "--model") -> ModelSpec:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracesim.catalog import cluster_with_nodes, load_model
+from tracesim.catalog import cluster_with_nodes, load_model, model_name
 from tracesim.errors import InputError
 from tracesim.pipeline.mflops import megatron_flops_per_token
 from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
@@ -387,6 +387,10 @@ def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None =
         p = Path(path)
         fmt, rows = read_table(p)
         for k, row in enumerate(rows):
+            if fmt in ("bridge", "titan"):  # NVIDIA's spellings: LLAMA3_70B, DeepSeekV3, MXFP8
+                prec = (row.get("precision") or "").strip().lower()
+                row = {**row, "model": model_name((row.get("model") or "").strip()),
+                       "precision": {"mxfp8": "fp8-mx"}.get(prec, prec)}
             opts, label, gaps = row_options(fmt, row, p, k)
             if only is None or only(label):
                 yield p, k, fmt, row, opts, label, gaps
