@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.kernels import datasheet
+from benchmarks.kernels import datasheet, memory_in_steps
 from benchmarks.kernels import kernel_accuracy as acc
 from tracesim.fileio import read_yaml
 from tracesim.hardware.costmodel import op_time_ns
@@ -188,7 +188,7 @@ def test_every_gpu_prices_the_calibrated_memory_classes_below_its_streaming_curv
     # copies, norms and reductions of recorded steps ran below the streaming benchmark
     # (benchmarks/kernels/memory_in_steps.py); every GPU profile, generated or kept, carries
     # them as its streaming curve times the class's factor
-    factors = datasheet.read_factors()
+    factors = memory_in_steps.read_factors()
     assert set(factors) == {"memcpy", "norm", "reduction"}
     assert all(0.5 < f < 1 for f in factors.values())
     for name in datasheet.KEPT:

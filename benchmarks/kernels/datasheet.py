@@ -28,7 +28,12 @@ from typing import Any
 from benchmarks.kernels import kernel_fit as kf
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.flash2 import flash2_params
-from benchmarks.kernels.memory_in_steps import FACTORS_CSV, read_factors
+from benchmarks.kernels.memory_in_steps import (
+    KEPT,
+    kept_profile,
+    memory_classes,
+    memory_classes_source,
+)
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
@@ -370,45 +375,6 @@ def _attention_unit_curve(att: dict[str, Any], dtype: str, peak: float) -> list[
     return out
 
 
-#: GPU profiles kept as shipped (not generated from :data:`SPECS`)
-KEPT = ("v100", "mi250")
-
-
-def memory_classes(default: dict[str, Any]) -> dict[str, Any]:
-    """Efficiency entries of the calibrated memory-bound classes: ``default``'s entry with its
-    memory curve times the class's factor (data/memory_classes.csv)."""
-    out = {}
-    for cls, f in sorted(read_factors().items()):
-        e = copy.deepcopy(default)
-        e["memory"] = [[b, round(v * f, 4)] for b, v in default["memory"]]
-        out[cls] = e
-    return out
-
-
-def _memory_classes_source() -> str:
-    facts = ", ".join(f"{c} {f}" for c, f in sorted(read_factors().items()))
-    return (f"the streaming curve times {facts}: median over the public traces of the "
-            "memory part of streaming time / measured kernel time of single-kernel ops of at "
-            f"least L2/4 (benchmarks/kernels/memory_in_steps.py, {FACTORS_CSV.name}); softmax "
-            "and elementwise stay on the streaming curve")
-
-
-def kept_profile(name: str) -> dict[str, Any]:
-    """A kept profile (:data:`KEPT`) as shipped, with the calibrated memory-bound classes'
-    entries made from its own default class."""
-    from tracesim.fileio import read_yaml
-    from tracesim.hardware.device import DEVICES_DIR
-
-    out = read_yaml(DEVICES_DIR / f"{name}.yaml")
-    eff = {k: v for k, v in out["efficiency"].items() if k in ("default", "gemm", "attention")}
-    eff.update(memory_classes(eff["default"]))
-    out["efficiency"] = eff
-    cal = dict(out.get("calibration") or {})
-    cal["efficiency memory classes"] = _memory_classes_source()
-    out["calibration"] = cal
-    return out
-
-
 def profile(name: str) -> dict[str, Any]:
     """The profile mapping of a generated GPU."""
     spec = SPECS[name]
@@ -499,7 +465,7 @@ def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], cur
             f"{asrc}; size path: the same model at head dim 128 per (batch, head) unit of 4 L^2 d FLOPs"),
         "efficiency memory curves": (f"E_mem {mem_e}: {msrc}; ramp {MEMORY_T_RAMP_US} us "
                                      "(small copies of the public A100 traces)"),
-        "efficiency memory classes": _memory_classes_source(),
+        "efficiency memory classes": memory_classes_source(),
         "launch_overhead_us": f"{LAUNCH_OVERHEAD_US}: the shortest kernels of the public A100 traces last 2-3 us",
         "spread": f"{SPREAD}: band half-widths, kept from the earlier profiles",
     }
