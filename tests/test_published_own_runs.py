@@ -156,6 +156,31 @@ def test_tflops_only_rows_and_slurm_segments() -> None:
     assert got[0].options["moe_dispatcher"] == "hybridep" and not got[0].unmodelled
 
 
+MLM_RECIPES = ZOO.with_name("megatron_moe_recipes.csv")
+
+
+def test_megatron_lm_moe_recipe_rows_take_their_recipes_settings() -> None:
+    """Megatron-LM's MoE recipes (examples/moe_recipes, TFLOP/s per GPU of PR #5728): each
+    row's recompute, dispatcher, EP overlap and CUDA-graph scope reach the replay options,
+    and its published tokens/s is the TFLOP/s over Megatron's FLOPs per token."""
+    from tracesim.catalog import load_model
+    from tracesim.pipeline.mflops import megatron_flops_per_token
+
+    fmt, rows = read_table(MLM_RECIPES)
+    assert fmt == "bridge" and len(rows) == 8
+    for k, row in enumerate(rows):
+        per_token = megatron_flops_per_token(load_model(row["model"]), int(row["seq_len"]))
+        assert published_value(row, "tokens_per_s_per_gpu", MLM_RECIPES, k) == pytest.approx(
+            float(row["model_tflops_per_gpu"]) * 1e12 / per_token)
+        opts = bridge_options(row, MLM_RECIPES, k)
+        assert opts["moe_dispatcher"] == "hybridep"
+        assert opts["dp"] * opts["tp"] * opts["pp"] == int(row["gpus"])
+    h235 = bridge_options(rows[1], MLM_RECIPES, 1)
+    assert h235["vpp"] == 4 and h235["recompute_modules"] == "moe_act,layernorm"
+    got = list(validate_rows([MLM_RECIPES], only=lambda s: s.startswith("DGX-H100 qwen3-30b")))
+    assert len(got) == 1 and got[0].predicted > 0 and not got[0].error
+
+
 def test_layout_and_mtp_columns(tmp_path: Path) -> None:
     """NVIDIA's DeepSeek-V3 GB200 roadmap rows give their pipeline layout (`Et|(tt|)*30L`:
     the embedding and one layer, 30 chunks of two, the loss alone) and no MTP layer; a bad
