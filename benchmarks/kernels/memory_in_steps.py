@@ -28,6 +28,7 @@ import argparse
 import copy
 import json
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +96,16 @@ def kernels(path: Path, device: str) -> pd.DataFrame:
     return sel
 
 
-def class_factors() -> list[dict[str, Any]]:
+def all_kernels() -> list[tuple[str, str, pd.DataFrame]]:
+    """(label, device, :func:`kernels`) of every trace of :data:`TRACES`."""
+    return [(label, device, kernels(path, device)) for label, path, device in TRACES]
+
+
+def class_factors(traces: list[tuple[str, str, pd.DataFrame]] | None = None) -> list[dict[str, Any]]:
     """One row per class: the factor on the streaming memory curve (1 where uncalibrated),
-    the traces behind it and their medians."""
+    the traces behind it and their medians (``traces``: :func:`all_kernels`, read if None)."""
     per: dict[str, list[tuple[str, float, int]]] = {c: [] for c in CLASSES}
-    for label, path, device in TRACES:
-        k = kernels(path, device)
+    for label, device, k in traces if traces is not None else all_kernels():
         k = k[(k["l2x"] >= BANDS[0][0]) & k["mem_ratio"].notna()]
         for cls, g in k.groupby("op_class"):
             per[str(cls)].append((f"{label.split(',')[0]} ({device})", float(g["mem_ratio"].median()),
@@ -121,6 +126,7 @@ def write_factors(rows: list[dict[str, Any]], path: Path = FACTORS_CSV) -> Path:
     return path
 
 
+@cache
 def read_factors(path: Path = FACTORS_CSV) -> dict[str, float]:
     """The calibrated classes' factors (classes left on the streaming curve are not listed)."""
     t = pd.read_csv(path)
@@ -128,10 +134,10 @@ def read_factors(path: Path = FACTORS_CSV) -> dict[str, float]:
             if bool(r["calibrated"]) and float(r["factor"]) < 1.0}
 
 
-def study() -> list[dict[str, Any]]:
+def study(traces: list[tuple[str, str, pd.DataFrame]] | None = None) -> list[dict[str, Any]]:
+    """Per trace, size band and class: the ops' ratios and achieved bandwidth."""
     out = []
-    for label, path, device in TRACES:
-        k = kernels(path, device)
+    for label, device, k in traces if traces is not None else all_kernels():
         for lo, hi, band in BANDS:
             b = k[(k["l2x"] >= lo) & (k["l2x"] < hi)]
             for cls in (*CLASSES, "all"):
@@ -177,7 +183,7 @@ def kept_profile(name: str) -> dict[str, Any]:
     from tracesim.hardware.device import DEVICES_DIR
 
     out = read_yaml(DEVICES_DIR / f"{name}.yaml")
-    eff = {k: v for k, v in out["efficiency"].items() if k in ("default", "gemm", "attention")}
+    eff = {k: v for k, v in out["efficiency"].items() if k in STREAMING_CLASSES}
     eff.update(memory_classes(eff["default"]))
     out["efficiency"] = eff
     cal = dict(out.get("calibration") or {})
@@ -191,8 +197,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--write", action="store_true", help=f"write the factors to {FACTORS_CSV.name}")
     args = ap.parse_args()
-    rows = study()
-    factors = class_factors()
+    traces = all_kernels()
+    rows = study(traces)
+    factors = class_factors(traces)
     if args.write:
         print(f"written to {write_factors(factors)}")
     if args.json:
