@@ -107,6 +107,48 @@ def test_joined_in_latency_flows_and_later_phase():
         assert _ends("ecmp-o2", ops, fast=True)[0] == _ends("ecmp-o2", ops, fast=False)[0]
 
 
+def _recorded(cluster: str, ops: list[tuple[int, str, tuple[int, ...], int]], *,
+              fast: bool) -> tuple[list[int], tuple[np.ndarray, np.ndarray], np.ndarray, int, int]:
+    """Sorted end times, the recorder's (links, bytes per 40 bins), bytes per link, flow
+    records and fast-path operations of ``ops`` run with a LinkRecorder."""
+    from tracesim.report.links import LinkRecorder
+
+    env = simpy.Environment()
+    model = NetworkModel(CLUSTERS[cluster](), fast_path=fast)
+    rec = LinkRecorder.install(model)
+    model.attach(env)
+    ends: list[int] = []
+
+    def go(t0: int, coll: str, ranks: tuple[int, ...], nbytes: int):  # noqa: ANN202
+        yield env.timeout(t0)
+        yield (model.p2p(ranks[0], ranks[1], nbytes) if coll == "send_recv"
+               else model.collective(coll, ranks, nbytes, "x"))
+        ends.append(int(env.now))
+
+    for op in ops:
+        env.process(go(*op))
+    env.run()
+    edges = np.linspace(0, max(ends), 41)
+    return (sorted(ends), rec.traffic(edges), rec.link_bytes.copy(), len(rec.records),
+            model.flows.reservations._next)
+
+
+@pytest.mark.parametrize("cluster", ["rail", "ecmp-o2"])
+def test_recorded_traffic_same_with_the_fast_path(cluster: str):
+    """A result directory's per-link traffic (a LinkRecorder) takes the fast path too: the
+    operations that end on it hand their flows to the record, those released finish as
+    flows, and every link carries the same bytes in every time bin as without it."""
+    ops = _workload(3, 64, 60)
+    e1, (l1, b1), lb1, n1, taken = _recorded(cluster, ops, fast=True)
+    e0, (l0, b0), lb0, n0, none = _recorded(cluster, ops, fast=False)
+    assert taken > 0 and none == 0
+    assert e1 == e0 and n1 == n0
+    np.testing.assert_array_equal(l1, l0)
+    np.testing.assert_allclose(b1, b0, rtol=1e-12, atol=1e-6)
+    np.testing.assert_allclose(lb1, lb0, rtol=1e-12)
+    np.testing.assert_allclose(b1.sum(axis=1), lb1[l1], rtol=1e-9)  # every byte, in some bin
+
+
 def test_aggregate_phases_same_times():
     ops = _workload(7, 64, 40)
     assert (_ends("ecmp-o2", ops, fast=True, phases="aggregate")[0]

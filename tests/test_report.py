@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tests.helpers import retarget
 from tracesim.cli import cli
 from tracesim.report.critical import critical_path, top_contributors
-from tracesim.report.links import _cumulative
+from tracesim.report.links import _binned
 from tracesim.report.result import Prediction
 from tracesim.report.resultdir import write_result_dir
 from tracesim.report.timeline import chrome_events
@@ -95,13 +95,18 @@ def test_links_parquet(result_dir, small_run):
     assert (links["t1_ns"] > links["t0_ns"]).all()
 
 
-def test_cumulative_closed_form():
-    # flow A: 100 bytes over [0, 10); flow B: 50 bytes over [5, 10); instant C: 7 bytes at 8
-    s = np.array([0.0, 5.0, 8.0])
-    e = np.array([10.0, 10.0, 8.0])
-    b = np.array([100.0, 50.0, 7.0])
-    got = _cumulative(s, e, b, np.array([0.0, 5.0, 7.5, 8.0, 10.0, 20.0]))
-    np.testing.assert_allclose(got, [0.0, 50.0, 100.0, 80.0 + 30.0 + 7.0, 157.0, 157.0])
+def test_binned_closed_form():
+    # flow A: 100 bytes over [0, 10); flow B: 50 bytes over [5, 10); instant C: 7 bytes at 8;
+    # D: 30 bytes over [15, 25), half of it past the last edge
+    s = np.array([0.0, 5.0, 8.0, 15.0])
+    e = np.array([10.0, 10.0, 8.0, 25.0])
+    b = np.array([100.0, 50.0, 7.0, 30.0])
+    edges = np.array([0.0, 5.0, 7.5, 8.0, 10.0, 20.0])
+    row, col, part = _binned(s, e, b, edges)
+    got = np.zeros((4, 5))
+    np.add.at(got, (row, col), part)
+    np.testing.assert_allclose(got, [[50, 25, 5, 20, 0], [0, 25, 5, 20, 0], [0, 0, 0, 7, 0],
+                                     [0, 0, 0, 0, 15]])
 
 
 def test_timeline_structure(result_dir, small_run):

@@ -19,7 +19,9 @@ a latency timeout, a batch and a flow timer.
 
 The fast path applies to operations whose every phase's flows end within half a nanosecond
 of each other when alone (rings, NVLS, direct, point-to-point; not trees with unequal
-branches), in the ``auto`` and ``aggregate`` phase modes, and not while flows are recorded.
+branches), in the ``auto`` and ``aggregate`` phase modes. While the flow network records flows (the
+per-link traffic of a result directory), an operation that ends on the fast path hands its
+phases' flows to the record as they ran (:meth:`FastRun._played`).
 """
 
 from __future__ import annotations
@@ -183,6 +185,8 @@ class FastRun:
             return
         m = self.model
         m.flows.reservations.drop(self)
+        if m.flows.record:
+            self._played(len(self.plan.bounds))
         if m.keep_records:
             m.records.append(CommRecord(self.collective, self.kind, self.n, int(self.msg),
                                         self.plan.cc.algorithm, self.t0, self.t0 + self.plan.total_ns))
@@ -194,6 +198,8 @@ class FastRun:
         p, m = self.plan, self.model
         off = now - self.t0
         i = max(j for j, (lat0, _) in enumerate(p.bounds) if lat0 <= off) if p.bounds else 0
+        if m.flows.record:
+            self._played(i)
         r = Runner(m, p.cc, self.collective, self.kind, self.n, self.msg,
                    resume=(self.t0, i, self.done))
         if not p.bounds:
@@ -204,3 +210,11 @@ class FastRun:
             m._env().timeout(f0 - off).callbacks.append(r._start)
         else:  # its flows have run alone since t0 + f0
             m.flows.resume_lazy(p.routes[i], p.nbytes[i], self.t0 + f0).callbacks.append(r._after)
+
+    def _played(self, upto: int) -> None:
+        """Record the flows of phases ``0 .. upto - 1``, run alone on the fast path, with the
+        flow network (while it records flows: per-link traffic of a result directory)."""
+        p, fl = self.plan, self.model.flows
+        for j in range(upto):
+            end = p.bounds[j + 1][0] if j + 1 < len(p.bounds) else p.total_ns
+            fl.played(p.routes[j], p.nbytes[j], self.t0 + p.bounds[j][1], self.t0 + end)

@@ -35,6 +35,7 @@ from tracesim.network.flowstate import (
     Batch,
     Buf,
     FlowRecord,
+    FlowRecords,
     Late,
     Route,
     SolveCache,
@@ -73,7 +74,7 @@ class FlowNetwork(LazyBatches):
         self._traj_live = 0  # lazy batches following a trajectory
         #: batches run from a recorded trajectory so far
         self.memo_runs = 0
-        self.records: list[FlowRecord] = []
+        self.records = FlowRecords()
         self.segments: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = []
         #: bytes carried by each link by flows that have finished
         self.link_bytes = np.zeros(len(self.capacity))
@@ -167,6 +168,8 @@ class FlowNetwork(LazyBatches):
         self._next_group += 1
         b = Batch(gid, lo, lo + n_new, elo, elo + len(rt.e_link), rt.links, ev, rt,
                    self._next_fid, now)
+        if self.record:
+            self._new_fids(b.fid0, rt, nb)
         self._next_fid += n_new
         self._register(b)
         self._batches[gid] = b

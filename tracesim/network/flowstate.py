@@ -6,6 +6,7 @@ Used by :mod:`tracesim.network.flows`; see its docstring for how they fit togeth
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,3 +249,43 @@ class FlowRecord:
     delivered: float
     start_ns: int
     end_ns: int
+
+
+class FlowRecords:
+    """The :class:`FlowRecord` of every finished flow of a recording network, in the order
+    they finished. A batch whose flows all ran from one instant to another (a lazy batch, a
+    fast-path phase) is kept as one run (:meth:`add_run`) and its records made when read."""
+
+    def __init__(self) -> None:
+        self._items: list[FlowRecord | tuple[int, np.ndarray, int, int]] = []
+        self._n = 0
+
+    def append(self, rec: FlowRecord) -> None:
+        self._items.append(rec)
+        self._n += 1
+
+    def add_run(self, fid0: int, nbytes: np.ndarray, t0: int, t1: int) -> None:
+        """Flows ``fid0 ..`` that moved ``nbytes`` each (all delivered) from ``t0`` to ``t1``."""
+        self._items.append((fid0, nbytes, t0, t1))
+        self._n += len(nbytes)
+
+    def flow_ids(self) -> np.ndarray:
+        """The flow id of every record (as ``[r.flow_id for r in self]``, without the records)."""
+        first = np.fromiter((it.flow_id if isinstance(it, FlowRecord) else it[0]
+                             for it in self._items), np.int64, len(self._items))
+        n = np.fromiter((1 if isinstance(it, FlowRecord) else len(it[1]) for it in self._items),
+                        np.int64, len(self._items))
+        total = int(n.sum())
+        return np.repeat(first - (np.cumsum(n) - n), n) + np.arange(total, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[FlowRecord]:
+        for it in self._items:
+            if isinstance(it, FlowRecord):
+                yield it
+            else:
+                fid0, nb, t0, t1 = it
+                for i, x in enumerate(nb.tolist()):
+                    yield FlowRecord(fid0 + i, x, x, t0, t1)

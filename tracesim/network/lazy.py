@@ -31,7 +31,7 @@ import heapq
 import numpy as np
 import simpy
 
-from tracesim.network.flowstate import Batch, Buf, FlowRecord, Route, Trajectory, lazy_step
+from tracesim.network.flowstate import Batch, Buf, FlowRecords, Route, Trajectory, lazy_step
 from tracesim.network.owners import LinkOwners
 
 #: bound on the float64 values held by the recorded trajectories of one network (64 MiB);
@@ -48,7 +48,7 @@ class LazyBatches:
     env: simpy.Environment | None
     record: bool
     memo: bool
-    records: list[FlowRecord]
+    records: FlowRecords
     segments: list[tuple[np.ndarray, np.ndarray, int, np.ndarray]]
     link_bytes: np.ndarray
     link_flows: np.ndarray
@@ -130,6 +130,8 @@ class LazyBatches:
         gid = self._next_group
         self._next_group += 1
         b = Batch(gid, -1, -1, -1, -1, rt.links, ev, rt, self._next_fid, t0)
+        if self.record:
+            self._new_fids(b.fid0, rt, nb)
         b.n_alive = n
         b.lazy = nb
         self._next_fid += n
@@ -140,6 +142,25 @@ class LazyBatches:
         self._seq += 1
         heapq.heappush(self._heap, (end, self._seq, gid, b.version))
         return b
+
+    def _new_fids(self, fid0: int, rt: Route, nb: np.ndarray) -> None:
+        """Flows ``fid0 .. fid0 + len(nb) - 1`` of route ``rt`` begin (called while flows are
+        recorded; a link recorder keeps their links)."""
+
+    def played(self, rt: Route, nb: np.ndarray, t0: int, t1: int) -> None:
+        """Record a batch of route ``rt`` that ran alone at its isolated rates from ``t0`` to
+        ``t1`` without entering the network (a phase of a fast-path collective,
+        :mod:`tracesim.network.fastpath`), as :meth:`_finish_lazy` records a lazy batch that
+        ended: flow ids, bytes per link, one segment, a record per flow."""
+        n = len(nb)
+        if not n:
+            return
+        fid0 = self._next_fid
+        self._next_fid += n
+        self._new_fids(fid0, rt, nb)
+        np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
+        self._segment(np.arange(fid0, fid0 + n), np.full(n, t0), t1, nb)
+        self.records.add_run(fid0, nb, t0, t1)
 
     def _segment(self, fids: np.ndarray, t_from: np.ndarray, now: int, nbytes: np.ndarray) -> None:
         keep = nbytes > 0
@@ -215,8 +236,7 @@ class LazyBatches:
         self._n_alive -= len(nb)
         if self.record:
             self._segment(np.arange(b.fid0, b.fid0 + len(nb)), np.full(len(nb), b.t0), now, nb)
-            for i, x in enumerate(nb.tolist()):
-                self.records.append(FlowRecord(b.fid0 + i, x, x, b.t0, now))
+            self.records.add_run(b.fid0, nb, b.t0, now)
         b.n_alive = 0
         self._drop(b)
 

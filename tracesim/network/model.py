@@ -360,7 +360,7 @@ class NetworkModel:
         """Run ``cc``'s phases one after another; the event fires when the last has ended.
         An operation alone on its links takes the fast path (:mod:`tracesim.network.fastpath`)."""
         fl = self.flows
-        if self.fast_path and self.phases != "steps" and not fl.record:
+        if self.fast_path and self.phases != "steps":
             key = (id(cc), msg_bytes)
             hit = self._plans.get(key)
             res = fl.reservations

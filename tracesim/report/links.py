@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import simpy
 
 from tracesim.network.flows import FlowNetwork
+from tracesim.network.flowstate import Route
 
 #: columns of links.parquet
 LINK_COLUMNS = ("link", "name", "kind", "capacity_GBps", "bin", "t0_ns", "t1_ns", "bytes",
@@ -34,7 +34,7 @@ class LinkRecorder(FlowNetwork):
 
     def __init__(self, capacity: np.ndarray):
         super().__init__(capacity, record=True)
-        self._linkrec_batches: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._linkrec_batches: list[tuple[int, Route]] = []
 
     @classmethod
     def install(cls, net: Any) -> LinkRecorder:
@@ -44,47 +44,58 @@ class LinkRecorder(FlowNetwork):
         net.flows = rec
         return rec
 
-    def start(self, e_ptr: np.ndarray, e_link: np.ndarray, nbytes: np.ndarray) -> simpy.Event:
-        fid0 = self._next_fid
-        ev = super().start(e_ptr, e_link, nbytes)
-        n = len(np.asarray(nbytes))
-        if n:
-            self._linkrec_batches.append((fid0, np.asarray(e_ptr, dtype=np.int64).copy(),
-                                  np.asarray(e_link, dtype=np.int64).copy(),
-                                  np.asarray(nbytes, dtype=np.float64).copy()))
-        return ev
+    def _new_fids(self, fid0: int, rt: Route, nb: np.ndarray) -> None:
+        if len(nb):
+            self._linkrec_batches.append((fid0, rt))
 
-    def entries(self) -> pd.DataFrame:
-        """One row per (flow, interval of constant rate, link) of the flows that finished:
-        ``link``, ``bytes``, ``start_ns``, ``end_ns``."""
+    def traffic(self, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes the finished flows moved over each link in each time bin ``[edges[j],
+        edges[j + 1])``: (the links that carried any, ascending; bytes, one row per such link,
+        one column per bin). A flow moves its bytes of each interval of constant rate evenly
+        over it; bytes outside ``[edges[0], edges[-1]]`` are left out."""
+        n_bins = len(edges) - 1
+        none = (np.zeros(0, np.int64), np.zeros((0, n_bins)))
         if not self._linkrec_batches or not self.records or not self.segments:
-            return pd.DataFrame({"link": np.zeros(0, np.int64), "bytes": np.zeros(0),
-                                 "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
-        rec_fid = np.fromiter((r.flow_id for r in self.records), np.int64, len(self.records))
-        n_fid = max(int(rec_fid.max()), max(f0 + len(e_ptr) - 1 for f0, e_ptr, _, _ in
-                                            self._linkrec_batches)) + 1
+            return none
+        # the links of every flow, CSR by flow id: the batches, in the order their ids were
+        # given, cover the ids without gaps
+        batches = self._linkrec_batches
+        lens: dict[int, np.ndarray] = {}
+        for _, rt in batches:
+            if id(rt) not in lens:
+                lens[id(rt)] = np.bincount(rt.e_flow, minlength=len(rt.rate0)).astype(np.int64)
+        fid0 = np.fromiter((f for f, _ in batches), np.int64, len(batches))
+        n_links = np.concatenate([lens[id(rt)] for _, rt in batches])
+        link_of = np.concatenate([rt.e_link for _, rt in batches])
+        n_flows = np.fromiter((len(lens[id(rt)]) for _, rt in batches), np.int64, len(fid0))
+        if fid0[0] != 0 or (np.diff(fid0) != n_flows[:-1]).any():
+            raise RuntimeError("flow ids of the recorded batches are not contiguous")
+        rec_fid = self.records.flow_ids()
+        n_fid = max(int(rec_fid.max()) + 1, len(n_links))
+        n_links = np.r_[n_links, np.zeros(n_fid - len(n_links), np.int64)]
         finished = np.zeros(n_fid, dtype=bool)
         finished[rec_fid] = True
-        # the links of every flow, CSR by flow id
-        n_links = np.zeros(n_fid, dtype=np.int64)
-        for fid0, e_ptr, _, _ in self._linkrec_batches:
-            n_links[fid0 : fid0 + len(e_ptr) - 1] = np.diff(e_ptr)
         ptr = np.r_[0, np.cumsum(n_links)]
-        link_of = np.zeros(int(ptr[-1]), dtype=np.int64)
-        for fid0, _, e_link, _ in self._linkrec_batches:
-            link_of[ptr[fid0] : ptr[fid0] + len(e_link)] = e_link
-        fid = np.concatenate([s[0] for s in self.segments])
-        t0 = np.concatenate([s[1] for s in self.segments])
-        t1 = np.concatenate([np.full(len(s[0]), s[2], dtype=np.int64) for s in self.segments])
-        by = np.concatenate([s[3] for s in self.segments])
+        seg = self.segments
+        fid = np.concatenate([x[0] for x in seg])
+        t0 = np.concatenate([x[1] for x in seg]).astype(np.float64)
+        t1 = np.repeat(np.fromiter((x[2] for x in seg), np.float64, len(seg)),
+                       np.fromiter((len(x[0]) for x in seg), np.int64, len(seg)))
+        by = np.concatenate([x[3] for x in seg])
         ok = finished[fid]
         fid, t0, t1, by = fid[ok], t0[ok], t1[ok], by[ok]
-        cnt = n_links[fid]
-        row = np.repeat(np.arange(len(fid)), cnt)
-        first = np.repeat(ptr[fid], cnt)
-        pos = first + np.arange(len(row)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        return pd.DataFrame({"link": link_of[pos], "bytes": by[row], "start_ns": t0[row],
-                             "end_ns": t1[row]})
+        row, col, part = _binned(t0, t1, by, edges)  # per interval: bins and bytes
+        f = fid[row]
+        cnt = n_links[f]
+        first = np.repeat(ptr[f], cnt)
+        link = link_of[first + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+        used = np.zeros(int(link.max()) + 1 if len(link) else 0, dtype=bool)
+        used[link] = True
+        links = np.flatnonzero(used)
+        local = (np.cumsum(used) - 1)[link]
+        flat = np.bincount(local * n_bins + np.repeat(col, cnt), weights=np.repeat(part, cnt),
+                           minlength=len(links) * n_bins)
+        return links.astype(np.int64), flat.reshape(len(links), n_bins)
 
 
 def link_utilisation(recorder: LinkRecorder | None, topology: Any, makespan_ns: int,
@@ -102,51 +113,48 @@ def link_utilisation(recorder: LinkRecorder | None, topology: Any, makespan_ns: 
                        "float64"), strict=True)})
     if recorder is None or makespan_ns <= 0:
         return empty
-    ent = recorder.entries()
-    if ent.empty:
-        return empty
     edges = np.linspace(0, makespan_ns, bins + 1)
+    links, per_bin = recorder.traffic(edges)
+    if not len(links):
+        return empty
     width = np.diff(edges)
-    parts = []
+    cap = np.asarray(topology.capacity, dtype=np.float64)[links]  # bytes/ns == GB/s
     kinds = getattr(topology, "kind", None)
-    for link, g in ent.groupby("link", sort=True):
-        s = g["start_ns"].to_numpy(np.float64)
-        e = g["end_ns"].to_numpy(np.float64)
-        b = g["bytes"].to_numpy(np.float64)
-        cum = _cumulative(s, e, b, edges)
-        per_bin = np.diff(cum)
-        cap = float(topology.capacity[int(link)])  # bytes/ns == GB/s
-        parts.append(pd.DataFrame({
-            "link": np.full(bins, int(link), dtype=np.int64),
-            "name": topology.link_name(int(link)),
-            "kind": _kind_name(kinds[int(link)]) if kinds is not None else "",
-            "capacity_GBps": cap,
-            "bin": np.arange(bins, dtype=np.int32),
-            "t0_ns": edges[:-1].round().astype(np.int64),
-            "t1_ns": edges[1:].round().astype(np.int64),
-            "bytes": per_bin,
-            "utilisation": np.clip(per_bin / (cap * width), 0.0, None),
-        }))
-    return pd.concat(parts, ignore_index=True)
+    names = [topology.link_name(int(x)) for x in links.tolist()]
+    kind_names = ([_kind_name(kinds[int(x)]) for x in links.tolist()] if kinds is not None
+                  else [""] * len(links))
+    return pd.DataFrame({
+        "link": np.repeat(links, bins),
+        "name": np.repeat(np.asarray(names, dtype=object), bins),
+        "kind": np.repeat(np.asarray(kind_names, dtype=object), bins),
+        "capacity_GBps": np.repeat(cap, bins),
+        "bin": np.tile(np.arange(bins, dtype=np.int32), len(links)),
+        "t0_ns": np.tile(edges[:-1].round().astype(np.int64), len(links)),
+        "t1_ns": np.tile(edges[1:].round().astype(np.int64), len(links)),
+        "bytes": per_bin.ravel(),
+        "utilisation": np.clip(per_bin / (cap[:, None] * width), 0.0, None).ravel(),
+    })
 
 
-def _cumulative(s: np.ndarray, e: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Bytes delivered by time ``t`` when each flow moves ``b`` evenly over [s, e)."""
-    inst = e <= s  # zero-length flows: all bytes at s
-    rate = np.where(inst, 0.0, b / np.where(inst, 1.0, e - s))
-    o_s, o_e = np.argsort(s), np.argsort(e)
-    cr_s = np.concatenate([[0.0], np.cumsum(rate[o_s])])
-    crs_s = np.concatenate([[0.0], np.cumsum((rate * s)[o_s])])
-    cr_e = np.concatenate([[0.0], np.cumsum(rate[o_e])])
-    cre_e = np.concatenate([[0.0], np.cumsum((rate * e)[o_e])])
-    ks = np.searchsorted(s[o_s], t, side="left")
-    ke = np.searchsorted(e[o_e], t, side="left")
-    out = (t * cr_s[ks] - crs_s[ks]) - (t * cr_e[ke] - cre_e[ke])
-    if inst.any():
-        si = np.sort(s[inst])
-        cb = np.concatenate([[0.0], np.cumsum(b[inst][np.argsort(s[inst])])])
-        out = out + cb[np.searchsorted(si, t, side="right")]
-    return out
+def _binned(s: np.ndarray, e: np.ndarray, b: np.ndarray,
+            edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How intervals that move ``b`` bytes evenly over ``[s, e)`` fill the bins ``[edges[j],
+    edges[j + 1])``: (interval, bin, bytes) for each pair that overlaps. An interval of no
+    length puts its bytes in the bin holding ``s`` (the last bin holds its end too)."""
+    n_bins = len(edges) - 1
+    inst = e <= s
+    lo = np.searchsorted(edges, s, side="right") - 1
+    hi = np.where(inst, lo, np.searchsorted(edges, e, side="left") - 1)
+    lo_c, hi_c = np.clip(lo, 0, n_bins - 1), np.clip(hi, 0, n_bins - 1)
+    span = np.where(hi_c >= lo_c, hi_c - lo_c + 1, 0)
+    row = np.repeat(np.arange(len(s)), span)
+    col = np.repeat(lo_c, span) + np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)
+    a = np.maximum(s[row], edges[col])
+    z = np.minimum(e[row], edges[col + 1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        part = np.where(inst[row], b[row] * ((s[row] >= edges[0]) & (s[row] <= edges[-1])),
+                        b[row] * np.clip(z - a, 0.0, None) / (e[row] - s[row]))
+    return row, col, part
 
 
 def _kind_name(code: Any) -> str:

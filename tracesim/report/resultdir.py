@@ -102,10 +102,9 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
         mr = max_ranks or tl.MAX_RANKS
         info = tl.write_timeline(out / "timeline.json.gz", g, rep.start_ns, rep.end_ns,
                                  max_ranks=mr, methods=rep.methods,
-                                 meta={"result": {k: res.get(k) for k in ("mode", "cluster", "gpus")}})
+                                 meta={"result": {k: res.get(k) for k in ("mode", "cluster", "gpus")}},
+                                 kineto=out / "kineto")
         written["timeline.json.gz"] = FILES["timeline.json.gz"]
-        tl.write_kineto_ranks(out / "kineto", g, rep.start_ns, rep.end_ns, max_ranks=mr,
-                              methods=rep.methods)
         written["kineto"] = FILES["kineto"]
         res["timeline"] = info
         t0 = int(min(0, int(rep.start_ns.min()))) if len(rep.start_ns) else 0

@@ -63,29 +63,63 @@ def chrome_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, *,
         max_flows: cap on dependency arrows.
         methods: per-task scaling method, written into each event's args when given.
     """
-    t = graph.tasks
-    lanes = graph.lanes
-    all_ranks = sorted(int(r) for r in np.unique(t["rank"].to_numpy()))
     ranks = select_ranks(graph) if ranks is None else ranks
-    keep_rank = np.isin(t["rank"].to_numpy(), ranks)
-    lane_rank = lanes["rank"].to_numpy()
-    lane_names = lanes["name"].astype(str).to_numpy()
-    lane_kind = lanes["kind"].astype(str).to_numpy()
-    # tid: position of the lane among its rank's lanes
-    tid = np.zeros(len(lanes), dtype=np.int64)
-    for r in np.unique(lane_rank):
-        idx = np.flatnonzero(lane_rank == r)
-        tid[idx] = np.arange(len(idx))
-    ev: list[dict] = []
-    for r in ranks:
-        ev.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
-        ev.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
-        for ln in np.flatnonzero(lane_rank == r).tolist():
-            ev.append({"ph": "M", "name": "thread_name", "pid": r, "tid": int(tid[ln]),
-                       "args": {"name": str(lane_names[ln])}})
-            ev.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": int(tid[ln]),
-                       "args": {"sort_index": int(tid[ln])}})
-    idx = np.flatnonzero(keep_rank)
+    ev = _Events(graph, start_ns, end_ns, ranks, methods)
+    return ev.trace(ranks, max_flows)
+
+
+class _Events:
+    """The trace events of a set of ranks, made once: each file (the timeline of all of
+    them, one Kineto trace per rank) takes its ranks' share (:meth:`trace`)."""
+
+    def __init__(self, graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
+                 ranks: list[int], methods: np.ndarray | None):
+        self.graph, self.start_ns, self.end_ns = graph, start_ns, end_ns
+        t = graph.tasks
+        lanes = graph.lanes
+        self.n_simulated = len(np.unique(t["rank"].to_numpy()))
+        self.lane_rank = lanes["rank"].to_numpy()
+        self.lane_names = lanes["name"].astype(str).to_numpy()
+        # tid: position of the lane among its rank's lanes
+        self.tid = np.zeros(len(lanes), dtype=np.int64)
+        for r in np.unique(self.lane_rank):
+            at = np.flatnonzero(self.lane_rank == r)
+            self.tid[at] = np.arange(len(at))
+        self.idx = np.flatnonzero(np.isin(t["rank"].to_numpy(), ranks))
+        self.task_rank = t["rank"].to_numpy()[self.idx]
+        self.tasks = _task_events(graph, start_ns, end_ns, self.idx, self.tid,
+                                  lanes["kind"].astype(str).to_numpy(), methods)
+
+    def trace(self, ranks: list[int], max_flows: int) -> tuple[list[dict], dict[str, Any]]:
+        """The events of ``ranks`` (a subset of those made) and what was kept."""
+        ev: list[dict] = []
+        tid = self.tid
+        for r in ranks:
+            ev.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}})
+            ev.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0, "args": {"sort_index": r}})
+            for ln in np.flatnonzero(self.lane_rank == r).tolist():
+                ev.append({"ph": "M", "name": "thread_name", "pid": r, "tid": int(tid[ln]),
+                           "args": {"name": str(self.lane_names[ln])}})
+                ev.append({"ph": "M", "name": "thread_sort_index", "pid": r, "tid": int(tid[ln]),
+                           "args": {"sort_index": int(tid[ln])}})
+        mine = np.isin(self.task_rank, ranks)
+        if mine.all():
+            ev.extend(self.tasks)
+        else:
+            ev.extend(self.tasks[j] for j in np.flatnonzero(mine).tolist())
+        flows, n_cross, n_kept = _flow_events(self.graph, self.start_ns, self.end_ns, ranks, tid,
+                                              max_flows)
+        ev.extend(flows)
+        info = {"ranks_shown": ranks, "ranks_simulated": self.n_simulated,
+                "tasks_shown": int(mine.sum()), "flow_arrows": n_kept, "cross_lane_edges": n_cross,
+                "max_flows": max_flows}
+        return ev, info
+
+
+def _task_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, idx: np.ndarray,
+                 tid: np.ndarray, lane_kind: np.ndarray, methods: np.ndarray | None) -> list[dict]:
+    """One complete event per task of ``idx`` (module docstring), in that order."""
+    t = graph.tasks
     cols = {c: t[c].to_numpy()[idx] for c in ("rank", "lane", "kind", "name", "op_class", "phase",
                                               "layer", "collective", "group", "group_kind",
                                               "msg_bytes", "peer", "flops")}
@@ -93,6 +127,7 @@ def chrome_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, *,
     e = end_ns[idx]
     groups = graph.groups
     sym = t["sym_group"].to_numpy()[idx] if "sym_group" in t else None
+    ev: list[dict] = []
     for j, task in enumerate(idx.tolist()):
         lane = int(cols["lane"][j])
         kind = str(cols["kind"][j])
@@ -129,15 +164,23 @@ def chrome_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, *,
                    "pid": int(cols["rank"][j]), "tid": int(tid[lane]),
                    "ts": round(int(s[j]) / 1e3, 3), "dur": round(int(e[j] - s[j]) / 1e3, 3),
                    "args": args})
-    # dependency arrows across lanes
+    return ev
+
+
+def _flow_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, ranks: list[int],
+                 tid: np.ndarray, max_flows: int) -> tuple[list[dict], int, int]:
+    """Dependency arrows across lanes between tasks of ``ranks`` (the earliest ``max_flows``
+    by source end), the number of such edges and of arrows kept."""
+    t = graph.tasks
+    keep_rank = np.isin(t["rank"].to_numpy(), ranks)
     src = graph.edges["src"].to_numpy()
     dst = graph.edges["dst"].to_numpy()
     tl = t["lane"].to_numpy()
     cross = (tl[src] != tl[dst]) & keep_rank[src] & keep_rank[dst]
     src, dst = src[cross], dst[cross]
-    n_cross = len(src)
     order = np.argsort(end_ns[src], kind="stable")[:max_flows]
     trank = t["rank"].to_numpy()
+    ev: list[dict] = []
     for k, o in enumerate(order.tolist()):
         a, b = int(src[o]), int(dst[o])
         ev.append({"ph": "s", "id": k, "cat": "dependency", "name": "dep", "pid": int(trank[a]),
@@ -145,21 +188,26 @@ def chrome_events(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray, *,
         ev.append({"ph": "f", "bp": "e", "id": k, "cat": "dependency", "name": "dep",
                    "pid": int(trank[b]), "tid": int(tid[tl[b]]),
                    "ts": round(int(max(start_ns[b], end_ns[a])) / 1e3, 3)})
-    info = {"ranks_shown": ranks, "ranks_simulated": len(all_ranks), "tasks_shown": int(len(idx)),
-            "flow_arrows": int(len(order)), "cross_lane_edges": int(n_cross),
-            "max_flows": max_flows}
-    return ev, info
+    return ev, int(len(src)), int(len(order))
 
 
 def write_timeline(path: str | Path, graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
                    *, max_ranks: int = MAX_RANKS, max_flows: int = MAX_FLOWS,
-                   methods: np.ndarray | None = None, meta: dict | None = None) -> dict[str, Any]:
-    """Write ``timeline.json.gz`` (module docstring); returns what was kept."""
-    events, info = chrome_events(graph, start_ns, end_ns, ranks=select_ranks(graph, max_ranks),
-                                 max_flows=max_flows, methods=methods)
+                   methods: np.ndarray | None = None, meta: dict | None = None,
+                   kineto: str | Path | None = None) -> dict[str, Any]:
+    """Write ``timeline.json.gz`` (module docstring), and with ``kineto`` (a folder) the
+    per-rank traces of :func:`write_kineto_ranks` from the same events; returns what the
+    timeline kept."""
+    ranks = select_ranks(graph, max_ranks)
+    made = _Events(graph, start_ns, end_ns, ranks, methods)
+    events, info = made.trace(ranks, max_flows)
     doc = {"schemaVersion": 1, "displayTimeUnit": "ns",
            "tracesim": {**info, **(meta or {})}, "traceEvents": events}
+    del events
     _dump_gz(Path(path), doc)
+    del doc
+    if kineto is not None:
+        _write_kineto(Path(kineto), made, ranks, max_flows)
     return info
 
 
@@ -167,16 +215,18 @@ def write_kineto_ranks(folder: str | Path, graph: TaskGraph, start_ns: np.ndarra
                        end_ns: np.ndarray, *, max_ranks: int = MAX_RANKS,
                        max_flows: int = MAX_FLOWS, methods: np.ndarray | None = None) -> list[Path]:
     """One Kineto-style trace per rank (``rank<R>.json.gz``), for HTA's TraceAnalysis."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     ranks = select_ranks(graph, max_ranks)
-    world = len(np.unique(graph.tasks["rank"].to_numpy()))
+    return _write_kineto(Path(folder), _Events(graph, start_ns, end_ns, ranks, methods), ranks,
+                         max_flows)
+
+
+def _write_kineto(folder: Path, made: _Events, ranks: list[int], max_flows: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
     out = []
     for r in ranks:
-        events, _ = chrome_events(graph, start_ns, end_ns, ranks=[r], max_flows=max_flows,
-                                  methods=methods)
+        events, _ = made.trace([r], max_flows)
         doc = {"schemaVersion": 1,
-               "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world},
+               "distributedInfo": {"backend": "nccl", "rank": r, "world_size": made.n_simulated},
                "displayTimeUnit": "ns", "traceEvents": events}
         p = folder / f"rank{r}.json.gz"
         _dump_gz(p, doc)
@@ -190,4 +240,4 @@ def _dump_gz(path: Path, doc: dict) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
-        json.dump(doc, f, separators=(",", ": "))
+        f.write(json.dumps(doc, separators=(",", ": ")))  # dumps: the C encoder, dump is pure Python
