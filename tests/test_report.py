@@ -52,6 +52,18 @@ def test_detail_changes_no_number(small_run):
     assert m["flow"] == int(np.isin(small_run.graph.tasks["kind"], ["coll", "send", "recv"]).sum())
 
 
+def test_result_dir_reports_progress_per_file(small_run, tmp_path):
+    from tracesim.report.resultdir import FILES, write_result_dir
+
+    calls: list[tuple[str, int, int]] = []
+    write_result_dir(tmp_path / "run", small_run, progress=lambda *a: calls.append(a))
+    assert {c[0] for c in calls} == {"write"} and {c[2] for c in calls} == {len(FILES)}
+    done = [c[1] for c in calls]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == len(FILES)
+    written = json.loads((tmp_path / "run" / "result.json").read_text())["files"]
+    assert len(written) == len(FILES)  # every file of a flow-level replay, each counted once
+
+
 def test_result_dir_files(result_dir):
     out, text = result_dir
     for f in ("result.json", "timeline.json.gz", "ops.parquet", "links.parquet",

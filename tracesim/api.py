@@ -58,12 +58,14 @@ def replay(source: str | Path | None = None, options: ReplayOptions | None = Non
     return predict(source, opts, detail=detail, progress=progress)
 
 
-def write_result(prediction: Prediction, out: str | Path, *, plots: bool = True) -> dict[str, Any]:
+def write_result(prediction: Prediction, out: str | Path, *, plots: bool = True,
+                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Write a result directory (``replay -o OUT``: result.json, timeline, Parquet, PNGs;
-    docs/formats.md); returns the ``result.json`` object."""
+    docs/formats.md); returns the ``result.json`` object. ``progress``: called as
+    ``("write", files written, files to write)``."""
     from tracesim.report.resultdir import write_result_dir
 
-    return write_result_dir(out, prediction, plots=plots)
+    return write_result_dir(out, prediction, plots=plots, progress=progress)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ def command(source: Path | None, out: Path | None, as_json: bool, **flags: Any) 
     progress = Progress()
     try:
         pred = replay(source, options_from(flags), detail=out is not None, progress=progress)
+        res = (write_result(pred, out, progress=progress) if out is not None
+               else pred.to_dict(critical_path=True))
     finally:
         progress.close()
-    res = write_result(pred, out) if out is not None else pred.to_dict(critical_path=True)
     if as_json:
         click.echo(json.dumps(res, indent=2, default=json_default))
     else:

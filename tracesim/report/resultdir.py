@@ -22,7 +22,7 @@ Times in files are integer nanoseconds (``*_ns``) or seconds (``*_s``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,8 @@ def ops_table(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
 
 
 def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
-                     max_ranks: int | None = None, plots: bool = True) -> dict:
+                     max_ranks: int | None = None, plots: bool = True,
+                     progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Write the result directory (module docstring); returns the result dict written.
 
     Args:
@@ -87,6 +88,7 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
         bins: time bins of ``links.parquet``.
         max_ranks: ranks in the timeline (default :data:`tracesim.report.timeline.MAX_RANKS`).
         plots: write the PNGs (needs matplotlib; without it they are skipped with a warning).
+        progress: called as ``("write", files written, files to write)`` before each file.
     """
     from tracesim.fileio import atomic_path, write_json
     from tracesim.report import timeline as tl
@@ -94,12 +96,20 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    done = [0]
+
+    def tick(n: int = 1) -> None:  # ``n`` files about to be written
+        if progress:
+            progress("write", done[0], len(FILES))
+        done[0] += n
+
     res = rep.to_dict(critical_path=True)
     written: dict[str, Any] = {"dir": str(out)}
     g = rep.graph
     links_df = None
     if g is not None and rep.start_ns is not None and rep.end_ns is not None:
         mr = max_ranks or tl.MAX_RANKS
+        tick(2)
         info = tl.write_timeline(out / "timeline.json.gz", g, rep.start_ns, rep.end_ns,
                                  max_ranks=mr, methods=rep.methods,
                                  meta={"result": {k: res.get(k) for k in ("mode", "cluster", "gpus")}},
@@ -109,11 +119,13 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
         res["timeline"] = info
         t0 = int(min(0, int(rep.start_ns.min()))) if len(rep.start_ns) else 0
         t1 = int(rep.end_ns.max()) if len(rep.end_ns) else 0
+        tick()
         ops = ops_table(g, rep.start_ns, rep.end_ns, rep.methods)
         with atomic_path(out / "ops.parquet") as tmp:
             ops.to_parquet(tmp, index=False)
         written["ops.parquet"] = FILES["ops.parquet"]
         if rep.topology is not None:
+            tick()
             links_df = link_utilisation(rep.links, rep.topology, t1 - t0, bins=bins)
             with atomic_path(out / "links.parquet") as tmp:
                 links_df.to_parquet(tmp, index=False)
@@ -129,20 +141,26 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
             from tracesim.report import plots as pl
 
             per_rank = rep.per_rank or {}
+            tick()
             pl.save(pl.breakdown_figure(res, per_rank), out / "breakdown.png")
             written["breakdown.png"] = FILES["breakdown.png"]
             if g is not None and rep.start_ns is not None and rep.end_ns is not None:
+                tick()
                 pl.save(pl.gantt_figure(g, rep.start_ns, rep.end_ns, title=pl._title(res)),
                         out / "gantt.png")
                 written["gantt.png"] = FILES["gantt.png"]
             if links_df is not None and not links_df.empty:
+                tick()
                 pl.save(pl.links_figure(links_df, title=pl._title(res)), out / "links.png")
                 written["links.png"] = FILES["links.png"]
         except ImportError:
             res.setdefault("warnings", []).append(
                 "matplotlib is not installed: no PNGs written (pip install 'tracesim[plot]')")
     res["files"] = written
+    tick()
     write_json(out / "result.json", json.loads(json.dumps(res, default=json_default)))
+    if progress:
+        progress("write", len(FILES), len(FILES))
     return res
 
 

@@ -228,6 +228,9 @@ class Progress:
     """``(stage, done, total)`` callback printing one updating line on stderr (a terminal
     only; elsewhere it does nothing). At most ``hz`` updates per second."""
 
+    #: what a stage counts (default: tasks)
+    UNITS = {"write": "files"}
+
     def __init__(self, stream: TextIO | None = None, hz: float = 5.0, force: bool = False):
         self.stream = stream or sys.stderr
         self.enabled = force or _isatty(self.stream)
@@ -244,7 +247,8 @@ class Progress:
             return
         self._last = now
         pct = 100.0 * done / total if total else 100.0
-        self.stream.write(f"\r{stage:<8} {pct:5.1f}%  {done:,}/{total:,} tasks  "
+        unit = self.UNITS.get(stage, "tasks")
+        self.stream.write(f"\r{stage:<8} {pct:5.1f}%  {done:,}/{total:,} {unit}  "
                           f"{now - self._t0:6.1f} s ")
         self.stream.flush()
         self._shown = True
