@@ -89,6 +89,15 @@ class SymmetricComm:
         inner: Any = self.inner
         ops: list[tuple[Any, tuple, list[np.ndarray]]] = []
         own: list[np.ndarray] = []  # links of the representatives' own operations
+        links: dict[tuple, np.ndarray] = {}  # (collective, group, algorithm) -> its links
+
+        def links_of(c: str, g: tuple, m: int, algo: str) -> np.ndarray:
+            key = (c, tuple(g), algo)  # the links follow from the algorithm, not the size
+            got = links.get(key)
+            if got is None:
+                got = links[key] = inner.links_of(c, g, m, algo)
+            return got
+
         for (rep, _gk, coll, msg), full in self.lookup.items():
             imgs = self.group_images(rep, full)
             c, m = ("all_reduce", 0) if coll == "barrier" else (
@@ -96,9 +105,9 @@ class SymmetricComm:
             if len(full) <= 1:
                 continue
             algo = inner.compiled(c, tuple(full), m).algorithm
-            own.append(inner.links_of(c, full, m, algo))
+            own.append(links_of(c, full, m, algo))
             if len(imgs) > 1:
-                ops.append(((rep, full), imgs, [own[-1]] + [inner.links_of(c, g, m, algo) for g in imgs[1:]]))
+                ops.append(((rep, full), imgs, [own[-1]] + [links_of(c, g, m, algo) for g in imgs[1:]]))
         t = graph.tasks
         send = _kind_is(t["kind"], "send")
         p2p = np.flatnonzero(send | _kind_is(t["kind"], "recv"))

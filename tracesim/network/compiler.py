@@ -95,6 +95,17 @@ class Compiler:
         self.latencies[key] = tuple(lat_parts)
         return cc
 
+    def links(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> np.ndarray:
+        """The distinct link ids ``algo``'s flows of ``collective`` on ``ranks`` cross: the
+        compiled collective's when it is compiled, else from the routes alone (no rates)."""
+        cc = self.compiled.get((algo.name, collective, ranks))
+        if cc is not None:
+            parts = [ph.e_link for ph in cc.phases]
+        else:
+            parts = [np.concatenate(ph.routes).astype(np.int64)
+                     for ph in algo.phases(self.group(ranks), collective) if ph.routes]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
     def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
                   msg_bytes: int) -> tuple[float, float]:
         """(fixed_ns, ns_per_byte) of ``algo`` with ``proto`` as NCCL's tuner rates it."""

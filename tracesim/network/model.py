@@ -261,10 +261,9 @@ class NetworkModel:
             collective, msg_bytes = "all_reduce", 0
         if len(ranks) <= 1:
             return np.zeros(0, dtype=np.int64)
-        if algorithm is None:
-            cc = self.compiled(collective, ranks, msg_bytes)
-        else:
-            cc = self._shared.compile(ALGORITHMS[algorithm], collective, ranks)
+        if algorithm is not None:
+            return self._shared.links(ALGORITHMS[algorithm], collective, ranks)
+        cc = self.compiled(collective, ranks, msg_bytes)
         parts = [ph.e_link for ph in cc.phases]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
