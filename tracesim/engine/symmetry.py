@@ -89,13 +89,13 @@ class SymmetricComm:
         inner: Any = self.inner
         ops: list[tuple[Any, tuple, list[np.ndarray]]] = []
         own: list[np.ndarray] = []  # links of the representatives' own operations
-        links: dict[tuple, np.ndarray] = {}  # (collective, group, algorithm) -> its links
+        seen: dict[tuple, np.ndarray] = {}  # (collective, group, algorithm) -> its links
 
         def links_of(c: str, g: tuple, m: int, algo: str) -> np.ndarray:
             key = (c, tuple(g), algo)  # the links follow from the algorithm, not the size
-            got = links.get(key)
+            got = seen.get(key)
             if got is None:
-                got = links[key] = inner.links_of(c, g, m, algo)
+                got = seen[key] = inner.links_of(c, g, m, algo)
             return got
 
         for (rep, _gk, coll, msg), full in self.lookup.items():
