@@ -135,6 +135,9 @@ def test_real_rows_replay() -> None:
             assert (r.options["recompute"], r.options["recompute_layers"]) == ("full", 5)
     s = summary(got)
     assert s["rows"] == 5 and s["within_10pct"] <= s["within_20pct"] <= 5
+    # the signed mean keeps the direction: too fast (+) and too slow (-) rows offset
+    assert s["mean_error"] == pytest.approx(sum(r.rel_error for r in got) / 5)
+    assert abs(s["mean_error"]) <= s["mean_abs_error"]
     # a faster GPU of the same layout is predicted faster: GB300 > GB200 >= B200 > H100
     by = {r.label.split()[0]: r.predicted for r in got if "llama3-8b" in r.label}
     assert by["DGX-GB300"] > by["DGX-B200"] > by["DGX-H100"]

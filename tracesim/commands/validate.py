@@ -87,8 +87,9 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
     torchtitan runs (tokens/s per GPU; benchmarks/published/torchtitan_h200.csv). Each row's layout, batch and
     precision are replayed on the system's cluster spec with the row's software stack;
     nothing is fitted to the rows. Prints one line per row as it finishes, then the mean
-    absolute error, the largest error and the rows within 10% and 20% (with several
-    tables: for each table, then for all).
+    absolute error, the mean signed error (+: predicted faster than published), the largest
+    error and the rows within 10% and 20% (with several tables: for each table, then for
+    all).
     """
     from tracesim.pipeline.published import summary, validate_rows
 
@@ -130,7 +131,7 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
 
 def _summary_line(s: dict) -> str:
     """One line of :func:`tracesim.pipeline.published.summary`'s numbers."""
-    return (f"{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}%, "
-            f"largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
+    return (f"{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}% "
+            f"(signed {s['mean_error'] * 100:+.1f}%), largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
             f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s"
             + (f"; {s['not_replayed']} not replayed" if s.get("not_replayed") else ""))

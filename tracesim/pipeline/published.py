@@ -480,11 +480,13 @@ def _replay_row(item: tuple) -> PublishedRow:
 
 
 def summary(rows: list[PublishedRow]) -> dict[str, Any]:
-    """Mean absolute error, the largest error and how many rows are within 10% and 20%."""
+    """Mean absolute error, the mean signed error (positive: the replay predicts more
+    throughput than published), the largest error and how many rows are within 10% and 20%."""
     done = [r for r in rows if not r.error]
     errs = [abs(r.rel_error) for r in done]
     if not errs:
         return {"rows": 0, "not_replayed": len(rows)}
-    return {"rows": len(errs), "not_replayed": len(rows) - len(done), "mean_abs_error": sum(errs) / len(errs), "max_abs_error": max(errs),
+    return {"rows": len(errs), "not_replayed": len(rows) - len(done), "mean_abs_error": sum(errs) / len(errs),
+            "mean_error": sum(r.rel_error for r in done) / len(done), "max_abs_error": max(errs),
             "within_10pct": sum(e <= 0.10 for e in errs), "within_20pct": sum(e <= 0.20 for e in errs),
             "max_wall_s": max(r.wall_s for r in done)}
