@@ -19,7 +19,7 @@ from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 
 LLAMA = load_model("llama3-8b")
-STR_COLS = ("kind", "name", "op_class", "step", "phase", "collective", "group_kind", "match_key")
+STR_COLS = ("kind", "name", "op_class", "step", "phase", "collective", "group_kind", "match_key", "run")
 
 
 def _op_time(op_class: str, flops: float, nbytes: float, op: object, units: float = 1.0) -> int:
@@ -57,7 +57,7 @@ def test_builder_graph_is_lean(cp_graph: TaskGraph) -> None:
     assert t["gap_ns"].to_numpy().strides == (0,) and not t["gap_ns"].any()
     row = sum(t[c].cat.codes.dtype.itemsize if c in STR_COLS else t[c].to_numpy().strides[0]
               for c in t.columns)
-    assert row <= 72, row  # 19 columns: 148 bytes per task with object strings
+    assert row <= 72, row  # 20 columns: 156 bytes per task with object strings
     assert cp_graph.edges["src"].dtype == np.int32 and cp_graph.edges["dst"].dtype == np.int32
     cp_graph.validate()
     # match keys spell what the builder documents: <gkind><group>|<instance>|<local>[|<cp>]

@@ -52,6 +52,25 @@ def test_detail_changes_no_number(small_run):
     assert m["flow"] == int(np.isin(small_run.graph.tasks["kind"], ["coll", "send", "recv"]).sum())
 
 
+def test_critical_path_names_single_ops_with_merged_runs(small_run):
+    """Without per-op detail, runs of compute ops are one task each (``a..b``); the critical
+    path splits their time over the ops they stand for and reads as the per-op replay's."""
+    from tracesim.build.units import run_parts
+
+    plain = retarget(SMALL)
+    runs = plain.graph.tasks["run"].astype(str)
+    merged = runs[runs != ""]
+    assert len(merged) and all(len(run_parts(r)) >= 2 for r in merged.unique())
+    assert (small_run.graph.tasks["run"].astype(str) == "").all()  # one task per op
+    a = plain.to_dict(critical_path=True)["critical_path"]
+    b = small_run.to_dict(critical_path=True)["critical_path"]
+    assert not any(".." in r["name"] for r in a)
+    assert [(r["name"], r["category"], r["count"]) for r in a] == \
+        [(r["name"], r["category"], r["count"]) for r in b]
+    for x, y in zip(a, b, strict=True):  # a split share is not rounded to whole ns: 1 ns a piece
+        assert abs(x["time_s"] - y["time_s"]) <= x["count"] * 1e-9, (x, y)
+
+
 def test_result_dir_reports_progress_per_file(small_run, tmp_path):
     from tracesim.report.resultdir import FILES, write_result_dir
 

@@ -95,7 +95,7 @@ class _Vocab:
 
 
 #: string columns of the task table copied from the stage programs
-_STR_COLS = ("kind", "name", "op_class", "phase", "collective", "group_kind", "algorithm")
+_STR_COLS = ("kind", "name", "op_class", "phase", "collective", "group_kind", "algorithm", "run")
 
 
 class _StageCache:
@@ -117,7 +117,9 @@ class _StageCache:
         gk = prog["gkind"]
         gk_ids, gk_names = _factor(gk)
         report = np.array([REPORT_KIND.get(k, "") for k in gk_names] or [""], dtype=object)[gk_ids]
-        self.codes = {c: vocab[c].codes(report if c == "group_kind" else prog[c]) for c in _STR_COLS}
+        blank = np.full(self.n, "", dtype=object)  # a program without a column (``run``)
+        self.codes = {c: vocab[c].codes(report if c == "group_kind" else prog.get(c, blank))
+                      for c in _STR_COLS}
         self.dur = _comm_durations(prog, placement, comm_time)
         # group kinds of the comm tasks in first-appearance order (group numbering)
         self.kind_code, self.kinds = _factor(gk[self.comm])

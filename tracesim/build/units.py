@@ -26,7 +26,11 @@ import numpy as np
 from tracesim.template.resolve import ROp
 
 COLUMNS = ("lane", "kind", "name", "op_class", "phase", "flops", "bytes", "dur_ns", "layer",
-           "collective", "gkind", "msg_bytes", "peer_sel", "key", "algorithm", "chunks")
+           "collective", "gkind", "msg_bytes", "peer_sel", "key", "algorithm", "chunks", "run")
+
+#: separators of a merged task's ``run`` column: the ops it stands for, each ``name``,
+#: ``op_class`` and ``dur_ns`` (:meth:`Unit.compacted`, :func:`run_parts`)
+RUN_SEP, FIELD_SEP = "\x1e", "\x1f"
 
 #: lane per communication group kind
 COMM_LANE = {"tp": "comm:tp", "etp": "comm:tp", "ep": "comm:ep", "cp": "comm:cp", "dpcp": "comm:dp",
@@ -60,10 +64,11 @@ class Unit:
     def add(self, *, lane: str, kind: str, name: str, op_class: str = "comm", phase: str = "fwd",
             flops: float = 0.0, nbytes: float = 0.0, dur_ns: int = 0, layer: int = -1,
             collective: str = "", gkind: str = "", msg_bytes: int = 0, peer_sel: str = "",
-            key: str = "", algorithm: str = "", chunks: int = 1) -> int:
+            key: str = "", algorithm: str = "", chunks: int = 1, run: str = "") -> int:
         """Append a task; ``chunks``: the pieces of an op it stands for (a communication
         task: that many operations of ``msg_bytes / chunks`` back to back; a compute task:
-        that many kernels, for the host launch model, :mod:`tracesim.build.host`)."""
+        that many kernels, for the host launch model, :mod:`tracesim.build.host`); ``run``:
+        the ops a merged compute task stands for (:meth:`compacted`; "" for one op)."""
         i = len(self)
         c = self.cols
         c["lane"].append(lane)
@@ -82,6 +87,7 @@ class Unit:
         c["key"].append(key if key or kind == "gpu" else str(i))
         c["algorithm"].append(algorithm)
         c["chunks"].append(int(chunks))
+        c["run"].append(run)
         return i
 
     def edge(self, a: int, b: int) -> None:
@@ -220,13 +226,20 @@ class Unit:
         """A copy with runs of consecutive compute tasks of one layer and phase merged into one
         task (durations, FLOPs and bytes summed) wherever nothing else joins the run: no edge
         leaves a task before the run's end or enters one after its start. The replay is the
-        same (a lane runs its tasks back to back); the graph is several times smaller."""
+        same (a lane runs its tasks back to back); the graph is several times smaller. A
+        merged task is named ``first..last`` and its ``run`` column lists every op it stands
+        for (name, class, duration; :func:`run_parts`), so that reports can split its time."""
         n = len(self)
         c = self.cols
         has_out, has_in = set(self.src), set(self.dst)
         out = Unit()
         group = [0] * n
         best: list[float] = []
+        parts: dict[int, list[str]] = {}
+
+        def part(i: int) -> str:
+            return c["run"][i] or FIELD_SEP.join((c["name"][i], c["op_class"][i], str(c["dur_ns"][i])))
+
         for i in range(n):
             merge = (
                 i > 0 and c["lane"][i] == "compute" and c["lane"][i - 1] == "compute"
@@ -242,6 +255,9 @@ class Unit:
                 oc["bytes"][g] += c["bytes"][i]
                 oc["dur_ns"][g] += c["dur_ns"][i]
                 oc["name"][g] = oc["name"][g].split("..")[0] + ".." + c["name"][i]
+                if g not in parts:  # the first merge: task i - 1 began the run
+                    parts[g] = [part(i - 1)]
+                parts[g].append(part(i))
                 if c["dur_ns"][i] > best[g]:
                     best[g] = c["dur_ns"][i]
                     oc["op_class"][g] = c["op_class"][i]
@@ -251,8 +267,11 @@ class Unit:
                                nbytes=c["bytes"][i], dur_ns=c["dur_ns"][i], layer=c["layer"][i],
                                collective=c["collective"][i], gkind=c["gkind"][i],
                                msg_bytes=c["msg_bytes"][i], peer_sel=c["peer_sel"][i], key=c["key"][i],
-                               algorithm=c["algorithm"][i], chunks=c["chunks"][i])
+                               algorithm=c["algorithm"][i], chunks=c["chunks"][i],
+                               run=c["run"][i])
             best.append(c["dur_ns"][i])
+        for g, ps in parts.items():
+            out.cols["run"][g] = RUN_SEP.join(ps)
         for a, b in zip(self.src, self.dst, strict=True):
             out.edge(group[a], group[b])
         out.entry = list(dict.fromkeys(group[e] for e in self.entry))
@@ -338,3 +357,13 @@ class Program:
         out["src"] = np.concatenate(srcs)
         out["dst"] = np.concatenate(dsts)
         return out
+
+
+def run_parts(run: str) -> list[tuple[str, str, int]]:
+    """The (name, op class, duration ns) of each op a merged task's ``run`` stands for, in
+    the order they ran ([] for a task of one op)."""
+    out = []
+    for p in run.split(RUN_SEP) if run else ():
+        name, cls, dur = p.split(FIELD_SEP)
+        out.append((name, cls, int(dur)))
+    return out

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracesim.build.units import run_parts
 from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 
 
@@ -89,24 +90,58 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     coll = t["collective"].astype(str).to_numpy()
     gk = t["group_kind"].astype(str).to_numpy()
     opc = t["op_class"].astype(str).to_numpy()
+    runs = _runs(t)
     acc: dict[tuple[str, str], list[float]] = {}
     total = 0
     for task, a, b in pieces:
         total += b - a
+        parts: list[tuple[tuple[str, str], float]]
         if task < 0:
-            key = ("(lane gap: untraced time)", "idle")
+            parts = [(("(lane gap: untraced time)", "idle"), b - a)]
         elif kind[task] in COMM_KINDS:
-            key = (f"{coll[task] or kind[task]} ({gk[task] or 'other'})", gk[task] or "comm")
+            parts = [((f"{coll[task] or kind[task]} ({gk[task] or 'other'})", gk[task] or "comm"), b - a)]
+        elif runs is not None and runs[task]:
+            parts = _split(runs[task], int(start_ns[task]), int(end_ns[task]), a, b)
         else:
-            key = (_short(names[task]), opc[task])
-        v = acc.setdefault(key, [0.0, 0])
-        v[0] += b - a
-        v[1] += 1
+            parts = [((_short(names[task]), opc[task]), b - a)]
+        for key, dt in parts:
+            v = acc.setdefault(key, [0.0, 0])
+            v[0] += dt
+            v[1] += 1
     rows: list[dict[str, Any]] = [
         {"name": k[0], "category": k[1], "time_s": v[0] * 1e-9,
          "share": v[0] / total if total else 0.0, "count": int(v[1])} for k, v in acc.items()]
     rows.sort(key=lambda r: (-float(r["time_s"]), str(r["name"])))
     return rows[:top]
+
+
+def _runs(t: pd.DataFrame) -> list[list[tuple[str, str, int]]] | None:
+    """Per task, the ops a merged compute task stands for (the builder's ``run`` column;
+    [] for one op), or None when the graph has no such column."""
+    if "run" not in t:
+        return None
+    col = t["run"]
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    table = [run_parts(str(x)) for x in col.cat.categories]
+    return [table[k] if k >= 0 else [] for k in col.cat.codes.to_numpy().tolist()]
+
+
+def _split(parts: list[tuple[str, str, int]], s0: int, e0: int, a: int, b: int
+           ) -> list[tuple[tuple[str, str], float]]:
+    """The piece ``[a, b)`` of a merged task running ``[s0, e0)`` split over the ops it
+    stands for: each ran its share of the task's time (its duration over their sum), in
+    order, so the split is what a replay with one task per op puts on the path."""
+    total = sum(d for _, _, d in parts)
+    out: list[tuple[tuple[str, str], float]] = []
+    t = float(s0)
+    for name, cls, d in parts:
+        u = t + (e0 - s0) * (d / total if total else 1.0 / len(parts))
+        ov = min(b, u) - max(a, t)
+        if ov > 0:
+            out.append(((_short(name), cls), ov))
+        t = u
+    return out or [((_short(parts[0][0]), parts[0][1]), float(b - a))]
 
 
 def _short(name: str) -> str:
