@@ -100,8 +100,8 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
             parts = [(("(lane gap: untraced time)", "idle"), b - a)]
         elif kind[task] in COMM_KINDS:
             parts = [((f"{coll[task] or kind[task]} ({gk[task] or 'other'})", gk[task] or "comm"), b - a)]
-        elif runs is not None and runs[task]:
-            parts = _split(runs[task], int(start_ns[task]), int(end_ns[task]), a, b)
+        elif runs is not None and runs[1][runs[0][task]]:
+            parts = _split(runs[1][runs[0][task]], int(start_ns[task]), int(end_ns[task]), a, b)
         else:
             parts = [((_short(names[task]), opc[task]), b - a)]
         for key, dt in parts:
@@ -115,16 +115,17 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
     return rows[:top]
 
 
-def _runs(t: pd.DataFrame) -> list[list[tuple[str, str, int]]] | None:
-    """Per task, the ops a merged compute task stands for (the builder's ``run`` column;
-    [] for one op), or None when the graph has no such column."""
+def _runs(t: pd.DataFrame) -> tuple[np.ndarray, list[list[tuple[str, str, int]]]] | None:
+    """The ops a merged compute task stands for (the builder's ``run`` column): a code per
+    task and the ops of each code ([] for one op; the last entry, code -1, too), or None
+    when the graph has no such column."""
     if "run" not in t:
         return None
     col = t["run"]
     if not isinstance(col.dtype, pd.CategoricalDtype):
         col = col.astype("category")
-    table = [run_parts(str(x)) for x in col.cat.categories]
-    return [table[k] if k >= 0 else [] for k in col.cat.codes.to_numpy().tolist()]
+    table = [run_parts(str(x)) for x in col.cat.categories] + [[]]
+    return col.cat.codes.to_numpy(), table
 
 
 def _split(parts: list[tuple[str, str, int]], s0: int, e0: int, a: int, b: int
