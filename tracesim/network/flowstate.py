@@ -6,7 +6,7 @@ Used by :mod:`tracesim.network.flows`; see its docstring for how they fit togeth
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,7 +220,7 @@ def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, aliv
     cache.keep(key, tuple(b.key for b in solve), rate[idx].copy())
 
 
-def ranges(los: list[int], his: list[int]) -> np.ndarray:
+def ranges(los: Sequence[int] | np.ndarray, his: Sequence[int] | np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(lo, hi)`` over the pairs (vectorised; a few pairs, the
     usual case, are cheaper concatenated)."""
     if len(los) == 1:
@@ -275,8 +275,7 @@ class FlowRecords:
                              for it in self._items), np.int64, len(self._items))
         n = np.fromiter((1 if isinstance(it, FlowRecord) else len(it[1]) for it in self._items),
                         np.int64, len(self._items))
-        total = int(n.sum())
-        return np.repeat(first - (np.cumsum(n) - n), n) + np.arange(total, dtype=np.int64)
+        return ranges(first, first + n)
 
     def __len__(self) -> int:
         return self._n

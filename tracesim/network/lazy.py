@@ -159,7 +159,12 @@ class LazyBatches:
         self._next_fid += n
         self._new_fids(fid0, rt, nb)
         np.add.at(self.link_bytes, rt.e_link, nb[rt.e_flow])
-        self._segment(np.arange(fid0, fid0 + n), np.full(n, t0), t1, nb)
+        self._record_run(fid0, nb, t0, t1)
+
+    def _record_run(self, fid0: int, nb: np.ndarray, t0: int, t1: int) -> None:
+        """Flows ``fid0 ..`` that moved ``nb`` bytes each, all from ``t0`` to ``t1``: one
+        segment and one run of records."""
+        self._segment(np.arange(fid0, fid0 + len(nb)), np.full(len(nb), t0), t1, nb)
         self.records.add_run(fid0, nb, t0, t1)
 
     def _segment(self, fids: np.ndarray, t_from: np.ndarray, now: int, nbytes: np.ndarray) -> None:
@@ -235,8 +240,7 @@ class LazyBatches:
         self.link_flows[rt.links] -= rt.link_count
         self._n_alive -= len(nb)
         if self.record:
-            self._segment(np.arange(b.fid0, b.fid0 + len(nb)), np.full(len(nb), b.t0), now, nb)
-            self.records.add_run(b.fid0, nb, b.t0, now)
+            self._record_run(b.fid0, nb, b.t0, now)
         b.n_alive = 0
         self._drop(b)
 

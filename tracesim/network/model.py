@@ -261,11 +261,9 @@ class NetworkModel:
             collective, msg_bytes = "all_reduce", 0
         if len(ranks) <= 1:
             return np.zeros(0, dtype=np.int64)
-        if algorithm is not None:
-            return self._shared.links(ALGORITHMS[algorithm], collective, ranks)
-        cc = self.compiled(collective, ranks, msg_bytes)
-        parts = [ph.e_link for ph in cc.phases]
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        if algorithm is None:
+            algorithm = self.compiled(collective, ranks, msg_bytes).algorithm
+        return self._shared.links(ALGORITHMS[algorithm], collective, ranks)
 
     def links_of_p2p(self, src: int, dst: int) -> np.ndarray:
         """The link ids a transfer src -> dst crosses."""

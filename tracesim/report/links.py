@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.network.flows import FlowNetwork
-from tracesim.network.flowstate import Route
+from tracesim.network.flowstate import Route, ranges
 
 #: columns of links.parquet
 LINK_COLUMNS = ("link", "name", "kind", "capacity_GBps", "bin", "t0_ns", "t1_ns", "bytes",
@@ -87,8 +87,7 @@ class LinkRecorder(FlowNetwork):
         row, col, part = _binned(t0, t1, by, edges)  # per interval: bins and bytes
         f = fid[row]
         cnt = n_links[f]
-        first = np.repeat(ptr[f], cnt)
-        link = link_of[first + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+        link = link_of[ranges(ptr[f], ptr[f] + cnt)]
         used = np.zeros(int(link.max()) + 1 if len(link) else 0, dtype=bool)
         used[link] = True
         links = np.flatnonzero(used)
@@ -148,7 +147,7 @@ def _binned(s: np.ndarray, e: np.ndarray, b: np.ndarray,
     lo_c, hi_c = np.clip(lo, 0, n_bins - 1), np.clip(hi, 0, n_bins - 1)
     span = np.where(hi_c >= lo_c, hi_c - lo_c + 1, 0)
     row = np.repeat(np.arange(len(s)), span)
-    col = np.repeat(lo_c, span) + np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span)
+    col = ranges(lo_c, lo_c + span)
     a = np.maximum(s[row], edges[col])
     z = np.minimum(e[row], edges[col + 1])
     with np.errstate(divide="ignore", invalid="ignore"):
