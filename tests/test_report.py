@@ -192,6 +192,21 @@ def test_critical_path_adds_up(small_run):
     assert top[0]["share"] >= top[-1]["share"]
 
 
+def test_critical_path_span_named_when_several_steps_replay(small_run, public_traces):
+    """A retarget's critical path is one iteration; a recorded run replays all its profiled
+    steps, so its shares are of that span, and the report says so."""
+    from tracesim.pipeline.run import predict
+    from tracesim.report.terminal import report_text
+
+    one = small_run.to_dict(critical_path=True)
+    assert one["critical_path_span_s"] == pytest.approx(small_run.makespan_ns * 1e-9)
+    assert "  critical path, top contributors:" in report_text(one)
+    rec = predict(public_traces / "v100_1rank.json.gz")
+    d = rec.to_dict(critical_path=True)
+    assert 3 * d["iteration_time_s"] < d["critical_path_span_s"] <= rec.makespan_ns * 1e-9
+    assert "critical path over the 5 replayed steps (" in report_text(d)
+
+
 LAYOUTS = [
     {"tp": 2, "pp": 2, "dp": 2},
     {"tp": 1, "pp": 4, "dp": 2, "schedule": "gpipe"},

@@ -81,9 +81,17 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
                      top: int = 10) -> list[dict[str, Any]]:
     """Critical-path time grouped by what ran: ``name``, ``category`` (the op class, or the
     communication group kind), ``time_s``, ``share`` (of the path), ``count`` (pieces)."""
+    return critical_summary(graph, start_ns, end_ns, top)[0]
+
+
+def critical_summary(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
+                     top: int = 10) -> tuple[list[dict[str, Any]], float]:
+    """:func:`top_contributors` and the length of the path (s): the whole replayed span,
+    which is several iterations where a recorded run's profiled steps are replayed
+    together."""
     pieces = critical_path(graph, start_ns, end_ns)
     if not pieces:
-        return []
+        return [], 0.0
     t = graph.tasks
     names = t["name"].astype(str).to_numpy()
     kind = t["kind"].to_numpy()
@@ -112,7 +120,7 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
         {"name": k[0], "category": k[1], "time_s": v[0] * 1e-9,
          "share": v[0] / total if total else 0.0, "count": int(v[1])} for k, v in acc.items()]
     rows.sort(key=lambda r: (-float(r["time_s"]), str(r["name"])))
-    return rows[:top]
+    return rows[:top], total * 1e-9
 
 
 def _runs(t: pd.DataFrame) -> tuple[np.ndarray, list[list[tuple[str, str, int]]]] | None:

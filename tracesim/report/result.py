@@ -99,9 +99,10 @@ class Prediction:
         }
         if critical_path and self.graph is not None and self.start_ns is not None \
                 and self.end_ns is not None:
-            from tracesim.report.critical import top_contributors
+            from tracesim.report.critical import critical_summary
 
-            out["critical_path"] = top_contributors(self.graph, self.start_ns, self.end_ns, top=top)
+            out["critical_path"], out["critical_path_span_s"] = critical_summary(
+                self.graph, self.start_ns, self.end_ns, top=top)
             if self.per_rank:
                 out["per_rank_breakdown"] = {str(k): v for k, v in sorted(self.per_rank.items())}
         return out
