@@ -55,8 +55,9 @@ class FlowNetwork(LazyBatches):
         record: keep a :class:`FlowRecord` per finished flow in ``records`` (tests, tools),
             and in ``segments`` the bytes each flow moved over each interval of constant
             rate: arrays (flow ids, interval starts), the end (ns), bytes per flow.
-        compact_min: drop finished flows from the arrays once more than this many (and more
-            than half of all) flow slots are dead.
+        compact_min: drop the flows of finished batches from the arrays once more than this
+            many (and more than half of all) flow slots are theirs (a batch keeps the slots of
+            its flows that ended until it ends itself).
         memo: run a batch alone on its links from the recorded run of its route with the same
             bytes (:mod:`tracesim.network.lazy`; never while flows are recorded).
     """
@@ -94,7 +95,7 @@ class FlowNetwork(LazyBatches):
         self._e_flow = Buf(np.int64)
         self._e_link = Buf(np.int64)
         self._n_alive = 0
-        self._n_dead = 0
+        self._n_freed = 0  # slots of batches that ended since the last compaction
         self._next_fid = 0
         self._next_group = 0
         self._batches: dict[int, Batch] = {}
@@ -242,6 +243,8 @@ class FlowNetwork(LazyBatches):
     def _drop(self, b: Batch) -> None:
         self._owners.remove(b.gid, b.links)
         del self._batches[b.gid]
+        if b.lazy is None:  # its slots are free for the next compaction
+            self._n_freed += b.hi - b.lo
 
     def _process(self, gids: list[int]) -> None:
         """Advance, finish and re-solve the components of ``gids`` at the current time."""
@@ -256,7 +259,7 @@ class FlowNetwork(LazyBatches):
             fired = self._step(comps, now)
             if self._tracing:
                 self._trace_steps(comps, fired, now)
-            if self._n_dead > max(self.compact_min, self._rem.n // 2):
+            if self._n_freed > max(self.compact_min, self._rem.n // 2):
                 self._compact()
             self._reschedule(now)
             for b in fired:  # in start order: deterministic
@@ -353,7 +356,6 @@ class FlowNetwork(LazyBatches):
         alive[fin] = False
         self._rate.a[fin] = 0.0
         self._n_alive -= len(fin)
-        self._n_dead += len(fin)
         # per batch, its flows that ended now; their entries leave the links
         e_link_a, bytes0 = self._e_link.a, self._bytes0.a
         link_bytes, link_flows = self.link_bytes, self.link_flows
@@ -406,7 +408,7 @@ class FlowNetwork(LazyBatches):
             b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + ne
             lo += n
             elo += ne
-        self._n_dead = int((~self._alive.v).sum())
+        self._n_freed = 0
 
     def _reschedule(self, now: int) -> None:
         """Keep one SimPy timer at the earliest valid heap entry."""

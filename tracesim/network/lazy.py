@@ -61,7 +61,6 @@ class LazyBatches:
     _e_flow: Buf
     _e_link: Buf
     _n_alive: int
-    _n_dead: int
     _next_fid: int
     _next_group: int
     _batches: dict[int, Batch]
@@ -213,7 +212,6 @@ class LazyBatches:
             np.add.at(self.link_bytes, links, nb[rt.e_flow[ent]])
             np.subtract.at(self.link_flows, links, 1)
             self._n_alive -= nd
-            self._n_dead += nd
             b.n_alive = n - nd
         nxt = tj.times[k + 1] if k + 1 < len(tj.times) else tj.end
         self._seq += 1

@@ -26,7 +26,7 @@ class LinkOwners:
     one of them (with two batches, the other is ``xor ^ first``); ``many[link]``: the gids of
     a link held by three or more, in the order they came."""
 
-    __slots__ = ("owner", "count", "xor", "first", "many")
+    __slots__ = ("owner", "count", "xor", "first", "many", "comps")
 
     def __init__(self, n_links: int):
         self.owner = np.full(n_links, NONE, dtype=np.int64)
@@ -34,9 +34,14 @@ class LinkOwners:
         self.xor = np.zeros(n_links, dtype=np.int64)
         self.first = np.full(n_links, NONE, dtype=np.int64)
         self.many: dict[int, dict[int, None]] = {}
+        #: the components :func:`component` found, by member gid; valid until a batch comes
+        #: or leaves (every claim, add and remove clears it)
+        self.comps: dict[int, list[int]] = {}
 
     def claim(self, gid: int, links: np.ndarray) -> None:
         """Batch ``gid`` takes ``links`` (distinct, all free)."""
+        if self.comps:
+            self.comps.clear()
         self.owner[links] = gid
         self.count[links] = 1
         self.xor[links] = gid
@@ -44,6 +49,8 @@ class LinkOwners:
 
     def add(self, gid: int, links: np.ndarray) -> None:
         """Batch ``gid`` comes onto ``links`` (distinct; some may be held by others)."""
+        if self.comps:
+            self.comps.clear()
         c = self.count[links]
         if not c.any():
             self.claim(gid, links)
@@ -63,6 +70,8 @@ class LinkOwners:
 
     def remove(self, gid: int, links: np.ndarray) -> None:
         """Batch ``gid`` leaves ``links`` (the links it came onto)."""
+        if self.comps:
+            self.comps.clear()
         c = self.count[links]
         self.count[links] -= 1
         self.xor[links] ^= gid
@@ -96,7 +105,13 @@ def component(gid: int, seen: set[int], owners: LinkOwners, batches: dict,
               visited: np.ndarray) -> list[int]:
     """Batches connected to batch ``gid`` through shared links; adds them to ``seen``
     (``visited``: all-False scratch over the links, left all False). Each shared link is
-    looked at once per search; the order of the list is not meaningful (the solve sorts)."""
+    looked at once per search; the order of the list is not meaningful (the solve sorts).
+    A component stays in ``owners.comps`` until a batch comes or leaves: the instants at
+    which only some flows of a batch end find it there."""
+    known = owners.comps.get(gid)
+    if known is not None:
+        seen.update(known)
+        return known
     comp = [gid]
     seen.add(gid)
     stack = [gid]
@@ -120,4 +135,7 @@ def component(gid: int, seen: set[int], owners: LinkOwners, batches: dict,
                 stack.append(g)
     for sl in marked:
         visited[sl] = False
+    comps = owners.comps
+    for g in comp:
+        comps[g] = comp
     return comp
