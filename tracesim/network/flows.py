@@ -96,6 +96,11 @@ class FlowNetwork(LazyBatches):
         self._e_link = Buf(np.int64)
         self._n_alive = 0
         self._n_freed = 0  # slots of batches that ended since the last compaction
+        self._fresh: set[int] = set()  # batches with flow slots not solved yet
+        #: skip the solve at an instant where no batch is new and the flows that ended ran on
+        #: links no running flow crosses (the rates of the rest cannot change); False solves
+        #: anyway (tests compare the two)
+        self.skip_unchanged = True
         self._next_fid = 0
         self._next_group = 0
         self._batches: dict[int, Batch] = {}
@@ -175,6 +180,7 @@ class FlowNetwork(LazyBatches):
         self._register(b)
         self._batches[gid] = b
         self._dirty[gid] = None
+        self._fresh.add(gid)
         if free and self.memo:
             self._trace(b, nb)
         if not self._kick_pending:
@@ -243,6 +249,7 @@ class FlowNetwork(LazyBatches):
     def _drop(self, b: Batch) -> None:
         self._owners.remove(b.gid, b.links)
         del self._batches[b.gid]
+        self._fresh.discard(b.gid)
         if b.lazy is None:  # its slots are free for the next compaction
             self._n_freed += b.hi - b.lo
 
@@ -293,12 +300,12 @@ class FlowNetwork(LazyBatches):
             self._segment(fids, now - dt, now, moved + np.where(done, rm, 0.0))
         fired: list[Batch] = []
         ended = bool(done.any())
+        shared = False  # whether a flow that ended shared a link with a flow still running
         if ended:
-            fired = self._finish(bl, idx, done, now)
+            fired, shared = self._finish(bl, idx, done, now)
         live = [b for b in bl if b.n_alive] if ended else bl
         if not live:
             return fired
-        self.recomputes += 1
         # rates: batches alone on their links with all flows alive take cached rates (alone:
         # the only batch of its component left after this step's ends)
         alone = set()
@@ -306,17 +313,13 @@ class FlowNetwork(LazyBatches):
             left = [g for g in c if g in batches] if len(c) > 1 else c
             if len(left) == 1:
                 alone.add(left[0])
-        solve: list[Batch] = []
-        for b in live:
-            if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
-                rate[b.lo : b.hi] = b.key.iso
-            else:
-                solve.append(b)
-        if solve:
-            self._solve(solve)
-            for b in solve:
-                if b.gid in alone and b.n_alive == b.hi - b.lo:
-                    b.key.iso = rate[b.lo : b.hi].copy()
+        fresh = self._fresh
+        if shared or not self.skip_unchanged or (fresh and any(b.gid in fresh for b in live)) or any(
+                b.gid in alone and b.key.iso is None and b.n_alive == b.hi - b.lo for b in live):
+            self._rates(live, alone)
+        # else no batch is new and every flow that ended ran on links of its own: the max-min
+        # rates of the others are the ones they have (to the bit: the solve of the rest
+        # computes each link from its own entries), so there is nothing to solve
         # next completion of every live batch
         if ended:
             lidx = ranges([b.lo for b in live], [b.hi for b in live])
@@ -345,12 +348,35 @@ class FlowNetwork(LazyBatches):
             heapq.heappush(heap, (now + step, self._seq, b.gid, b.version))
         return fired
 
+    def _rates(self, live: list[Batch], alone: set[int]) -> None:
+        """New rates of the flows of ``live``: cached isolated rates for a batch alone with
+        all its flows, one max-min solve for the others."""
+        self.recomputes += 1
+        rate = self._rate.a
+        solve: list[Batch] = []
+        for b in live:
+            if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
+                rate[b.lo : b.hi] = b.key.iso
+            else:
+                solve.append(b)
+        if solve:
+            self._solve(solve)
+            for b in solve:
+                if b.gid in alone and b.n_alive == b.hi - b.lo:
+                    b.key.iso = rate[b.lo : b.hi].copy()
+        if self._fresh:
+            for b in live:
+                self._fresh.discard(b.gid)
+
     def _solve(self, solve: list[Batch]) -> None:
         """One max-min solve over the alive, routed flows of ``solve`` (cached by routes)."""
         solve_rates(solve, self._e_flow.a, self._e_link.a, self._alive.a, self._rate.a,
                     self.capacity, self._solved)
 
-    def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int) -> list[Batch]:
+    def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int
+                ) -> tuple[list[Batch], bool]:
+        """End the flows ``done`` of the batches ``bl`` (slots ``idx``): the batches that
+        ended, and whether a flow that ended shared a link with a flow still running."""
         fin = idx[done]
         alive = self._alive.a
         alive[fin] = False
@@ -360,6 +386,7 @@ class FlowNetwork(LazyBatches):
         e_link_a, bytes0 = self._e_link.a, self._bytes0.a
         link_bytes, link_flows = self.link_bytes, self.link_flows
         fired = []
+        shared = False
         at = 0
         for b in bl:
             n = b.hi - b.lo
@@ -372,11 +399,13 @@ class FlowNetwork(LazyBatches):
             if c == n:  # the whole batch at once (no flow of it had ended before)
                 np.add.at(link_bytes, e_link_a[b.elo : b.ehi], bytes0[b.lo + rt.e_flow])
                 link_flows[rt.links] -= rt.link_count
+                shared = shared or bool(link_flows[rt.links].any())
             else:
                 ent = d[rt.e_flow]
                 links = e_link_a[b.elo : b.ehi][ent]
                 np.add.at(link_bytes, links, bytes0[b.lo + rt.e_flow[ent]])
                 np.subtract.at(link_flows, links, 1)
+                shared = shared or bool(link_flows[links].any())
             b.n_alive -= c
             if self.record:
                 for slot in (b.lo + np.flatnonzero(d)).tolist():
@@ -389,7 +418,7 @@ class FlowNetwork(LazyBatches):
         # the last fraction of a nanosecond's worth of bytes (rounding to integer ns)
         self._sent.a[fin] += self._rem.a[fin]
         self._rem.a[fin] = 0.0
-        return fired
+        return fired, shared
 
     def _compact(self) -> None:
         """Drop the slots and entries of finished batches; renumber the live ones."""
