@@ -266,6 +266,52 @@ def test_skipping_unchanged_solves_changes_nothing(caps, batches):
     assert fast.recomputes <= slow.recomputes
 
 
+def _run_reused(capacity, routes, starts, skip):
+    """Batches of a few route arrays started again and again (memo on, no record: isolated
+    rates reused, lazy batches and recorded runs that get slots when another batch comes,
+    busy() probes releasing them): each start's end time."""
+    env = simpy.Environment()
+    net = FlowNetwork(np.asarray(capacity, dtype=float))
+    net.skip_unchanged = skip
+    net.attach(env)
+    arrays = [(np.cumsum([0] + [len(r) for r, _ in flows]),
+               np.array([lk for r, _ in flows for lk in r], dtype=np.int64),
+               np.array([b for _, b in flows])) for flows in routes]
+    ends = {}
+
+    def starter(i, t0, r, probe):
+        yield env.timeout(t0)
+        if probe:
+            ends[("busy", i)] = net.busy(arrays[r][1])
+        yield net.start(*arrays[r])
+        ends[i] = env.now
+
+    for i, (t0, r, probe) in enumerate(starts):
+        env.process(starter(i, t0, r % len(arrays), probe))
+    env.run()
+    assert not net.link_flows.any()
+    return net, ends
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(1.0, 50.0), min_size=2, max_size=8),
+    st.lists(st.lists(st.tuples(st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True),
+                                st.sampled_from([100.0, 1000.0, 2500.0, 4000.0])),
+                      min_size=1, max_size=4), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 3), st.booleans()),
+             min_size=1, max_size=16),
+)
+def test_skipping_unchanged_solves_with_reused_routes(caps, routes, starts):
+    """As above with the paths a replay takes: the same route arrays again (isolated rates,
+    lazy batches, recorded runs), memo on, busy() probes."""
+    n = len(caps)
+    routes = [[(sorted({lk % n for lk in r}), b) for r, b in flows] for flows in routes]
+    _, ends_a = _run_reused(caps, routes, starts, True)
+    _, ends_b = _run_reused(caps, routes, starts, False)
+    assert ends_a == ends_b
+
+
 def test_flows_ending_alone_take_no_solve():
     # one batch: a flow on link 0 (ends at 10) and one on links 1 and 2 (ends at 100); a
     # second batch on link 2 keeps the component together. The first flow ends alone on

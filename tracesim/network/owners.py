@@ -35,13 +35,12 @@ class LinkOwners:
         self.first = np.full(n_links, NONE, dtype=np.int64)
         self.many: dict[int, dict[int, None]] = {}
         #: the components :func:`component` found, by member gid; valid until a batch comes
-        #: or leaves (every claim, add and remove clears it)
+        #: onto a held link or leaves (add and remove clear it; a claim of free links makes
+        #: a component of its own)
         self.comps: dict[int, list[int]] = {}
 
     def claim(self, gid: int, links: np.ndarray) -> None:
-        """Batch ``gid`` takes ``links`` (distinct, all free)."""
-        if self.comps:
-            self.comps.clear()
+        """Batch ``gid`` takes ``links`` (distinct, all free: no other component changes)."""
         self.owner[links] = gid
         self.count[links] = 1
         self.xor[links] = gid
