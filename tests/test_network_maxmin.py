@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tracesim.network.flows import FlowNetwork
-from tracesim.network.maxmin import max_min_rates
+from tracesim.network.maxmin import max_min_rates, max_min_sorted
 
 
 def reference_progressive_filling(routes, capacity):
@@ -75,6 +75,16 @@ def test_bertsekas_gallager_example():
     # f0, f1 to 1/2 -> f0 = f1 = 1/2
     rates = max_min_rates([[0, 1], [0], [1, 2], [2], [2]], np.array([1.0, 1.0, 1.0]))
     np.testing.assert_allclose(rates, [0.5, 0.5, 1 / 3, 1 / 3, 1 / 3])
+
+
+def test_flows_on_links_of_their_own_run_at_their_slowest_link():
+    """No link shared: each flow's rate is its slowest link's capacity, to the bit (the
+    shortcut of max_min_sorted), and one shared link takes the rounds again."""
+    caps = np.array([3.0, 7.0, 0.1 + 0.2, 5.0, 2.0])
+    rates = max_min_sorted(np.array([0, 0, 1, 2, 2]), np.array([0, 1, 2, 3, 4]), caps)
+    assert rates.tolist() == [3.0, 0.1 + 0.2, 2.0]
+    shared = max_min_sorted(np.array([0, 0, 1, 2, 2]), np.array([0, 1, 2, 3, 1]), caps)
+    np.testing.assert_allclose(shared, [3.0, 0.3, 4.0])
 
 
 def test_empty_route_is_unlimited():
