@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from tracesim.catalog import load_model
 from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
-from tracesim.pipeline.published import _metric, predicted_metric, published_value, table_rows
+from tracesim.pipeline.published import metric_of, predicted_metric, published_value, table_rows
 from tracesim.pipeline.run import predict
 
 KINDS = ("tp", "dp", "pp", "cp", "ep")
-MOE = ("qwen", "deepseek", "gpt-oss", "mixtral")
 #: a share that never reaches this on any row has no correlation worth printing
 MIN_SHARE = 0.005
 
@@ -38,10 +38,10 @@ def row_breakdown(p: Path, k: int, fmt: str, row: dict[str, str], opts: dict[str
     """One row replayed whole: its error and the shares of its iteration."""
     res = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}"))
     it = res.iteration_time_s
-    published = published_value(row, _metric(fmt), p, k)
+    published = published_value(row, metric_of(fmt), p, k)
     bd = res.breakdown
     ex = bd.get("exposed_comm_s") or {}
-    return {"row": label, "error": predicted_metric(fmt, row, opts, it) / published - 1.0,
+    return {"row": label, "moe": load_model(opts["model"]).is_moe, "error": predicted_metric(fmt, row, opts, it) / published - 1.0,
             "iteration_s": it, "compute": bd["compute_s"] / it, "bubble": bd["bubble_s"] / it,
             "host": bd["host_s"] / it, **{kind: float(ex.get(kind, 0.0)) / it for kind in KINDS}}
 
@@ -68,7 +68,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    dense = [r for r in rows if not any(m in r["row"] for m in MOE)]
+    dense = [r for r in rows if not r["moe"]]
     if len(dense) > 2:
         err = np.array([r["error"] for r in dense])
         print(f"\n{len(dense)} dense rows: mean signed error {100 * err.mean():+.1f}%; "

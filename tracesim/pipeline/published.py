@@ -407,7 +407,7 @@ def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
     return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
 
 
-def _metric(fmt: str) -> str:
+def metric_of(fmt: str) -> str:
     return "tokens_per_s_per_gpu" if fmt in TOKEN_FORMATS else "tflops_per_gpu"
 
 
@@ -448,7 +448,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
     as it and the rows before it are done; ``wall_s`` is each row's own replay time)."""
     extra = {"network": network} if network else {}
     checked = [(p, k, fmt, row, {**opts, **extra}, label, gaps,
-                published_value(row, _metric(fmt), p, k))
+                published_value(row, metric_of(fmt), p, k))
                for p, k, fmt, row, opts, label, gaps in table_rows(paths, only)]
     if jobs <= 1 or len(checked) <= 1:
         yield from map(_replay_row, checked)
@@ -465,7 +465,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
 def _replay_row(item: tuple) -> PublishedRow:
     """One checked row of :func:`validate_rows`, replayed and compared."""
     p, k, fmt, row, opts, label, gaps, published = item
-    metric = _metric(fmt)
+    metric = metric_of(fmt)
     t0 = time.perf_counter()
     try:
         it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
