@@ -39,7 +39,8 @@ def test_roofline_closed_form() -> None:
 
 
 def test_cross_device_sanity_h100_vs_a100() -> None:
-    a100, h100 = get_device("a100"), get_device("h100")
+    # both at their kernel benchmarks' rate, as the MAMF ratio compares them
+    a100, h100 = get_device("a100").burst(), get_device("h100").burst()
     big = op_cost("aten::mm", [[16384, 16384], [16384, 16384]], ["c10::BFloat16"] * 2)
     ratio = op_time_ns(a100, "gemm", big.flops, big.bytes, "bf16") / op_time_ns(
         h100, "gemm", big.flops, big.bytes, "bf16")
@@ -74,9 +75,18 @@ def test_scale_duration_methods() -> None:
     assert scale_duration(123_456, a100, c, a100, c) == (123_456, "measured")
     ns, method = scale_duration(123_456, a100, c, h100, c)
     assert c.shape == (1, 4096, 4096, 4096)  # the ratio comes from the shape-aware model
-    model_ratio = op_time_ns(h100, "gemm", c.flops, c.bytes, "bf16", shape=c.shape) / op_time_ns(
+    # A100's profile has no sustained-load data: both at their benchmarks' rate (like with like)
+    model_ratio = op_time_ns(h100.burst(), "gemm", c.flops, c.bytes, "bf16", shape=c.shape) / op_time_ns(
         a100, "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
     assert method == "scaled" and ns == round(123_456 * model_ratio)
+    # H100 and B200 both have it: both at their sustained clocks
+    b200 = get_device("b200")
+    sus = op_time_ns(b200, "gemm", c.flops, c.bytes, "bf16", shape=c.shape) / op_time_ns(
+        h100, "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
+    assert scale_duration(123_456, h100, c, b200, c)[0] == round(123_456 * sus)
+    assert sus != pytest.approx(op_time_ns(b200.burst(), "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
+                                / op_time_ns(h100.burst(), "gemm", c.flops, c.bytes, "bf16", shape=c.shape),
+                                rel=1e-3)
     c2 = op_cost("aten::mm", [[8192, 4096], [4096, 4096]], ["c10::BFloat16"] * 2)  # shapes changed
     ns2, method2 = scale_duration(123_456, a100, c, a100, c2)
     assert method2 == "scaled" and 1.6 < ns2 / 123_456 < 2.1

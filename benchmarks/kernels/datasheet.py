@@ -426,7 +426,9 @@ def profile(name: str) -> dict[str, Any]:
     fa2, fa2_src = flash2_params(name, att)
     if fa2 is not None:
         out["shape_model"]["attention"]["flash2"] = fa2
-    ratio, ratio_src = sustained_clock(name, gemm_model["ceiling"]["default"] * _peak(spec, "bf16"))
+    ceil = gemm_model["ceiling"]
+    ratio, ratio_src = sustained_clock(name, {dt: ceil[key] * _peak(spec, dt) for dt, key in
+                                              (("bf16", "default"), ("fp8", "fp8")) if key in ceil})
     out["sustained_clock"] = ratio
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
     out["calibration"]["sustained_clock"] = ratio_src

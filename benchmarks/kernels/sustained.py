@@ -8,10 +8,13 @@ catch the clock before it settles. A training step is one long saturated run. Th
 (tracesim.hardware.device.DeviceProfile). Data: ``data/sustained.csv`` (sources in
 ``data/SOURCES.md``).
 
-Per GPU (:func:`sustained_clock`): the sustained BF16 matmul rate (MSMF: the best shape held
-over a 2 s window at the power limit) over the profile's large-GEMM level (the shape model's
-BF16 ceiling, ``q`` x MAMF); at most 1 (a profile already at or below the sustained rate
-keeps its rates). A GPU without an MSMF of its own takes one of the same die at its own power
+Per GPU and dtype (:func:`sustained_clock`): the sustained matmul rate (MSMF: the best shape
+held at the power limit once the clock has settled) over the profile's large-GEMM level of
+that dtype (the shape model's ceiling, ``q`` x MAMF); at most 1 (a profile already at or
+below the sustained rate keeps its rates). BF16's ratio is the profile's default (every
+dtype and class without one of its own); FP8 gets its own where its MSMF is measured (an FP8
+GEMM draws another power per FLOP, so the clock settles elsewhere: H200 1374 MHz against
+1465 for BF16). A GPU without an MSMF of its own takes one of the same die at its own power
 limit, scaled as the cube root of the power ratio (dynamic power ~ f V^2 with the voltage
 following the clock, so P ~ f^3 at the power limit; derived, :data:`DERIVED_FROM`).
 """
@@ -31,8 +34,9 @@ POWER_W: dict[str, tuple[float, str]] = {
 
 #: profile -> (the profile whose MSMF row it takes, why)
 DERIVED_FROM: dict[str, tuple[str, str]] = {
-    "h100": ("h200", "the same GH100 die at the same 700 W limit (ml-engineering's MAMF table: "
-                     "'H200 is the same' for BF16)"),
+    "h100": ("h200", "the same GH100 die at the same 700 W limit; an H100 SXM5 training Llama 3 8B "
+                     "in BF16 held 1464 MHz, the H200's 1465 under its BF16 MSMF (als244/ml_dataflow "
+                     "@ 067dd2c docs/sample_profiling_trace.md, Nsight's GPC clock)"),
     "gb200": ("b200", "the same Blackwell die at a higher power limit"),
     "gb300": ("b200", "Blackwell Ultra at a higher power limit (no MSMF of its own)"),
 }
@@ -43,38 +47,60 @@ def rows(role: str | None = None) -> list[dict[str, str]]:
     return [r for r in kf.rows("sustained") if role is None or r["role"] == role]
 
 
-def msmf_row(profile: str) -> dict[str, str] | None:
-    """The MSMF (calibrated matmul) row of a profile's own device, None when there is none."""
-    hit = [r for r in rows("calibrated") if r["profile"] == profile]
+def msmf_row(profile: str, dtype: str = "bf16") -> dict[str, str] | None:
+    """The MSMF (calibrated matmul) row of a profile's own device in ``dtype``, None when
+    there is none."""
+    hit = [r for r in rows("calibrated") if r["profile"] == profile and r["dtype"] == dtype]
     return hit[0] if hit else None
 
 
-def sustained_clock(name: str, ceiling_tflops: float) -> tuple[float, str]:
-    """(ratio, its source) of a generated GPU; ``ceiling_tflops`` is the profile's BF16
-    large-GEMM level (the shape model's ceiling x the BF16 peak)."""
-    own = msmf_row(name)
+def _rate(name: str, dtype: str) -> tuple[float, str] | None:
+    """(sustained TFLOP/s, how) of ``name``'s GPU in ``dtype``: its own MSMF row or its base's
+    scaled to its power limit; None without data."""
+    own = msmf_row(name, dtype)
     if own is not None:
         rate = float(own["sustained_tflops"])
-        how = (f"{own['device']} MSMF {rate:g} TFLOP/s BF16 at {own['power_W']} W "
-               f"(data/sustained.csv, source {own['source']})")
-    elif name in DERIVED_FROM:
-        base, why = DERIVED_FROM[name]
-        row = msmf_row(base)
-        assert row is not None, base
-        rate = float(row["sustained_tflops"])
-        how = f"{row['device']} MSMF {rate:g} TFLOP/s BF16 (source {row['source']}): {why}"
-        if name in POWER_W and base in POWER_W:
-            k = (POWER_W[name][0] / POWER_W[base][0]) ** (1.0 / 3.0)
-            rate *= k
-            how += (f", x (P / P_{base})^(1/3) = ({POWER_W[name][0]:g} / {POWER_W[base][0]:g})^(1/3)"
-                    f" = {k:.4f} -> {rate:.1f} TFLOP/s ({POWER_W[name][1]}; derived)")
-        else:
-            how += " (derived)"
+        return rate, (f"{own['device']} MSMF {rate:g} TFLOP/s {dtype.upper()} at {own['power_W']} W"
+                      f" (data/sustained.csv, source {own['source']})")
+    if name not in DERIVED_FROM:
+        return None
+    base, why = DERIVED_FROM[name]
+    row = msmf_row(base, dtype)
+    if row is None:
+        return None
+    rate = float(row["sustained_tflops"])
+    how = f"{row['device']} MSMF {rate:g} TFLOP/s {dtype.upper()} (source {row['source']}): {why}"
+    if name in POWER_W and base in POWER_W:
+        k = (POWER_W[name][0] / POWER_W[base][0]) ** (1.0 / 3.0)
+        rate *= k
+        how += (f", x (P / P_{base})^(1/3) = ({POWER_W[name][0]:g} / {POWER_W[base][0]:g})^(1/3)"
+                f" = {k:.4f} -> {rate:.1f} TFLOP/s ({POWER_W[name][1]}; derived)")
     else:
+        how += " (derived)"
+    return rate, how
+
+
+def sustained_clock(name: str, ceilings_tflops: dict[str, float]
+                    ) -> tuple[float | dict[str, float], str]:
+    """(ratio, its source) of a generated GPU: a number (BF16's, for every dtype) or, where
+    FP8 has an MSMF of its own, ``{default: BF16's, fp8: FP8's}``. ``ceilings_tflops``: the
+    profile's large-GEMM level per dtype (``bf16``, ``fp8``: the shape model's ceiling x the
+    dtype's peak)."""
+    out: dict[str, float] = {}
+    notes = []
+    for dtype in ("bf16", "fp8"):
+        got = _rate(name, dtype)
+        if got is None or dtype not in ceilings_tflops:
+            continue
+        rate, how = got
+        level = ceilings_tflops[dtype]
+        ratio = min(1.0, rate / level)
+        cap = "" if ratio < 1.0 else " (at or above the profile's level: capped at 1)"
+        out["default" if dtype == "bf16" else dtype] = round(ratio, 4)
+        notes.append(f"{dtype.upper()} {ratio:.4f}{cap} = {how} over the profile's {dtype.upper()} "
+                     f"large-GEMM level {level:.1f} TFLOP/s (shape_model.gemm.ceiling x peak)")
+    if "default" not in out:
         return 1.0, ("1.0: no sustained-load data for this GPU; the rates of its kernel "
                      "benchmarks")
-    ratio = min(1.0, rate / ceiling_tflops)
-    cap = "" if ratio < 1.0 else " (at or above the profile's level: capped at 1)"
-    return round(ratio, 4), (f"{ratio:.4f}{cap} = {how} over the profile's BF16 large-GEMM level "
-                             f"{ceiling_tflops:.1f} TFLOP/s (shape_model.gemm.ceiling x peak)")
-
+    text = "; ".join(notes) + ("; other dtypes and classes: BF16's" if len(out) > 1 else "")
+    return (out if len(out) > 1 else out["default"]), text

@@ -2,11 +2,12 @@
 
 The model (DESIGN.md, "Kernel-time scaling") is a roofline with size-dependent efficiency::
 
-    t = max(flops / (peak[dtype] * sustained_clock * eff_c(class, dtype, flops)),
+    t = max(flops / (peak[dtype] * sustained[dtype] * eff_c(class, dtype, flops)),
             bytes / (hbm_bw * eff_m(class, bytes))) + launch_overhead
 
-with the curves taken from the device profile (``sustained_clock``: the compute rate a GPU
-holds at its power limit over its kernel benchmarks' rate, 1 unless the profile says). A class whose profile says ``compute_size:
+with the curves taken from the device profile (``sustained``: the compute rate a GPU holds at
+its power limit over its kernel benchmarks' rate, per dtype for matrix classes and the
+profile's default for the others, 1 unless the profile says). A class whose profile says ``compute_size:
 unit`` reads its compute curve at ``flops / units`` (FLOPs of one independent work unit, e.g.
 one attention head; ``units`` is 1 unless given). Where a GEMM's or an attention's ``shape``
 ``(batch, m, n, k)`` is given and the profile has a ``shape_model``, the compute term's
@@ -119,7 +120,8 @@ def _times_s(dev: DeviceProfile, op_class: Any, flops: np.ndarray, nbytes: np.nd
             size = f / np.broadcast_to(units, (n,))[idx]
         eff_c = np.minimum(ce.compute_curve(dt).at(size) * scale, 1.0)
         eff_m = np.minimum(ce.memory.at(b) * scale, 1.0)
-        peak = dev.peak_flops(dt if c in MATRIX_CLASSES else "fp32") * dev.sustained_clock
+        peak = (dev.peak_flops(dt) * dev.sustained(dt) if c in MATRIX_CLASSES
+                else dev.peak_flops("fp32") * dev.sustained_clock)
         t_c = f / (peak * eff_c)
         if shape is not None and dev.shape_model is not None and c in MATRIX_CLASSES:
             t_c = _shaped(dev, str(c), dt, peak, shape[idx], f, t_c, scale)
@@ -198,6 +200,18 @@ def _same(src_dev: DeviceProfile, src: CostLike, dst_dev: DeviceProfile, dst: Co
             and _units_of(src) == _units_of(dst) and _shape_of(src) == _shape_of(dst))
 
 
+def alike_profiles(src: DeviceProfile, dst: DeviceProfile) -> tuple[DeviceProfile, DeviceProfile]:
+    """The two profiles a measured time is scaled between: at their sustained clocks where
+    both say how their GPU throttles at its power limit, else both at their kernel benchmarks'
+    rate. A recorded op ran in one regime; a profile without sustained-load data (1: not
+    known, not "never throttles") would otherwise make every op recorded on a GPU that has
+    one look that much faster on it."""
+    def known(d: DeviceProfile) -> bool:
+        return d.sustained_clock < 1.0 or bool(d.sustained_dtype)
+
+    return (src, dst) if known(src) and known(dst) else (src.burst(), dst.burst())
+
+
 def scale_duration(measured_ns: int | None, src_device: DeviceProfile | str, src_cost: CostLike,
                    dst_device: DeviceProfile | str, dst_cost: CostLike) -> tuple[int, str]:
     """Duration of an op on ``dst_device`` at ``dst_cost``, anchored on a measurement.
@@ -227,6 +241,7 @@ def scale_duration_band(measured_ns: int | None, src_device: DeviceProfile | str
     m = int(measured_ns)
     if _same(src_dev, src_cost, dst_dev, dst_cost):
         return m, m, m, "measured"
+    src_dev, dst_dev = alike_profiles(src_dev, dst_dev)
     src_t = op_time_ns(src_dev, src_cost.op_class, src_cost.flops, src_cost.bytes, src_cost.dtype,
                        _units_of(src_cost), _shape_of(src_cost))
     lo, mid, hi = op_time_band_ns(dst_dev, dst_cost.op_class, dst_cost.flops, dst_cost.bytes,
@@ -304,9 +319,13 @@ def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs
     if ssh is not None or dsh is not None:
         zeros = np.zeros((n, 4))
         same &= ((zeros if ssh is None else ssh) == (zeros if dsh is None else dsh)).all(axis=1)
-    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
-    src_t = _times_s(src_dev, sc, sf, sb, sd, 0.0, su, ssh)
     scaled = have & ~same
+    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
+    src_a, dst_a = alike_profiles(src_dev, dst_dev)
+    if dst_a is not dst_dev and scaled.any():  # the scaled ops' targets in the source's regime
+        alo, amid, ahi = (_times_s(dst_a, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
+        lo, mid, hi = (np.where(scaled, a, t) for a, t in ((alo, lo), (amid, mid), (ahi, hi)))
+    src_t = _times_s(src_a, sc, sf, sb, sd, 0.0, su, ssh)
     ratio_ok = scaled & (src_t > 0)
     m = np.where(have, meas, 0.0)
     outs = []

@@ -13,6 +13,7 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
     hbm_GiB: 80
     launch_overhead_us: 2.0            # fixed time added to every op (kernel) on this device
     sustained_clock: 1.0               # optional: compute rate at the power limit / burst rate
+                                       # (or per dtype: {default: 0.95, fp8: 0.93})
     efficiency:                        # per op class; 'default' covers unlisted classes
       default: {compute: [[1.0e6, 0.05], [1.0e9, 0.5]], memory: [[1.0e4, 0.05], [1.0e8, 0.85]], spread: 0.3}
       gemm:
@@ -130,6 +131,10 @@ class DeviceProfile:
             the short kernel benchmarks the curves are calibrated on (0 < r <= 1): a GPU at
             its power limit lowers its SM clock, and every compute term runs that much slower
             (memory bandwidth does not follow the SM clock). :meth:`burst` gives the profile at 1.
+            The ratio of BF16 and every dtype without one of its own in ``sustained_dtype``.
+        sustained_dtype: dtype -> its own ``sustained_clock`` (FP8 GEMMs draw another power
+            per FLOP, so the GPU settles at another clock under them); ``mxfp8`` takes ``fp8``'s
+            where it has none. :meth:`sustained` looks a dtype up.
     """
 
     name: str
@@ -146,6 +151,7 @@ class DeviceProfile:
     l2_GBps: float = 0.0
     shape_model: ShapeModel | None = None
     sustained_clock: float = 1.0
+    sustained_dtype: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -159,9 +165,20 @@ class DeviceProfile:
     def class_efficiency(self, op_class: str) -> ClassEfficiency:
         return self.efficiency.get(op_class) or self.efficiency["default"]
 
+    def sustained(self, dtype: str) -> float:
+        """The ``sustained_clock`` of work in ``dtype`` (module docstring)."""
+        by = self.sustained_dtype
+        if by:
+            for key in (dtype, "fp8") if dtype.endswith("fp8") else (dtype,):
+                if key in by:
+                    return by[key]
+        return self.sustained_clock
+
     def burst(self) -> DeviceProfile:
         """This profile as a short kernel benchmark sees the GPU: ``sustained_clock`` 1."""
-        return self if self.sustained_clock == 1.0 else replace(self, sustained_clock=1.0)
+        if self.sustained_clock == 1.0 and not self.sustained_dtype:
+            return self
+        return replace(self, sustained_clock=1.0, sustained_dtype=MappingProxyType({}))
 
     def with_flash2(self) -> DeviceProfile | None:
         """This profile with FlashAttention-2's attention parameters in place of its fused
@@ -275,6 +292,7 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
             re.compile(p)
         except re.error as exc:
             raise InputError(f"bad regex {p!r}: {exc}", file, f"{where}.patterns") from None
+    clock, by_dtype = _sustained(data, file, where)
     return DeviceProfile(
         name=name,
         peak_tflops=MappingProxyType(peak),
@@ -293,16 +311,32 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         l2_GBps=get_number(data, "l2_GBps", file=file, where=where, allow_zero=True, default=0.0),
         shape_model=(parse_shape_model(data["shape_model"], file, f"{where}.shape_model")
                      if data.get("shape_model") is not None else None),
-        sustained_clock=_sustained(data, file, where),
+        sustained_clock=clock,
+        sustained_dtype=MappingProxyType(by_dtype),
         raw=MappingProxyType(dict(data)),
     )
 
 
-def _sustained(data: Mapping[str, Any], file: str | Path | None, where: str) -> float:
-    """``sustained_clock``: a ratio in (0, 1], 1 when absent."""
-    r = get_number(data, "sustained_clock", file=file, where=where, default=1.0)
+def _sustained(data: Mapping[str, Any], file: str | Path | None,
+               where: str) -> tuple[float, dict[str, float]]:
+    """``sustained_clock``: a ratio in (0, 1] (1 when absent), or a mapping of dtypes to
+    ratios whose ``default`` (1 when absent) covers the others: (default, per dtype)."""
+    raw = data.get("sustained_clock")
+    if isinstance(raw, Mapping):
+        ratios = {str(k): _ratio(raw, str(k), file, f"{where}.sustained_clock") for k in raw}
+        for k in ratios:
+            if k != "default" and k not in PEAK_FALLBACK:
+                raise InputError(f"unknown dtype {k!r} (known: default, {', '.join(PEAK_FALLBACK)})",
+                                 file, f"{where}.sustained_clock")
+        default = ratios.pop("default", 1.0)
+        return default, ratios
+    return _ratio(data, "sustained_clock", file, where), {}
+
+
+def _ratio(data: Mapping[str, Any], key: str, file: str | Path | None, where: str) -> float:
+    r = get_number(data, key, file=file, where=where, default=1.0)
     if r > 1.0:
-        raise InputError(f"must be in (0, 1], got {r!r}", file, f"{where}.sustained_clock")
+        raise InputError(f"must be in (0, 1], got {r!r}", file, f"{where}.{key}")
     return r
 
 

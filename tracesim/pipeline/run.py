@@ -238,7 +238,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     details = {
         "memory": mem.to_dict(),
         "model_flops_per_iteration": flops,
-        "sustained_clock": device.sustained_clock,
+        "sustained_clock": device.sustained(par.dtype),
         "template": dict(b.template.meta),
         "stack": dict(b.stack),
         "duration_methods": b.duration_methods,

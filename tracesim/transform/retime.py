@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.graph.taskgraph import TaskGraph
-from tracesim.hardware.costmodel import MATRIX_CLASSES, op_times_ns
+from tracesim.hardware.costmodel import MATRIX_CLASSES, alike_profiles, op_times_ns
 from tracesim.hardware.device import DeviceProfile
 from tracesim.ops.classify import kernel_dtype_hint
 
@@ -127,6 +127,7 @@ def retime(graph: TaskGraph, src: DeviceProfile, dst: DeviceProfile, *,
     if same:
         m[:] = np.where(host_copy, "kept", "measured")
     else:
+        src, dst = alike_profiles(src, dst)  # recorded in one regime: compare like with like
         f = has_features
         if f.any():
             ratio = (op_times_ns(dst, c[f], flops[f], nbytes[f], dts[f]).astype(float)
