@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
-from tracesim.hardware.device import get_device, known_devices
+from tracesim.hardware.device import DeviceProfile, get_device, known_devices
 from tracesim.network.collectives import check_collectives
 from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
 from tracesim.specs.model import ModelSpec, model_from_dict
@@ -201,9 +201,17 @@ def shipped(kind: str) -> list[Entry]:
             peaks = ", ".join(f"{k} {v:g}" for k, v in d.peak_tflops.items() if v)
             out.append(Entry(name, f"{d.kind}: peak TFLOP/s {peaks}; memory {d.hbm_GBps:g} GB/s"
                                    + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")
-                                   + (f"; sustained clock {d.sustained_clock:g} of the burst rate"
-                                      if d.sustained_clock < 1.0 else "")
+                                   + _clock(d)
                                    + ("; --attention flash2" if d.with_flash2() is not None
                                       else "")))
         return out
     raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")
+
+
+def _clock(d: DeviceProfile) -> str:
+    """The listing's sustained-clock part: the default ratio, then each dtype's own."""
+    if d.sustained_clock == 1.0 and not d.sustained_dtype:
+        return ""
+    own = "".join(f", {k} {v:g}" for k, v in d.sustained_dtype.items())
+    return f"; sustained clock {d.sustained_clock:g}{own} of the burst rate"
+

@@ -8,9 +8,12 @@ KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the ro
 are printed first); VALUE takes the type of the row's value. ``routing=ecmp`` (or
 ``adaptive``) sets the row's cluster's inter-node routing (docs/network.md, "Routing"). A
 change the layout cannot take (``vpp`` on a row whose ``stage_layers`` were set for another)
-is reported, exit 2. Prints the row's predicted
-iteration time and metric per GPU (the table's: tokens/s or TFLOP/s) with and without the
-change.
+is reported, exit 2. ``sustained_clock=VALUE`` runs the row's GPU (its cluster's
+device profile) with that ratio for every dtype, ``sustained_clock=1`` at its kernel
+benchmarks' burst rate (docs/devices.md). Prints the row's predicted iteration time and
+metric per GPU (the table's: tokens/s or TFLOP/s) with and without the change; ``--all``
+replays every row whose label contains TEXT (``--only ''``: the whole table) and ends with
+the mean absolute and signed errors against the published values with and without it.
 """
 
 from __future__ import annotations
@@ -18,13 +21,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.pipeline.published import (
     TOKEN_FORMATS,
+    metric_of,
     predicted_metric,
+    published_value,
     steady_iteration_s,
     table_rows,
 )
@@ -51,39 +60,74 @@ def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
     return key, raw
 
 
+def _device_at(opts: dict[str, Any], raw: str, tmp: Path) -> str:
+    """A profile YAML of the row's GPU with ``sustained_clock`` ``raw`` (its path)."""
+    dev = load_cluster(opts["cluster"]).device
+    if not isinstance(dev, str):
+        raise InputError("the row's cluster has an inline device profile", "sustained_clock")
+    out = tmp / f"{dev}-clock-{raw}.yaml"
+    out.write_text(f"base: {dev}\nname: {dev}-clock-{raw}\nsustained_clock: {float(raw)}\n")
+    return str(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("table")
     ap.add_argument("--only", required=True, help="the first row whose label contains TEXT")
+    ap.add_argument("--all", action="store_true", help="every row whose label contains TEXT")
     ap.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = ap.parse_intermixed_args()
-    for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
-        changed = dict(opts)
-        for c in args.changes:
-            if not c.startswith("routing="):
-                changed.update([_typed(opts, c)])
-                continue
-            cl = opts["cluster"]  # the cluster's inter-node routing
+    errs: dict[str, list[float]] = {"as published": [], "changed": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
+            rc = _row(args.changes, p, k, fmt, row, opts, label, Path(tmp), errs)
+            if rc or not args.all:
+                return rc
+    if not errs["changed"]:
+        print(f"{args.table}: no row contains {args.only!r}", file=sys.stderr)
+        return 2
+    for name, e in errs.items():
+        print(f"{name:13s} {len(e)} rows: mean absolute error {np.mean(np.abs(e)):.1%}, "
+              f"signed {np.mean(e):+.1%}")
+    return 0
+
+
+def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts: dict[str, Any],
+         label: str, tmp: Path, errs: dict[str, list[float]]) -> int:
+    """One row as published and changed (printed; its errors appended to ``errs``)."""
+    changed = dict(opts)
+    for c in changes:
+        if c.startswith("sustained_clock="):
             try:
-                changed["cluster"] = cl.replace(inter_node=dataclasses.replace(
-                    cl.inter_node, routing=c.partition("=")[2]))
-            except InputError as exc:
-                print(f"routing: {exc}", file=sys.stderr)
+                changed["device"] = _device_at(opts, c.partition("=")[2], tmp)
+            except (InputError, ValueError) as exc:
+                print(f"sustained_clock: {exc}", file=sys.stderr)
                 return 2
-        metric = "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s"
-        print(label)
-        print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
-        for name, o in (("as published", opts), ("changed", changed)):
-            try:
-                t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
-            except InputError as exc:  # e.g. vpp changed but the row's stage_layers kept
-                print(f"  {name:13s} not replayed: {exc}")
-                return 2
-            value = predicted_metric(fmt, row, o, t)
-            print(f"  {name:13s} iteration {t:.4f} s, {value:,.1f} {metric} per GPU")
-        return 0
-    print(f"{args.table}: no row contains {args.only!r}", file=sys.stderr)
-    return 2
+            continue
+        if not c.startswith("routing="):
+            changed.update([_typed(opts, c)])
+            continue
+        cl = opts["cluster"]  # the cluster's inter-node routing
+        try:
+            changed["cluster"] = cl.replace(inter_node=dataclasses.replace(
+                cl.inter_node, routing=c.partition("=")[2]))
+        except InputError as exc:
+            print(f"routing: {exc}", file=sys.stderr)
+            return 2
+    metric = "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s"
+    print(label)
+    print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
+    for name, o in (("as published", opts), ("changed", changed)):
+        try:
+            t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
+        except InputError as exc:  # e.g. vpp changed but the row's stage_layers kept
+            print(f"  {name:13s} not replayed: {exc}")
+            return 2
+        value = predicted_metric(fmt, row, o, t)
+        err = value / published_value(row, metric_of(fmt), Path(p), k) - 1.0
+        errs[name].append(err)
+        print(f"  {name:13s} iteration {t:.4f} s, {value:,.1f} {metric} per GPU ({err:+.1%})")
+    return 0
 
 
 if __name__ == "__main__":
