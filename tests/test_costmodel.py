@@ -84,6 +84,11 @@ def test_scale_duration_methods() -> None:
     sus = op_time_ns(b200, "gemm", c.flops, c.bytes, "bf16", shape=c.shape) / op_time_ns(
         h100, "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
     assert scale_duration(123_456, h100, c, b200, c)[0] == round(123_456 * sus)
+    # a CPU source: the GPU target at its sustained clock (the CPU profile is its benchmarks')
+    cpu = get_device("host-cpu")
+    on_cpu = op_time_ns(cpu, "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
+    assert scale_duration(on_cpu, cpu, c, h100, c)[0] == op_time_ns(h100, "gemm", c.flops, c.bytes,
+                                                                     "bf16", shape=c.shape)
     assert sus != pytest.approx(op_time_ns(b200.burst(), "gemm", c.flops, c.bytes, "bf16", shape=c.shape)
                                 / op_time_ns(h100.burst(), "gemm", c.flops, c.bytes, "bf16", shape=c.shape),
                                 rel=1e-3)

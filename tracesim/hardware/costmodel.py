@@ -201,15 +201,18 @@ def _same(src_dev: DeviceProfile, src: CostLike, dst_dev: DeviceProfile, dst: Co
 
 
 def alike_profiles(src: DeviceProfile, dst: DeviceProfile) -> tuple[DeviceProfile, DeviceProfile]:
-    """The two profiles a measured time is scaled between: at their sustained clocks where
-    both say how their GPU throttles at its power limit, else both at their kernel benchmarks'
-    rate. A recorded op ran in one regime; a profile without sustained-load data (1: not
-    known, not "never throttles") would otherwise make every op recorded on a GPU that has
-    one look that much faster on it."""
+    """The two profiles a measured time is scaled between: two GPUs at their sustained
+    clocks where both say how they throttle at their power limit, else both at their kernel
+    benchmarks' rate. A recorded kernel ran in one regime; a GPU profile without
+    sustained-load data (1: not known, not "never throttles") would otherwise make every
+    kernel recorded on a GPU that has one look that much faster on it. A CPU source or
+    target keeps its profiles as they are (a CPU profile is its microbenchmarks' rate)."""
     def known(d: DeviceProfile) -> bool:
         return d.sustained_clock < 1.0 or bool(d.sustained_dtype)
 
-    return (src, dst) if known(src) and known(dst) else (src.burst(), dst.burst())
+    if src.kind != "gpu" or dst.kind != "gpu" or (known(src) and known(dst)):
+        return src, dst
+    return src.burst(), dst.burst()
 
 
 def scale_duration(measured_ns: int | None, src_device: DeviceProfile | str, src_cost: CostLike,
