@@ -214,4 +214,3 @@ def _clock(d: DeviceProfile) -> str:
         return ""
     own = "".join(f", {k} {v:g}" for k, v in d.sustained_dtype.items())
     return f"; sustained clock {d.sustained_clock:g}{own} of the burst rate"
-
