@@ -73,3 +73,24 @@ def test_what_if_routing_changes_the_cluster_of_a_row() -> None:
     assert len(times) == 2 and times[1] >= times[0]
     bad = subprocess.run(run + ["routing=foo"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "routing" in bad.stderr
+
+
+def test_what_if_all_rows_at_the_burst_rate() -> None:
+    """``what_if.py ... --all sustained_clock=1`` replays every matching row with its GPU at
+    the kernel benchmarks' burst rate: faster than at the H100's sustained clock on each row,
+    the mean errors printed for both; a clock above 1 is bad input (exit 2)."""
+    import subprocess
+    import sys
+
+    script = TABLE.with_name("what_if.py")
+    weak = TABLE.with_name("megatron_core_h100_weak_scaling.csv")
+    run = [sys.executable, str(script), str(weak), "--only", "tp1", "--all"]
+    ok = subprocess.run(run + ["sustained_clock=1"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    times = [float(line.split("iteration")[1].split()[0]) for line in ok.stdout.splitlines()
+             if "iteration" in line]
+    assert len(times) == 2 and times[1] < times[0]  # the one TP 1 row: burst is faster
+    means = [line for line in ok.stdout.splitlines() if "rows: mean absolute error" in line]
+    assert len(means) == 2 and all("1 rows" in line for line in means)
+    bad = subprocess.run(run + ["sustained_clock=1.5"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "sustained_clock" in (bad.stdout + bad.stderr)
