@@ -305,6 +305,12 @@ def test_sustained_clock_is_checked() -> None:
     assert (per.sustained("bf16"), per.sustained("fp8"), per.sustained("mxfp8")) == (0.9, 0.8, 0.8)
     assert per.burst().sustained("fp8") == 1.0
     assert parse_profile({**raw, "sustained_clock": {"fp8": 0.8}}).sustained("bf16") == 1.0
+    # a profile on a base: a mapping sets the dtypes it names over the base's, a number all
+    on_h100 = parse_profile({"base": "h100", "name": "h100-fp8cap", "sustained_clock": {"fp8": 0.8}})
+    h100 = get_device("h100")
+    assert (on_h100.sustained("bf16"), on_h100.sustained("fp8")) == (h100.sustained("bf16"), 0.8)
+    capped = parse_profile({"base": "h100", "name": "h100-1600", "sustained_clock": 0.808})
+    assert capped.sustained("bf16") == capped.sustained("fp8") == 0.808
     for bad in (1.5, 0, -0.1, "fast", {"default": 1.5}, {"fp9": 0.9}, {"fp8": "x"}):
         with pytest.raises(InputError, match="sustained_clock"):
             parse_profile({**raw, "sustained_clock": bad}, "dev.yaml")

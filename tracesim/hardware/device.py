@@ -261,6 +261,11 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         merged.update({k: v for k, v in data.items() if k != "base"})
         for k in ("aliases", "patterns"):
             merged[k] = data.get(k, [])
+        own, inherited = data.get("sustained_clock"), base.get("sustained_clock")
+        if isinstance(own, Mapping) and inherited is not None:
+            # a mapping sets the dtypes it names over the base's (a number: every dtype)
+            merged["sustained_clock"] = {**(inherited if isinstance(inherited, Mapping)
+                                            else {"default": inherited}), **own}
         data = merged
     check_keys(data, _KEYS_REQUIRED, _KEYS_OPTIONAL, file=file, where=where)
     name = get_str(data, "name", file=file, where=where)
