@@ -210,7 +210,7 @@ def shipped(kind: str) -> list[Entry]:
 
 def _clock(d: DeviceProfile) -> str:
     """The listing's sustained-clock part: the default ratio, then each dtype's own."""
-    if d.sustained_clock == 1.0 and not d.sustained_dtype:
+    if not d.throttles:
         return ""
     own = "".join(f", {k} {v:g}" for k, v in d.sustained_dtype.items())
     return f"; sustained clock {d.sustained_clock:g}{own} of the burst rate"

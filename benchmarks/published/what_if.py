@@ -66,7 +66,8 @@ def _device_at(opts: dict[str, Any], raw: str, tmp: Path) -> str:
     if not isinstance(dev, str):
         raise InputError("the row's cluster has an inline device profile", "sustained_clock")
     out = tmp / f"{dev}-clock-{raw}.yaml"
-    out.write_text(f"base: {dev}\nname: {dev}-clock-{raw}\nsustained_clock: {float(raw)}\n")
+    if not out.exists():  # one per device and value for the whole table
+        out.write_text(f"base: {dev}\nname: {dev}-clock-{raw}\nsustained_clock: {float(raw)}\n")
     return str(out)
 
 

@@ -207,10 +207,7 @@ def alike_profiles(src: DeviceProfile, dst: DeviceProfile) -> tuple[DeviceProfil
     sustained-load data (1: not known, not "never throttles") would otherwise make every
     kernel recorded on a GPU that has one look that much faster on it. A CPU source or
     target keeps its profiles as they are (a CPU profile is its microbenchmarks' rate)."""
-    def known(d: DeviceProfile) -> bool:
-        return d.sustained_clock < 1.0 or bool(d.sustained_dtype)
-
-    if src.kind != "gpu" or dst.kind != "gpu" or (known(src) and known(dst)):
+    if src.kind != "gpu" or dst.kind != "gpu" or (src.throttles and dst.throttles):
         return src, dst
     return src.burst(), dst.burst()
 
@@ -323,11 +320,12 @@ def scale_durations(measured_ns: Any, src_device: DeviceProfile | str, src_costs
         zeros = np.zeros((n, 4))
         same &= ((zeros if ssh is None else ssh) == (zeros if dsh is None else dsh)).all(axis=1)
     scaled = have & ~same
-    lo, mid, hi = (_times_s(dst_dev, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
     src_a, dst_a = alike_profiles(src_dev, dst_dev)
-    if dst_a is not dst_dev and scaled.any():  # the scaled ops' targets in the source's regime
-        alo, amid, ahi = (_times_s(dst_a, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
-        lo, mid, hi = (np.where(scaled, a, t) for a, t in ((alo, lo), (amid, mid), (ahi, hi)))
+    # scaled ops take the target in the source's regime; unmeasured ones ("model") the target
+    lo, mid, hi = (_times_s(dst_a, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
+    if dst_a is not dst_dev and not have.all():
+        mlo, mmid, mhi = (_times_s(dst_dev, dc, df, db, dd, s, du, dsh) for s in (1.0, 0.0, -1.0))
+        lo, mid, hi = (np.where(have, t, m) for t, m in ((lo, mlo), (mid, mmid), (hi, mhi)))
     src_t = _times_s(src_a, sc, sf, sb, sd, 0.0, su, ssh)
     ratio_ok = scaled & (src_t > 0)
     m = np.where(have, meas, 0.0)

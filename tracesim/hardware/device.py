@@ -165,6 +165,12 @@ class DeviceProfile:
     def class_efficiency(self, op_class: str) -> ClassEfficiency:
         return self.efficiency.get(op_class) or self.efficiency["default"]
 
+    @property
+    def throttles(self) -> bool:
+        """Whether the profile says how its GPU throttles under sustained load (a ratio below
+        1 for some dtype); 1 everywhere means not known."""
+        return self.sustained_clock < 1.0 or bool(self.sustained_dtype)
+
     def sustained(self, dtype: str) -> float:
         """The ``sustained_clock`` of work in ``dtype`` (module docstring)."""
         by = self.sustained_dtype
@@ -176,7 +182,7 @@ class DeviceProfile:
 
     def burst(self) -> DeviceProfile:
         """This profile as a short kernel benchmark sees the GPU: ``sustained_clock`` 1."""
-        if self.sustained_clock == 1.0 and not self.sustained_dtype:
+        if not self.throttles:
             return self
         return replace(self, sustained_clock=1.0, sustained_dtype=MappingProxyType({}))
 
