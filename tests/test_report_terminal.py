@@ -30,8 +30,12 @@ def test_report_text_has_every_metric():
 
 def test_report_names_a_sustained_clock_below_one():
     assert "GPU clock" not in report_text({**RES, "sustained_clock": 1.0})
-    assert "GPU clock          0.8659 of its kernel benchmarks' rate" in report_text(
+    assert "GPU clock          0.866 of its kernel benchmarks' rate (sustained at the power" in report_text(
         {**RES, "device": "b200", "sustained_clock": 0.8659})
+    # the job's slowest GPU (docs/devices.md): the clock given as the two factors
+    text = report_text({**RES, "device": "b200", "sustained_clock": 0.8659 * 0.9, "slowest_gpu": 0.9})
+    assert "0.779 of its kernel benchmarks' rate (0.866 sustained at the power limit x 0.900, " \
+           "the slowest of 1024 GPUs" in text
 
 
 def test_rich_report_renders():

@@ -35,7 +35,7 @@ from benchmarks.kernels.memory_in_steps import (
     memory_classes_source,
 )
 from benchmarks.kernels.sizes import FLOP_SIZES
-from benchmarks.kernels.sustained import sustained_clock
+from benchmarks.kernels.sustained import fleet, sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
 
 MLE = "stas00/ml-engineering@744d01e compute/accelerator/README.md"
@@ -430,12 +430,14 @@ def profile(name: str) -> dict[str, Any]:
     ratio, ratio_src = sustained_clock(name, {dt: ceil[key] * _peak(spec, dt) for dt, key in
                                               (("bf16", "default"), ("fp8", "fp8")) if key in ceil})
     out["sustained_clock"] = ratio
+    spread, spread_src = fleet(name)
+    if spread is not None:
+        out["sustained_fleet"] = spread
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
-    out["calibration"]["sustained_clock"] = ratio_src
+    out["calibration"].update(sustained_clock=ratio_src, sustained_fleet=spread_src)
     if fa2 is not None:
         out["calibration"]["shape_model.attention.flash2"] = fa2_src
     return out
-
 
 
 def _calibration(name: str, spec: dict[str, Any], plateau: dict[str, float], curve_e: dict[str, float],

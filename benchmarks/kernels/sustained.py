@@ -21,7 +21,10 @@ following the clock, so P ~ f^3 at the power limit; derived, :data:`DERIVED_FROM
 
 from __future__ import annotations
 
+import numpy as np
+
 from benchmarks.kernels import kernel_fit as kf
+from tracesim.hardware.fleet import expected_max
 
 #: board power limits (W) of the GPUs scaled from another's MSMF, with their sources
 POWER_W: dict[str, tuple[float, str]] = {
@@ -104,3 +107,58 @@ def sustained_clock(name: str, ceilings_tflops: dict[str, float]
                      "benchmarks")
     text = "; ".join(notes) + ("; other dtypes and classes: BF16's" if len(out) > 1 else "")
     return (out if len(out) > 1 else out["default"]), text
+
+
+# --------------------------------------------------------------------------- the slowest GPU
+
+#: profile -> (the profile whose node measurement it takes, why); a GPU on another board or
+#: cooling has none (the spread comes from the dies and from the board's power and cooling)
+FLEET_FROM: dict[str, tuple[str, str]] = {
+    "h100": ("h200", "the same GH100 die at the same 700 W on an air-cooled 8-GPU baseboard"),
+}
+#: Monte Carlo draws of the 8 chips x 5 rounds range (fixed seed: the same profile every run)
+_DRAWS = 20_000
+
+
+def _range_of(chips: int, runs: int, sigma_chip: float, sigma_run: float) -> float:
+    """Expected range (max - min) of ``chips x runs`` draws: chip offsets (``sigma_chip``) plus
+    run-to-run noise (``sigma_run``), relative units."""
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((_DRAWS, chips, 1)) * sigma_chip
+    e = rng.standard_normal((_DRAWS, chips, runs)) * sigma_run
+    x = (c + e).reshape(_DRAWS, -1)
+    return float((x.max(axis=1) - x.min(axis=1)).mean())
+
+
+def fleet(name: str) -> tuple[dict[str, float] | None, str]:
+    """(``sustained_fleet``, its source) of a generated GPU: the node's all-GPUs-at-once mean
+    over one GPU alone, and the per-GPU standard deviation that gives the all-at-once runs'
+    range (8 chips x 5 rounds, each run with the run-to-run noise of one GPU's runs while its
+    siblings ran: their range / d2(5)); None
+    without data (tracesim.hardware.fleet)."""
+    own = name
+    why = ""
+    if name in FLEET_FROM:
+        own, why = FLEET_FROM[name]
+    got = {r["setup"]: r for r in kf.rows("concurrent") if r["profile"] == own}
+    if "alone" not in got or "all_concurrent" not in got:
+        return None, ("none: no measurement of a whole node's GPUs saturated at once on this "
+                      "GPU's board; every GPU of a job at the profile's rate")
+    alone, allc = got["alone"], got["all_concurrent"]
+    noisy = got.get("gpu0_siblings_busy", alone)  # one GPU's runs while the others run
+    conc = min(1.0, float(allc["mean_tflops"]) / float(alone["mean_tflops"]))
+    sigma_run = float(noisy["range_pct"]) / 100.0 / (2.0 * expected_max(int(noisy["runs"])))
+    chips = int(allc["chips"])
+    runs = int(allc["runs"]) // chips
+    target = float(allc["range_pct"]) / 100.0
+    lo, hi = 0.0, target
+    for _ in range(40):  # the range grows with sigma_chip: bisect
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _range_of(chips, runs, mid, sigma_run) < target else (lo, mid)
+    sigma = round(0.5 * (lo + hi), 4)
+    text = (f"{alone['device']} BF16 MSMF, {chips} GPUs x {runs} rounds at once: mean "
+            f"{allc['mean_tflops']} over {alone['mean_tflops']} alone -> concurrent {conc:.4f}; "
+            f"range {allc['range_pct']}% -> chip_sigma {sigma:.4f} (run-to-run sigma "
+            f"{sigma_run:.4f}: one GPU's {noisy['runs']} runs while its siblings ran, range {noisy['range_pct']}%; "
+            f"data/concurrent.csv, source {alone['source']})" + (f"; {why} (derived)" if why else ""))
+    return {"concurrent": round(conc, 4), "chip_sigma": sigma}, text

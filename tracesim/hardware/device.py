@@ -14,6 +14,8 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
     launch_overhead_us: 2.0            # fixed time added to every op (kernel) on this device
     sustained_clock: 1.0               # optional: compute rate at the power limit / burst rate
                                        # (or per dtype: {default: 0.95, fp8: 0.93})
+    sustained_fleet: {concurrent: 0.98, chip_sigma: 0.03}   # optional: how the GPUs of a job
+                                       # differ under that load (tracesim.hardware.fleet)
     efficiency:                        # per op class; 'default' covers unlisted classes
       default: {compute: [[1.0e6, 0.05], [1.0e9, 0.5]], memory: [[1.0e4, 0.05], [1.0e8, 0.85]], spread: 0.3}
       gemm:
@@ -56,6 +58,7 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.hardware.fleet import Fleet, parse_fleet
 from tracesim.hardware.shapemodel import ShapeModel, parse_shape_model
 from tracesim.strict import check_keys, get_number, get_str
 
@@ -77,7 +80,7 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
                   "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model",
-                  "sustained_clock")
+                  "sustained_clock", "sustained_fleet")
 _PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
@@ -135,6 +138,11 @@ class DeviceProfile:
         sustained_dtype: dtype -> its own ``sustained_clock`` (FP8 GEMMs draw another power
             per FLOP, so the GPU settles at another clock under them); ``mxfp8`` takes ``fp8``'s
             where it has none. :meth:`sustained` looks a dtype up.
+        fleet: how the sustained rate differs between the GPUs of a job
+            (:mod:`tracesim.hardware.fleet`); None: not known (every GPU at the profile's rate).
+            :meth:`for_job` applies it.
+        job_gpus: the job size :meth:`for_job` applied (0: not applied); ``one_gpu`` the
+            profile before it (:meth:`alone`).
     """
 
     name: str
@@ -152,6 +160,9 @@ class DeviceProfile:
     shape_model: ShapeModel | None = None
     sustained_clock: float = 1.0
     sustained_dtype: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    fleet: Fleet | None = None
+    job_gpus: int = 0
+    one_gpu: DeviceProfile | None = field(default=None, repr=False, compare=False)
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
 
     def peak_flops(self, dtype: str) -> float:
@@ -184,7 +195,32 @@ class DeviceProfile:
         """This profile as a short kernel benchmark sees the GPU: ``sustained_clock`` 1."""
         if not self.throttles:
             return self
-        return replace(self, sustained_clock=1.0, sustained_dtype=MappingProxyType({}))
+        return replace(self, sustained_clock=1.0, sustained_dtype=MappingProxyType({}),
+                       fleet=None, job_gpus=0, one_gpu=None)
+
+    def fleet_factor(self, gpus: int) -> float:
+        """The compute rate of the slowest of ``gpus`` GPUs over the profile's (1 without
+        ``sustained_fleet`` or sustained-load data)."""
+        if self.fleet is None or not self.throttles:
+            return 1.0
+        return self.fleet.factor(gpus)
+
+    def for_job(self, gpus: int) -> DeviceProfile:
+        """This profile as a synchronous job of ``gpus`` GPUs runs it: every sustained clock
+        times :meth:`fleet_factor` (the job waits for its slowest GPU). Applied once."""
+        if self.job_gpus == max(1, gpus):
+            return self
+        if self.job_gpus:
+            raise ValueError(f"profile {self.name} is already for a job of {self.job_gpus} GPUs")
+        f = self.fleet_factor(gpus)
+        return replace(self, sustained_clock=self.sustained_clock * f, job_gpus=max(1, gpus),
+                       one_gpu=self, sustained_dtype=MappingProxyType({k: v * f for k, v in
+                                                         self.sustained_dtype.items()}))
+
+    def alone(self) -> DeviceProfile:
+        """One GPU of this profile at its own rate: :meth:`for_job` undone (a recording's GPU,
+        whose kernels ran at its own clock whatever its job waited for)."""
+        return self.one_gpu if self.one_gpu is not None else self
 
     def with_flash2(self) -> DeviceProfile | None:
         """This profile with FlashAttention-2's attention parameters in place of its fused
@@ -324,6 +360,7 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
                      if data.get("shape_model") is not None else None),
         sustained_clock=clock,
         sustained_dtype=MappingProxyType(by_dtype),
+        fleet=parse_fleet(data.get("sustained_fleet"), file, f"{where}.sustained_fleet"),
         raw=MappingProxyType(dict(data)),
     )
 

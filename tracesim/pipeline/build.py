@@ -160,6 +160,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
         raise InputError(
             f"tp {par.tp} x pp {par.pp} x dp {par.dp} x cp {par.cp} = {par.world} GPUs, but "
             f"cluster {cluster.name} has {cluster.gpus}", "--dp")
+    device = device.for_job(par.world)  # a synchronous job runs at its slowest GPU
     if par.world < cluster.gpus:
         warnings.append(f"the layout uses {par.world} of the cluster's {cluster.gpus} GPUs "
                         f"(ranks 0..{par.world - 1})")

@@ -110,9 +110,14 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                          f"{_f(off.get('d2h_GBps'), '.0f')} / {_f(off.get('h2d_GBps'), '.0f')} GB/s; "
                          f"GPU waits {fmt_seconds(off.get('wait_s_per_microbatch'))} per micro-batch"))
     clock = res.get("sustained_clock")
+    slow = res.get("slowest_gpu")
     if isinstance(clock, (int, float)) and clock < 1.0:
-        rows.append(("GPU clock", f"{clock:g} of its kernel benchmarks' rate (sustained at the "
-                                  "power limit, docs/devices.md)"))
+        why = "sustained at the power limit"
+        if isinstance(slow, (int, float)) and slow < 1.0:
+            why = (f"{clock / slow:.3f} sustained at the power limit x {slow:.3f}, the slowest of "
+                   f"{res.get('gpus')} GPUs")
+        rows.append(("GPU clock", f"{clock:.3f} of its kernel benchmarks' rate ({why}; "
+                                  "docs/devices.md)"))
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
         ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),

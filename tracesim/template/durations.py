@@ -61,7 +61,9 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     src_name = template.meta.get("device")
     src_dev = None
     if src_name and str(src_name) == device.name:
-        src_dev = device  # recorded on the target itself (e.g. a CPU profile named like it)
+        # recorded on the target itself (e.g. a CPU profile named like it), by one GPU at its
+        # own rate: the job's slowest GPU (DeviceProfile.for_job) is the target's
+        src_dev = device.alone() if hasattr(device, "alone") else device
     elif src_name:
         try:
             src_dev = get_device(str(src_name))
