@@ -136,3 +136,11 @@ def test_bad_profile_exits_2(tmp_path) -> None:
     assert res.returncode == 2
     assert "bad.yaml" in res.stderr and "sustained_fleet.chip_sigma" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_device_listing_names_the_slowest_gpu() -> None:
+    from tracesim.catalog import shipped
+
+    text = {e.name: e.summary for e in shipped("devices")}
+    assert "the slowest of 8 / 1,024 GPUs 0.938 / 0.885" in text["b200"]
+    assert "slowest" not in text["gb200"] and "slowest" not in text["a100"]

@@ -213,4 +213,6 @@ def _clock(d: DeviceProfile) -> str:
     if not d.throttles:
         return ""
     own = "".join(f", {k} {v:g}" for k, v in d.sustained_dtype.items())
-    return f"; sustained clock {d.sustained_clock:g}{own} of the burst rate"
+    slow = (f"; the slowest of 8 / 1,024 GPUs {d.fleet_factor(8):.3f} / {d.fleet_factor(1024):.3f}"
+            if d.fleet is not None else "")
+    return f"; sustained clock {d.sustained_clock:g}{own} of the burst rate{slow}"
