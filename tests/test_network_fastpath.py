@@ -172,9 +172,9 @@ def test_replay_same_times(monkeypatch: pytest.MonkeyPatch):
     assert fast["breakdown"] == slow["breakdown"]
 
 
-def test_reservations_find_the_plans_on_links_as_plans_register():
-    """The plans on a link array are cached per array and recomputed once another plan has
-    registered; a release hands over only the running plans sharing a link, oldest first."""
+def test_reservations_release_the_running_plans_on_links():
+    """A release hands over only the running plans sharing a link with the route, oldest
+    first, whenever they registered."""
     from types import SimpleNamespace
 
     from tracesim.network.fastpath import Reservations
@@ -182,11 +182,9 @@ def test_reservations_find_the_plans_on_links_as_plans_register():
     res = Reservations(8)
     a = res.register(np.array([1, 2]))
     route = np.array([2, 3])
-    assert res.plans_on(route) == {a}
     b = res.register(np.array([3]))
     c = res.register(np.array([5, 6]))
-    assert res.plans_on(route) == {a, b}
-    assert res.plans_on(np.array([4])) == frozenset()
+    d = res.register(np.array([0, 3, 7]))  # on the route, never running
     released = []
 
     def run(pid: int) -> SimpleNamespace:
@@ -199,4 +197,7 @@ def test_reservations_find_the_plans_on_links_as_plans_register():
     assert not res.free(a) and res.count == 3
     res.release_on(route, 7)
     assert released == [(b, 7), (a, 7)]  # in the order they started
-    assert res.count == 1 and res.free(a) and not res.free(c)
+    assert res.count == 1 and res.free(a) and not res.free(c) and res.free(d)
+    assert not res._mark.any()  # the scratch is left clear
+    res.release_on(np.array([4]), 8)  # no running plan there
+    assert res.count == 1 and released == [(b, 7), (a, 7)]

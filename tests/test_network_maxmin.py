@@ -331,3 +331,15 @@ def test_flows_ending_alone_take_no_solve():
     slow, ends_b, _ = _run_batches([1.0, 4.0, 4.0], batches, False)
     assert ends_a == ends_b == {0: 100, 1: 300}
     assert fast.recomputes == slow.recomputes - 1
+
+
+def test_distinct_gids_of_shared_links() -> None:
+    """``owners._distinct``: the distinct values in ascending order, whether few (taken one
+    by one) or many (the rest hashed)."""
+    from tracesim.network.owners import _FEW, _distinct
+
+    rng = np.random.default_rng(3)
+    for k in (1, 2, 3, _FEW, _FEW + 1, 40):
+        x = rng.integers(0, k * 7, 5000)
+        assert _distinct(x) == np.unique(x).tolist()
+    assert _distinct(np.zeros(0, dtype=np.int64)) == []

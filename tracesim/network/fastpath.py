@@ -101,9 +101,9 @@ class Reservations:
         self._next = 0
         self._overlap: list[set[int]] = []  # plan id -> ids of the plans sharing a link
         self._link_plans: dict[int, list[int]] = {}
+        self._plan_links: list[np.ndarray] = []  # plan id -> its links
         self._active: dict[int, FastRun] = {}  # plan id -> its operation holding links now
-        #: id of a link array -> (the array, plans registered then, ids of the plans on it)
-        self._on: dict[int, tuple[np.ndarray, int, frozenset[int]]] = {}
+        self._mark = np.zeros(n_links, dtype=bool)  # scratch of release_on, left all False
 
     def register(self, links: np.ndarray) -> int:
         """An id for a plan over ``links`` (distinct link ids)."""
@@ -116,6 +116,7 @@ class Reservations:
         for q in conf - {pid}:
             self._overlap[q].add(pid)
         self._overlap.append(conf)
+        self._plan_links.append(links)
         return pid
 
     def free(self, pid: int) -> bool:
@@ -135,31 +136,17 @@ class Reservations:
 
     def release_on(self, links: np.ndarray, now: int) -> None:
         """Hand the operations holding any of ``links`` over to the flow model (in the
-        order they started)."""
+        order they started). Only the running plans are looked at: a handful, where the
+        plans registered on ``links`` can be dozens of thousands-link rings."""
         if not self.count:
             return
-        act = self._active
-        pids = self.plans_on(links)
-        if len(pids) <= len(act):
-            hit = [act[p] for p in pids if p in act]
-        else:
-            hit = [run for p, run in act.items() if p in pids]
+        mark, plan_links = self._mark, self._plan_links
+        mark[links] = True
+        hit = [run for pid, run in self._active.items() if mark[plan_links[pid]].any()]
+        mark[links] = False
         for run in sorted(hit, key=lambda r: r.rid):
             self.drop(run)
             run.release(now)
-
-    def plans_on(self, links: np.ndarray) -> frozenset[int]:
-        """Ids of the registered plans with a link in ``links`` (cached per array: a flow
-        batch's route keeps its link array)."""
-        hit = self._on.get(id(links))
-        if hit is not None and hit[0] is links and hit[1] == len(self._overlap):
-            return hit[2]
-        lp = self._link_plans
-        got = frozenset(p for lk in links.tolist() for p in lp.get(lk, ()))
-        if len(self._on) >= 1 << 14:
-            self._on.clear()
-        self._on[id(links)] = (links, len(self._overlap), got)
-        return got
 
 
 class FastRun:

@@ -90,14 +90,33 @@ class LinkOwners:
             del many[lk][gid]
 
     def sharing(self, links: np.ndarray) -> list[int]:
-        """The gids of the batches on ``links`` (links held by two or more), each once."""
+        """The gids of the batches on ``links`` (links held by two or more), each once from
+        the links held by two (the others' may repeat them)."""
         c = self.count[links]
         two = links[c == 2]
         a = self.first[two]
-        out = np.unique(np.concatenate([a, self.xor[two] ^ a])).tolist()
+        out = _distinct(np.concatenate([a, self.xor[two] ^ a]))
         for lk in links[c >= 3].tolist():
             out.extend(self.many[lk])
         return out
+
+
+#: distinct values taken one by one before :func:`_distinct` hashes the rest
+_FEW = 8
+
+
+def _distinct(x: np.ndarray) -> list[int]:
+    """The distinct values of ``x`` in ascending order. Shared links are mostly held by the
+    same two or three batches, so taking the values one at a time (a comparison pass each)
+    beats hashing thousands of entries; past :data:`_FEW` values the rest is hashed."""
+    out: list[int] = []
+    while len(x) and len(out) < _FEW:
+        v = x.min()
+        out.append(int(v))
+        x = x[x != v]
+    if len(x):
+        out.extend(np.unique(x).tolist())
+    return out
 
 
 def component(gid: int, seen: set[int], owners: LinkOwners, batches: dict,
