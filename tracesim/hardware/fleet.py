@@ -13,11 +13,12 @@ node saturated at once::
 
     sustained_fleet:
       concurrent: 0.980     # mean saturated rate, all GPUs of the node at once, over one alone
-      chip_sigma: 0.034     # standard deviation of one GPU's saturated rate, relative
+      chip_sigma: 0.030     # standard deviation of one GPU's saturated rate, relative
 
 and :meth:`Fleet.factor` gives the job's compute rate over the profile's: 1 for one GPU, else
 ``concurrent x (1 - E[max of N standard normals] x chip_sigma)``, the expected slowest of
-``N`` GPUs drawn from the node's distribution. It multiplies the sustained clock
+``N`` GPUs drawn from the node's distribution (a job of 2 to 7 GPUs takes the whole node's
+``concurrent`` too: its siblings are taken as busy, as a shared node's are). It multiplies the sustained clock
 (:meth:`tracesim.hardware.device.DeviceProfile.for_job`), so it slows compute and leaves
 memory-bound time alone, as the clock does. The normal tail is this model's assumption
 beyond the measured node (docs/devices.md, "The slowest GPU of a job").
