@@ -494,7 +494,6 @@ def parse_plan(text: str) -> tuple[tuple[str, str], ...]:
     for part in text.split(","):
         glob, eq, style = part.strip().partition("=")
         if not eq or not glob:
-            raise InputError(f"expected GLOB=STYLE items separated by commas, got {text!r}",
-                             "--tp-plan")
+            raise InputError(f"expected GLOB=STYLE items separated by commas, got {text!r}", "--tp-plan")
         pairs.append((glob.strip(), style.strip()))
     return tuple(pairs)
