@@ -77,6 +77,9 @@ def test_for_job_slows_compute_not_memory() -> None:
     with pytest.raises(ValueError):
         job.for_job(8)
     assert job.burst().sustained("bf16") == 1.0 and job.burst().fleet is None
+    h100 = get_device("h100")  # FlashAttention-2's rates carry over to the one GPU alone
+    fa2 = h100.for_job(64).with_flash2()
+    assert fa2 is not None and fa2.alone() == h100.with_flash2()
     a100 = get_device("a100")  # no sustained-load data: nothing to slow
     assert a100.for_job(4096).sustained("bf16") == 1.0
 

@@ -21,6 +21,8 @@ following the clock, so P ~ f^3 at the power limit; derived, :data:`DERIVED_FROM
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from benchmarks.kernels import kernel_fit as kf
@@ -120,14 +122,19 @@ FLEET_FROM: dict[str, tuple[str, str]] = {
 _DRAWS = 20_000
 
 
-def _range_of(chips: int, runs: int, sigma_chip: float, sigma_run: float) -> float:
-    """Expected range (max - min) of ``chips x runs`` draws: chip offsets (``sigma_chip``) plus
-    run-to-run noise (``sigma_run``), relative units."""
+def _range_of(chips: int, runs: int) -> Callable[[float, float], float]:
+    """The expected range (max - min) of ``chips x runs`` draws as a function of the chip
+    offsets' sigma and the run-to-run noise's (relative units), on one fixed set of standard
+    normal draws (the bisection below compares sigmas on the same draws)."""
     rng = np.random.default_rng(0)
-    c = rng.standard_normal((_DRAWS, chips, 1)) * sigma_chip
-    e = rng.standard_normal((_DRAWS, chips, runs)) * sigma_run
-    x = (c + e).reshape(_DRAWS, -1)
-    return float((x.max(axis=1) - x.min(axis=1)).mean())
+    c = rng.standard_normal((_DRAWS, chips, 1))
+    e = rng.standard_normal((_DRAWS, chips, runs))
+
+    def expected(sigma_chip: float, sigma_run: float) -> float:
+        x = (c * sigma_chip + e * sigma_run).reshape(_DRAWS, -1)
+        return float((x.max(axis=1) - x.min(axis=1)).mean())
+
+    return expected
 
 
 def fleet(name: str) -> tuple[dict[str, float] | None, str]:
@@ -151,10 +158,11 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
     chips = int(allc["chips"])
     runs = int(allc["runs"]) // chips
     target = float(allc["range_pct"]) / 100.0
+    expected = _range_of(chips, runs)
     lo, hi = 0.0, target
     for _ in range(40):  # the range grows with sigma_chip: bisect
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _range_of(chips, runs, mid, sigma_run) < target else (lo, mid)
+        lo, hi = (mid, hi) if expected(mid, sigma_run) < target else (lo, mid)
     sigma = round(0.5 * (lo + hi), 4)
     text = (f"{alone['device']} BF16 MSMF, {chips} GPUs x {runs} rounds at once: mean "
             f"{allc['mean_tflops']} over {alone['mean_tflops']} alone -> concurrent {conc:.4f}; "

@@ -228,7 +228,8 @@ class DeviceProfile:
         sm = self.shape_model
         if sm is None or sm.attention is None or sm.attention.flash2 is None:
             return None
-        return replace(self, shape_model=replace(sm, attention=sm.attention.flash2))
+        one = self.one_gpu.with_flash2() if self.one_gpu is not None else None
+        return replace(self, shape_model=replace(sm, attention=sm.attention.flash2), one_gpu=one)
 
 
 # --------------------------------------------------------------------------- parsing
