@@ -144,13 +144,13 @@ def test_solves_of_partial_states_are_cached(monkeypatch: pytest.MonkeyPatch):
     from tracesim.network import flowstate
 
     calls = [0]
-    orig_solve = flowstate.max_min_sorted
+    orig_solve = flowstate.max_min_bottlenecks
 
     def counted(*a):  # noqa: ANN002, ANN202
         calls[0] += 1
         return orig_solve(*a)
 
-    monkeypatch.setattr(flowstate, "max_min_sorted", counted)
+    monkeypatch.setattr(flowstate, "max_min_bottlenecks", counted)
     ops = [(k * 700_000 + d, "all_to_all", A2A, b) for k in range(6)
            for d, b in ((0, 32 * MIB), (150_000, 8 * MIB))]
     cached = _ends("ecmp-o2", ops, memo=False)[0]

@@ -44,10 +44,11 @@ from tracesim.network.flowstate import (
     solve_rates,
 )
 from tracesim.network.lazy import LazyBatches
+from tracesim.network.local import LocalUpdates
 from tracesim.network.owners import NONE, LinkOwners, component
 
 
-class FlowNetwork(LazyBatches):
+class FlowNetwork(LocalUpdates, LazyBatches):
     """Max-min fair sharing of link capacities among concurrent flows.
 
     Args:
@@ -91,6 +92,7 @@ class FlowNetwork(LazyBatches):
         self._sent = Buf(np.float64)
         self._alive = Buf(np.bool_)
         self._t_upd = Buf(np.int64)
+        self._bott = Buf(np.int64)  # a bottleneck link of each flow's rate (-1: not known)
         # entries (flow-link incidence), grouped by flow slot
         self._e_flow = Buf(np.int64)
         self._e_link = Buf(np.int64)
@@ -166,6 +168,7 @@ class FlowNetwork(LazyBatches):
         self._sent.fill(0.0, n_new)
         self._alive.fill(True, n_new)
         self._t_upd.fill(now, n_new)
+        self._bott.fill(-1, n_new)
         self._e_flow.extend(rt.e_flow + lo)
         self._e_link.extend(rt.e_link)
         self._n_alive += n_new
@@ -262,6 +265,15 @@ class FlowNetwork(LazyBatches):
         for gid in gids:
             if gid not in seen and gid in self._batches:
                 comps.append(component(gid, seen, self._owners, self._batches, self._visited))
+        if comps and self._worth_local(gids, comps):
+            fired = self._try_local(gids, now)
+            if fired is not None:
+                if self._n_freed > max(self.compact_min, self._rem.n // 2):
+                    self._compact()
+                self._reschedule(now)
+                for b in fired:
+                    b.event.succeed()
+                return
         if comps:
             fired = self._step(comps, now)
             if self._tracing:
@@ -326,7 +338,14 @@ class FlowNetwork(LazyBatches):
             lrem, lal = rem[lidx], alive[lidx]
         else:  # the same flows, none ended
             lidx, lrem, lal = idx, rm, al
-        lr = rate[lidx]
+        self._push_next(live, lidx, lrem, lal, now)
+        return fired
+
+    def _push_next(self, live: list[Batch], lidx: np.ndarray, lrem: np.ndarray,
+                   lal: np.ndarray, now: int) -> None:
+        """Heap entries at the next completion of each of ``live`` (its flow slots
+        ``lidx``, their bytes left ``lrem`` and alive flags ``lal``, all current at ``now``)."""
+        lr = self._rate.a[lidx]
         ok = lal & (lr > 0)
         tdone = np.full(len(lidx), np.inf)
         np.divide(lrem, lr, out=tdone, where=ok)
@@ -346,17 +365,18 @@ class FlowNetwork(LazyBatches):
             step = max(1, math.ceil(t - 1e-9)) if t > 0 else 0
             self._seq += 1
             heapq.heappush(heap, (now + step, self._seq, b.gid, b.version))
-        return fired
 
     def _rates(self, live: list[Batch], alone: set[int]) -> None:
         """New rates of the flows of ``live``: cached isolated rates for a batch alone with
         all its flows, one max-min solve for the others."""
         self.recomputes += 1
-        rate = self._rate.a
+        rate, bott = self._rate.a, self._bott.a
         solve: list[Batch] = []
         for b in live:
             if b.gid in alone and b.n_alive == b.hi - b.lo and b.key.iso is not None:
                 rate[b.lo : b.hi] = b.key.iso
+                ib = b.key.iso_bott
+                bott[b.lo : b.hi] = -1 if ib is None else ib
             else:
                 solve.append(b)
         if solve:
@@ -364,6 +384,7 @@ class FlowNetwork(LazyBatches):
             for b in solve:
                 if b.gid in alone and b.n_alive == b.hi - b.lo:
                     b.key.iso = rate[b.lo : b.hi].copy()
+                    b.key.iso_bott = bott[b.lo : b.hi].copy()
         if self._fresh:
             for b in live:
                 self._fresh.discard(b.gid)
@@ -371,7 +392,7 @@ class FlowNetwork(LazyBatches):
     def _solve(self, solve: list[Batch]) -> None:
         """One max-min solve over the alive, routed flows of ``solve`` (cached by routes)."""
         solve_rates(solve, self._e_flow.a, self._e_link.a, self._alive.a, self._rate.a,
-                    self.capacity, self._solved)
+                    self._bott.a, self.capacity, self._solved)
 
     def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int
                 ) -> tuple[list[Batch], bool]:
@@ -427,7 +448,8 @@ class FlowNetwork(LazyBatches):
         ekeep = ranges([b.elo for b in live], [b.ehi for b in live])
         new_index = np.full(self._rem.n, -1, dtype=np.int64)
         new_index[keep] = np.arange(len(keep))
-        for buf in (self._rem, self._rate, self._bytes0, self._sent, self._alive, self._t_upd):
+        for buf in (self._rem, self._rate, self._bytes0, self._sent, self._alive, self._t_upd,
+                    self._bott):
             buf.set(buf.v[keep])
         self._e_link.set(self._e_link.v[ekeep])
         self._e_flow.set(new_index[self._e_flow.v[ekeep]])

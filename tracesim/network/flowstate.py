@@ -14,7 +14,7 @@ import numpy as np
 import simpy
 from simpy.events import EventPriority
 
-from tracesim.network.maxmin import max_min_sorted
+from tracesim.network.maxmin import max_min_bottlenecks
 
 #: bound on the cache of route data (keyed by the identity of the caller's route arrays)
 ROUTE_CACHE_MAX = 1 << 16
@@ -81,19 +81,36 @@ class Route:
     initial rates, and the rates of the flows when the batch runs alone (filled on first
     use)."""
 
-    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "links", "link_count", "rate0", "iso",
-                 "traj")
+    __slots__ = ("ptr_in", "link_in", "e_link", "e_flow", "ptr", "links", "link_count", "rate0",
+                 "iso", "iso_bott", "traj", "_by_link")
 
     def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
         self.ptr_in, self.link_in = e_ptr, e_link
         self.e_link = np.asarray(e_link, dtype=np.int64)
         lens = np.diff(np.asarray(e_ptr, dtype=np.int64)).astype(np.int64)
         self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+        #: entries of flow ``i``: ``ptr[i]:ptr[i + 1]``
+        self.ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
         self.links, self.link_count = np.unique(self.e_link, return_counts=True)
         self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
         self.iso: np.ndarray | None = None
+        #: the bottleneck links of ``iso`` when a solve of the batch alone set it (else None)
+        self.iso_bott: np.ndarray | None = None
         #: recorded runs alone, by the bytes of their flows (``nbytes.tobytes()``)
         self.traj: dict[bytes, Trajectory] | None = None
+        self._by_link: tuple[np.ndarray, np.ndarray] | None = None
+
+    def on_links(self, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The entries on ``links`` (sorted, distinct): entry indices and, for each, the
+        position of its link in ``links``."""
+        if self._by_link is None:
+            order = np.argsort(self.e_link, kind="stable")
+            self._by_link = (order, self.e_link[order])
+        order, sorted_link = self._by_link
+        lo = np.searchsorted(sorted_link, links, "left")
+        hi = np.searchsorted(sorted_link, links, "right")
+        n = hi - lo
+        return order[ranges(lo, hi)], np.repeat(np.arange(len(links)), n)
 
 
 class Trajectory:
@@ -179,25 +196,29 @@ def lazy_step(nb: np.ndarray, iso: np.ndarray) -> int | None:
     return max(1, math.ceil(lo_dt - 1e-9)) if lo_dt > 0 else 0
 
 
-class SolveCache(dict[Any, tuple[tuple[Route, ...], np.ndarray]]):
-    """Rates of past solves (see :func:`solve_rates`) and how many values they hold."""
+class SolveCache(dict[Any, tuple[tuple[Route, ...], np.ndarray, np.ndarray]]):
+    """Rates and bottleneck links of past solves (see :func:`solve_rates`) and how many
+    values they hold."""
 
     def __init__(self) -> None:
         super().__init__()
         self.held = 0
 
-    def keep(self, key: Any, routes: tuple[Route, ...], rates: np.ndarray) -> None:
-        if len(self) >= ROUTE_CACHE_MAX or self.held + len(rates) > SOLVE_CACHE_MAX_VALUES:
+    def keep(self, key: Any, routes: tuple[Route, ...], rates: np.ndarray,
+             bott: np.ndarray) -> None:
+        if len(self) >= ROUTE_CACHE_MAX or self.held + 2 * len(rates) > SOLVE_CACHE_MAX_VALUES:
             self.clear()
             self.held = 0
-        self[key] = (routes, rates)
-        self.held += len(rates)
+        self[key] = (routes, rates, bott)
+        self.held += 2 * len(rates)
 
 
 def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, alive: np.ndarray,
-                rate: np.ndarray, capacity: np.ndarray, cache: SolveCache) -> None:
+                rate: np.ndarray, bott: np.ndarray, capacity: np.ndarray,
+                cache: SolveCache) -> None:
     """Max-min rates of the alive, routed flows of the batches ``solve`` into ``rate`` (flow
-    slots; ``e_flow``, ``e_link``: the entries). The rates depend only on the batches'
+    slots; ``e_flow``, ``e_link``: the entries), and a bottleneck link of each into ``bott``
+    (-1 for a flow without links). The rates depend only on the batches'
     routes, in order, and on which of their flows are alive: they are kept in ``cache``, so
     the same batches of the same routes meeting again in the same state (a forward and a
     backward pipeline transfer on one NIC; two all-to-alls of a periodic schedule) take the
@@ -209,15 +230,18 @@ def solve_rates(solve: list[Batch], e_flow: np.ndarray, e_link: np.ndarray, aliv
     hit = cache.get(key)
     if hit is not None and all(r is b.key for r, b in zip(hit[0], solve, strict=True)):
         rate[idx] = hit[1]
+        bott[idx] = hit[2]
         return
     eidx = ranges([b.elo for b in solve], [b.ehi for b in solve])
     ef = e_flow[eidx]
     keep = alive[ef]
     ef, el = ef[keep], e_link[eidx][keep]
+    bott[idx] = -1
     if len(ef):
         starts = np.r_[True, ef[1:] != ef[:-1]]
-        rate[ef[starts]] = max_min_sorted(np.cumsum(starts) - 1, el, capacity)
-    cache.keep(key, tuple(b.key for b in solve), rate[idx].copy())
+        slots = ef[starts]
+        rate[slots], bott[slots] = max_min_bottlenecks(np.cumsum(starts) - 1, el, capacity)
+    cache.keep(key, tuple(b.key for b in solve), rate[idx].copy(), bott[idx].copy())
 
 
 def ranges(los: Sequence[int] | np.ndarray, his: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -58,6 +58,7 @@ class LazyBatches:
     _sent: Buf
     _alive: Buf
     _t_upd: Buf
+    _bott: Buf
     _e_flow: Buf
     _e_link: Buf
     _n_alive: int
@@ -195,6 +196,7 @@ class LazyBatches:
         self._sent.extend(sent)
         self._alive.extend(alive)
         self._t_upd.fill(t_upd, n)
+        self._bott.fill(-1, n)
         self._e_flow.extend(rt.e_flow + lo)
         self._e_link.extend(rt.e_link)
         b.lo, b.hi, b.elo, b.ehi = lo, lo + n, elo, elo + len(rt.e_link)

@@ -26,7 +26,15 @@ SORT_BELOW = 16
 
 
 def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates for flows whose entries are grouped by flow.
+    """Max-min fair rates for flows whose entries are grouped by flow (see
+    :func:`max_min_bottlenecks`, which also says where each flow froze)."""
+    return max_min_bottlenecks(e_flow, e_link, capacity)[0]
+
+
+def max_min_bottlenecks(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Max-min fair rates for flows whose entries are grouped by flow, and a bottleneck
+    link of each flow.
 
     Args:
         e_flow: local flow index of each entry, ``0..F-1``, non-decreasing, every flow present.
@@ -34,7 +42,10 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
         capacity: capacity of every link, bytes/ns, indexed by global link id.
 
     Returns:
-        rate per flow (length F), bytes/ns.
+        rate per flow (length F), bytes/ns, and per flow the global id of a link at which it
+        froze: a link the allocation saturates and on which no flow has a higher rate (the
+        certificate that makes an allocation max-min fair; ``tracesim.network.local`` checks
+        it when flows come or go).
 
     Every round is a handful of numpy passes over the entries of the flows not yet frozen
     (gathers, one ``reduceat`` over the flow groups, ``bincount`` over links); nothing is
@@ -42,7 +53,7 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
     """
     n = len(e_flow)
     if n == 0:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
     n_flows = int(e_flow[-1]) + 1
     # compact the links used to 0..n_links-1 in link order: by a pass over every link, or,
     # for a few entries on a large network, by sorting the entries (the same numbering)
@@ -57,9 +68,15 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
     n_links = len(links)
     cap = capacity[links].astype(np.float64)
     cnt = np.bincount(e_l, minlength=n_links).astype(np.float64)
+    bl = np.zeros(n_flows, dtype=np.int64)  # local link at which each flow froze
     if cnt.max() <= 1.0:  # no link shared: each flow at its slowest link (the rounds' result)
-        starts = np.flatnonzero(np.r_[True, e_flow[1:] != e_flow[:-1]])
-        return np.minimum.reduceat(cap[e_l], starts)
+        change = np.r_[True, e_flow[1:] != e_flow[:-1]]
+        starts = np.flatnonzero(change)
+        e_cap = cap[e_l]
+        fmin = np.minimum.reduceat(e_cap, starts)
+        at = e_cap <= fmin[np.cumsum(change) - 1]
+        bl[e_flow[at]] = e_l[at]
+        return fmin, links[bl]
     rate = np.zeros(n_flows)
     ef = e_flow  # entries of the flows not yet frozen (shrinks every round)
     inf = np.inf
@@ -82,12 +99,14 @@ def max_min_sorted(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.ndarray)
         seg_freeze[seg_of_entry[bott[e_l]]] = True
         rate[ef[starts[seg_freeze]]] = fmin_seg[seg_freeze]
         ent = seg_freeze[seg_of_entry]
+        at = ent & bott[e_l]
+        bl[ef[at]] = e_l[at]
         cap -= np.bincount(e_l[ent], weights=e_fmin[ent], minlength=n_links)
         cnt -= np.bincount(e_l[ent], minlength=n_links)
         np.maximum(cap, 0.0, out=cap)
         keep = ~ent
         if not keep.any():
-            return rate
+            return rate, links[bl]
         ef = ef[keep]
         e_l = e_l[keep]
 

@@ -1,0 +1,289 @@
+"""Local updates of the max-min rates when a few flows come or go beside many others.
+
+A max-min fair allocation is the only feasible one in which every flow has a *bottleneck*:
+a saturated link on which no flow has a higher rate (Bertsekas and Gallager, *Data
+Networks*, section 6.5.2). The solve (:func:`tracesim.network.maxmin.max_min_bottlenecks`)
+records, for every flow, the link at which it froze, which is such a link. When batches
+start, or flows end, only the links they cross (``C``) change; every other link keeps its
+flows and their rates. So :class:`LocalUpdates` (a part of
+:class:`~tracesim.network.flows.FlowNetwork`) tries, before re-solving a whole component:
+
+1. the new flows get the max-min rates of the capacity the other flows leave on their links
+   (a solve over the new flows alone), every other flow keeps its rate;
+2. the result is checked on ``C`` alone: each new flow's link of step 1, and each other flow
+   on ``C`` whose recorded bottleneck is in ``C``, must be saturated with no higher rate on
+   it; a flow whose bottleneck lies outside ``C`` keeps it (nothing there changed).
+
+If every check holds, the allocation is the max-min one (the same rates the whole solve
+gives, to rounding) and the step costs work on ``C`` alone: the flows of the other batches
+are neither advanced nor re-solved, and their completion times stand. If one fails (a new
+flow takes capacity from flows bottlenecked where it comes; an ending flow frees capacity
+that flows bottlenecked there can take; a flow whose rate came from a recorded run has no
+recorded bottleneck) nothing has changed and the whole component is solved as before.
+This is what a pipeline transfer beside a data-parallel all-reduce, each bottlenecked on a
+link of its own, costs at thousands of GPUs: a check on a few hundred links instead of a
+solve of tens of thousands of flows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from tracesim.network.flowstate import Batch, Buf, ranges
+from tracesim.network.maxmin import max_min_bottlenecks
+from tracesim.network.owners import SHARED, LinkOwners
+
+#: a local update is tried when the components to re-solve have at least this many
+#: flow-link entries (below it a whole solve is as cheap, and stays the reference) ...
+LOCAL_MIN_ENTRIES = 8192
+#: ... and this many times the flows on the links of the batches that start or end (what the
+#: local update looks at first). Below it the local update costs more than the whole solve
+#: it saves: measured on the MLPerf GPT-3 11,616-GPU and Llama 3.1 405B 2,496-GPU rows
+#: (docs/performance.md)
+LOCAL_MIN_RATIO = 6
+#: relative tolerance of the bottleneck checks (the solve's own is 1e-9)
+CHECK_TOL = 1e-7
+#: rounds of growing the free set before the whole component is solved instead
+LOCAL_MAX_ROUNDS = 8
+#: the whole component is solved instead once the free flows are more than this share of
+#: the flows in flight
+LOCAL_MAX_SHARE = 0.5
+
+
+class LocalUpdates:
+    """Local max-min updates of :class:`~tracesim.network.flows.FlowNetwork` (the state
+    below is the flow network's own)."""
+
+    env: simpy.Environment | None
+    record: bool
+    skip_unchanged: bool
+    capacity: np.ndarray
+    link_flows: np.ndarray
+    _rem: Buf
+    _rate: Buf
+    _sent: Buf
+    _alive: Buf
+    _t_upd: Buf
+    _bott: Buf
+    _n_alive: int
+    _e_link: Buf
+    _batches: dict[int, Batch]
+    _owner: np.ndarray
+    _owners: LinkOwners
+    _fresh: set[int]
+
+    #: try local updates (False: always solve whole components; tests compare the two)
+    local = True
+    #: steps taken by a local update
+    local_updates = 0
+
+    def _finish(self, bl: list[Batch], idx: np.ndarray, done: np.ndarray, now: int
+                ) -> tuple[list[Batch], bool]:
+        raise NotImplementedError
+
+    def _push_next(self, live: list[Batch], lidx: np.ndarray, lrem: np.ndarray,
+                   lal: np.ndarray, now: int) -> None:
+        raise NotImplementedError
+
+    def _worth_local(self, gids: list[int], comps: list[list[int]]) -> bool:
+        """Whether a local update may pay for the batches ``gids`` in components ``comps``:
+        the components' entries against the flows on the links of ``gids``."""
+        if not self.local or self.record or not self.skip_unchanged:
+            return False
+        batches = self._batches
+        entries = sum(len(batches[g].key.e_link) for c in comps for g in c if g in batches)
+        if entries < LOCAL_MIN_ENTRIES:
+            return False
+        flows = self.link_flows
+        near = sum(int(flows[batches[g].links].sum()) for g in gids if g in batches)
+        return entries >= LOCAL_MIN_RATIO * near
+
+    def _try_local(self, gids: list[int], now: int) -> list[Batch] | None:
+        """Step the batches ``gids`` (all new, or all due now) by a local update: the batches
+        that ended, or None when it does not apply or gives up (then only the flows of
+        ``gids`` have been advanced to ``now``, which the whole step repeats harmlessly)."""
+        batches = self._batches
+        tb = [batches[g] for g in sorted(gids) if g in batches]
+        if not tb or any(b.lazy is not None or b.trace is not None for b in tb):
+            return None
+        fresh = self._fresh
+        new = [b.gid in fresh for b in tb]
+        idx = ranges([b.lo for b in tb], [b.hi for b in tb])
+        rm, done = self._advance(idx, now)
+        al = self._alive.a[idx]
+        # the changed links (those of the flows that end) and the new flows that do not end
+        e_link = self._e_link.a
+        parts, free, at = [], [], 0
+        for b, nw in zip(tb, new, strict=True):
+            n = b.hi - b.lo
+            d = done[at : at + n]
+            if nw:
+                go = al[at : at + n] & ~d & (b.key.ptr[1:] > b.key.ptr[:-1])
+                free.append(b.lo + np.flatnonzero(go))
+            at += n
+            if d.any():
+                parts.append(e_link[b.elo : b.ehi][d[b.key.e_flow]])
+        f0 = np.concatenate(free) if free else np.zeros(0, dtype=np.int64)
+        c0 = _distinct(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        fin = idx[done]
+        alive = self._alive.a
+        alive[fin] = False  # as after the step (restored below)
+        got = self._local_solve(tb, f0, c0)
+        alive[fin] = True
+        if got is None:
+            return None
+        slots, rates, bl, touched = got
+        fired, _ = self._finish(tb, idx, done, now)
+        mine = {b.gid for b in tb}
+        moved = [b for b in touched if b.gid not in mine]
+        if moved:
+            self._advance(ranges([b.lo for b in moved], [b.hi for b in moved]), now)
+        self._rate.a[slots] = rates
+        self._bott.a[slots] = bl
+        for b, nw in zip(tb, new, strict=True):
+            if nw:
+                fresh.discard(b.gid)
+        live = sorted((b for b in [*tb, *moved] if b.n_alive), key=lambda b: b.gid)
+        if live:
+            lidx = ranges([b.lo for b in live], [b.hi for b in live])
+            self._push_next(live, lidx, self._rem.a[lidx], alive[lidx], now)
+        self.local_updates += 1
+        return fired
+
+    def _advance(self, idx: np.ndarray, now: int) -> tuple[np.ndarray, np.ndarray]:
+        """Move the flows of slots ``idx`` to ``now`` at their rates: their bytes left, and
+        which of them are done (within half a nanosecond's worth of bytes), as the step."""
+        rem, rate, t_upd = self._rem.a, self._rate.a, self._t_upd.a
+        dt = now - t_upd[idx]
+        r = rate[idx]
+        rm0 = rem[idx]
+        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rm0)
+        rm = rm0 - moved
+        rem[idx] = rm
+        self._sent.a[idx] += moved
+        t_upd[idx] = now
+        done = self._alive.a[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
+        return rm, done
+
+    def _around(self, links: np.ndarray) -> list[int]:
+        """The gids of the batches on ``links``."""
+        owner = self._owner[links]
+        out = set(owner[owner >= 0].tolist())
+        if (owner == SHARED).any():
+            out.update(self._owners.sharing(links[owner == SHARED]))
+        return sorted(out)
+
+    def _local_solve(self, tb: list[Batch], free: np.ndarray, changed: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Batch]] | None:
+        """Rates of the flows whose max-min rate changes when the flows ``free`` (slots)
+        come and the links ``changed`` lose flows (``alive`` already says which): the free
+        flows' slots, rates, bottleneck links and batches, the free set grown until every
+        flow on the links it crosses passes the checks (module docstring). None when it
+        grows past :data:`LOCAL_MAX_SHARE` of the flows in flight or takes more than
+        :data:`LOCAL_MAX_ROUNDS` rounds."""
+        batches = self._batches
+        rate, bott = self._rate.a, self._bott.a
+        lo_tol = 1.0 - CHECK_TOL
+        free = _distinct(free)
+        c_links = _distinct(np.concatenate([changed, self._links_of(tb, free)]))
+        for _ in range(LOCAL_MAX_ROUNDS):
+            if not len(c_links):
+                return free, np.zeros(0), np.zeros(0, dtype=np.int64), []
+            near = [batches[g] for g in self._around(c_links)]
+            if any(b.lazy is not None or b.trace is not None for b in near):
+                return None
+            e_f, e_l = self._entries_on(near, c_links)
+            n_c = len(c_links)
+            if len(free):
+                pos = np.minimum(np.searchsorted(free, e_f), len(free) - 1)
+                is_free = free[pos] == e_f
+            else:
+                is_free = np.zeros(len(e_f), dtype=bool)
+            if len(free) > LOCAL_MAX_SHARE * self._n_alive:
+                return None
+            fixed = ~is_free
+            cap = self.capacity[c_links]
+            residual = np.maximum(
+                cap - np.bincount(e_l[fixed], weights=rate[e_f[fixed]], minlength=n_c), 0.0)
+            order = np.flatnonzero(is_free)
+            order = order[np.argsort(e_f[order], kind="stable")]
+            ff, fl = e_f[order], e_l[order]
+            if len(ff):
+                first = np.r_[True, ff[1:] != ff[:-1]]
+                seg = np.cumsum(first) - 1
+                rates, bl = max_min_bottlenecks(seg, fl, residual)
+            else:
+                seg, rates, bl = ff, np.zeros(0), ff
+            r_e = rate[e_f]
+            r_e[order] = rates[seg]
+            load = np.bincount(e_l, weights=r_e, minlength=n_c)
+            top = np.zeros(n_c)
+            np.maximum.at(top, e_l, r_e)
+            full = load >= cap * lo_tol
+            grow: list[np.ndarray] = []
+            bad = ~(full[bl] & (rates >= top[bl] * lo_tol))
+            if bad.any():  # a flow already there runs faster on a new flow's link
+                hot = np.zeros(n_c, dtype=bool)
+                hot[bl[bad]] = True
+                grow.append(e_f[fixed & hot[e_l]])
+            of = e_f[fixed]  # a flow on several changed links is checked on each
+            ob = bott[of]
+            pos = np.minimum(np.searchsorted(c_links, ob), n_c - 1)
+            here = c_links[pos] == ob
+            ok = ~here | (full[pos] & (rate[of] >= top[pos] * lo_tol))
+            ok &= ob >= 0
+            if not ok.all():  # lost its bottleneck, or never had one recorded
+                grow.append(of[~ok])
+            if not grow:
+                touched = [b for b in near if len(free) and _holds(b, free)]
+                return free, rates, c_links[bl], touched
+            more = _distinct(np.concatenate(grow))
+            free = _distinct(np.concatenate([free, more]))
+            c_links = _distinct(np.concatenate([c_links, self._links_of(near, more)]))
+        return None
+
+    def _entries_on(self, near: list[Batch], links: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The alive entries of the batches ``near`` on ``links`` (sorted, distinct): the
+        slot of each and the position of its link in ``links``."""
+        alive = self._alive.a
+        fs, ls = [], []
+        for b in near:
+            e, where = b.key.on_links(links)
+            if not len(e):
+                continue
+            slot = b.lo + b.key.e_flow[e]
+            keep = alive[slot]
+            fs.append(slot[keep])
+            ls.append(where[keep])
+        if not fs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(fs), np.concatenate(ls)
+
+    @staticmethod
+    def _links_of(bs: list[Batch], slots: np.ndarray) -> np.ndarray:
+        """The links the flows ``slots`` (sorted) of the batches ``bs`` cross."""
+        out = []
+        for b in bs:
+            a, z = np.searchsorted(slots, [b.lo, b.hi])
+            if z > a:
+                rt = b.key
+                f = slots[a:z] - b.lo
+                out.append(rt.e_link[ranges(rt.ptr[f], rt.ptr[f + 1])])
+        return _distinct(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+
+
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """The distinct values of the integer array ``x``, sorted (a sort: cheaper than
+    ``np.unique``'s hash for the few thousand ids of a local update)."""
+    x = np.sort(x)
+    if len(x) > 1:
+        x = x[np.r_[True, x[1:] != x[:-1]]]
+    return x
+
+
+def _holds(b: Batch, slots: np.ndarray) -> bool:
+    """Whether batch ``b`` holds any of the sorted ``slots``."""
+    a, z = np.searchsorted(slots, [b.lo, b.hi])
+    return bool(z > a)
