@@ -187,25 +187,52 @@ class LocalUpdates:
         lo_tol = 1.0 - CHECK_TOL
         free = _distinct(free)
         c_links = _distinct(np.concatenate([changed, self._links_of(tb, free)]))
+        if not len(c_links):
+            return free, np.zeros(0), np.zeros(0, dtype=np.int64), []
+        # the entries on the links gathered so far (slots, global links), grown each round
+        near: dict[int, Batch] = {}
+        got_f: list[np.ndarray] = []
+        got_l: list[np.ndarray] = []
+        done_links = np.zeros(0, dtype=np.int64)
+        seeded = False
         for _ in range(LOCAL_MAX_ROUNDS):
-            if not len(c_links):
-                return free, np.zeros(0), np.zeros(0, dtype=np.int64), []
-            near = [batches[g] for g in self._around(c_links)]
-            if any(b.lazy is not None or b.trace is not None for b in near):
-                return None
-            e_f, e_l = self._entries_on(near, c_links)
-            n_c = len(c_links)
-            if len(free):
-                pos = np.minimum(np.searchsorted(free, e_f), len(free) - 1)
-                is_free = free[pos] == e_f
-            else:
-                is_free = np.zeros(len(e_f), dtype=bool)
             if len(free) > LOCAL_MAX_SHARE * self._n_alive:
                 return None
+            fresh_links = c_links[~_member(c_links, done_links)]
+            if len(fresh_links):
+                more_b = [batches[g] for g in self._around(fresh_links)]
+                if any(b.lazy is not None or b.trace is not None for b in more_b):
+                    return None
+                for b in more_b:
+                    near[b.gid] = b
+                f, w = self._entries_on(more_b, fresh_links)
+                got_f.append(f)
+                got_l.append(fresh_links[w])
+                done_links = c_links
+            e_f = np.concatenate(got_f)
+            e_l = np.searchsorted(c_links, np.concatenate(got_l))
+            n_c = len(c_links)
+            is_free = _member(e_f, free)
             fixed = ~is_free
+            of = e_f[fixed]  # a flow on several of the links is looked at on each
+            ob = bott[of]
+            pos = np.minimum(np.searchsorted(c_links, ob), n_c - 1)
+            here = (c_links[pos] == ob) & (ob >= 0)
+            if not seeded:
+                # the flows bottlenecked where flows come or go change rate (a new flow
+                # takes a share of their saturated link, an ended one leaves it short):
+                # they join at once, as do flows with no recorded bottleneck
+                seeded = True
+                seed = of[here | (ob < 0)]
+                if len(seed):
+                    seed = _distinct(seed)
+                    free = _distinct(np.concatenate([free, seed]))
+                    c_links = _distinct(np.concatenate(
+                        [c_links, self._links_of(list(near.values()), seed)]))
+                    continue
             cap = self.capacity[c_links]
             residual = np.maximum(
-                cap - np.bincount(e_l[fixed], weights=rate[e_f[fixed]], minlength=n_c), 0.0)
+                cap - np.bincount(e_l[fixed], weights=rate[of], minlength=n_c), 0.0)
             order = np.flatnonzero(is_free)
             order = order[np.argsort(e_f[order], kind="stable")]
             ff, fl = e_f[order], e_l[order]
@@ -227,20 +254,17 @@ class LocalUpdates:
                 hot = np.zeros(n_c, dtype=bool)
                 hot[bl[bad]] = True
                 grow.append(e_f[fixed & hot[e_l]])
-            of = e_f[fixed]  # a flow on several changed links is checked on each
-            ob = bott[of]
-            pos = np.minimum(np.searchsorted(c_links, ob), n_c - 1)
-            here = c_links[pos] == ob
             ok = ~here | (full[pos] & (rate[of] >= top[pos] * lo_tol))
             ok &= ob >= 0
             if not ok.all():  # lost its bottleneck, or never had one recorded
                 grow.append(of[~ok])
             if not grow:
-                touched = [b for b in near if len(free) and _holds(b, free)]
+                touched = [b for b in near.values() if len(free) and _holds(b, free)]
                 return free, rates, c_links[bl], touched
             more = _distinct(np.concatenate(grow))
             free = _distinct(np.concatenate([free, more]))
-            c_links = _distinct(np.concatenate([c_links, self._links_of(near, more)]))
+            c_links = _distinct(np.concatenate(
+                [c_links, self._links_of(list(near.values()), more)]))
         return None
 
     def _entries_on(self, near: list[Batch], links: np.ndarray
@@ -281,6 +305,14 @@ def _distinct(x: np.ndarray) -> np.ndarray:
     if len(x) > 1:
         x = x[np.r_[True, x[1:] != x[:-1]]]
     return x
+
+
+def _member(x: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which values of ``x`` are in the sorted, distinct array ``sorted_set``."""
+    if not len(sorted_set):
+        return np.zeros(len(x), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_set, x), len(sorted_set) - 1)
+    return sorted_set[pos] == x
 
 
 def _holds(b: Batch, slots: np.ndarray) -> bool:
