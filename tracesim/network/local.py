@@ -8,19 +8,22 @@ start, or flows end, only the links they cross (``C``) change; every other link 
 flows and their rates. So :class:`LocalUpdates` (a part of
 :class:`~tracesim.network.flows.FlowNetwork`) tries, before re-solving a whole component:
 
-1. the new flows get the max-min rates of the capacity the other flows leave on their links
-   (a solve over the new flows alone), every other flow keeps its rate;
-2. the result is checked on ``C`` alone: each new flow's link of step 1, and each other flow
-   on ``C`` whose recorded bottleneck is in ``C``, must be saturated with no higher rate on
-   it; a flow whose bottleneck lies outside ``C`` keeps it (nothing there changed).
+1. the new flows, and the flows whose recorded bottleneck is in ``C`` (a new flow takes a
+   share of that saturated link; an ended flow leaves it short), get the max-min rates of
+   the capacity the other flows leave on their links (a solve over these flows alone);
+   every other flow keeps its rate;
+2. the result is checked on the links of the solved flows alone: each solved flow's link of
+   step 1, and each other flow there whose recorded bottleneck is one of them, must be
+   saturated with no higher rate on it; a flow whose bottleneck lies elsewhere keeps it
+   (nothing there changed). A flow that fails joins the solved set and the check repeats.
 
-If every check holds, the allocation is the max-min one (the same rates the whole solve
-gives, to rounding) and the step costs work on ``C`` alone: the flows of the other batches
-are neither advanced nor re-solved, and their completion times stand. If one fails (a new
-flow takes capacity from flows bottlenecked where it comes; an ending flow frees capacity
-that flows bottlenecked there can take; a flow whose rate came from a recorded run has no
-recorded bottleneck) nothing has changed and the whole component is solved as before.
-This is what a pipeline transfer beside a data-parallel all-reduce, each bottlenecked on a
+When every check holds, the allocation is the max-min one (the same rates the whole solve
+gives, to rounding) and the step costs work on those links alone: the flows of the other
+batches are neither advanced nor re-solved, and their completion times stand. A flow whose
+rate came from a recorded run has no recorded bottleneck and is solved with the others.
+When the solved set grows past :data:`LOCAL_MAX_SHARE` of the flows in flight, or the
+checks take more than :data:`LOCAL_MAX_ROUNDS` rounds, nothing has changed and the whole
+component is solved as before. This is what a pipeline transfer beside a data-parallel all-reduce, each bottlenecked on a
 link of its own, costs at thousands of GPUs: a check on a few hundred links instead of a
 solve of tens of thousands of flows.
 """
