@@ -32,6 +32,7 @@ import numpy as np
 import simpy
 
 from tracesim.network.flowstate import (
+    NEVER,
     Batch,
     Buf,
     FlowRecord,
@@ -266,7 +267,7 @@ class FlowNetwork(LocalUpdates, LazyBatches):
             if gid not in seen and gid in self._batches:
                 comps.append(component(gid, seen, self._owners, self._batches, self._visited))
         if comps and self._worth_local(gids, comps):
-            fired = self._try_local(gids, now)
+            fired = self._try_local(gids, comps, now)
             if fired is not None:
                 if self._n_freed > max(self.compact_min, self._rem.n // 2):
                     self._compact()
@@ -361,9 +362,11 @@ class FlowNetwork(LocalUpdates, LazyBatches):
         for b, t in zip(live, tmin, strict=True):
             b.version += 1
             if t == math.inf:
+                b.due = NEVER
                 continue
             step = max(1, math.ceil(t - 1e-9)) if t > 0 else 0
             self._seq += 1
+            b.due = now + step
             heapq.heappush(heap, (now + step, self._seq, b.gid, b.version))
 
     def _rates(self, live: list[Batch], alone: set[int]) -> None:

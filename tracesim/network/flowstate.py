@@ -22,6 +22,9 @@ ROUTE_CACHE_MAX = 1 << 16
 SOLVE_CACHE_MAX_VALUES = 4 << 20
 
 
+#: :attr:`Batch.due` of a batch none of whose flows moves
+NEVER = 1 << 62
+
 #: SimPy priority of :class:`Late` (NORMAL is 1, URGENT 0; lower runs first)
 LATE_PRIORITY = EventPriority(2)
 
@@ -151,7 +154,7 @@ class Batch:
     """Flows started together: slots ``lo:hi``, entries ``elo:ehi``, the links they cross."""
 
     __slots__ = ("gid", "lo", "hi", "elo", "ehi", "links", "n_alive", "event", "version",
-                 "key", "fid0", "t0", "lazy", "traj", "trace")
+                 "key", "fid0", "t0", "lazy", "traj", "trace", "due")
 
     def __init__(self, gid: int, lo: int, hi: int, elo: int, ehi: int, links: np.ndarray,
                  event: simpy.Event, key: Route, fid0: int, t0: int):
@@ -169,6 +172,9 @@ class Batch:
         self.traj: Trajectory | None = None
         #: this batch's run being recorded (started alone; dropped if it meets another)
         self.trace: Trajectory | None = None
+        #: the time (ns) of its heap entry: its next step (-1 before its first solve,
+        #: ``NEVER`` when none of its flows moves)
+        self.due = -1
 
 
 def cached_route(routes: dict[tuple[int, int], Route], e_ptr: np.ndarray,

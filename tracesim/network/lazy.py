@@ -140,6 +140,7 @@ class LazyBatches:
         self._owners.claim(gid, rt.links)
         self._batches[gid] = b
         self._seq += 1
+        b.due = end
         heapq.heappush(self._heap, (end, self._seq, gid, b.version))
         return b
 
@@ -217,6 +218,7 @@ class LazyBatches:
             b.n_alive = n - nd
         nxt = tj.times[k + 1] if k + 1 < len(tj.times) else tj.end
         self._seq += 1
+        b.due = b.t0 + nxt
         heapq.heappush(self._heap, (b.t0 + nxt, self._seq, b.gid, b.version))
         self._reschedule(now)
 
