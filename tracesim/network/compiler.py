@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracesim.network.collectives import Algorithm, Group
+from tracesim.network.flowstate import ranges
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
 from tracesim.network.running import CompiledCollective, CompiledPhase
@@ -141,7 +142,10 @@ def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
     if len(nz) == 0:
         return 0.0
     e_flow = np.repeat(np.arange(len(nz)), lens[nz])
-    e_link = np.concatenate([cp.e_link[cp.e_ptr[i] : cp.e_ptr[i + 1]] for i in nz])
+    if len(nz) == len(lens):  # every flow: its entries as they are
+        e_link = np.asarray(cp.e_link)
+    else:
+        e_link = np.asarray(cp.e_link)[ranges(cp.e_ptr[nz], cp.e_ptr[nz + 1])]
     rates = max_min_sorted(e_flow, e_link, capacity)
     return float(np.max(cp.wire_per_byte[nz] / rates))
 
