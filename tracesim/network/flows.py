@@ -294,20 +294,10 @@ class FlowNetwork(LocalUpdates, LazyBatches):
         order = sorted(comps[0]) if len(comps) == 1 else sorted(g for comp in comps for g in comp)
         bl = [batches[g] for g in order]
         idx = ranges([b.lo for b in bl], [b.hi for b in bl])
-        rem, rate, alive = self._rem.a, self._rate.a, self._alive.a
-        # advance the touched flows to now (a finished flow's rate is 0: it moves nothing)
-        t_upd = self._t_upd.a
-        dt = now - t_upd[idx]
-        r = rate[idx]
-        rm0 = rem[idx]
-        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rm0)  # no inf rate x 0 ns
-        rm = rm0 - moved
-        rem[idx] = rm
-        self._sent.a[idx] += moved
-        t_upd[idx] = now
-        # finish the flows that are done (within half a nanosecond's worth of bytes)
+        rem, alive = self._rem.a, self._alive.a
+        # advance the touched flows to now; finish those that are done
+        rm, done, moved, dt = self._advance(idx, now)
         al = alive[idx]
-        done = al & ((rm <= r * 0.5) | (rm <= 1e-9))
         if self.record:  # what each flow moved since its last update, and the last fraction
             fids = ranges([b.fid0 for b in bl], [b.fid0 + b.hi - b.lo for b in bl])
             self._segment(fids, now - dt, now, moved + np.where(done, rm, 0.0))

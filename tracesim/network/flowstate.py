@@ -90,10 +90,10 @@ class Route:
     def __init__(self, e_ptr: np.ndarray, e_link: np.ndarray):
         self.ptr_in, self.link_in = e_ptr, e_link
         self.e_link = np.asarray(e_link, dtype=np.int64)
-        lens = np.diff(np.asarray(e_ptr, dtype=np.int64)).astype(np.int64)
-        self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         #: entries of flow ``i``: ``ptr[i]:ptr[i + 1]``
-        self.ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+        self.ptr = np.asarray(e_ptr, dtype=np.int64)
+        lens = np.diff(self.ptr)
+        self.e_flow = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
         self.links, self.link_count = np.unique(self.e_link, return_counts=True)
         self.rate0 = np.where(lens == 0, np.inf, 0.0)  # nothing limits an empty route
         self.iso: np.ndarray | None = None

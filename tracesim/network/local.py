@@ -38,7 +38,7 @@ import simpy
 
 from tracesim.network.flowstate import Batch, Buf, ranges
 from tracesim.network.maxmin import max_min_bottlenecks
-from tracesim.network.owners import SHARED, LinkOwners
+from tracesim.network.owners import LinkOwners
 
 #: a local update is tried when the components to re-solve have at least this many
 #: flow-link entries (below it a whole solve is as cheap, and stays the reference) ...
@@ -75,7 +75,6 @@ class LocalUpdates:
     _n_alive: int
     _e_link: Buf
     _batches: dict[int, Batch]
-    _owner: np.ndarray
     _owners: LinkOwners
     _fresh: set[int]
 
@@ -124,7 +123,7 @@ class LocalUpdates:
         fresh = self._fresh
         new = [b.gid in fresh for b in tb]
         idx = ranges([b.lo for b in tb], [b.hi for b in tb])
-        rm, done = self._advance(idx, now)
+        done = self._advance(idx, now)[1]
         al = self._alive.a[idx]
         # the changed links (those of the flows that end) and the new flows that do not end
         e_link = self._e_link.a
@@ -164,28 +163,22 @@ class LocalUpdates:
         self.local_updates += 1
         return fired
 
-    def _advance(self, idx: np.ndarray, now: int) -> tuple[np.ndarray, np.ndarray]:
-        """Move the flows of slots ``idx`` to ``now`` at their rates: their bytes left, and
-        which of them are done (within half a nanosecond's worth of bytes), as the step."""
+    def _advance(self, idx: np.ndarray, now: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Move the flows of slots ``idx`` to ``now`` at their rates (a finished flow's rate
+        is 0: it moves nothing): their bytes left, which of them are done (within half a
+        nanosecond's worth of bytes), the bytes each moved and over how many ns."""
         rem, rate, t_upd = self._rem.a, self._rate.a, self._t_upd.a
         dt = now - t_upd[idx]
         r = rate[idx]
         rm0 = rem[idx]
-        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rm0)
+        moved = np.minimum(np.where(dt > 0, r, 0.0) * dt, rm0)  # no inf rate x 0 ns
         rm = rm0 - moved
         rem[idx] = rm
         self._sent.a[idx] += moved
         t_upd[idx] = now
         done = self._alive.a[idx] & ((rm <= r * 0.5) | (rm <= 1e-9))
-        return rm, done
-
-    def _around(self, links: np.ndarray) -> list[int]:
-        """The gids of the batches on ``links``."""
-        owner = self._owner[links]
-        out = set(owner[owner >= 0].tolist())
-        if (owner == SHARED).any():
-            out.update(self._owners.sharing(links[owner == SHARED]))
-        return sorted(out)
+        return rm, done, moved, dt
 
     def _local_solve(self, tb: list[Batch], free: np.ndarray, changed: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Batch]] | None:
@@ -213,7 +206,7 @@ class LocalUpdates:
                 return None
             fresh_links = c_links[~_member(c_links, done_links)]
             if len(fresh_links):
-                more_b = [batches[g] for g in self._around(fresh_links)]
+                more_b = [batches[g] for g in self._owners.on(fresh_links)]
                 if any(b.lazy is not None or b.trace is not None for b in more_b):
                     return None
                 for b in more_b:

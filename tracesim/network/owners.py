@@ -100,6 +100,14 @@ class LinkOwners:
             out.extend(self.many[lk])
         return out
 
+    def on(self, links: np.ndarray) -> list[int]:
+        """The gids of the batches on ``links`` (distinct link ids), sorted."""
+        own = self.owner[links]
+        out = set(own[own >= 0].tolist())
+        if (own == SHARED).any():
+            out.update(self.sharing(links[own == SHARED]))
+        return sorted(out)
+
 
 #: distinct values taken one by one before :func:`_distinct` hashes the rest
 _FEW = 8
