@@ -15,7 +15,7 @@ from tracesim.network.flowstate import ranges
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
 from tracesim.network.running import CompiledCollective, CompiledPhase
-from tracesim.network.topology import Topology
+from tracesim.network.topology import KIND_NIC, Topology
 from tracesim.network.variants import PhaseLatency, build, predicted, shape
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.collectives import AlgorithmParams
@@ -32,6 +32,12 @@ class Compiler:
         self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
         self.variants: dict[tuple[str, str, str, tuple[int, ...], int], CompiledCollective] = {}
         self.groups: dict[tuple[int, ...], Group] = {}
+        #: phases computed by :meth:`links` for a collective not compiled yet (taken by
+        #: :meth:`compile`, so that the routes of a group are walked once)
+        self._phases: dict[tuple[str, str, tuple[int, ...]], list] = {}
+        #: isolated ns per byte of a phase by its canonical form (:func:`_canonical`):
+        #: symmetric copies of one collective pose the same max-min problem
+        self._per_byte: dict[tuple[bytes, ...], float] = {}
 
     def params(self, algo: Algorithm) -> AlgorithmParams:
         """``algo``'s calibration: the spec's overrides, else (efficiencies) those the spec
@@ -73,15 +79,17 @@ class Compiler:
         lat_parts = []
         fixed = 0.0
         per_byte = 0.0
-        for ph in algo.phases(grp, collective):
+        kind_nic = self.topo.kind == KIND_NIC
+        link_lat = self.topo.latency_ns
+        got = self._phases.pop(key, None)
+        for ph in (algo.phases(grp, collective) if got is None else got):
             lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
             e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
             np.cumsum(lens, out=e_ptr[1:])
             e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
-            inter = np.array([self.router.crosses_nic(r) for r in ph.routes], dtype=bool)
+            inter, lats = _route_facts(e_ptr, lens, kind_nic[e_link], link_lat[e_link])
             eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
             wire = np.asarray(ph.weights, dtype=np.float64) / eff
-            lats = np.array([self.router.latency_ns(r) for r in ph.routes])
             lat_inter = float(lats[inter].max()) if inter.any() else 0.0
             lat_intra = float(lats[~inter].max()) if (~inter).any() else lat_inter
             n_inter = min(ph.inter_steps, ph.steps)
@@ -90,7 +98,7 @@ class Compiler:
             cp = CompiledPhase(e_ptr, e_link, wire, ph.steps, pl.total())
             phases.append(cp)
             fixed += cp.latency_ns
-            per_byte += _isolated_ns_per_byte(cp, self.topo.capacity)
+            per_byte += self._isolated(cp)
         cc = CompiledCollective(algo.name, tuple(phases), fixed, per_byte)
         self.compiled[key] = cc
         self.latencies[key] = tuple(lat_parts)
@@ -103,8 +111,13 @@ class Compiler:
         if cc is not None:
             parts = [ph.e_link for ph in cc.phases]
         else:
-            parts = [np.concatenate(ph.routes).astype(np.int64)
-                     for ph in algo.phases(self.group(ranks), collective) if ph.routes]
+            key = (algo.name, collective, ranks)
+            got = self._phases.get(key)
+            if got is None:
+                if len(self._phases) >= 1 << 16:
+                    self._phases.clear()
+                got = self._phases[key] = list(algo.phases(self.group(ranks), collective))
+            parts = [np.concatenate(ph.routes).astype(np.int64) for ph in got if ph.routes]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
@@ -133,6 +146,45 @@ class Compiler:
             cc = self.variants[key] = build(base, self.latencies[(algo.name, collective, ranks)],
                                             s, proto, msg_bytes)
         return cc
+
+
+    def _isolated(self, cp: CompiledPhase) -> float:
+        """:func:`_isolated_ns_per_byte` of ``cp``, solved once per canonical form."""
+        key = _canonical(cp, self.topo.capacity)
+        v = self._per_byte.get(key)
+        if v is None:
+            if len(self._per_byte) >= 1 << 12:
+                self._per_byte.clear()
+            v = self._per_byte[key] = _isolated_ns_per_byte(cp, self.topo.capacity)
+        return v
+
+
+def _route_facts(e_ptr: np.ndarray, lens: np.ndarray, nic: np.ndarray, lat: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per route of a phase (CSR ``e_ptr`` / ``lens``; ``nic`` and ``lat`` per entry):
+    whether it crosses a NIC link (it leaves its node) and its latency (ns, the sum of its
+    links'; 0 for an empty route)."""
+    inter = np.zeros(len(lens), dtype=bool)
+    lats = np.zeros(len(lens))
+    nz = lens > 0
+    if nz.any():
+        starts = e_ptr[:-1][nz]
+        inter[nz] = np.logical_or.reduceat(nic, starts)
+        lats[nz] = np.add.reduceat(lat, starts)
+    return inter, lats
+
+
+def _canonical(cp: CompiledPhase, capacity: np.ndarray) -> tuple[bytes, ...]:
+    """A phase's max-min problem up to the names of its links: its flows' routes with the
+    links numbered in order of first appearance, those links' capacities and the flows'
+    wire bytes per message byte. Two phases with the same form have the same rates."""
+    e = np.asarray(cp.e_link)
+    u, first, inv = np.unique(e, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    num = np.empty(len(u), dtype=np.int64)
+    num[order] = np.arange(len(u), dtype=np.int64)
+    return (num[inv].tobytes(), np.asarray(cp.e_ptr).tobytes(),
+            capacity[u[order]].tobytes(), np.asarray(cp.wire_per_byte).tobytes())
 
 
 def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
