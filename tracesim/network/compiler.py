@@ -176,15 +176,12 @@ def _route_facts(e_ptr: np.ndarray, lens: np.ndarray, nic: np.ndarray, lat: np.n
 
 def _canonical(cp: CompiledPhase, capacity: np.ndarray) -> tuple[bytes, ...]:
     """A phase's max-min problem up to the names of its links: its flows' routes with the
-    links numbered in order of first appearance, those links' capacities and the flows'
-    wire bytes per message byte. Two phases with the same form have the same rates."""
-    e = np.asarray(cp.e_link)
-    u, first, inv = np.unique(e, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    num = np.empty(len(u), dtype=np.int64)
-    num[order] = np.arange(len(u), dtype=np.int64)
-    return (num[inv].tobytes(), np.asarray(cp.e_ptr).tobytes(),
-            capacity[u[order]].tobytes(), np.asarray(cp.wire_per_byte).tobytes())
+    links numbered in the order of their ids, those links' capacities and the flows' wire
+    bytes per message byte. Two phases with the same form pose the same problem with the
+    links in the same order, so the solve gives them the same rates to the bit."""
+    u, inv = np.unique(np.asarray(cp.e_link), return_inverse=True)
+    return (inv.tobytes(), np.asarray(cp.e_ptr).tobytes(), capacity[u].tobytes(),
+            np.asarray(cp.wire_per_byte).tobytes())
 
 
 def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:

@@ -53,7 +53,7 @@ class Fabric(Protocol):
     leaves_per_pod: int
     n_leaves: int
 
-    def nics_of_gpu(self, gpu: int) -> list[int]: ...
+    def nics_of_gpu(self, gpu: int) -> tuple[int, ...]: ...
 
 #: (link id, member index, members of the link)
 Member = tuple[int, int, int]

@@ -67,6 +67,7 @@ class Topology:
     """
 
     def __init__(self, cluster: ClusterSpec):
+        self._nics: dict[int, tuple[int, ...]] = {}  # nics_of_gpu, per GPU asked
         self.cluster = cluster
         c = cluster
         g = c.gpus_per_node
@@ -232,17 +233,23 @@ class Topology:
     def n_links(self) -> int:
         return len(self.capacity)
 
-    def nics_of_gpu(self, gpu: int) -> list[int]:
+    def nics_of_gpu(self, gpu: int) -> tuple[int, ...]:
         """Global ids of the NICs GPU ``gpu`` is attached to (empty on a single node)."""
+        got = self._nics.get(gpu)
+        if got is None:
+            got = self._nics[gpu] = self._attached_nics(gpu)
+        return got
+
+    def _attached_nics(self, gpu: int) -> tuple[int, ...]:
         c = self.cluster
         k, g = self.nics_per_node, c.gpus_per_node
         if k == 0 or c.inter_node is None or c.nodes == 1:
-            return []
+            return ()
         node, a = divmod(gpu, g)
         if k >= g:
             per = k // g
-            return [node * k + a * per + i for i in range(per)]
-        return [node * k + a // (g // k)]
+            return tuple(node * k + a * per + i for i in range(per))
+        return (node * k + a // (g // k),)
 
     def gpu_of_nic(self, nic: int) -> int:
         """The first GPU attached to NIC ``nic`` (the relay for rail-aligned traffic)."""
