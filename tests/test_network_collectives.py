@@ -14,6 +14,7 @@ from tracesim.catalog import load_cluster
 from tracesim.errors import InputError
 from tracesim.network.collectives.tree import btree_parents, double_tree, tree_height
 from tracesim.network.model import NetworkModel, collective_time_ns
+from tracesim.network.running import MAX_ROUNDS
 from tracesim.specs.cluster import cluster_from_dict
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -250,9 +251,10 @@ def test_auto_phases_take_at_most_max_rounds_under_contention():
     steps = run("steps", 8)
     exact = run("auto", 15)  # one step a round: the same as steps
     assert exact == steps and steps["rounds"] >= 15
-    grouped = run("auto", 8)
-    assert grouped["rounds"] < steps["rounds"]
-    close(grouped["end"], steps["end"], rel=1e-3)
+    for max_rounds in (8, MAX_ROUNDS):  # MAX_ROUNDS: the default
+        grouped = run("auto", max_rounds)
+        assert grouped["rounds"] <= max_rounds < steps["rounds"]
+        close(grouped["end"], steps["end"], rel=1e-3)
     with pytest.raises(ValueError):
         NetworkModel(c, max_rounds=0)
 

@@ -66,8 +66,8 @@ class NetworkModel:
             round, aggregate the remaining steps if none of the phase's links carries other
             traffic, else run ``ceil(k / max_rounds)`` of them and look again.
         max_rounds: in ``auto`` mode, the most rounds a phase of k steps takes while other
-            traffic shares its links (default :data:`MAX_ROUNDS`; phases of up to that many
-            steps still run step by step).
+            traffic shares its links (default :data:`~tracesim.network.running.MAX_ROUNDS`;
+            phases of up to that many steps still run step by step).
         keep_records: keep a :class:`CommRecord` per finished operation in ``records``
             (tests, tools); a replay that never reads them passes False (a full 1,024-GPU
             replay finishes about two million operations).
