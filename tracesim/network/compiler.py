@@ -8,6 +8,8 @@ Simple calibration), with the NCCL protocol variants of ring and tree per messag
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from tracesim.network.collectives import Algorithm, Group
@@ -32,12 +34,9 @@ class Compiler:
         self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
         self.variants: dict[tuple[str, str, str, tuple[int, ...], int], CompiledCollective] = {}
         self.groups: dict[tuple[int, ...], Group] = {}
-        #: phases computed by :meth:`links` for a collective not compiled yet (taken by
-        #: :meth:`compile`, so that the routes of a group are walked once)
-        self._phases: dict[tuple[str, str, tuple[int, ...]], list] = {}
         #: isolated ns per byte of a phase by its canonical form (:func:`_canonical`):
         #: symmetric copies of one collective pose the same max-min problem
-        self._per_byte: dict[tuple[bytes, ...], float] = {}
+        self._per_byte: dict[bytes, float] = {}
 
     def params(self, algo: Algorithm) -> AlgorithmParams:
         """``algo``'s calibration: the spec's overrides, else (efficiencies) those the spec
@@ -81,8 +80,7 @@ class Compiler:
         per_byte = 0.0
         kind_nic = self.topo.kind == KIND_NIC
         link_lat = self.topo.latency_ns
-        got = self._phases.pop(key, None)
-        for ph in (algo.phases(grp, collective) if got is None else got):
+        for ph in algo.phases(grp, collective):
             lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
             e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
             np.cumsum(lens, out=e_ptr[1:])
@@ -105,19 +103,9 @@ class Compiler:
         return cc
 
     def links(self, algo: Algorithm, collective: str, ranks: tuple[int, ...]) -> np.ndarray:
-        """The distinct link ids ``algo``'s flows of ``collective`` on ``ranks`` cross: the
-        compiled collective's when it is compiled, else from the routes alone (no rates)."""
-        cc = self.compiled.get((algo.name, collective, ranks))
-        if cc is not None:
-            parts = [ph.e_link for ph in cc.phases]
-        else:
-            key = (algo.name, collective, ranks)
-            got = self._phases.get(key)
-            if got is None:
-                if len(self._phases) >= 1 << 16:
-                    self._phases.clear()
-                got = self._phases[key] = list(algo.phases(self.group(ranks), collective))
-            parts = [np.concatenate(ph.routes).astype(np.int64) for ph in got if ph.routes]
+        """The distinct link ids ``algo``'s flows of ``collective`` on ``ranks`` cross (from
+        the compiled collective: the replay that asks runs it, or a copy of it)."""
+        parts = [ph.e_link for ph in self.compile(algo, collective, ranks).phases]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def predicted(self, algo: Algorithm, proto: str, collective: str, ranks: tuple[int, ...],
@@ -147,7 +135,6 @@ class Compiler:
                                             s, proto, msg_bytes)
         return cc
 
-
     def _isolated(self, cp: CompiledPhase) -> float:
         """:func:`_isolated_ns_per_byte` of ``cp``, solved once per canonical form."""
         key = _canonical(cp, self.topo.capacity)
@@ -174,14 +161,19 @@ def _route_facts(e_ptr: np.ndarray, lens: np.ndarray, nic: np.ndarray, lat: np.n
     return inter, lats
 
 
-def _canonical(cp: CompiledPhase, capacity: np.ndarray) -> tuple[bytes, ...]:
-    """A phase's max-min problem up to the names of its links: its flows' routes with the
-    links numbered in the order of their ids, those links' capacities and the flows' wire
-    bytes per message byte. Two phases with the same form pose the same problem with the
-    links in the same order, so the solve gives them the same rates to the bit."""
+def _canonical(cp: CompiledPhase, capacity: np.ndarray) -> bytes:
+    """A phase's max-min problem up to the names of its links, as a 32-byte BLAKE2b digest
+    of: its flows' routes with the links numbered in the order of their ids, those links'
+    capacities and the flows' wire bytes per message byte. Two phases with the same form
+    pose the same problem with the links in the same order, so the solve gives them the
+    same rates to the bit."""
     u, inv = np.unique(np.asarray(cp.e_link), return_inverse=True)
-    return (inv.tobytes(), np.asarray(cp.e_ptr).tobytes(), capacity[u].tobytes(),
-            np.asarray(cp.wire_per_byte).tobytes())
+    h = hashlib.blake2b(digest_size=32)
+    for part in (np.asarray(cp.e_ptr, dtype=np.int64), inv.astype(np.int64), capacity[u],
+                 np.asarray(cp.wire_per_byte, dtype=np.float64)):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part.tobytes())
+    return h.digest()
 
 
 def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
