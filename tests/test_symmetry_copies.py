@@ -101,3 +101,19 @@ def test_images_api_runs_every_copy() -> None:
     env4.run(until=net4.p2p(0, 1, 1 << 30))
     # 1 GiB takes milliseconds, the latency a microsecond: sharing the port doubles the time
     assert env3.now == pytest.approx(2 * env4.now, rel=0.01)
+
+
+def test_pruning_follows_the_algorithm_the_tasks_ask_for(tmp_path: Path) -> None:
+    # with userbuffers the tensor-parallel tasks ask for them: the pruning follows their
+    # links (not the ring the model would choose), and still changes no time
+    spec = yaml.safe_load((models_dir() / "gpt3-175b.yaml").read_text())
+    spec.update(name="gpt3-175b-4l", layers=4)
+    model = model_from_dict(spec, tmp_path / "m.yaml")
+    cluster = load_cluster("h100x128")
+    par = ParallelSpec(tp=4, pp=2, dp=16, global_batch=32, micro_batch=1, seq_len=2048,
+                       sp=True, tp_comm_overlap=True)
+    g = _built(model, par, cluster)
+    pruned = SymmetricComm(NetworkModel(cluster), g)
+    asked = set(pruned._asked.values())
+    assert "userbuffers" in asked
+    assert _run(pruned, g) == _run(_AllCopies(NetworkModel(cluster), g), g)

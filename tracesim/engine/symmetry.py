@@ -58,16 +58,21 @@ class SymmetricComm:
         msgs = t["msg_bytes"].to_numpy()[coll]
         groups = t["sym_group" if "sym_group" in t else "group"].to_numpy()[coll]
         chunks = (t["chunks"].to_numpy()[coll].tolist() if "chunks" in t else [1] * len(coll))
+        algos = (_strings_at(t["algorithm"], coll).tolist() if "algorithm" in t
+                 else [""] * len(coll))
         found: dict[tuple, set[int]] = defaultdict(set)
-        #: the size of one operation of a key's tasks (``msg_bytes / chunks``): what picks the
-        #: algorithm whose links :meth:`_prune` follows
+        #: the size of one operation of a key's tasks (``msg_bytes / chunks``) and the
+        #: algorithm they ask for: what picks the algorithm whose links :meth:`_prune` follows
         self._part: dict[tuple, int] = {}
-        for r, k, c, m, g, ch in zip(ranks.tolist(), kinds.tolist(), names.tolist(), msgs.tolist(),
-                                     groups.tolist(), chunks, strict=True):
+        self._asked: dict[tuple, str] = {}
+        for r, k, c, m, g, ch, al in zip(ranks.tolist(), kinds.tolist(), names.tolist(),
+                                         msgs.tolist(), groups.tolist(), chunks, algos, strict=True):
             if g >= 0:
                 found[(r, k, c, m)].add(g)
                 if ch > 1:
                     self._part[(r, k, c, m)] = m // ch
+                if al:
+                    self._asked[(r, k, c, m)] = al
         self.ambiguous = sum(1 for v in found.values() if len(v) > 1)
         self.lookup = {
             key: max((graph.groups[g] for g in gs), key=len) for key, gs in found.items()
@@ -104,7 +109,8 @@ class SymmetricComm:
                 coll, self._part.get((rep, _gk, coll, msg), msg))
             if len(full) <= 1:
                 continue
-            algo = inner.compiled(c, tuple(full), m).algorithm
+            algo = inner.compiled(c, tuple(full), m,
+                                  self._asked.get((rep, _gk, coll, msg), "")).algorithm
             own.append(links_of(c, full, m, algo))
             if len(imgs) > 1:
                 ops.append(((rep, full), imgs, [own[-1]] + [links_of(c, g, m, algo) for g in imgs[1:]]))
