@@ -17,7 +17,7 @@ from tracesim.network.flowstate import ranges
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
 from tracesim.network.running import CompiledCollective, CompiledPhase
-from tracesim.network.topology import KIND_NIC, Topology
+from tracesim.network.topology import Topology
 from tracesim.network.variants import PhaseLatency, build, predicted, shape
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.collectives import AlgorithmParams
@@ -78,14 +78,12 @@ class Compiler:
         lat_parts = []
         fixed = 0.0
         per_byte = 0.0
-        kind_nic = self.topo.kind == KIND_NIC
-        link_lat = self.topo.latency_ns
         for ph in algo.phases(grp, collective):
             lens = np.array([len(r) for r in ph.routes], dtype=np.int64)
             e_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
             np.cumsum(lens, out=e_ptr[1:])
             e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
-            inter, lats = _route_facts(e_ptr, lens, kind_nic[e_link], link_lat[e_link])
+            inter, lats = self.router.routes_facts(e_ptr, e_link)
             eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
             wire = np.asarray(ph.weights, dtype=np.float64) / eff
             lat_inter = float(lats[inter].max()) if inter.any() else 0.0
@@ -144,21 +142,6 @@ class Compiler:
                 self._per_byte.clear()
             v = self._per_byte[key] = _isolated_ns_per_byte(cp, self.topo.capacity)
         return v
-
-
-def _route_facts(e_ptr: np.ndarray, lens: np.ndarray, nic: np.ndarray, lat: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per route of a phase (CSR ``e_ptr`` / ``lens``; ``nic`` and ``lat`` per entry):
-    whether it crosses a NIC link (it leaves its node) and its latency (ns, the sum of its
-    links'; 0 for an empty route)."""
-    inter = np.zeros(len(lens), dtype=bool)
-    lats = np.zeros(len(lens))
-    nz = lens > 0
-    if nz.any():
-        starts = e_ptr[:-1][nz]
-        inter[nz] = np.logical_or.reduceat(nic, starts)
-        lats[nz] = np.add.reduceat(lat, starts)
-    return inter, lats
 
 
 def _canonical(cp: CompiledPhase, capacity: np.ndarray) -> bytes:

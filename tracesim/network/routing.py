@@ -74,6 +74,19 @@ class Router:
         """Whether a route leaves its node (then the inter-node efficiency applies)."""
         return bool(len(route)) and bool((self.topo.kind[route] == KIND_NIC).any())
 
+    def routes_facts(self, e_ptr: np.ndarray, e_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`crosses_nic` and :meth:`latency_ns` of many routes at once (CSR: route
+        ``i`` is ``e_link[e_ptr[i]:e_ptr[i + 1]]``): a bool and a float array."""
+        n = len(e_ptr) - 1
+        inter = np.zeros(n, dtype=bool)
+        lats = np.zeros(n)
+        nz = e_ptr[1:] > e_ptr[:-1]
+        if nz.any():
+            starts = e_ptr[:-1][nz]
+            inter[nz] = np.logical_or.reduceat(self.topo.kind[e_link] == KIND_NIC, starts)
+            lats[nz] = np.add.reduceat(self.topo.latency_ns[e_link], starts)
+        return inter, lats
+
     # ------------------------------------------------------------------ internals
 
     def _compute(self, src: int, dst: int, rail: int | None) -> list[int]:
