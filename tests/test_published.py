@@ -101,7 +101,7 @@ def test_sc21_rows_run_the_2021_stack() -> None:
 
 def test_sc21_rows_take_their_runs_settings() -> None:
     """Every row is in run_table_1.sh: its micro-batch size, interleaving and DDP."""
-    from tracesim.pipeline.published import SC21_RUNS
+    from tracesim.pipeline.published_gpt import SC21_RUNS
 
     _, rows = read_table(SC21)
     assert {(int(r["layers"]), int(r["hidden"])) for r in rows} == set(SC21_RUNS)
@@ -189,7 +189,7 @@ def test_cli_json_and_bad_tables(tmp_path: Path) -> None:
     text = BRIDGE.read_text().splitlines()
     bad.write_text("\n".join([text[0], text[1].replace("fp8-cs", "fp4")]) + "\n")
     res = CliRunner().invoke(main, ["validate", "published", str(bad)])
-    assert res.exit_code == 2 and "precision" in res.output
+    assert res.exit_code == 2 and "row 2: precision: unknown precision 'fp4'" in res.output
     with pytest.raises(InputError, match="file not found"):
         read_table(tmp_path / "missing.csv")
 
@@ -233,9 +233,12 @@ def test_nvidia_spellings_of_models_and_precisions_are_read(tmp_path: Path) -> N
     assert load_model("DeepSeekV3") == load_model("deepseek-v3")
     with pytest.raises(InputError, match="unknown model 'Llama3_71B'"):
         load_model("Llama3_71B")
+    # the tables after 25.11 write FP8-CS as FP8; an unknown precision is still one line
     theirs.write_text(f"{head}\n{nv[0].replace('FP8-CS', 'FP8')}\n")
+    assert list(table_rows([theirs]))[0][4] == a[0][4]
+    theirs.write_text(f"{head}\n{nv[0].replace('FP8-CS', 'FP6')}\n")
     res = CliRunner().invoke(main, ["validate", "published", str(theirs)])
-    assert res.exit_code == 2 and "row 2: precision: unknown precision 'fp8'" in res.output
+    assert res.exit_code == 2 and "row 2: precision: unknown precision 'fp6'" in res.output
 
 
 def test_cli_summarises_each_table_and_all(tmp_path: Path) -> None:
@@ -274,6 +277,40 @@ def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path
     assert s["rows"] == 1 and s["not_replayed"] == 1
     res = CliRunner().invoke(main, ["validate", "published", str(t)])
     assert res.exit_code == 0 and "not replayed: " in res.output and "1 not replayed" in res.output
+
+
+def test_rows_naming_what_tracesim_does_not_model_are_reported_not_fatal(tmp_path: Path) -> None:
+    """A newer table's rows with a model, system or precision tracesim has no model for
+    (Nemotron 3, DGX-B300, NVFP4 in the releases after 25.11) are listed as not replayed,
+    each with the cell that stops it, and the other rows are replayed; malformed cells and a
+    model spec path that is missing stay fatal (exit 2, one line), and so does a table none
+    of whose rows can be replayed."""
+    text = BRIDGE.read_text().splitlines()
+    ok = next(ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,"))
+    rows = [ok.replace("llama3-8b", "Nemotron_3_Nano"), ok.replace("DGX-B200", "DGX-B300"),
+            ok.replace("fp8-cs", "NVFP4"), ok]
+    t = tmp_path / "newer.csv"
+    t.write_text("\n".join([text[0], *rows]) + "\n")
+    with pytest.raises(InputError, match="row 2: model: unknown model 'Nemotron_3_Nano'"):
+        list(table_rows([t]))  # scripts that need every row's options still stop
+    got = list(validate_rows([t]))
+    assert [r.error.split(": ")[1:3] for r in got[:3]] == [
+        ["row 2", "model"], ["row 3", "system"], ["row 4", "precision"]]
+    assert got[0].label.startswith("DGX-B200 Nemotron_3_Nano fp8-cs 8 GPUs")
+    assert not got[3].error and np.isfinite(got[3].predicted) and got[0].published == got[3].published
+    assert summary(got)["rows"] == 1 and summary(got)["not_replayed"] == 3
+    res = CliRunner().invoke(main, ["validate", "published", str(t), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [bool(r["error"]) for r in doc["rows"]] == [True, True, True, False]
+    assert doc["summary"]["not_replayed"] == 3
+    res = CliRunner().invoke(main, ["validate", "published", str(t), "--only", "B300"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "unknown system 'DGX-B300'" in res.output
+    for bad, needle in ((ok.replace("llama3-8b", str(tmp_path / "no_such.yaml")), "file not found"),
+                        (ok.replace(",8,fp8-cs,", ",eight,fp8-cs,"), "row 2: gpus")):
+        t.write_text(f"{text[0]}\n{bad}\n{ok}\n")
+        res = CliRunner().invoke(main, ["validate", "published", str(t)])
+        assert res.exit_code == 2 and needle in res.output and res.output.count("\n") == 1, res.output
 
 
 def test_pipeline_layout_strings_become_chunks() -> None:
@@ -426,7 +463,8 @@ MCORE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "mega
 
 
 def test_the_megatron_core_table_reads_as_gpt_rows_on_h100() -> None:
-    from tracesim.pipeline.published import mcore_flops, mcore_options, read_table
+    from tracesim.pipeline.published import read_table
+    from tracesim.pipeline.published_gpt import mcore_flops, mcore_options
 
     fmt, rows = read_table(MCORE)
     assert fmt == "mcore" and len(rows) == 9

@@ -54,12 +54,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracesim.catalog import cluster_with_nodes, load_model, model_name
+from tracesim.catalog import cluster_with_nodes, model_name
 from tracesim.errors import InputError
 from tracesim.pipeline.mflops import megatron_flops_per_token
+from tracesim.pipeline.published_cells import (
+    NVL72_SYSTEMS,
+    PRECISIONS,
+    SYSTEMS,
+    NotModelled,
+    flag_cell,
+    int_cell,
+    known_cell,
+    model_cell,
+    system_cell,
+)
+from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
 from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
 from tracesim.pipeline.steady import steady_iteration_s
-from tracesim.specs.model import ModelSpec
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
@@ -70,17 +81,6 @@ MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
 TOKEN_FORMATS = ("bridge", "titan")
 TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
                  "compile", "tokens_per_s_per_gpu")
-#: system name -> (shipped cluster spec, GPUs per node of that spec)
-SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
-           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8"}
-#: precision column -> (dtype, FP8 recipe)
-#: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
-#: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
-NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
-PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
-              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
-
-
 @dataclass(frozen=True)
 class PublishedRow:
     """One published row, its replay and the comparison.
@@ -150,46 +150,14 @@ def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
                      f"Table 1 (columns {', '.join(SC21_COLUMNS)})", p, "header")
 
 
-def _model(row: dict[str, str], path: Path, k: int) -> tuple[str, ModelSpec]:
-    """The row's model as given (a shipped name or a spec path) and its spec (InputError on
-    the row's cell)."""
-    name = (row.get("model") or "").strip()
-    try:
-        return name, load_model(name)
-    except InputError as exc:
-        raise InputError(exc.message, path, f"row {k + 2}: model") from None
-
-
-def _system(row: dict[str, str], path: Path, k: int) -> str:
-    """The row's system, one of :data:`SYSTEMS`."""
-    system = row["system"].strip()
-    if system not in SYSTEMS:
-        raise InputError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})", path,
-                         f"row {k + 2}: system")
-    return system
-
-
-def _int(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
-    text = (row.get(key) or "").strip()
-    if not text and default is not None:
-        return default
-    try:
-        return int(float(text))
-    except ValueError:
-        raise InputError(f"expected a number, got {text!r}", path, f"row {k + 2}: {key}") from None
-
-
 def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     """The replay options of a Megatron-Bridge row (module docstring)."""
-    system = _system(row, path, k)
-    prec = row["precision"].strip()
-    if prec not in PRECISIONS:
-        raise InputError(f"unknown precision {prec!r} (known: {', '.join(PRECISIONS)})", path,
-                         f"row {k + 2}: precision")
-    gpus = _int(row, "gpus", path, k)
-    tp, pp = _int(row, "tp", path, k), _int(row, "pp", path, k)
-    cp, ep = _int(row, "cp", path, k, 1), _int(row, "ep", path, k, 1)
-    vp, fsdp = _int(row, "vp", path, k, 1), _int(row, "fsdp", path, k, 0)
+    system = system_cell(row, path, k)
+    prec = known_cell(row, "precision", tuple(PRECISIONS), path, k)
+    gpus = int_cell(row, "gpus", path, k)
+    tp, pp = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k)
+    cp, ep = int_cell(row, "cp", path, k, 1), int_cell(row, "ep", path, k, 1)
+    vp, fsdp = int_cell(row, "vp", path, k, 1), int_cell(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
     run = row_run(row, path, k)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
@@ -197,17 +165,17 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         if system not in NVL72_SYSTEMS:
             raise InputError(f"a slurm segment applies to {' and '.join(NVL72_SYSTEMS)} racks, not "
                              f"{system}", path, f"row {k + 2}: segment")
-        per_domain = 4 * _int(row, "segment", path, k)
+        per_domain = 4 * int_cell(row, "segment", path, k)
     cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
     cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
-    model, spec = _model(row, path, k)
+    model, spec = model_cell(row, path, k)
     opts: dict[str, Any] = {
         "model": model, "cluster": cluster,
         "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
-        "micro_batch": _int(row, "mbs", path, k), "global_batch": _int(row, "gbs", path, k),
-        "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
+        "micro_batch": int_cell(row, "mbs", path, k), "global_batch": int_cell(row, "gbs", path, k),
+        "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
         "template": "analytic",
     }
     if recipe:
@@ -230,35 +198,25 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     the row's local batch as one micro-batch, its activation checkpointing (``ac``: none,
     op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
     (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered)."""
-    system, prec = _system(row, path, k), row["precision"].strip()
-    if prec not in ("bf16", "fp8-cs"):
-        raise InputError(f"unknown precision {prec!r} (known: bf16, fp8-cs)", path, f"row {k + 2}: precision")
-    gpus, tp = _int(row, "gpus", path, k), _int(row, "tp", path, k)
+    system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
+    gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
     if tp < 1 or gpus % tp:
         raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
     ac = row["ac"].strip()
     if ac not in ("none", "op", "full"):
         raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
-    lb, dp = _int(row, "local_batch", path, k), gpus // tp
+    lb, dp = int_cell(row, "local_batch", path, k), gpus // tp
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
-        "model": _model(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
         "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
-        "seq_len": _int(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
-        "template": "analytic", "recompute": ac, "compile": _flag(row, "compile", path, k)}
+        "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
+        "template": "analytic", "recompute": ac, "compile": flag_cell(row, "compile", path, k)}
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
     if recipe:
-        opts.update(fp8_recipe=recipe, fp8_param_gather=_flag(row, "fsdp_fp8_all_gather", path, k))
+        opts.update(fp8_recipe=recipe, fp8_param_gather=flag_cell(row, "fsdp_fp8_all_gather", path, k))
     return opts
-
-
-def _flag(row: dict[str, str], key: str, path: Path, k: int) -> bool:
-    """A true / false column (empty: false)."""
-    text = (row.get(key) or "").strip().lower()
-    if text not in ("", "true", "false"):
-        raise InputError(f"expected true or false, got {text!r}", path, f"row {k + 2}: {key}")
-    return text == "true"
 
 
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -285,81 +243,6 @@ def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def sc21_flops(row: dict[str, str]) -> float:
-    """The paper's model FLOPs per iteration: 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
-    b, s, v = int(row["global_batch"]), 2048, 51200
-    h, n_layers = int(row["hidden"]), int(row["layers"])
-    return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
-
-
-#: how NVIDIA ran each SC'21 Table 1 row, by (layers, hidden): (micro-batch size, layers per
-#: virtual pipeline stage (0: no interleaving), data-parallel gradients overlapped with the
-#: backward pass (PyTorch DDP, ``DDP=torch``; Megatron's ``local`` DDP reduces after it));
-#: NVIDIA/Megatron-LM ``examples/sc21/run_table_1.sh`` (MBS, ``--num-layers-per-virtual-
-#: pipeline-stage``, DDP), the paper's reproduction script
-SC21_RUNS: dict[tuple[int, int], tuple[int, int, bool]] = {
-    (24, 2304): (16, 0, True), (30, 3072): (16, 0, True), (36, 4096): (16, 0, True),
-    (40, 6144): (8, 0, True), (48, 8192): (4, 0, False), (60, 10240): (2, 5, False),
-    (80, 12288): (2, 5, False), (96, 16384): (1, 3, False), (105, 20480): (1, 1, False),
-    (128, 25600): (1, 0, False),
-}
-
-
-def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
-    """The replay options of an SC'21 Table 1 row (module docstring): the micro-batch size,
-    the pipeline schedule (interleaved where the run set layers per virtual stage, else
-    1F1B) and the data-parallel overlap of its run in :data:`SC21_RUNS`; a row not there
-    takes micro-batch 1, the interleaved schedule with its default chunks and no overlap."""
-    params = float(row["params_billion"])
-    tp, pp, gpus = _int(row, "tp", path, k), _int(row, "pp", path, k), _int(row, "gpus", path, k)
-    layers = _int(row, "layers", path, k)
-    mbs, per_chunk, overlap = SC21_RUNS.get((layers, _int(row, "hidden", path, k)), (1, -1, False))
-    opts: dict[str, Any] = {
-        "model": f"gpt3-{params:g}b" if params < 1000 else "gpt3-1t",
-        "cluster": "a100-selene", "tp": tp, "pp": pp, "dp": gpus // (tp * pp),
-        "global_batch": _int(row, "global_batch", path, k), "recompute": "full",
-        "micro_batch": mbs, "template": "analytic", "attention": "unfused",
-        "dp_overlap": overlap, "stack": "megatron-2021",
-    }
-    if pp > 1:
-        opts["schedule"] = "1f1b" if per_chunk == 0 else "interleaved"
-        if per_chunk > 0 and layers % (pp * per_chunk) == 0:
-            opts["vpp"] = layers // (pp * per_chunk)
-    return opts
-
-
-def mcore_flops(row: dict[str, str]) -> float:
-    """Megatron-LM's model FLOPs per iteration of a GPT (MLP 4h, no recomputation counted):
-    72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
-    b, s, v = int(row["global_batch"]), int(row["seq_len"]), int(row["vocab"])
-    h, n_layers = int(row["hidden"]), int(row["layers"])
-    return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
-
-
-def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
-    """The replay options of a Megatron-Core GPT table row (module docstring): the row's GPT
-    (MLP 4h, GELU, LayerNorm, untied embeddings, BF16) on its system's cluster spec with the
-    megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
-    with pipeline parallelism."""
-    system = _system(row, path, k)
-    tp, pp, gpus = _int(row, "tp", path, k), _int(row, "pp", path, k), _int(row, "gpus", path, k)
-    h, heads = _int(row, "hidden", path, k), _int(row, "heads", path, k)
-    seq = _int(row, "seq_len", path, k)
-    model = ModelSpec(
-        name=f"gpt-{float(row['params_billion']):g}b", family="gpt",
-        layers=_int(row, "layers", path, k), hidden=h, heads=heads, kv_heads=heads,
-        ffn_hidden=4 * h, vocab=_int(row, "vocab", path, k), seq_len=seq, activation="gelu",
-        norm="layernorm", tied_embeddings=False, dtype="bf16")
-    opts: dict[str, Any] = {
-        "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
-        "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": _int(row, "global_batch", path, k),
-        "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
-        "zero": 1}
-    if pp > 1:
-        opts["schedule"] = "interleaved"
-    return opts
-
-
 def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
     """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt`` table."""
     if fmt == "bridge":
@@ -382,7 +265,17 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
 def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None = None,
                ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any], str, tuple[str, ...]]]:
     """(table path, row index, format, row, replay options, label, settings without a
-    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts."""
+    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts (a row
+    naming what tracesim has no model for: :class:`NotModelled`)."""
+    for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=False):
+        assert opts is not None
+        yield p, k, fmt, row, opts, label, gaps
+
+
+def _rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None, keep: bool,
+          ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any] | None, str, tuple[str, ...]]]:
+    """:func:`table_rows`; with ``keep``, a row tracesim has no model for comes with options
+    None and, as its only setting, why."""
     for path in paths:
         p = Path(path)
         fmt, rows = read_table(p)
@@ -390,10 +283,32 @@ def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None =
             if fmt in ("bridge", "titan"):  # NVIDIA's spellings: LLAMA3_70B, DeepSeekV3, MXFP8
                 prec = (row.get("precision") or "").strip().lower()
                 row = {**row, "model": model_name((row.get("model") or "").strip()),
-                       "precision": {"mxfp8": "fp8-mx"}.get(prec, prec)}
-            opts, label, gaps = row_options(fmt, row, p, k)
+                       "precision": SPELLINGS.get(prec, prec)}
+            try:
+                opts, label, gaps = row_options(fmt, row, p, k)
+            except NotModelled as exc:
+                if not keep:
+                    raise
+                opts, label, gaps = None, _cells_label(fmt, row), (exc.line(),)
             if only is None or only(label):
                 yield p, k, fmt, row, opts, label, gaps
+
+
+#: precisions as the tables after 25.11 write them: "FP8" is the recipes' FP8 with current
+#: scaling (25.11's "FP8-CS"; torchtitan's float8 scales per tensor at each use too)
+SPELLINGS = {"mxfp8": "fp8-mx", "fp8": "fp8-cs"}
+
+
+def _cells_label(fmt: str, row: dict[str, str]) -> str:
+    """The label of a row that has no replay options, from its cells as written."""
+    def cell(key: str, default: str = "1") -> str:
+        return (row.get(key) or "").strip() or default
+
+    if fmt == "mcore":
+        return (f"{cell('system', '?').removeprefix('DGX-')} gpt-{cell('params_billion', '?')}b "
+                f"{cell('gpus', '?')} GPUs tp{cell('tp')} pp{cell('pp')}")
+    return (f"{cell('system', '?')} {cell('model', '?')} {cell('precision', '?')} "
+            f"{cell('gpus', '?')} GPUs tp{cell('tp')} pp{cell('pp')} cp{cell('cp')} ep{cell('ep')}")
 
 
 def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
@@ -430,26 +345,39 @@ def published_value(row: dict[str, str], metric: str, path: Path, k: int) -> flo
     if not value > 0 or value == float("inf"):
         raise InputError(f"expected a positive number, got {text!r}", path, f"row {k + 2}: {key}")
     if key == "step_time_s":
-        return _int(row, "gbs", path, k) * _int(row, "seq_len", path, k) / value / _int(row, "gpus", path, k)
+        return int_cell(row, "gbs", path, k) * int_cell(row, "seq_len", path, k) / value / int_cell(row, "gpus", path, k)
     if key == "model_tflops_per_gpu" and metric == "tokens_per_s_per_gpu":
         run = row_run(row, path, k)
-        per_token = megatron_flops_per_token(_model(row, path, k)[1], _int(row, "seq_len", path, k),
+        per_token = megatron_flops_per_token(model_cell(row, path, k)[1], int_cell(row, "seq_len", path, k),
                                              run.mtp_layers if run is not None else 0)
         return value * 1e12 / per_token
     return value
 
 
+def _published_or_nan(row: dict[str, str], metric: str, path: Path, k: int) -> float:
+    """:func:`published_value`; NaN where converting it needs a model tracesim does not ship."""
+    try:
+        return published_value(row, metric, path, k)
+    except NotModelled:
+        return float("nan")
+
+
 def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None = None,
                   network: str | None = None, jobs: int = 1) -> Iterator[PublishedRow]:
     """Replay every row of the tables at ``paths`` (those whose label ``only`` accepts); every
-    row is read and checked (InputError) before the first replay. ``network``: the replays'
-    network model (``flow`` or ``estimate``; None: the replay default). ``jobs``: rows
-    replayed at once in worker processes (the rows still come in table order, each as soon
-    as it and the rows before it are done; ``wall_s`` is each row's own replay time)."""
+    row is read and checked (InputError) before the first replay; a row naming a model, system
+    or precision tracesim has no model for comes back not replayed, with why (``error``), unless
+    no row is left to replay (then the first such row's InputError).
+    ``network``: the replays' network model (``flow`` or ``estimate``; None: the replay
+    default). ``jobs``: rows replayed at once in worker processes (the rows still come in
+    table order, each as soon as it and the rows before it are done; ``wall_s`` is each row's
+    own replay time)."""
     extra = {"network": network} if network else {}
-    checked = [(p, k, fmt, row, {**opts, **extra}, label, gaps,
-                published_value(row, metric_of(fmt), p, k))
-               for p, k, fmt, row, opts, label, gaps in table_rows(paths, only)]
+    checked = [(p, k, fmt, row, None if opts is None else {**opts, **extra}, label, gaps,
+                _published_or_nan(row, metric_of(fmt), p, k))
+               for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=True)]
+    if checked and all(c[4] is None for c in checked):  # nothing to replay: say the first
+        raise InputError(checked[0][6][0])
     if jobs <= 1 or len(checked) <= 1:
         yield from map(_replay_row, checked)
         return
@@ -466,6 +394,9 @@ def _replay_row(item: tuple) -> PublishedRow:
     """One checked row of :func:`validate_rows`, replayed and compared."""
     p, k, fmt, row, opts, label, gaps, published = item
     metric = metric_of(fmt)
+    if opts is None:  # nothing in tracesim models what the row names
+        return PublishedRow(p.name, label, {}, metric, published, float("nan"), float("nan"),
+                            float("nan"), 0.0, (), gaps[0], ())
     t0 = time.perf_counter()
     try:
         it, warns = steady_iteration_s(opts, p, f"row {k + 2}")

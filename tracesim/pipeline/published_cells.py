@@ -1,0 +1,78 @@
+"""The cells of a published table's row, read and checked (:mod:`tracesim.pipeline.published`).
+
+A malformed cell (a number that is not one, a true / false that is neither) is bad input:
+:class:`~tracesim.errors.InputError`, exit 2. A well-formed cell naming something tracesim has
+no model for -- a model it does not ship, a system without a cluster spec, a precision it does
+not price -- raises :class:`NotModelled`, which ``tracesim validate published`` reports on that
+row ("not replayed: ...") while it replays the others: a newer release's table with a model
+or GPU tracesim lacks is still checked on the rows it can replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracesim.catalog import load_model
+from tracesim.errors import InputError
+from tracesim.specs.model import ModelSpec
+
+#: system name -> the shipped cluster spec of that system (scaled to a row's GPUs)
+SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
+           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8"}
+#: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
+#: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
+NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
+#: precision column -> (dtype, FP8 recipe)
+PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
+              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
+
+
+class NotModelled(InputError):
+    """A row names a model, system or precision that tracesim has no model for (module
+    docstring): not replayed, not fatal to the table."""
+
+
+def model_cell(row: dict[str, str], path: Path, k: int) -> tuple[str, ModelSpec]:
+    """The row's model as given (a shipped name or a spec path) and its spec. A name that
+    is not shipped: :class:`NotModelled`; a spec path that is missing or wrong: InputError."""
+    name = (row.get("model") or "").strip()
+    try:
+        return name, load_model(name)
+    except InputError as exc:
+        spec_path = "/" in name or name.endswith((".yaml", ".yml"))
+        cls = InputError if spec_path or not name else NotModelled
+        raise cls(exc.message, path, f"row {k + 2}: model") from None
+
+
+def known_cell(row: dict[str, str], key: str, known: tuple[str, ...], path: Path, k: int) -> str:
+    """The row's ``key`` cell, one of ``known`` (another: :class:`NotModelled`; empty:
+    InputError)."""
+    value = (row.get(key) or "").strip()
+    if value not in known:
+        cls = NotModelled if value else InputError
+        raise cls(f"unknown {key} {value!r} (known: {', '.join(known)})", path, f"row {k + 2}: {key}")
+    return value
+
+
+def system_cell(row: dict[str, str], path: Path, k: int) -> str:
+    """The row's system, one of :data:`SYSTEMS`."""
+    return known_cell(row, "system", tuple(SYSTEMS), path, k)
+
+
+def int_cell(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
+    """A whole-number cell (empty: ``default`` where there is one)."""
+    text = (row.get(key) or "").strip()
+    if not text and default is not None:
+        return default
+    try:
+        return int(float(text))
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", path, f"row {k + 2}: {key}") from None
+
+
+def flag_cell(row: dict[str, str], key: str, path: Path, k: int) -> bool:
+    """A true / false column (empty: false)."""
+    text = (row.get(key) or "").strip().lower()
+    if text not in ("", "true", "false"):
+        raise InputError(f"expected true or false, got {text!r}", path, f"row {k + 2}: {key}")
+    return text == "true"

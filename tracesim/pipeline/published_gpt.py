@@ -1,0 +1,87 @@
+"""The GPT tables of published measurements: Megatron-LM's SC'21 Table 1 (A100) and
+Megatron-LM's H100 weak-scaling table, their replay options and their FLOP formulas
+(:mod:`tracesim.pipeline.published` reads the tables and replays the rows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracesim.catalog import cluster_with_nodes
+from tracesim.pipeline.published_cells import SYSTEMS, int_cell, system_cell
+from tracesim.specs.model import ModelSpec
+
+
+def sc21_flops(row: dict[str, str]) -> float:
+    """The paper's model FLOPs per iteration: 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
+    b, s, v = int(row["global_batch"]), 2048, 51200
+    h, n_layers = int(row["hidden"]), int(row["layers"])
+    return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
+
+
+#: how NVIDIA ran each SC'21 Table 1 row, by (layers, hidden): (micro-batch size, layers per
+#: virtual pipeline stage (0: no interleaving), data-parallel gradients overlapped with the
+#: backward pass (PyTorch DDP, ``DDP=torch``; Megatron's ``local`` DDP reduces after it));
+#: NVIDIA/Megatron-LM ``examples/sc21/run_table_1.sh`` (MBS, ``--num-layers-per-virtual-
+#: pipeline-stage``, DDP), the paper's reproduction script
+SC21_RUNS: dict[tuple[int, int], tuple[int, int, bool]] = {
+    (24, 2304): (16, 0, True), (30, 3072): (16, 0, True), (36, 4096): (16, 0, True),
+    (40, 6144): (8, 0, True), (48, 8192): (4, 0, False), (60, 10240): (2, 5, False),
+    (80, 12288): (2, 5, False), (96, 16384): (1, 3, False), (105, 20480): (1, 1, False),
+    (128, 25600): (1, 0, False),
+}
+
+
+def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of an SC'21 Table 1 row (module docstring): the micro-batch size,
+    the pipeline schedule (interleaved where the run set layers per virtual stage, else
+    1F1B) and the data-parallel overlap of its run in :data:`SC21_RUNS`; a row not there
+    takes micro-batch 1, the interleaved schedule with its default chunks and no overlap."""
+    params = float(row["params_billion"])
+    tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
+    layers = int_cell(row, "layers", path, k)
+    mbs, per_chunk, overlap = SC21_RUNS.get((layers, int_cell(row, "hidden", path, k)), (1, -1, False))
+    opts: dict[str, Any] = {
+        "model": f"gpt3-{params:g}b" if params < 1000 else "gpt3-1t",
+        "cluster": "a100-selene", "tp": tp, "pp": pp, "dp": gpus // (tp * pp),
+        "global_batch": int_cell(row, "global_batch", path, k), "recompute": "full",
+        "micro_batch": mbs, "template": "analytic", "attention": "unfused",
+        "dp_overlap": overlap, "stack": "megatron-2021",
+    }
+    if pp > 1:
+        opts["schedule"] = "1f1b" if per_chunk == 0 else "interleaved"
+        if per_chunk > 0 and layers % (pp * per_chunk) == 0:
+            opts["vpp"] = layers // (pp * per_chunk)
+    return opts
+
+
+def mcore_flops(row: dict[str, str]) -> float:
+    """Megatron-LM's model FLOPs per iteration of a GPT (MLP 4h, no recomputation counted):
+    72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    b, s, v = int(row["global_batch"]), int(row["seq_len"]), int(row["vocab"])
+    h, n_layers = int(row["hidden"]), int(row["layers"])
+    return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
+
+
+def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of a Megatron-Core GPT table row (module docstring): the row's GPT
+    (MLP 4h, GELU, LayerNorm, untied embeddings, BF16) on its system's cluster spec with the
+    megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
+    with pipeline parallelism."""
+    system = system_cell(row, path, k)
+    tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
+    h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
+    seq = int_cell(row, "seq_len", path, k)
+    model = ModelSpec(
+        name=f"gpt-{float(row['params_billion']):g}b", family="gpt",
+        layers=int_cell(row, "layers", path, k), hidden=h, heads=heads, kv_heads=heads,
+        ffn_hidden=4 * h, vocab=int_cell(row, "vocab", path, k), seq_len=seq, activation="gelu",
+        norm="layernorm", tied_embeddings=False, dtype="bf16")
+    opts: dict[str, Any] = {
+        "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
+        "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": int_cell(row, "global_batch", path, k),
+        "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
+        "zero": 1}
+    if pp > 1:
+        opts["schedule"] = "interleaved"
+    return opts
