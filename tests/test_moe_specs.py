@@ -13,12 +13,13 @@ from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.resolve import model_flops_per_iteration, resolve_template
 
-NEW = ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "llama3.1-405b")
+NEW = ("deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "llama3.1-405b", "kimi-k2")
 
 #: (spec, published total, published activated, whether the activated count includes the input
 #: embedding, tolerance); sources in each spec's ``source`` field and docs/moe.md
 PUBLISHED = [
     ("deepseek-v3", 671e9, 37e9, True, 0.02),  # tech report: 671B, 37B activated
+    ("kimi-k2", 1.04e12, 32e9, False, 0.02),  # arXiv:2507.20534: 1.04T total, 32B activated
     ("qwen3-235b-a22b", 235e9, 22e9, True, 0.02),
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, True, 0.02),
     ("gpt-oss-120b", 116.83e9, 5.13e9, False, 0.01),  # model card: unembedding counted, embedding not
@@ -68,6 +69,9 @@ def test_every_new_spec_names_its_source_and_is_listed() -> None:
         assert name in listed
     assert "MLA" in listed["deepseek-v3"] and "1 shared" in listed["deepseek-v3"]
     assert "window 128" in listed["gpt-oss-120b"]
+    kimi = load_model("Kimi_K2")  # as the Megatron-Bridge tables spell it
+    assert (kimi.name, kimi.experts, kimi.heads, kimi.first_k_dense) == ("kimi-k2", 384, 64, 1)
+    assert [kimi.moe_layer(i) for i in range(2)] == [False, True]
 
 
 @pytest.mark.parametrize("name", NEW + ("deepseek-moe-16b", "mixtral-8x7b"))
