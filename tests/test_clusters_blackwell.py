@@ -1,4 +1,4 @@
-"""The Blackwell cluster specs: DGX B200, GB200 NVL72 and GB300 NVL72 build and replay.
+"""The Blackwell cluster specs: DGX B200, DGX B300, GB200 NVL72 and GB300 NVL72 build and replay.
 
 An NVL72 rack is one 72-GPU NVLink domain, expressed as ``gpus_per_node: 72`` (the "node" of
 a cluster spec is its NVLink domain); racks are scaled with ``nodes`` like the H100 specs.
@@ -18,7 +18,7 @@ from tracesim.network.topology import KIND_INTRA, KIND_NIC, Topology
 
 #: name: (gpus per node, device, NVLink GB/s per direction, NICs per node, NIC Gb/s)
 EXPECT = {"dgx-b200": (8, "b200", 900, 8, 400), "gb200-nvl72": (72, "gb200", 900, 72, 400),
-          "gb300-nvl72": (72, "gb300", 900, 72, 800)}
+          "gb300-nvl72": (72, "gb300", 900, 72, 800), "dgx-b300": (8, "b300", 900, 8, 800)}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))

@@ -29,6 +29,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
     ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
     ("AMD Instinct MI250", "mi250"), ("  nvidia_h200  ", "h200"),
     ("gb200", "gb200"), ("NVIDIA GB200", "gb200"), ("GB300", "gb300"), ("B200-SXM", "b200"),
+    ("NVIDIA B300 SXM6 AC", "b300"), ("NVIDIA GB300", "gb300"),
     ("AMD Instinct MI300X", "mi300x"), ("mi300x", "mi300x"),
 ])
 def test_lookup(spec: str, name: str) -> None:
@@ -37,7 +38,7 @@ def test_lookup(spec: str, name: str) -> None:
 
 def test_known_devices() -> None:
     names = known_devices()
-    for required in ("v100", "a100", "h100", "h200", "b200", "gb200", "gb300", "mi300x", "host-cpu",
+    for required in ("v100", "a100", "h100", "h200", "b200", "b300", "gb200", "gb300", "mi300x", "host-cpu",
                      "mi250"):
         assert required in names
 

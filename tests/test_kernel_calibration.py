@@ -216,6 +216,12 @@ def test_every_profile_loads_and_no_plateau_beats_the_peak() -> None:
     gb200, gb300 = get_device("gb200"), get_device("gb300")
     assert gb300.shape_model.gemm.plateau == gb200.shape_model.gemm.plateau  # type: ignore[union-attr]
     assert "derived from GB200" in gb300.raw["calibration"]["shape_model.gemm.plateau"]["default"]
+    # B300's own BF16 MAMF shape (k = 1024) would need a plateau above 1: it takes B200's,
+    # scaled by their MAMF rates (same peak), and says so; its FP8 plateau is its own row's
+    b300 = get_device("b300").raw["calibration"]["shape_model.gemm.plateau"]
+    assert "b200's plateau" in b300["default"] and "B300-SXM fp8" in b300["fp8"]
+    assert get_device("b300").shape_model.gemm.plateau["default"] == pytest.approx(  # type: ignore[union-attr]
+        get_device("b200").shape_model.gemm.plateau["default"] * 1769.0 / 1745.0, abs=1e-3)  # type: ignore[union-attr]
     # MXFP8 runs at the FP8 rate on Blackwell; Hopper has no MX peak and falls back to FP8
     assert get_device("b200").peak_flops("mxfp8") == get_device("b200").peak_flops("fp8")
     assert get_device("h100").peak_flops("mxfp8") == pytest.approx(1979e12)
@@ -223,7 +229,7 @@ def test_every_profile_loads_and_no_plateau_beats_the_peak() -> None:
 
 @pytest.mark.parametrize(("profile", "dtype", "mamf_tflops"),
                          [("gb200", "fp8", 3615.6), ("b200", "fp8", 3432.5), ("b200", "bf16", 1745.0),
-                          ("h100", "fp8", 1402.6)])
+                          ("h100", "fp8", 1402.6), ("b300", "bf16", 1769.0), ("b300", "fp8", 3353.3)])
 def test_no_gemm_beats_the_mamf(profile: str, dtype: str, mamf_tflops: float) -> None:
     """The plateau is solved at the MAMF shape (often short k); longer k must not run faster
     than the sweep's best (Llama 3 8B's MLP GEMMs at 8k tokens x 2: 16384 x 28672 x 4096 and

@@ -281,13 +281,13 @@ def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path
 
 def test_rows_naming_what_tracesim_does_not_model_are_reported_not_fatal(tmp_path: Path) -> None:
     """A newer table's rows with a model, system or precision tracesim has no model for
-    (Nemotron 3, DGX-B300, NVFP4 in the releases after 25.11) are listed as not replayed,
+    (Nemotron 3 and NVFP4 in the releases after 25.11, a Vera Rubin system) are listed as not replayed,
     each with the cell that stops it, and the other rows are replayed; malformed cells and a
     model spec path that is missing stay fatal (exit 2, one line), and so does a table none
     of whose rows can be replayed."""
     text = BRIDGE.read_text().splitlines()
     ok = next(ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,"))
-    rows = [ok.replace("llama3-8b", "Nemotron_3_Nano"), ok.replace("DGX-B200", "DGX-B300"),
+    rows = [ok.replace("llama3-8b", "Nemotron_3_Nano"), ok.replace("DGX-B200", "DGX-VR200"),
             ok.replace("fp8-cs", "NVFP4"), ok]
     t = tmp_path / "newer.csv"
     t.write_text("\n".join([text[0], *rows]) + "\n")
@@ -304,8 +304,10 @@ def test_rows_naming_what_tracesim_does_not_model_are_reported_not_fatal(tmp_pat
     doc = json.loads(res.output)
     assert [bool(r["error"]) for r in doc["rows"]] == [True, True, True, False]
     assert doc["summary"]["not_replayed"] == 3
-    res = CliRunner().invoke(main, ["validate", "published", str(t), "--only", "B300"])
-    assert res.exit_code == 2 and res.output.count("\n") == 1 and "unknown system 'DGX-B300'" in res.output
+    res = CliRunner().invoke(main, ["validate", "published", str(t), "--only", "VR200"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "unknown system 'DGX-VR200'" in res.output
+    assert "(known: DGX-H100" in res.output  # the one-line error keeps the list of known names
+    assert "(known:" not in got[1].error  # a listed row does not repeat it
     for bad, needle in ((ok.replace("llama3-8b", str(tmp_path / "no_such.yaml")), "file not found"),
                         (ok.replace(",8,fp8-cs,", ",eight,fp8-cs,"), "row 2: gpus")):
         t.write_text(f"{text[0]}\n{bad}\n{ok}\n")

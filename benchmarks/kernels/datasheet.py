@@ -112,6 +112,19 @@ SPECS: dict[str, dict[str, Any]] = {
                         "(https://verda.com/blog/gb300-nvl72-architecture)",
                  "sm_count": "160 SMs on the full die, shipped SKU not confirmed (B300 SKUs seen "
                              "with 148 and 152): GB200's 148 assumed"}),
+    "b300": dict(
+        peak_tflops={"fp32": 80.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0,
+                     "mxfp8": 4500.0},
+        hbm_GBps=8000.0, hbm_GiB=288, sm_count=148,
+        aliases=["B300", "B300-SXM", "B300-SXM6-AC", "NVIDIA B300"], patterns=["b300"],
+        source="NVIDIA B300 SXM (HGX / DGX B300, Blackwell Ultra, 1000 W): "
+               f"{_TFLOPS_TABLE} row 'NVIDIA B300 SXM' (note 21: DGX B300 datasheet)",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row B300 SXM (2250 bf16 / 4500 fp8 dense; fp4 "
+                                "not modelled)",
+                 "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "hbm": f"{MLE} memory table row B300 SXM: 288 GB HBM3e, 8.00 TB/s",
+                 "sm_count": "not confirmed for the shipped SKU (B300 SKUs seen with 148 and 152): "
+                             "B200's 148 assumed, as for gb300"}),
     "mi300x": dict(
         peak_tflops={"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
         hbm_GBps=5300.0, hbm_GiB=192, sm_count=304,
@@ -133,6 +146,7 @@ DERIVED: dict[str, dict[str, str]] = {
     "h200": {"gemm_default": "h100 (MAMF table note: 'H200 is the same')", "attention": "h100"},
     "gb200": {"attention": "b200", "memory_fraction": "b200"},
     "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
+    "b300": {"attention": "gb300 (the same Blackwell Ultra die)"},
     "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
 }
 
@@ -141,15 +155,21 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
     "a100": {"default": "A100-SXM"}, "a100-40gb": {"default": "A100-SXM"},
     "h100": {"default": "H100-SXM", "fp8": "H100-SXM"}, "h200": {"default": "H100-SXM", "fp8": "H200-SXM"},
     "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
-    "gb300": {"default": "GB200", "fp8": "GB200"}, "mi300x": {"default": "MI300X"},
+    "gb300": {"default": "GB200", "fp8": "GB200"}, "b300": {"default": "B300-SXM", "fp8": "B300-SXM"},
+    "mi300x": {"default": "MI300X"},
 }
+#: devices whose own MAMF row the shared GEMM model reproduces only with a plateau above 1:
+#: B300's best BF16 shape has k = 1024, where the fitted k overhead (320) would need 1.06 of
+#: peak. Their plateau is the named profile's (its own MAMF row) times the two devices' MAMF
+#: rates over their peaks (derived); the ceiling stays the device's own MAMF
+PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
 #: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
 #: BF16 and FP8 rows, and MXFP8 at FP8's (as its plateau)
 CEILING_DTYPES = ("default", "fp8", "mxfp8")
 #: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
 MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
                "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
-               "gb300": "B300-SXM6-AC", "mi300x": "MI300X"}
+               "gb300": "B300-SXM6-AC", "b300": "B300-SXM6-AC", "mi300x": "MI300X"}
 
 #: fixed time per kernel (us): the shortest kernels of the public A100 traces last 2-3 us
 LAUNCH_OVERHEAD_US = kf.LAUNCH_US
@@ -235,6 +255,16 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
                    f"TFLOP/s (benchmarks/kernels/data/gemm.csv, source MLE-MAMF)"
                    + ("" if own else f"; {name} has no row of its own: derived from {dev} "
                       "at the datasheet peak ratio (same fraction of peak)"))
+        base = PLATEAU_FROM.get(name, {}).get(dt)
+        if base is not None:
+            bspec, brow = SPECS[base], kf.mamf_row(MAMF_ROWS[base][dt], csv_dt)
+            bpeak = _peak(bspec, csv_dt)
+            solved = plateau[dt]
+            plateau[dt] = round(kf.solve_plateau(shared, bpeak, bspec["sm_count"], brow)
+                                * (float(row["tflops"]) / peak) / (float(brow["tflops"]) / bpeak), 4)
+            src[dt] += (f": the shared model needs {solved} of peak for it (k {row['k']}); "
+                        f"{base}'s plateau from its MAMF row {brow['m']}x{brow['n']}x{brow['k']} = "
+                        f"{brow['tflops']} TFLOP/s times the two MAMF fractions of peak (derived)")
     if "fp8" in spec["peak_tflops"] and "fp8" not in plateau:
         plateau["fp8"], curve["fp8"] = plateau["default"], curve["default"]
         src["fp8"] = "no FP8 GEMM data: the BF16 fraction of peak assumed (derived)"
@@ -267,7 +297,8 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
 
     base = {"plateau": {"default": fa3["plateau"], "fp8": fa3_8["plateau"]},
             "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
-    family = {"a100-40gb": "a100", "h200": "h100", "gb200": "b200", "gb300": "b200"}.get(name, name)
+    family = {"a100-40gb": "a100", "h200": "h100", "gb200": "b200", "gb300": "b200",
+              "b300": "b200"}.get(name, name)
     if family == "h100":
         return base, ("FlashAttention-3 paper, H100 SXM5 forward, non-causal rows: plateau per "
                       "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, "
@@ -303,7 +334,8 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
     from tracesim.hardware.shapemodel import AttentionShapeModel
 
     cu = kf.FITTED["attention"]["cudnn_gb200"]
-    up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if name == "gb300" else {"fwd": 1.0, "bwd": 1.0}
+    ultra = name in ("gb300", "b300")  # Blackwell Ultra
+    up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if ultra else {"fwd": 1.0, "bwd": 1.0}
     f = cu["plateau_d128"] * up["fwd"] / dict(fa3["plateau"])[128.0]
 
     fa3_bwd = AttentionShapeModel({"default": ((128.0, 1.0),)}, {"default": 1.0},
@@ -322,10 +354,12 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
            "that times FA3's d64 / d128 backward ratio (derived)")
     if name == "b200":
         src += "; B200: GB200's fractions of peak (same silicon and cuDNN kernels, derived)"
-    if name == "gb300":
+    if ultra:
         src += (f"; GB300: GB200 x {up['fwd']:g} forward and x {up['bwd']:g} backward, the "
                 "geometric-mean GB300 / GB200 rates of the two measured the same day with cuDNN "
                 "9.22, causal, lengths 2k-32k (source CUDNN-FE-2604)")
+    if name == "b300":
+        src += "; B300: GB300's (the same Blackwell Ultra die and cuDNN kernels, derived)"
     return ({"plateau": {"default": _scaled(fa3["plateau"], f), "fp8": _scaled(fa3_8["plateau"], f)},
              "kv_half": {"default": cu["kv_half"], "fp8": fa3_8["kv_half"]},
              "backward": [[64.0, d64], [128.0, d128]]}, src)

@@ -35,6 +35,8 @@ POWER_W: dict[str, tuple[float, str]] = {
                       "facebookexperimental/triton PR #2023 sets GB200 to 1200 W as its rated power)"),
     "gb300": (1400.0, "GB300 NVL72 specification, 1400 W per GPU (the profile's source; "
                       "facebookexperimental/triton PR #2023: default_limit == max_limit == 1400 W)"),
+    "b300": (1000.0, "B300 SXM maximum TGP 1000 W: stas00/ml-engineering@744d01e "
+                     "compute/accelerator/README.md power table (its note 6: NVIDIA DGX B300 power capping)"),
 }
 
 #: profile -> (the profile whose MSMF row it takes, why)
@@ -44,6 +46,7 @@ DERIVED_FROM: dict[str, tuple[str, str]] = {
                      "@ 067dd2c docs/sample_profiling_trace.md, Nsight's GPC clock)"),
     "gb200": ("b200", "the same Blackwell die at a higher power limit"),
     "gb300": ("b200", "Blackwell Ultra at a higher power limit (no MSMF of its own)"),
+    "b300": ("b200", "Blackwell Ultra at B200's power limit (no MSMF of its own)"),
 }
 
 

@@ -7,8 +7,8 @@ Four table formats are read (the columns decide):
   ep, ga, tokens_per_s_per_gpu`` (or ``step_time_s``, or Megatron's ``model_tflops_per_gpu``);
   compared on tokens/s per GPU (``segment``: the run's slurm segment in 4-GPU trays). Every row is replayed with
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
-  ``DGX-B200`` -> ``dgx-b200``, ``DGX-GB200`` -> ``gb200-nvl72``, ``DGX-GB300`` ->
-  ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
+  ``DGX-B200`` -> ``dgx-b200``, ``DGX-B300`` -> ``dgx-b300``, ``DGX-GB200`` -> ``gb200-nvl72``,
+  ``DGX-GB300`` -> ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -275,7 +276,7 @@ def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None =
 def _rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None, keep: bool,
           ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any] | None, str, tuple[str, ...]]]:
     """:func:`table_rows`; with ``keep``, a row tracesim has no model for comes with options
-    None and, as its only setting, why."""
+    None and, as its settings, why (without the list of known names) and the whole error."""
     for path in paths:
         p = Path(path)
         fmt, rows = read_table(p)
@@ -289,7 +290,9 @@ def _rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None, keep:
             except NotModelled as exc:
                 if not keep:
                     raise
-                opts, label, gaps = None, _cells_label(fmt, row), (exc.line(),)
+                # the reason without the list of known names, which every such row repeats
+                why = re.sub(r" \(known: [^)]*\)", "", exc.line())
+                opts, label, gaps = None, _cells_label(fmt, row), (why, exc.line())
             if only is None or only(label):
                 yield p, k, fmt, row, opts, label, gaps
 
@@ -377,7 +380,7 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
                 _published_or_nan(row, metric_of(fmt), p, k))
                for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=True)]
     if checked and all(c[4] is None for c in checked):  # nothing to replay: say the first
-        raise InputError(checked[0][6][0])
+        raise InputError(checked[0][6][1])
     if jobs <= 1 or len(checked) <= 1:
         yield from map(_replay_row, checked)
         return

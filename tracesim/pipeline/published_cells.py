@@ -18,7 +18,8 @@ from tracesim.specs.model import ModelSpec
 
 #: system name -> the shipped cluster spec of that system (scaled to a row's GPUs)
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
-           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8"}
+           "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8",
+           "DGX-B300": "dgx-b300"}
 #: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
 #: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
 NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
