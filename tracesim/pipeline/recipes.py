@@ -124,9 +124,11 @@ _QW = "scripts/performance/configs/qwen3/workload_base_configs.py"
 _QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
 #: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_
 #: CONFIG, BASE_GPT_OSS_120B_CONFIG, BASE_QWEN3_235B_A22B_CONFIG, BASE_QWEN3_30B_A3B_CONFIG at
-#: all three commits; qwen/qwen3_workload_base_configs.py at v2-configs)
+#: all three commits; qwen/qwen3_workload_base_configs.py at v2-configs and v0.3.0;
+#: gpt_oss/gpt_oss_workload_base_configs.py at v0.3.0)
 _DS3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
-_ETP1 = (_DS, _DS3, _OSS, _QW, _QWV2)
+_OSS3 = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
+_ETP1 = (_DS, _DS3, _OSS, _OSS3, _QW, _QWV2)
 _DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
@@ -238,8 +240,9 @@ INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
 #: runs DeepSeek-V3 with the recipe's default of one MTP layer (``deepseek_v3_pretrain_config``,
 #: ``mtp_num_layers=1``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
 #: ``pp_layout``; GB200 pp 4 x vp 4 and B200 pp 16: ``set_deepseek_v3_pipeline_model_parallel_
-#: layout``'s map), HybridEP on all three; the 26.02 table's TFLOP/s per GPU agree (Megatron's
-#: FLOP count with one MTP layer, tests/test_megatron_flops.py)
+#: layout``'s map; B300 pp 16 as B200), HybridEP on all four; the 26.02 table's TFLOP/s per GPU
+#: agree (Megatron's FLOP count with one MTP layer, tests/test_megatron_flops.py). The table's
+#: DGX B300 rows of the other models take their v0.3.0 B300 configs (no 25.11 B300 recipe)
 RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     ("26.02", "DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
@@ -253,6 +256,18 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
         pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    # the 26.02 table's DGX B300 rows (v0.3.0 has B300 configs; 25.11 had no B300 row)
+    ("26.02", "DGX-B300", "deepseek-v3", "fp8-mx"): Recipe(
+        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2",
+        recompute="selective:mla_up_proj", dispatcher="hybridep",
+        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    ("26.02", "DGX-B300", "gpt-oss-120b", "bf16"): Recipe(
+        f"v0.3.0:{_OSS3}", "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", cuda_graph=_TE_ATTN_MOE),
+    ("26.02", "DGX-B300", "qwen3-30b-a3b", "fp8-mx"): Recipe(
+        f"v0.3.0:{_QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1",
+        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+    ("26.02", "DGX-B300", "qwen3-235b-a22b", "fp8-mx"): Recipe(
+        f"v0.3.0:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", a2a_overlap=True),
 }
 
 
