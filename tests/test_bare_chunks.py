@@ -78,7 +78,7 @@ def test_the_26_02_table_reads_and_lays_out_its_405b_row_with_bare_ends() -> Non
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_bridge_26_02.csv"
     fmt, rows = read_table(path)
-    assert fmt == "bridge" and len(rows) == 29
+    assert fmt == "bridge" and len(rows) == 33
     k, row = next((i, r) for i, r in enumerate(rows) if r["system"] == "DGX-GB200"
                   and r["model"] == "llama3.1-405b" and r["precision"] == "fp8-mx")
     opts = bridge_options(row, path, k)

@@ -281,14 +281,14 @@ def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path
 
 def test_rows_naming_what_tracesim_does_not_model_are_reported_not_fatal(tmp_path: Path) -> None:
     """A newer table's rows with a model, system or precision tracesim has no model for
-    (Nemotron 3 and NVFP4 in the releases after 25.11, a Vera Rubin system) are listed as not replayed,
+    (Nemotron 3 in the releases after 25.11, MXFP4, a Vera Rubin system) are listed as not replayed,
     each with the cell that stops it, and the other rows are replayed; malformed cells and a
     model spec path that is missing stay fatal (exit 2, one line), and so does a table none
     of whose rows can be replayed."""
     text = BRIDGE.read_text().splitlines()
     ok = next(ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,"))
     rows = [ok.replace("llama3-8b", "Nemotron_3_Nano"), ok.replace("DGX-B200", "DGX-VR200"),
-            ok.replace("fp8-cs", "NVFP4"), ok]
+            ok.replace("fp8-cs", "MXFP4"), ok]
     t = tmp_path / "newer.csv"
     t.write_text("\n".join([text[0], *rows]) + "\n")
     with pytest.raises(InputError, match="row 2: model: unknown model 'Nemotron_3_Nano'"):

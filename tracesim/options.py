@@ -64,7 +64,7 @@ DTYPES = ("bf16", "fp16", "fp8", "fp32")
 NETWORKS = ("flow", "estimate")
 ATTENTION = ("flash", "flash2", "unfused")
 STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "eager")
-FP8_RECIPES = ("current", "delayed", "mxfp8")
+FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -234,8 +234,9 @@ class ReplayOptions:
         "Default: the stack's (on, except for eager, whose recorded times hold it).", "bool",
         group="stack")
     fp8_recipe: str | None = _opt(
-        "FP8 scaling with --dtype fp8: current (tensor-wise current scaling, Megatron-Bridge "
-        "fp8-cs), delayed, or mxfp8 (Blackwell). Default: the stack's first.", "choice",
+        "Low-precision recipe with --dtype fp8: current (FP8 tensor-wise current scaling, "
+        "Megatron-Bridge fp8-cs), delayed, mxfp8 (Blackwell), or nvfp4 (the linears in NVFP4 "
+        "at the FP4 rate, Blackwell). Default: the stack's first.", "choice",
         group="stack", choices=FP8_RECIPES)
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "

@@ -40,6 +40,10 @@ from tracesim.hardware.calibrate import saturating_curve
 
 MLE = "stas00/ml-engineering@744d01e compute/accelerator/README.md"
 _TFLOPS_TABLE = f"{MLE} 'TFLOPS comparison table' (dense)"
+#: the source of a Blackwell NVFP4 peak: the dense FP4 tensor-core rate (NVFP4 is E2M1 with
+#: an E4M3 scale per 16 elements, run by the FP4 tensor cores as MXFP8 by the FP8 ones)
+_NVFP4 = ("{fp4} = the fp4 column of " + _TFLOPS_TABLE + " row {row}: NVFP4 (E2M1 values, an "
+          "E4M3 scale per 16) runs at the FP4 tensor-core rate")
 
 #: datasheet figures (dense, per GPU). ``sources`` names where each came from.
 SPECS: dict[str, dict[str, Any]] = {
@@ -75,7 +79,7 @@ SPECS: dict[str, dict[str, Any]] = {
                  "sm_count": f"{MLE} 'Caches' third table (132 SMs)"}),
     "b200": dict(
         peak_tflops={"fp32": 75.0, "tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0,
-                     "mxfp8": 4500.0},
+                     "mxfp8": 4500.0, "nvfp4": 9000.0},
         hbm_GBps=7700.0, hbm_GiB=180, sm_count=148, aliases=["B200-HGX", "B200", "B200-SXM"],
         patterns=["b200"],
         source="NVIDIA B200 (HGX, 1000 W) datasheet (reference/devices.csv); early spec 192 GB / 8 TB/s",
@@ -84,11 +88,12 @@ SPECS: dict[str, dict[str, Any]] = {
                  "mxfp8": "NVIDIA Blackwell: MX (block-scaled) FP8 runs at the FP8 tensor-core "
                           "rate; datasheet FP8/FP6 4.5 PFLOPS dense (DGX B200 datasheet, "
                           f"{_TFLOPS_TABLE} note 20)",
+                 "nvfp4": _NVFP4.format(row="B200 SXM", fp4=9000),
                  "sm_count": "https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut "
                              "(2 dies x 74 SMs enabled = 148)"}),
     "gb200": dict(
         peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0,
-                     "mxfp8": 5000.0},
+                     "mxfp8": 5000.0, "nvfp4": 10000.0},
         hbm_GBps=8000.0, hbm_GiB=186, sm_count=148, aliases=["GB200", "GB200-NVL72", "NVIDIA GB200"],
         patterns=["gb200"],
         source="NVIDIA GB200 NVL72 specifications, per Blackwell GPU (1200 W): "
@@ -96,17 +101,19 @@ SPECS: dict[str, dict[str, Any]] = {
         sources={"peak_tflops": f"{_TFLOPS_TABLE} row GB200 (2500 bf16 / 5000 fp8 per GPU; the "
                                 "Verda blog's 2250 / 4500 is the B200 figure)",
                  "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "nvfp4": _NVFP4.format(row="GB200 SXM", fp4=10000),
                  "hbm": f"{MLE} memory table: 186 GB, 8.0 TB/s (NVIDIA MIG table value)",
                  "sm_count": "not published for GB200; B200's 148 assumed (same Blackwell die pair)"}),
     "gb300": dict(
         peak_tflops={"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0,
-                     "mxfp8": 5000.0},
+                     "mxfp8": 5000.0, "nvfp4": 15000.0},
         hbm_GBps=8000.0, hbm_GiB=288, sm_count=148, aliases=["GB300", "GB300-NVL72", "NVIDIA GB300"],
         patterns=["gb300"],
         source="NVIDIA GB300 NVL72 specifications, per Blackwell Ultra GPU (1400 W): "
                f"{_TFLOPS_TABLE} row 'NVIDIA GB300 SXM' (note 24)",
-        sources={"peak_tflops": f"{_TFLOPS_TABLE} row GB300 (dense fp4 15000 not modelled)",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row GB300",
                  "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "nvfp4": _NVFP4.format(row="GB300 SXM", fp4=15000),
                  "hbm": "288 GB HBM3e (NVIDIA GB300 NVL72 page as repeated in the research notes; "
                         "Verda lists 279 GB usable); 8.0 TB/s = rack 576 TB/s / 72 "
                         "(https://verda.com/blog/gb300-nvl72-architecture)",
@@ -114,14 +121,14 @@ SPECS: dict[str, dict[str, Any]] = {
                              "with 148 and 152): GB200's 148 assumed"}),
     "b300": dict(
         peak_tflops={"fp32": 80.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0,
-                     "mxfp8": 4500.0},
+                     "mxfp8": 4500.0, "nvfp4": 12600.0},
         hbm_GBps=8000.0, hbm_GiB=288, sm_count=148,
         aliases=["B300", "B300-SXM", "B300-SXM6-AC", "NVIDIA B300"], patterns=["b300"],
         source="NVIDIA B300 SXM (HGX / DGX B300, Blackwell Ultra, 1000 W): "
                f"{_TFLOPS_TABLE} row 'NVIDIA B300 SXM' (note 21: DGX B300 datasheet)",
-        sources={"peak_tflops": f"{_TFLOPS_TABLE} row B300 SXM (2250 bf16 / 4500 fp8 dense; fp4 "
-                                "not modelled)",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row B300 SXM (2250 bf16 / 4500 fp8 dense)",
                  "mxfp8": "= fp8 (Blackwell MX formats run at the FP8 tensor-core rate)",
+                 "nvfp4": _NVFP4.format(row="B300 SXM", fp4=12600),
                  "hbm": f"{MLE} memory table row B300 SXM: 288 GB HBM3e, 8.00 TB/s",
                  "sm_count": "not confirmed for the shipped SKU (B300 SKUs seen with 148 and 152): "
                              "B200's 148 assumed, as for gb300"}),
@@ -164,8 +171,8 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
 #: rates over their peaks (derived); the ceiling stays the device's own MAMF
 PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
 #: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
-#: BF16 and FP8 rows, and MXFP8 at FP8's (as its plateau)
-CEILING_DTYPES = ("default", "fp8", "mxfp8")
+#: BF16 and FP8 rows, and MXFP8 and NVFP4 at FP8's fraction of peak (as their plateaus)
+CEILING_DTYPES = ("default", "fp8", "mxfp8", "nvfp4")
 #: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
 MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
                "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
@@ -230,7 +237,7 @@ def gemm_ceilings(name: str) -> dict[str, float]:
     for dt in CEILING_DTYPES:
         if dt != "default" and dt not in spec["peak_tflops"]:
             continue
-        src = dt if dt in rows else ("fp8" if dt == "mxfp8" and "fp8" in rows else "default")
+        src = dt if dt in rows else ("fp8" if dt in ("mxfp8", "nvfp4") and "fp8" in rows else "default")
         row = kf.mamf_row(rows[src], "bf16" if src == "default" else src)
         t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
         flops = 2.0 * float(row["batch"]) * float(row["m"]) * float(row["n"]) * float(row["k"])
@@ -271,6 +278,10 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
     if "fp8" in plateau:  # Hopper has no MX units: its MXFP8 (software block scaling) at FP8's
         plateau["mxfp8"], curve["mxfp8"] = plateau["fp8"], curve["fp8"]
         src["mxfp8"] = "no MXFP8 GEMM data: FP8's plateau (derived; DeepGEMM's block-scaled FP8 on H800 reaches the H100 FP8 MAMF)"
+    if "nvfp4" in spec["peak_tflops"]:
+        plateau["nvfp4"], curve["nvfp4"] = plateau["fp8"], curve["fp8"]
+        src["nvfp4"] = ("no FP4 GEMM data: FP8's fraction of peak at the FP4 peak (derived; an "
+                        "assumption, the NVFP4 rows of the Bridge tables test it)")
     a100_tf32 = float(A100_TF32_CONV_FROM_TRACE["e_max"])
     a100_bf16 = kf.solve_plateau(shared, 312.0, 108, kf.mamf_row("A100-SXM", "bf16"))
     plateau["tf32"] = round(min(a100_tf32, a100_tf32 * plateau["default"] / a100_bf16), 4)
@@ -427,7 +438,7 @@ def profile(name: str) -> dict[str, Any]:
     mem_e, msrc = memory_fraction(name)
     memory = saturating_curve(mem_e, spec["hbm_GBps"] * 1e9 * MEMORY_T_RAMP_US * 1e-6, _BYTE_SIZES)
     compute: dict[str, Any] = {}
-    for key in ("default", "fp8", "mxfp8", "tf32", "fp32"):
+    for key in ("default", "fp8", "mxfp8", "nvfp4", "tf32", "fp32"):
         if key not in curve_e:
             continue
         peak = _peak(spec, "bf16" if key == "default" else key) * 1e12
@@ -444,7 +455,7 @@ def profile(name: str) -> dict[str, Any]:
                       "spread": SPREAD["attention"]},
     }
     eff.update(memory_classes(eff["default"]))
-    gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "tf32", "fp32")
+    gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "nvfp4", "tf32", "fp32")
                               if k in plateau},
                   "tiles": [list(t) for t in kf.TILES], **shared,
                   "ceiling": gemm_ceilings(name)}

@@ -65,7 +65,7 @@ from tracesim.strict import check_keys, get_number, get_str
 #: the shipped profiles (package data)
 DEVICES_DIR = Path(str(resources.files("tracesim.hardware") / "devices"))
 
-PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
+PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 
 #: dtype -> the peak_tflops keys tried in order
 PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
@@ -75,6 +75,8 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
     "fp16": ("fp16", "bf16", "fp32"),
     "fp8": ("fp8", "fp16", "bf16", "fp32"),
     "mxfp8": ("mxfp8", "fp8", "fp16", "bf16", "fp32"),  # block-scaled FP8 (Blackwell MX formats)
+    # NVFP4: E2M1 with an E4M3 scale per 16 elements, at the FP4 tensor-core rate (Blackwell)
+    "nvfp4": ("nvfp4", "mxfp8", "fp8", "fp16", "bf16", "fp32"),
 }
 
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
@@ -136,8 +138,8 @@ class DeviceProfile:
             (memory bandwidth does not follow the SM clock). :meth:`burst` gives the profile at 1.
             The ratio of BF16 and every dtype without one of its own in ``sustained_dtype``.
         sustained_dtype: dtype -> its own ``sustained_clock`` (FP8 GEMMs draw another power
-            per FLOP, so the GPU settles at another clock under them); ``mxfp8`` takes ``fp8``'s
-            where it has none. :meth:`sustained` looks a dtype up.
+            per FLOP, so the GPU settles at another clock under them); ``mxfp8`` and ``nvfp4``
+            take ``fp8``'s where they have none. :meth:`sustained` looks a dtype up.
         fleet: how the sustained rate differs between the GPUs of a job
             (:mod:`tracesim.hardware.fleet`); None: not known (every GPU at the profile's rate).
             :meth:`for_job` applies it.
@@ -186,7 +188,7 @@ class DeviceProfile:
         """The ``sustained_clock`` of work in ``dtype`` (module docstring)."""
         by = self.sustained_dtype
         if by:
-            for key in (dtype, "fp8") if dtype.endswith("fp8") else (dtype,):
+            for key in (dtype, "fp8") if dtype.endswith("fp8") or dtype == "nvfp4" else (dtype,):
                 if key in by:
                     return by[key]
         return self.sustained_clock

@@ -58,7 +58,7 @@ from tracesim.errors import InputError
 from tracesim.strict import check_keys, get_number
 
 #: the dtype keys a plateau may list (besides ``default``)
-PLATEAU_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
+PLATEAU_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 
 
 @dataclass(frozen=True)

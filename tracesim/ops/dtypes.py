@@ -49,8 +49,9 @@ DTYPE_BYTES = {
 
 #: bytes per element a quantized tensor moves over the wire (data and scales): FP8 with a
 #: per-tensor scale (current or delayed scaling) one; MXFP8 one plus a one-byte E8M0 scale
-#: per block of 32 (OCP Microscaling Formats v1.0)
-WIRE_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32}
+#: per block of 32 (OCP Microscaling Formats v1.0); NVFP4 half a byte (E2M1) plus a one-byte
+#: E4M3 scale per block of 16 (Transformer Engine's NVFP4BlockScaling)
+WIRE_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
 
 #: the dtype reported when no tensor input names one
 DEFAULT_DTYPE = "fp32"

@@ -25,7 +25,7 @@ SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-
 NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
 #: precision column -> (dtype, FP8 recipe)
 PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
-              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8")}
+              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8"), "nvfp4": ("fp8", "nvfp4")}
 
 
 class NotModelled(InputError):

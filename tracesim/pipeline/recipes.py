@@ -256,6 +256,17 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
         pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+    # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
+    # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
+    # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
+    ("26.02", "DGX-GB300", "llama3-70b", "nvfp4"): Recipe(
+        f"v0.3.0:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2", tp_comm_overlap=False),
+    ("26.02", "DGX-GB200", "llama3-70b", "nvfp4"): Recipe(
+        f"v0.3.0:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB200_NVFP4_V2", tp_comm_overlap=False),
+    ("26.02", "DGX-GB300", "llama3.1-405b", "nvfp4"): Recipe(
+        f"v0.3.0:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_NVFP4_V2", tp_comm_overlap=False),
+    ("26.02", "DGX-GB200", "llama3.1-405b", "nvfp4"): Recipe(
+        f"v0.3.0:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2", tp_comm_overlap=False),
     # the 26.02 table's DGX B300 rows (v0.3.0 has B300 configs; 25.11 had no B300 row)
     ("26.02", "DGX-B300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2",

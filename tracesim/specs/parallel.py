@@ -33,7 +33,7 @@ from tracesim.specs.stages import (
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
-FP8_RECIPES = ("current", "delayed", "mxfp8")
+FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
 #: MoE token dispatchers: Megatron-Core's all-to-all, the flex dispatcher's backends
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 TP_STYLES = ("colwise", "rowwise", "replicate")
@@ -110,8 +110,9 @@ class ParallelSpec:
         comm_interference: communication kernels that overlap compute take streaming
             multiprocessors from it (the SM counts of :mod:`tracesim.build.overlap`); False:
             overlapped compute runs at full speed.
-        fp8_recipe: FP8 scaling recipe with ``dtype`` fp8: ``current`` (tensor-wise current
-            scaling), ``delayed`` or ``mxfp8`` (Blackwell block scaling); "" for other dtypes.
+        fp8_recipe: low-precision recipe with ``dtype`` fp8: ``current`` (tensor-wise current
+            scaling), ``delayed``, ``mxfp8`` (Blackwell block scaling) or ``nvfp4`` (the
+            linears in NVFP4 at the FP4 rate, Blackwell); "" for other dtypes.
         host_launch: model the host that launches the kernels (tracesim.build.host).
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
@@ -169,9 +170,11 @@ class ParallelSpec:
 
     @property
     def gemm_dtype(self) -> str:
-        """The cost-model dtype of an FP8 GEMM: ``mxfp8`` under the MXFP8 recipe, else the
-        compute dtype."""
-        return "mxfp8" if self.dtype == "fp8" and self.fp8_recipe == "mxfp8" else self.dtype
+        """The cost-model dtype of an FP8 GEMM: ``mxfp8`` / ``nvfp4`` under those recipes,
+        else the compute dtype."""
+        if self.dtype == "fp8" and self.fp8_recipe in ("mxfp8", "nvfp4"):
+            return self.fp8_recipe
+        return self.dtype
 
     @property
     def world(self) -> int:

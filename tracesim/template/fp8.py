@@ -1,11 +1,12 @@
-"""FP8 training as Transformer Engine (and torchao's float8) runs it: which ops are FP8 and
-what the scaling costs.
+"""FP8 and NVFP4 training as Transformer Engine (and torchao's float8) runs it: which ops
+are low precision and what the scaling costs.
 
 :func:`fp8_template` turns a template into its FP8 variant for a recipe:
 
 * the linears of the transformer layers (column- and row-parallel GEMMs of attention, MLP,
   shared and routed experts) run at the device's FP8 rate (``dtype`` ``fp8``; ``mxfp8`` for
-  the MXFP8 recipe) on one-byte operands, forward and backward; everything else stays BF16:
+  the MXFP8 recipe) on one-byte operands, forward and backward, or with the ``nvfp4`` recipe
+  at its FP4 rate (``nvfp4``) on half-byte ones; everything else stays BF16:
   attention, norms, softmax, the router, embeddings, the LM head and loss, the optimizer;
 * every FP8 GEMM quantizes its input in the forward and its output gradient in the backward,
   memory-bound kernels sized by those tensors (``n`` elements, BF16 in):
@@ -19,22 +20,37 @@ what the scaling costs.
              (the scale comes from the amax history)
   mxfp8      row- and column-wise 1x32 block quantization          4 n + n/16
              (Blackwell; no global amax)
+  nvfp4      amax pass for the per-tensor FP32 scale (read 2n),    5.125 n
+             row- and column-wise 1x16 quantization from the
+             BF16 tensor (read 2n, write 2 x (n/2 + n/16); the
+             random Hadamard transform of the wgrad operand and
+             the gradients' stochastic rounding fused in)
   ========== ==================================================== ===========
 
+  (NVFP4: E2M1 values with an E4M3 scale per 16 elements and a per-tensor FP32 scale; both
+  layouts are quantized from the high-precision tensor; the wgrad GEMM's operands get a 16 x
+  16 random Hadamard transform, gradients stochastic rounding, weights 16 x 16 2D blocks:
+  NVIDIA/TransformerEngine ``transformer_engine/common/recipe/__init__.py``
+  ``NVFP4BlockScaling``; Megatron-Bridge's ``bf16_with_nvfp4_mixed`` keeps every
+  transformer layer in NVFP4 in its performance recipes.)
+
 * the weights are cast once per step (Transformer Engine caches them over the
-  micro-batches): read 2, write 1 and its transpose 1 byte per parameter; with
+  micro-batches): read 2, write 1 and its transpose 1 byte per parameter (NVFP4: read 2,
+  write 2 x (1/2 + 1/256), 3 bytes); with
   ``fp8_param_gather`` the optimizer step writes FP8 parameters itself and only the transpose
   of the gathered weights is left (2 bytes per parameter), and the data-parallel parameter
-  all-gather moves one byte per parameter (the builder).
+  all-gather moves one byte per parameter (the builder; not with NVFP4).
 
 * with sequence parallelism, the tensor-parallel all-gathers that feed an FP8 GEMM move the
   quantized tensor, as Transformer Engine runs them (``LayerNormLinear`` / ``Linear``: the
   input is cast on the rank's sequence shard and gathered in FP8, forward and in the
   backward's re-gather; a row-parallel linear's output gradient is cast before its
-  all-gather): one byte per element, MXFP8 one plus a scale byte per 32 (the cast op's
-  ``out_dtype``); the reduce-scatters carry BF16 (GEMM outputs and input gradients).
+  all-gather): one byte per element, MXFP8 one plus a scale byte per 32, NVFP4 half a byte
+  plus a scale byte per 16 (the cast op's ``out_dtype``); the reduce-scatters carry BF16
+  (GEMM outputs and input gradients).
 
-* current scaling with sequence parallelism reduces the amax of each tensor TP gathers over
+* current scaling (and NVFP4's per-tensor scale) with sequence parallelism reduces the amax
+  of each tensor TP gathers over
   the TP group before its cast, as Transformer Engine's ``Linear`` / ``LayerNormLinear``
   quantizers do (``with_amax_reduction``, ``amax_reduction_group = tp_group``: the input of
   a column-parallel linear forward, the output gradient of a row-parallel one backward;
@@ -55,9 +71,13 @@ from tracesim.template.moe_ops import is_expert_op
 #: name suffix of current scaling's amax all-reduce over the TP group (module docstring)
 AMAX_SUFFIX = ".fp8_amax"
 #: bytes moved per element of the quantized tensor, by recipe (module docstring)
-CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625"}
+CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625", "nvfp4": "5.125"}
 #: the dtype of a recipe's quantized tensors on the wire (:data:`tracesim.ops.dtypes.WIRE_BYTES`)
-_WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8"}
+_WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+#: the recipes with a per-tensor amax of each quantized tensor (reduced over TP with SP)
+_TENSOR_AMAX = ("current", "nvfp4")
+#: bytes per parameter of the once-per-step weight cast (module docstring)
+_WEIGHT_CAST_BYTES = {"nvfp4": "3"}
 
 
 def is_fp8_gemm(op: TemplateOp) -> bool:
@@ -87,7 +107,7 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
             ops.append(o)
             continue
         n = _elems(o, "a" if o.phase == "fwd" else "c")
-        if n and recipe == "current" and not is_expert_op(o) and (
+        if n and recipe in _TENSOR_AMAX and not is_expert_op(o) and (
                 o.tp_style == ("colwise" if o.phase == "fwd" else "rowwise")):
             # the tensor sequence parallelism gathers: its scale needs the TP group's amax
             ops.append(TemplateOp(
@@ -108,7 +128,7 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
                 out_dtype=_WIRE_DTYPE[recipe] if fwd else ""))
         ops.append(o.replace(dtype=gemm_dtype))
-    per_param = "2" if param_gather else "4"
+    per_param = _WEIGHT_CAST_BYTES.get(recipe) or ("2" if param_gather else "4")
     ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
                           flops="params", bytes=f"{per_param}*params"))
     meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather}

@@ -196,10 +196,12 @@ class TemplateOp:
         tensors: expression, parameter tensors owned by the op (forward ops with ``params``).
         dtype: compute dtype of this op when it differs from the layout's activation dtype
             ("" = the layout's): ``fp8`` / ``mxfp8`` marks a GEMM that runs at the device's
-            FP8 rate on FP8 operands (:mod:`tracesim.template.fp8`); its ``eb`` is 1.
+            FP8 rate on FP8 operands (:mod:`tracesim.template.fp8`), its ``eb`` 1; ``nvfp4``
+            one at the FP4 rate on NVFP4 operands, its ``eb`` 0.5625.
         out_dtype: dtype of ``out`` when it is not the layout's activation dtype ("" = the
             layout's): an FP8 cast's output is ``fp8`` (one byte per element) or ``mxfp8``
-            (one byte plus a one-byte scale per 32), the bytes a tensor-parallel all-gather
+            (one byte plus a one-byte scale per 32), an NVFP4 cast's ``nvfp4`` (half a byte
+            plus a one-byte scale per 16), the bytes a tensor-parallel all-gather
             of it moves (:data:`tracesim.ops.dtypes.WIRE_BYTES`).
         shape: analytic GEMMs and fused attention: ``batch, m, n, k`` as four comma-separated
             expressions (GEMM ``[m, k] x [k, n]`` per batch; attention ``batch x heads``, query
@@ -366,7 +368,7 @@ def template_from_dict(data: Any, file: str | Path | None = None) -> LayerTempla
 
 
 _EXPR_FIELDS = ("flops", "bytes", "out", "params", "msg_bytes", "tensors", "calls")
-_DTYPE_FIELD_VALUES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8")
+_DTYPE_FIELD_VALUES = ("", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 
 
 def _checked_field(key: str, value: Any) -> Any:

@@ -221,7 +221,9 @@ def _comm(name: str, collective: str, gkind: str, msg: float, phase: str, overla
                gkind=gkind, msg_bytes=int(round(msg)), overlap=overlap, ub=ub, algorithm=algorithm)
 
 
-_FP8 = ("fp8", "mxfp8")
+#: operand bytes per element of a low-precision GEMM (its ``eb``): FP8 one, NVFP4 half a byte
+#: plus its scales (the wire bytes)
+_LOW_EB = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
 
 
 def _ub_role(op: TemplateOp, style: str) -> str:
@@ -411,10 +413,10 @@ def _resolve_section(
 
 def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Mapping[str, float],
              par: ParallelSpec, op_time: OpTimeFn, role: str, params: float) -> ROp:
-    """The resolved compute op: an FP8 GEMM's operands are one byte (``eb`` 1); the duration
-    of the kernel's own work (:func:`_timed`)."""
-    if op.dtype in _FP8:
-        env = {**env, "eb": 1.0}
+    """The resolved compute op: an FP8 GEMM's operands are one byte (``eb`` 1), an NVFP4 one's
+    half a byte and its scales; the duration of the kernel's own work (:func:`_timed`)."""
+    if op.dtype in _LOW_EB:
+        env = {**env, "eb": _LOW_EB[op.dtype]}
     flops, nbytes, units = op_numbers_units(op, env, env_full, par.dtype)
     timed, run_flops = _timed(op, env, flops)
     dur = op_time(op.op_class, run_flops, nbytes, timed, units)

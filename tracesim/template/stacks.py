@@ -137,7 +137,8 @@ def _eager(par: Any, dev: Any) -> dict[str, Any]:
 
 register_stack(Stack(
     "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
-    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8"), mcore_paths=True,
+    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8", "nvfp4"),
+    mcore_paths=True,
     defaults=_megatron_core,
     kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
              "fused bias-SwiGLU / bias-GeLU", "rotary": "fused RoPE (apply_rope_fusion)",
@@ -201,13 +202,18 @@ def stack_defaults(stack: Stack, par: Any, given: Any, device: Any) -> dict[str,
         out.pop("zero", None)
     out = {k: v for k, v in out.items() if k not in given}
     sp = out.get("sp", par.sp)
-    if "tp_comm_overlap" in out:
-        out["tp_comm_overlap"] = bool(out["tp_comm_overlap"]) and par.tp > 1 and bool(sp)
     if par.dtype == "fp8":
         if "fp8_recipe" not in given and stack.fp8_recipes:
             out["fp8_recipe"] = stack.fp8_recipes[0]
         if "fp8_param_gather" not in given and stack.name == "megatron-core":
-            out["fp8_param_gather"] = True  # Megatron-Bridge's FP8 precision configs
+            # Megatron-Bridge's FP8 precision configs; bf16_with_nvfp4_mixed sets it off
+            out["fp8_param_gather"] = out.get("fp8_recipe", par.fp8_recipe) != "nvfp4"
+    # Megatron-Bridge's recipes run NVFP4 without the userbuffers TP overlap
+    # (``tp_comm_overlap = False if precision == "nvfp4"``, every model's llm_pretrain.py)
+    nvfp4 = par.dtype == "fp8" and out.get("fp8_recipe", par.fp8_recipe) == "nvfp4"
+    if "tp_comm_overlap" in out:
+        out["tp_comm_overlap"] = (bool(out["tp_comm_overlap"]) and par.tp > 1 and bool(sp)
+                                  and not nvfp4)
     out["stack"] = stack.name
     return out
 
@@ -229,6 +235,9 @@ def check_stack(stack: Stack, par: Any, device: Any) -> None:
     if par.fp8_recipe == "mxfp8" and "mxfp8" not in peaks:
         raise InputError(f"mxfp8 (MX block scaling) needs Blackwell tensor cores; device "
                          f"{device.name} has none (use current or delayed)", "--fp8-recipe")
+    if par.fp8_recipe == "nvfp4" and "nvfp4" not in peaks:
+        raise InputError(f"nvfp4 needs FP4 tensor cores (Blackwell); device {device.name} has "
+                         "none (use current or delayed)", "--fp8-recipe")
 
 
 def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
