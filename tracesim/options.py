@@ -234,9 +234,8 @@ class ReplayOptions:
         "Default: the stack's (on, except for eager, whose recorded times hold it).", "bool",
         group="stack")
     fp8_recipe: str | None = _opt(
-        "Low-precision recipe with --dtype fp8: current (FP8 tensor-wise current scaling, "
-        "Megatron-Bridge fp8-cs), delayed, mxfp8 (Blackwell), or nvfp4 (the linears in NVFP4 "
-        "at the FP4 rate, Blackwell). Default: the stack's first.", "choice",
+        "Recipe with --dtype fp8: current (FP8 current scaling, Megatron-Bridge fp8-cs), delayed, "
+        "mxfp8, or nvfp4 (linears in NVFP4, FP4 rate; Blackwell). Default: the stack's first.", "choice",
         group="stack", choices=FP8_RECIPES)
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
