@@ -110,9 +110,8 @@ class ParallelSpec:
         comm_interference: communication kernels that overlap compute take streaming
             multiprocessors from it (the SM counts of :mod:`tracesim.build.overlap`); False:
             overlapped compute runs at full speed.
-        fp8_recipe: low-precision recipe with ``dtype`` fp8: ``current`` (tensor-wise current
-            scaling), ``delayed``, ``mxfp8`` (Blackwell block scaling) or ``nvfp4`` (the
-            linears in NVFP4 at the FP4 rate, Blackwell); "" for other dtypes.
+        fp8_recipe: recipe with ``dtype`` fp8: ``current`` (tensor-wise current scaling),
+            ``delayed``, ``mxfp8`` or ``nvfp4`` (Blackwell); "" for other dtypes.
         host_launch: model the host that launches the kernels (tracesim.build.host).
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
@@ -170,11 +169,9 @@ class ParallelSpec:
 
     @property
     def gemm_dtype(self) -> str:
-        """The cost-model dtype of an FP8 GEMM: ``mxfp8`` / ``nvfp4`` under those recipes,
-        else the compute dtype."""
-        if self.dtype == "fp8" and self.fp8_recipe in ("mxfp8", "nvfp4"):
-            return self.fp8_recipe
-        return self.dtype
+        """The cost-model dtype of an FP8 GEMM: its block-scaled recipe's, else ``dtype``."""
+        block = self.dtype == "fp8" and self.fp8_recipe in ("mxfp8", "nvfp4")
+        return self.fp8_recipe if block else self.dtype
 
     @property
     def world(self) -> int:
