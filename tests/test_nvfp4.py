@@ -50,9 +50,11 @@ def test_megatron_bridge_runs_nvfp4_without_fp8_parameters_or_userbuffers() -> N
     assert cur.fp8_param_gather and cur.tp_comm_overlap
 
 
-def test_nvfp4_needs_fp4_tensor_cores() -> None:
+def test_nvfp4_needs_fp4_tensor_cores_and_bf16_parameters() -> None:
     with pytest.raises(InputError, match="nvfp4 needs FP4 tensor cores"):
         _built(fp8_recipe="nvfp4", cluster="h100x8")
+    with pytest.raises(InputError, match="drop --fp8-param-gather"):
+        _built(fp8_recipe="nvfp4", fp8_param_gather=True)
     res = CliRunner().invoke(cli, ["replay", "--model", "llama3-8b", "--cluster", "h100x8",
                                    "--dtype", "fp8", "--fp8-recipe", "nvfp4"])
     assert res.exit_code == 2 and "nvfp4 needs FP4 tensor cores" in res.output

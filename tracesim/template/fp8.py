@@ -50,8 +50,8 @@ are low precision and what the scaling costs.
   (GEMM outputs and input gradients).
 
 * current scaling (and NVFP4's per-tensor scale) with sequence parallelism reduces the amax
-  of each tensor TP gathers over
-  the TP group before its cast, as Transformer Engine's ``Linear`` / ``LayerNormLinear``
+  of each tensor TP gathers over the TP group before its cast, as Transformer Engine's
+  ``Linear`` / ``LayerNormLinear``
   quantizers do (``with_amax_reduction``, ``amax_reduction_group = tp_group``: the input of
   a column-parallel linear forward, the output gradient of a row-parallel one backward;
   TE v2.9 ``_customize_quantizers_float8_current_scaling``): one all-reduce of 4 bytes on the

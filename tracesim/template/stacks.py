@@ -238,6 +238,9 @@ def check_stack(stack: Stack, par: Any, device: Any) -> None:
     if par.fp8_recipe == "nvfp4" and "nvfp4" not in peaks:
         raise InputError(f"nvfp4 needs FP4 tensor cores (Blackwell); device {device.name} has "
                          "none (use current or delayed)", "--fp8-recipe")
+    if par.fp8_recipe == "nvfp4" and par.fp8_param_gather:
+        raise InputError("nvfp4 gathers BF16 parameters (Transformer Engine keeps no NVFP4 "
+                         "parameters): drop --fp8-param-gather", "--fp8-param-gather")
 
 
 def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
