@@ -64,8 +64,11 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
 #: rates over their peaks (derived); the ceiling stays the device's own MAMF
 PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
 #: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
-#: BF16 and FP8 rows, and MXFP8 and NVFP4 at FP8's fraction of peak (as their plateaus)
-CEILING_DTYPES = ("default", "fp8", "mxfp8", "nvfp4")
+#: BF16 and FP8 rows, and MXFP8 at FP8's (as its plateau); NVFP4 from its own rows (nvfp4_fit)
+CEILING_DTYPES = ("default", "fp8", "mxfp8")
+#: NVFP4 GEMM rows (data/gemm.csv, source TORCHAO-NVFP4): the device they were measured on;
+#: the Blackwell GPUs without rows of their own take its fractions of the FP4 peak (derived)
+NVFP4_DEVICE = ("b200", "B200-SXM")
 #: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
 MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
                "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
@@ -135,7 +138,40 @@ def gemm_ceilings(name: str) -> dict[str, float]:
         t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
         flops = 2.0 * float(row["batch"]) * float(row["m"]) * float(row["n"]) * float(row["k"])
         out[dt] = round(q * flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
+    if "nvfp4" in spec["peak_tflops"]:
+        out["nvfp4"] = nvfp4_fit(name)[2]
     return out
+
+
+def nvfp4_fit(name: str) -> tuple[float, float, float, str]:
+    """(plateau, size-curve E, ceiling, source) of a Blackwell GPU's NVFP4 GEMMs, from the
+    square NVFP4 ``torch._scaled_mm`` rows measured on :data:`NVFP4_DEVICE`: the plateau
+    solved at its fastest row (the shared GEMM model, as a MAMF row's); the ceiling the
+    geometric mean over the rows with every dimension >= :data:`kf.TYPICAL_MIN_DIM` of their
+    compute-part rate (launch overhead out) over the FP4 peak: the typical large-shape level
+    measured directly, no ``q``; E the same rows' geometric-mean TFLOP/s over the peak. A GPU
+    without rows takes these fractions of its own FP4 peak."""
+    import numpy as np
+
+    base, dev = NVFP4_DEVICE
+    rows = kf.gemm_rows(source="TORCHAO-NVFP4", device=dev)
+    bspec = SPECS[base]
+    peak = float(bspec["peak_tflops"]["nvfp4"])
+    best = max(rows, key=lambda r: float(r["tflops"]))
+    plateau = kf.solve_plateau(kf.FITTED["gemm_shared"], peak, bspec["sm_count"], best)
+    big = [r for r in rows if min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM]
+    rate = [2.0 * float(r["m"]) * float(r["n"]) * float(r["k"])
+            / (kf.measured_s(r) - LAUNCH_OVERHEAD_US * 1e-6) / 1e12 for r in big]
+    ceiling = round(float(np.exp(np.mean(np.log(rate)))) / peak, 4)
+    curve = round(float(np.exp(np.mean(np.log([float(r["tflops"]) for r in big])))) / peak, 4)
+    text = (f"NVFP4 torch._scaled_mm (cuBLASLt) on {dev}, square 1024-8192 (data/gemm.csv, "
+            f"source TORCHAO-NVFP4): plateau solved at its best row {best['m']}^3 = "
+            f"{best['tflops']} TFLOP/s; ceiling {ceiling} and size-curve E {curve}: the "
+            f"geometric mean of the {len(big)} rows >= {kf.TYPICAL_MIN_DIM}^3 over the FP4 peak "
+            f"{peak:g}")
+    if name != base:
+        text += f"; {name} has no NVFP4 row: {base}'s fractions of the FP4 peak (derived)"
+    return round(plateau, 4), curve, ceiling, text
 
 
 def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
@@ -172,9 +208,7 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
         plateau["mxfp8"], curve["mxfp8"] = plateau["fp8"], curve["fp8"]
         src["mxfp8"] = "no MXFP8 GEMM data: FP8's plateau (derived; DeepGEMM's block-scaled FP8 on H800 reaches the H100 FP8 MAMF)"
     if "nvfp4" in spec["peak_tflops"]:
-        plateau["nvfp4"], curve["nvfp4"] = plateau["fp8"], curve["fp8"]
-        src["nvfp4"] = ("no FP4 GEMM data: FP8's fraction of peak at the FP4 peak (derived; an "
-                        "assumption, the NVFP4 rows of the Bridge tables test it)")
+        plateau["nvfp4"], curve["nvfp4"], _, src["nvfp4"] = nvfp4_fit(name)
     a100_tf32 = float(A100_TF32_CONV_FROM_TRACE["e_max"])
     a100_bf16 = kf.solve_plateau(shared, 312.0, 108, kf.mamf_row("A100-SXM", "bf16"))
     plateau["tf32"] = round(min(a100_tf32, a100_tf32 * plateau["default"] / a100_bf16), 4)
