@@ -60,7 +60,7 @@ class Case:
 
 def _gemm_case(group: str, role: str, r: dict[str, str], profile: str | None = None) -> Case:
     b, m, n, k = (float(r[c]) for c in ("batch", "m", "n", "k"))
-    elt = 1.0 if r["dtype"] == "fp8" else 2.0
+    elt = {"fp8": 1.0, "nvfp4": 0.5625}.get(r["dtype"], 2.0)
     return Case(group, role, profile or r["profile"], "gemm", r["dtype"], 2 * b * m * n * k,
                 b * (m * k + k * n) * elt + b * m * n * 2.0, 1.0, (b, m, n, k), kf.measured_s(r),
                 f"{r['device']} {r['dtype']} {int(b)}x{int(m)}x{int(n)}x{int(k)}")
@@ -87,6 +87,9 @@ def gemm_cases() -> list[Case]:
         big = min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM
         out.append(_gemm_case("cuBLAS ordinary shapes (pyptx), B200 and H100",
                               "calibrated (typical level q)" if big else "tested (smaller shape)", r))
+    out += [_gemm_case("NVFP4 torch._scaled_mm, B200, square 1024-8192 (pytorch/ao #2427)",
+                       "calibrated (nvfp4 plateau and level)", r)
+            for r in kf.gemm_rows(source="TORCHAO-NVFP4")]
     own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X"}
     for r in kf.gemm_rows(source="MLE-MAMF"):
         if r["profile"] and r["device"] in own:
