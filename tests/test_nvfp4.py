@@ -102,3 +102,11 @@ def test_the_bridge_tables_nvfp4_rows_take_their_recipes() -> None:
     for _, _, _, _, opts, _, _ in rows:
         assert (opts["dtype"], opts["fp8_recipe"]) == ("fp8", "nvfp4")
         assert opts["tp"] == 1 or opts["tp_comm_overlap"] is False  # the recipes' setting
+
+
+def test_mfu_is_against_the_fp4_peak() -> None:
+    from tests.helpers import retarget
+
+    res = retarget({"model": "llama3-8b", "cluster": "dgx-b200", "dp": 8, "global_batch": 8,
+                    "micro_batch": 1, "seq_len": 2048, "dtype": "fp8", "fp8_recipe": "nvfp4"})
+    assert res.mfu == pytest.approx(res.tflops_per_gpu / 9000.0)

@@ -224,7 +224,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
                 if breakdown else {})
     flops = model_flops_per_iteration(b.built.resolved, model, par)
     tflops = flops / iter_s / par.world / 1e12 if iter_s > 0 else 0.0
-    peak = device.peak_flops(par.dtype) / 1e12
+    peak = device.peak_flops(par.gemm_dtype) / 1e12  # NVFP4: the FP4 peak its GEMMs run at
     mem = estimate_memory(model, par, b.built.stage_params, b.built.stage_expert_params,
                           flash=b.template.meta.get("attention", "flash") != "unfused",
                           capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0),

@@ -38,7 +38,8 @@ class Prediction:
             ``exposed_comm_s`` per group kind, ``host_s``, ``bubble_s``, ``idle_s``
             (:mod:`tracesim.report.breakdown`); they sum to the iteration time.
         tokens_per_s, tflops_per_gpu, mfu: throughput; model FLOPs only (no recomputation),
-            MFU against the device's dense peak for the dtype; None when not known.
+            MFU against the device's dense peak for the dtype its GEMMs run in (NVFP4: the
+            FP4 peak); None when not known.
         model, parallel: the model spec and layout (mappings), where known.
         memory_gib_per_gpu: estimated peak memory of the worst pipeline stage (GiB).
         warnings: what the user should know about this result.
