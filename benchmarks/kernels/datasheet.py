@@ -22,6 +22,7 @@ the streaming curve times their factor.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,7 @@ def gemm_ceilings(name: str) -> dict[str, float]:
     return out
 
 
+@functools.cache
 def nvfp4_fit(name: str) -> tuple[float, float, float, str]:
     """(plateau, size-curve E, ceiling, source) of a Blackwell GPU's NVFP4 GEMMs, from the
     square NVFP4 ``torch._scaled_mm`` rows measured on :data:`NVFP4_DEVICE`: the plateau

@@ -130,6 +130,9 @@ _DS3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
 _OSS3 = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
 _ETP1 = (_DS, _DS3, _OSS, _OSS3, _QW, _QWV2)
 _DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
+#: DeepSeek-V3's 16-chunk layout with the MTP layer (``m``) on the last stage: the B200 recipe
+#: at v0.2.0 and every 26.02 (v0.3.0) row
+_DS_MTP_LAYOUT = "Et*4|(t*4|)*14tmL"
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
 _TE_ATTN_MOE = "te:attn,moe_router,moe_preprocess"
@@ -198,7 +201,7 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
         f"v0.2.0:{_L405}", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG"),
     ("DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.2.0:{_DS}", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG",
-        recompute="selective:mla_up_proj", pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1,
+        recompute="selective:mla_up_proj", pp_layout=_DS_MTP_LAYOUT, mtp_layers=1,
         shared_overlap=True),
     ("DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
         f"v0.2.0:{_OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
@@ -247,15 +250,15 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     ("26.02", "DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
     ("26.02", "DGX-GB200", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
         recompute="selective:mla_up_proj", cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep",
-        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
     ("26.02", "DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
     # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
     # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
     # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
@@ -271,7 +274,7 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     ("26.02", "DGX-B300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout="Et*4|(t*4|)*14tmL", mtp_layers=1),
+        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
     ("26.02", "DGX-B300", "gpt-oss-120b", "bf16"): Recipe(
         f"v0.3.0:{_OSS3}", "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", cuda_graph=_TE_ATTN_MOE),
     ("26.02", "DGX-B300", "qwen3-30b-a3b", "fp8-mx"): Recipe(

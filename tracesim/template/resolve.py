@@ -223,7 +223,7 @@ def _comm(name: str, collective: str, gkind: str, msg: float, phase: str, overla
 
 #: operand bytes per element of a low-precision GEMM (its ``eb``): FP8 one, NVFP4 half a byte
 #: plus its scales (the wire bytes)
-_LOW_EB = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
+_LOW_EB = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": WIRE_BYTES["nvfp4"]}
 
 
 def _ub_role(op: TemplateOp, style: str) -> str:
