@@ -79,7 +79,7 @@ def cluster_for(case: Case) -> ClusterSpec:
 
 def busbw_GBps(case: Case, msg_bytes: int = LARGE_BYTES) -> float:
     """Simulated nccl-tests busbw (GB/s) of a case at ``msg_bytes``."""
-    from tracesim.network.bench import bus_factor
+    from tracesim.network.ctas import bus_factor
 
     t_ns = collective_time_ns(cluster_for(case), case.collective, case.ranks, msg_bytes, case.algo)
     return msg_bytes / t_ns * bus_factor(case.collective, len(case.ranks))

@@ -20,7 +20,9 @@ CP, virtual stages (``INTERLEAVED_PIPELINE``, else its ``conf/custom.yaml`` defa
 per node) and the settings tracesim expresses (the FP8 recipe: ``FP8_RECIPE`` where a config
 sets it, else NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml``; a
 full-iteration CUDA graph where a config sources ``config_common_cg.sh`` with
-``FULL_CUDA_GRAPH``, per-layer graphs where it sets ``LAYER_CUDA_GRAPH``) come from the
+``FULL_CUDA_GRAPH``, per-layer graphs where it sets ``LAYER_CUDA_GRAPH``; the NCCL CTA cap
+per communicator, ``max_ctas`` of the file ``NCCL_CFG_PATH`` names, Megatron-Core's
+``nccl_communicator_config_path``) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
 beside it. The global batch in the logs is checked against ``dp x MINIBS``.
 """
@@ -36,6 +38,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 #: (release, results folder, implementation folder, config file name pattern, system); the
 #: benchmark (llama31_405b, llama31_8b) is the implementation folder's
@@ -100,7 +104,10 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo"}
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
-           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "step_s", "release", "note"]
+           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "step_s", "release",
+           "note"]
+#: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
+CONTAINER_ROOT = "/workspace/llm/"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -147,6 +154,21 @@ def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
         return fallback
     m = re.search(rf"oc\.env:{var},([^}}]+)\}}", _git(repo, "show", f"HEAD:{path}"))
     return m.group(1).strip() if m else fallback
+
+
+def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
+    """The ``max_ctas`` of each communicator in the NCCL config the run exports
+    (``NCCL_CFG_PATH``), as ``name=count ...``; "" without one."""
+    cfg = env.get("NCCL_CFG_PATH", "")
+    if not cfg.startswith(CONTAINER_ROOT):
+        return ""
+    rel = cfg[len(CONTAINER_ROOT):]
+    for folder in (impl, COMMON_FALLBACK.get(impl, "")):
+        path = f"{folder}/{rel}"
+        if folder and path in _files(repo, path.rsplit("/", 1)[0]):
+            data = yaml.safe_load(_git(repo, "show", f"HEAD:{path}")) or {}
+            return " ".join(f"{k}={v['max_ctas']}" for k, v in data.items() if "max_ctas" in v)
+    raise SystemExit(f"{impl}: NCCL_CFG_PATH {cfg} is not in the submission")
 
 
 def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
@@ -208,7 +230,8 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
             "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2),
-            "cuda_graph": graph, "step_s": round(step, 6), "release": f"mlperf-{release}",
+            "cuda_graph": graph, "max_ctas": _max_ctas(repo, impl, env), "step_s": round(step, 6),
+            "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
 

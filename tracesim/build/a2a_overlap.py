@@ -178,7 +178,7 @@ DISPATCHER_SMS = {"alltoall": NCCL_SMS, "deepep": 20, "hybridep": 32}
 
 def slowdown(ov: Overlaps, dispatcher: str) -> tuple[SlowFn, Callable[[str, int, str], float]]:
     """(``slow``, ``comm_ns``) of :func:`merge` for a layout's overlaps and dispatcher."""
-    sms = DISPATCHER_SMS.get(dispatcher, NCCL_SMS)
+    sms = ov.nccl_sms("ep") if dispatcher == "alltoall" else DISPATCHER_SMS.get(dispatcher, NCCL_SMS)
     return (lambda comm, compute: overlap_extra_ns(ov, comm, compute, sms),
             lambda coll, nbytes, algo: ov.est(coll, "ep", nbytes, algo) or 0.0)
 

@@ -35,7 +35,6 @@ from tracesim.build.host import HostModel, host_bound
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
-    NCCL_SMS,
     CommEstimateFn,
     emit,
     overlap_extra_ns,
@@ -211,7 +210,7 @@ class _StageBuilder:
         est = self.ov.est(collective, "dpcp", int(nbytes))
         if est:
             busy = sum(u.cols["dur_ns"][i] for i in range(start, len(u)) if u.cols["lane"][i] == "compute")
-            stretch_cols(u, start, overlap_extra_ns(self.ov, est, busy, NCCL_SMS))
+            stretch_cols(u, start, overlap_extra_ns(self.ov, est, busy, self.ov.nccl_sms("dpcp")))
 
     def backward_unit(self, g: int) -> Unit:
         u = Unit()
@@ -416,6 +415,7 @@ def build_graph(
     comm_estimate: CommEstimateFn | None = None,
     ranks: Sequence[int] | None = None,
     offload: Offload | None = None,
+    nccl_ctas: tuple[tuple[str, int], ...] = (),
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -438,10 +438,12 @@ def build_graph(
         ranks: the ranks the graph holds (default: every rank, or the representatives);
             ``BuildResult.programs`` gives the graphs of the others on demand.
         offload: activation offloading to host memory (:mod:`tracesim.build.offload`).
+        nccl_ctas: NCCL's CTA cap per group kind (a cluster spec's ``collectives.max_ctas``):
+            an NCCL collective overlapping compute takes that many SMs where it is below 16.
     """
     progs = stage_programs(model, par, template, op_time, comm_time=comm_time, gpus=gpus,
                            merge_compute=merge_compute, sm_count=sm_count, blackwell=blackwell,
-                           comm_estimate=comm_estimate, offload=offload)
+                           comm_estimate=comm_estimate, offload=offload, nccl_ctas=nccl_ctas)
     placement = progs.placement
     if ranks is None:
         ranks = placement.representatives() if representatives else list(range(par.world))
@@ -469,6 +471,7 @@ def stage_programs(
     blackwell: bool = False,
     comm_estimate: CommEstimateFn | None = None,
     offload: Offload | None = None,
+    nccl_ctas: tuple[tuple[str, int], ...] = (),
 ) -> StagePrograms:
     """The stage programs :func:`build_graph` gives to ranks (same arguments)."""
     validate_layout(model, par, gpus)
@@ -479,7 +482,7 @@ def stage_programs(
     res = resolve_template(template, model, par, op_time)
     stage_progs = []
     infos = []
-    ov = overlaps_for(par, sm_count, blackwell, comm_estimate)
+    ov = overlaps_for(par, sm_count, blackwell, comm_estimate, nccl_ctas)
     if par.moe_shared_expert_overlap and not shared_overlap.why_not(par, model):
         res = shared_overlap.apply(res, ov)
     for stage in range(par.pp):

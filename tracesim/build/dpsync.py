@@ -143,7 +143,7 @@ def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int) -> f
     compute from task ``start`` on (:func:`tracesim.build.overlap.overlap_extra_ns`)."""
     from tracesim.build.overlap import compute_ns
 
-    return overlap_extra_ns(sb.ov, comm_ns, compute_ns(unit, start))
+    return overlap_extra_ns(sb.ov, comm_ns, compute_ns(unit, start), sb.ov.nccl_sms("dpcp"))
 
 
 def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:

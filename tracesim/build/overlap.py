@@ -121,6 +121,16 @@ class Overlaps:
     config: str = "bf16"
     estimate: CommEstimateFn | None = None
     chunked: bool = False  # every chunk its own task (:data:`CHUNKED`)
+    #: NCCL's CTA cap per group kind (the cluster spec's ``collectives.max_ctas``)
+    ctas: tuple[tuple[str, int], ...] = ()
+
+    def nccl_sms(self, kind: str) -> int:
+        """SMs an NCCL collective on the communicator of group kind ``kind`` takes:
+        :data:`NCCL_SMS`, or the communicator's CTA cap where it is lower (a CTA per SM)."""
+        for k, n in self.ctas:
+            if k == kind:
+                return min(NCCL_SMS, n)
+        return NCCL_SMS
 
     def ub_method(self, role: str, pass_: str) -> tuple[str, int]:
         """(method, SMs) of the userbuffers overlap of linear ``role`` in ``pass_``
@@ -150,16 +160,17 @@ class Overlaps:
 
 
 def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
-                 estimate: CommEstimateFn | None = None) -> Overlaps:
+                 estimate: CommEstimateFn | None = None,
+                 ctas: tuple[tuple[str, int], ...] = ()) -> Overlaps:
     """:class:`Overlaps` of layout ``par`` (a ParallelSpec) on a device of ``sm_count``
-    SMs (0: unknown, no interference)."""
+    SMs (0: unknown, no interference), NCCL communicators capped at ``ctas``."""
     fp8 = getattr(par, "dtype", "") == "fp8"
     return Overlaps(tp=int(getattr(par, "tp", 1)), ub=bool(getattr(par, "tp_comm_overlap", False)),
                     tp_bwd=bool(getattr(par, "tp_bwd_overlap", False)),
                     interference=bool(getattr(par, "comm_interference", False)),
                     sm_count=int(sm_count),
                     config="fp8" if fp8 else ("bf16-blackwell" if blackwell else "bf16"),
-                    estimate=estimate, chunked=CHUNKED)
+                    estimate=estimate, chunked=CHUNKED, ctas=tuple(ctas))
 
 
 def _is_tp(r: ROp, marks: tuple[str, ...]) -> bool:
@@ -292,8 +303,8 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
         u.edge(tail, ag)
         for j in joins:
             u.edge(j, ag)
-    ag_sms = ov.ub_method(g.ub, "dgrad")[1] if ov.ub else NCCL_SMS
-    rs_sms = ov.ub_method(g.ub, "wgrad")[1] if ov.ub else NCCL_SMS
+    ag_sms = ov.ub_method(g.ub, "dgrad")[1] if ov.ub else ov.nccl_sms("tp")
+    rs_sms = ov.ub_method(g.ub, "wgrad")[1] if ov.ub else ov.nccl_sms("tp")
     ag_ns = None if ov.ub or pre is None else ov.est(pre.collective, "tp", pre.msg_bytes)
     rs_ns = None if ov.ub or post is None else ov.est(post.collective, "tp", post.msg_bytes)
     dgrad = _gemm(u, g, ov.slowed(half, ag_sms, ag_ns) if pre is not None else half, 0.5,

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tracesim.build.overlap import NCCL_SMS, Overlaps, overlap_extra_ns, spread
+from tracesim.build.overlap import Overlaps, overlap_extra_ns, spread
 from tracesim.specs.model import ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.resolve import Resolved, ROp, Section
@@ -126,7 +126,7 @@ def _slowed(ops: list[ROp], ov: Overlaps) -> list[ROp]:
         est = ov.est(comm.collective, comm.gkind, comm.msg_bytes, comm.algorithm) or 0.0
         idx = [k for k in range(i, j) if not out[k].is_comm]
         durs = [out[k].dur_ns for k in idx]
-        extra = overlap_extra_ns(ov, est, float(sum(durs)), NCCL_SMS)
+        extra = overlap_extra_ns(ov, est, float(sum(durs)), ov.nccl_sms(comm.gkind))
         if extra > 0 and sum(durs) > 0:
             new = spread(np.asarray(durs, dtype=np.int64), extra)
             for k, d in zip(idx, new.tolist(), strict=True):

@@ -40,6 +40,7 @@ class CommModel(Protocol):
         """
         ...
 
-    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
-        """Start a point-to-point transfer now; the event fires when the last byte arrived."""
+    def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
+        """Start a point-to-point transfer now; the event fires when the last byte arrived.
+        ``group_kind``: the kind of the communicator it runs on (``pp``, ``cp``; "" unknown)."""
         ...

@@ -413,9 +413,9 @@ def replay(
             else:
                 done = comm.collective(coll_names[coll_code[t]], ranks, msg[t], gk_names[gk_code[t]])
         elif kind[t] == 3:
-            done = comm.p2p(rank_of[t], peer[t], msg[t])
+            done = comm.p2p(rank_of[t], peer[t], msg[t], gk_names[gk_code[t]])
         else:
-            done = comm.p2p(peer[t], rank_of[t], msg[t])
+            done = comm.p2p(peer[t], rank_of[t], msg[t], gk_names[gk_code[t]])
         n_live += 1
         done.callbacks.append(finish_members(members[lo:hi]))
 

@@ -184,12 +184,12 @@ class SymmetricComm:
                     return imgs, tuple(ranks)
         return None, tuple(ranks)
 
-    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
+    def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
         if self.placement is not None:
             pairs = self.pair_images(int(src), int(dst))
             if len(pairs) > 1:
-                return self.inner.p2p_images(pairs, nbytes)  # type: ignore[attr-defined]
-        return self.inner.p2p(src, dst, nbytes)
+                return self.inner.p2p_images(pairs, nbytes, group_kind)  # type: ignore[attr-defined]
+        return self.inner.p2p(src, dst, nbytes, group_kind)
 
     def group_images(self, rep: int, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The groups on which the members of ``rep``'s class run the collective that ``rep``
@@ -251,10 +251,13 @@ class EstimateComm:
     def attach(self, env: simpy.Environment) -> None:
         self.env = env
 
-    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: float, algorithm: str = "") -> int:
-        key = (collective, ranks, nbytes, algorithm)
+    def _time(self, collective: str, ranks: tuple[int, ...], nbytes: float, algorithm: str = "",
+              kind: str = "") -> int:
+        key = (collective, ranks, nbytes, algorithm, kind)
         if key not in self._cache:
             more = {"algorithm": algorithm} if algorithm else {}
+            if kind:
+                more["group_kind"] = kind
             self._cache[key] = (int(round(self.net.estimate_ns(collective, ranks, nbytes, **more)))  # type: ignore[attr-defined]
                                 if len(ranks) > 1 else 0)
         return self._cache[key]
@@ -268,12 +271,14 @@ class EstimateComm:
             collective, msg_bytes = "all_reduce", 0
         if chunks > 1:  # back to back, each one chunk's time
             part = int(msg_bytes) // chunks if int(msg_bytes) % chunks == 0 else int(msg_bytes) / chunks
-            return self.env.timeout(chunks * self._time(collective, tuple(ranks), part, algorithm))
-        return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes), algorithm))
+            return self.env.timeout(chunks * self._time(collective, tuple(ranks), part, algorithm,
+                                                        group_kind))
+        return self.env.timeout(self._time(collective, tuple(ranks), int(msg_bytes), algorithm,
+                                           group_kind))
 
-    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
+    def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
         assert self.env is not None
-        return self.env.timeout(self._time("send_recv", (src, dst), int(nbytes)))
+        return self.env.timeout(self._time("send_recv", (src, dst), int(nbytes), "", group_kind))
 
 
 def _kind_is(col: pd.Series, name: str) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.network.ctas import bus_factor
 from tracesim.network.model import NetworkModel, collective_time_ns
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.strict import size_bytes
@@ -17,15 +18,6 @@ from tracesim.strict import size_bytes
 NETBENCH_COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "send_recv",
 )
-
-
-def bus_factor(collective: str, n: int) -> float:
-    """nccl-tests' busbw / algbw ratio for ``collective`` on ``n`` ranks."""
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 def parse_size(text: str) -> int:

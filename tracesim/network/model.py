@@ -28,8 +28,10 @@ from tracesim.errors import InputError
 from tracesim.network.background import BackgroundTraffic
 from tracesim.network.collectives import ALGORITHMS, Algorithm, find
 from tracesim.network.compiler import shared
+from tracesim.network.ctas import capped
 from tracesim.network.fastpath import FastRun, Plan, Reservations, make_plan
 from tracesim.network.flows import FlowNetwork
+from tracesim.network.protocols import generation
 from tracesim.network.running import (
     MAX_ROUNDS,
     CommRecord,
@@ -121,6 +123,10 @@ class NetworkModel:
         self._chosen: dict[tuple, CompiledCollective] = {}
         self._p2p: dict[tuple[int, int], CompiledCollective] = {}
         self._images: dict[tuple[int, str, int, str, int], tuple[object, CompiledCollective | None]] = {}
+        # operations of communicators with a CTA cap (collectives.max_ctas): the capped
+        # variant of (compiled collective, group kind), kept with its base
+        self._capped: dict[tuple[int, str], tuple[CompiledCollective, CompiledCollective]] = {}
+        self._gen = generation(cluster.device)
         # the fast path's plan of (compiled collective, bytes) and its id in the reservations
         self._plans: dict[tuple[int, float], tuple[CompiledCollective, Plan | None, int]] = {}
 
@@ -167,15 +173,32 @@ class NetworkModel:
                 return env.timeout(0)
             cc = self._chosen[key] = repeated(
                 self.compiled(collective, ranks, int(part), algorithm), chunks)
+        cc = self._cap(cc, group_kind, collective, ranks)
         return self._run(cc, collective, group_kind, len(ranks), part)
 
-    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
-        """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival."""
+    def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
+        """Start a send of ``nbytes`` from rank ``src`` to rank ``dst``; fires on arrival.
+        ``group_kind``: the communicator's (its CTA cap applies, ``collectives.max_ctas``)."""
         env = self._env()
         cc = self._compiled_p2p(src, dst)
         if cc is None:
             return env.timeout(0)
+        cc = self._cap(cc, group_kind, "send_recv", (src, dst))
         return self._run(cc, "send_recv", "p2p", 2, nbytes)
+
+    def _cap(self, cc: CompiledCollective, kind: str, collective: str,
+             ranks: Sequence[int]) -> CompiledCollective:
+        """``cc`` as the CTA cap of communicator ``kind`` lets it run (:mod:`tracesim.network.ctas`;
+        itself where there is no cap); the same object for the same ``cc`` and kind."""
+        ctas = self.cluster.collectives.ctas(kind) if kind else None
+        if ctas is None:
+            return cc
+        hit = self._capped.get((id(cc), kind))
+        if hit is None or hit[0] is not cc:
+            nodes = len(self._shared.group(tuple(int(r) for r in ranks)).nodes)
+            hit = self._capped[(id(cc), kind)] = (cc, capped(
+                cc, ctas, self._gen, nodes, collective, len(ranks), self.topology.capacity))
+        return hit[1]
 
     def _compiled_p2p(self, src: int, dst: int) -> CompiledCollective | None:
         """The compiled transfer src -> dst (cached), None when src == dst."""
@@ -233,9 +256,11 @@ class NetworkModel:
         if cc is None:  # copies that do not compile alike: run them side by side
             return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind,
                                                      algorithm, chunks) for g in groups])
+        cc = self._cap(cc, group_kind, collective, groups[0])
         return self._run(cc, collective, group_kind, len(groups[0]), part)
 
-    def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int) -> simpy.Event:
+    def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int,
+                   group_kind: str = "") -> simpy.Event:
         """Point-to-point transfers of ``nbytes`` between every (src, dst) of ``pairs`` at
         once (symmetric copies); fires when the last has arrived. Pass the same ``pairs``
         object again to reuse the merged routes."""
@@ -250,6 +275,7 @@ class NetworkModel:
             self._images[key] = (pairs, cc)
         if cc is None:
             return env.timeout(0)
+        cc = self._cap(cc, group_kind, "send_recv", pairs[0])
         return self._run(cc, "send_recv", "p2p", 2, nbytes)
 
     def links_of(self, collective: str, ranks: Sequence[int], msg_bytes: int,
@@ -277,10 +303,12 @@ class NetworkModel:
         return self.compiled(collective, tuple(int(r) for r in ranks), msg_bytes).algorithm
 
     def estimate_ns(self, collective: str, ranks: Sequence[int], msg_bytes: int,
-                    algorithm: str = "") -> float:
-        """Predicted uncongested time (ns) of a collective, without simulating it."""
+                    algorithm: str = "", group_kind: str = "") -> float:
+        """Predicted uncongested time (ns) of a collective, without simulating it
+        (``group_kind``: its communicator's CTA cap applies)."""
         ranks = tuple(int(r) for r in ranks)
-        return self.compiled(collective, ranks, msg_bytes, algorithm).estimate_ns(msg_bytes)
+        cc = self.compiled(collective, ranks, msg_bytes, algorithm)
+        return self._cap(cc, group_kind, collective, ranks).estimate_ns(msg_bytes)
 
     def compiled(self, collective: str, ranks: tuple[int, ...], msg_bytes: int,
                  algorithm: str = "") -> CompiledCollective:

@@ -183,7 +183,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
-                        offload=offload)
+                        offload=offload, nccl_ctas=cluster.collectives.max_ctas)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
@@ -262,7 +262,8 @@ def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[..., flo
             groups = placement.groups(gkind)
             ranks = groups[0] if groups else ()
             more = {"algorithm": algorithm} if algorithm else {}
-            cache[key] = net.estimate_ns(collective, ranks, int(nbytes), **more) if len(ranks) > 1 else 0.0
+            cache[key] = (net.estimate_ns(collective, ranks, int(nbytes), group_kind=gkind, **more)
+                          if len(ranks) > 1 else 0.0)
         return cache[key]
 
     return estimate

@@ -63,6 +63,7 @@ from tracesim.pipeline.published_cells import (
     PRECISIONS,
     SYSTEMS,
     NotModelled,
+    ctas_cell,
     flag_cell,
     int_cell,
     known_cell,
@@ -171,6 +172,9 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
     cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
+    if (row.get("max_ctas") or "").strip():  # the run's NCCL communicator config
+        cluster = cluster.replace(collectives=dataclasses.replace(
+            cluster.collectives, max_ctas=ctas_cell(row, path, k)))
     model, spec = model_cell(row, path, k)
     opts: dict[str, Any] = {
         "model": model, "cluster": cluster,

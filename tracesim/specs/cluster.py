@@ -25,6 +25,7 @@ A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.m
       select: {all_reduce: [nvls, ring]}          # per collective: auto or preference list
       algorithms:
         ring: {efficiency: {intra: 0.80, inter: 0.94}, step_latency_us: 0.5}
+      max_ctas: {dp_cp: 8, cp: 1, pp: 2}          # optional: NCCL CTAs per communicator
     host_link: {d2h_GBps: 183, h2d_GBps: 172}  # optional: GPU <-> host memory copies, per GPU
                                # per direction with every GPU of the node copying (activation
                                # offloading, --cpu-offload-layers)
@@ -48,6 +49,7 @@ from tracesim.errors import InputError
 from tracesim.hardware.contention import HostContention, contention_from_dict
 from tracesim.hardware.device import get_device
 from tracesim.specs.collectives import (
+    MEGATRON_NAME,
     CollectivesSpec,
     collectives_from_dict,
 )
@@ -223,6 +225,8 @@ class ClusterSpec:
             coll["protocol"] = ",".join(self.collectives.protocol)
         if self.collectives.channels is not None:
             coll["channels"] = self.collectives.channels
+        if self.collectives.max_ctas:  # as group kinds, read back by their Megatron names
+            coll["max_ctas"] = {MEGATRON_NAME[k]: n for k, n in self.collectives.max_ctas}
         if coll:
             d["collectives"] = coll
         if self.description:

@@ -25,6 +25,26 @@ COLLECTIVES = (
     "send_recv",
 )
 
+#: Megatron-Core's communicator names (``parallel_state.get_nccl_options``, the keys of the
+#: file ``--nccl-communicator-config-path`` reads) -> the group kind tracesim runs on it;
+#: None: a communicator tracesim runs no operation on (accepted, so that a Megatron file can
+#: be pasted whole). ``dp`` is the data-parallel group without context parallelism: it
+#: carries the gradients only where ``dp_cp`` is not given (the two are the same group with
+#: cp 1)
+MEGATRON_COMMUNICATORS: dict[str, str | None] = {
+    "tp": "tp", "cp": "cp", "pp": "pp", "dp_cp": "dpcp", "dp": "dpcp", "embd": "emb",
+    "ep": "ep", "ep_tp": "etp", "ep_dp": "edp",
+    "mp": None, "pos_embd": None, "tp_dp_cp": None, "tp_dp": None, "tp_cp": None,
+    "tp_exp": None, "tp_ep_mp": None, "tp_ep_pp": None, "hcp": None, "intra_dp_cp": None,
+    "intra_ep_dp": None, "inter_ep_dp": None, "intra_dist_opt_instance": None,
+}
+#: the Megatron-Core name of each group kind's communicator
+MEGATRON_NAME = {"tp": "tp", "cp": "cp", "pp": "pp", "dpcp": "dp_cp", "emb": "embd", "ep": "ep",
+                 "etp": "ep_tp", "edp": "ep_dp"}
+#: keys of one communicator's block in Megatron's file (only ``max_ctas`` changes a replay)
+COMMUNICATOR_KEYS = ("max_ctas", "min_ctas", "cga_cluster_size", "net_name",
+                     "is_high_priority_stream")
+
 
 @dataclass(frozen=True)
 class AlgorithmParams:
@@ -55,6 +75,16 @@ class CollectivesSpec:
     protocol: tuple[str, ...] = ()
     #: NCCL channels of a collective (``collectives.channels``); None = the default
     channels: int | None = None
+    #: NCCL's CTA (channel) cap per group kind (``collectives.max_ctas``, Megatron-Core's
+    #: per-communicator ``max_ctas``): (kind, CTAs) pairs
+    max_ctas: tuple[tuple[str, int], ...] = ()
+
+    def ctas(self, kind: str) -> int | None:
+        """The CTA cap of the communicator of group kind ``kind`` (None: NCCL's default)."""
+        for k, n in self.max_ctas:
+            if k == kind:
+                return n
+        return None
 
     def selection(self, collective: str) -> tuple[str, ...]:
         """The preference list for ``collective`` (``("auto",)`` when not given)."""
@@ -76,7 +106,8 @@ def collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
     exist and implement the collectives they are chosen for is the network layer's check
     (:func:`tracesim.network.collectives.check_collectives`)."""
     w = "collectives"
-    check_keys(data, (), ("select", "algorithms", "protocol", "channels"), file=file, where=w)
+    check_keys(data, (), ("select", "algorithms", "protocol", "channels", "max_ctas"), file=file,
+               where=w)
     select: list[tuple[str, tuple[str, ...]]] = []
     sel = data.get("select", {}) or {}
     check_keys(sel, (), COLLECTIVES, file=file, where=f"{w}.select")
@@ -121,7 +152,36 @@ def collectives_from_dict(data: Any, file: Any) -> CollectivesSpec:
             raise InputError(f"channels must be a whole number >= 1, got {data['channels']!r}",
                              file, f"{w}.channels")
     return CollectivesSpec(select=tuple(select), algorithms=tuple(params), protocol=protocol,
-                           channels=channels)
+                           channels=channels, max_ctas=parse_max_ctas(data.get("max_ctas"), file,
+                                                                      f"{w}.max_ctas"))
+
+
+def parse_max_ctas(data: Any, file: Any, where: str) -> tuple[tuple[str, int], ...]:
+    """Per-communicator CTA caps: a mapping of Megatron-Core communicator names (as its
+    ``--nccl-communicator-config-path`` file: each a number, or a block whose ``max_ctas``
+    is read) -> (group kind, CTAs) pairs; ``dp`` applies to the gradients only where
+    ``dp_cp`` is not given. Blocks without ``max_ctas`` and communicators tracesim runs
+    nothing on are left out."""
+    if data is None:
+        return ()
+    if not isinstance(data, Mapping):
+        raise InputError(f"expected a mapping of communicator names, got {type(data).__name__}",
+                         file, where)
+    check_keys(data, (), tuple(MEGATRON_COMMUNICATORS), file=file, where=where)
+    out: dict[str, int] = {}
+    for name in sorted(data, key=lambda n: n == "dp"):  # dp_cp before dp
+        value, place = data[name], f"{where}.{name}"
+        if isinstance(value, Mapping):
+            check_keys(value, (), COMMUNICATOR_KEYS, file=file, where=place)
+            if "max_ctas" not in value:
+                continue
+            value, place = value["max_ctas"], f"{place}.max_ctas"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"a CTA count is a whole number >= 1, got {value!r}", file, place)
+        kind = MEGATRON_COMMUNICATORS[str(name)]
+        if kind is not None and kind not in out:
+            out[kind] = int(value)
+    return tuple(sorted(out.items()))
 
 
 def parse_protocols(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:

@@ -222,14 +222,14 @@ class GroupComm:
         if at:
             ranks = self.groups[int(index)]
         if collective == "send_recv":
-            return self.inner.p2p(ranks[0], ranks[1], msg_bytes)
+            return self.inner.p2p(ranks[0], ranks[1], msg_bytes, base)
         more: dict[str, Any] = {"algorithm": algorithm} if algorithm else {}
         if chunks > 1:
             more["chunks"] = chunks
         return self.inner.collective(collective, tuple(ranks), msg_bytes, base, **more)
 
-    def p2p(self, src: int, dst: int, nbytes: int) -> simpy.Event:
-        return self.inner.p2p(src, dst, nbytes)
+    def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
+        return self.inner.p2p(src, dst, nbytes, group_kind.partition("@")[0])
 
     def __getattr__(self, name: str) -> Any:  # records, topology: the inner model's
         return getattr(self.inner, name)
