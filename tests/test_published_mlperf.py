@@ -42,6 +42,9 @@ def test_rows_replay_as_their_runs_ran() -> None:
         assert sum(opts["stage_layers"]) == 126 and len(opts["stage_layers"]) == 64
         assert opts["fp8_recipe"] == ("delayed" if row["precision"] == "fp8-ds" else "current")
         assert (opts.get("cuda_graphs") == "full_iteration") == bool(row["cuda_graph"])
+        # every submission's NCCL config: data-parallel 8 CTAs, context parallelism 1
+        caps = dict(opts["cluster"].collectives.max_ctas)
+        assert caps["dpcp"] == 8 and caps["cp"] == 1 and caps["pp"] == 2
 
 
 def test_gpt3_rows_replay_as_their_runs_ran() -> None:

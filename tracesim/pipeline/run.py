@@ -34,6 +34,7 @@ from tracesim.pipeline.perturbed import perturbation_step
 from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
 from tracesim.report.result import Prediction
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.collectives import MEGATRON_NAME
 
 #: progress callback: (stage, done, total)
 ProgressFn = Callable[[str, int, int], None]
@@ -247,6 +248,7 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
             "symmetric": b.symmetric,
             "merged_compute": b.merged,
             "network": network,
+            "nccl_max_ctas": {MEGATRON_NAME[k]: n for k, n in b.cluster.collectives.max_ctas},
             "tasks": graph.n_tasks,
             "events": result.events,
             "replay_wall_s": round(t_rep, 3),

@@ -129,7 +129,10 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         net = {"flow": "flow-level (max-min link sharing)",
                "estimate": "estimate (uncongested, no contention)"}.get(str(rep["network"]),
                                                                        str(rep["network"]))
-        rows.append(("network", net + (", symmetry-reduced" if rep.get("symmetric") else ", every rank")))
+        caps = rep.get("nccl_max_ctas") or {}
+        ctas = ("; NCCL CTAs " + ", ".join(f"{k} {v}" for k, v in caps.items())) if caps else ""
+        rows.append(("network", net + (", symmetry-reduced" if rep.get("symmetric") else ", every rank")
+                     + ctas))
     return rows
 
 
