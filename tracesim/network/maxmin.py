@@ -101,12 +101,12 @@ def max_min_bottlenecks(e_flow: np.ndarray, e_link: np.ndarray, capacity: np.nda
         ent = seg_freeze[seg_of_entry]
         at = ent & bott[e_l]
         bl[ef[at]] = e_l[at]
+        keep = ~ent
+        if not keep.any():  # every flow froze: the links' leftovers are not needed
+            return rate, links[bl]
         cap -= np.bincount(e_l[ent], weights=e_fmin[ent], minlength=n_links)
         cnt -= np.bincount(e_l[ent], minlength=n_links)
         np.maximum(cap, 0.0, out=cap)
-        keep = ~ent
-        if not keep.any():
-            return rate, links[bl]
         ef = ef[keep]
         e_l = e_l[keep]
 
