@@ -61,7 +61,7 @@ SYNC_US = 10.0
 #: one CUDA graph launch (us): a captured scope costs this once instead of its kernels
 GRAPH_LAUNCH_US = 10.0
 
-#: the template ops each --cuda-graphs scope captures (tracesim.specs.parallel.GRAPH_SCOPES);
+#: the template ops each --cuda-graphs scope captures (tracesim.specs.names.GRAPH_SCOPES);
 #: "full_iteration" captures every op
 _SCOPE_PREFIX = {
     "attn": ("ln1", "attn."),

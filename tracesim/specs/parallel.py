@@ -23,6 +23,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.specs.model import DTYPES, ModelSpec
+from tracesim.specs.names import graph_scopes, recompute_modules
 from tracesim.specs.stages import (
     check_split,
     default_vpp,
@@ -60,7 +61,7 @@ class ParallelSpec:
         schedule: ``gpipe`` | ``1f1b`` | ``interleaved``.
         recompute: activation recomputation ``none`` | ``selective`` | ``full`` | ``op``.
         recompute_modules: with ``selective``, the modules recomputed (Megatron-Core's
-            names, :data:`RECOMPUTE_MODULES`).
+            names, :data:`tracesim.specs.names.RECOMPUTE_MODULES`).
         recompute_layers: with ``full``, only the first N layers of each model chunk
             (0: all; Megatron's block method).
         dtype: compute dtype ``fp32`` | ``bf16`` | ``fp16`` | ``fp8``.
@@ -450,41 +451,6 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         host_launch=bool(get("host_launch", False)),
         cuda_graphs=graph_scopes(get("cuda_graphs", "")),
     )
-
-
-#: the --recompute-modules names (Megatron-Core's --recompute-modules); tracesim.build.builder
-#: says which template ops each recomputes
-RECOMPUTE_MODULES = ("core_attn", "mlp", "moe_act", "moe", "shared_experts", "layernorm",
-                     "mla_up_proj")
-
-
-def _names(value: Any, known: tuple[str, ...], flag: str, what: str,
-           none: bool = False) -> tuple[str, ...]:
-    """A comma list (or a sequence) of names from ``known``, checked, duplicates dropped;
-    with ``none``, ``none`` and an empty list mean no names, else a name is required."""
-    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value or ())
-    items = [x for x in items if x and not (none and x == "none")]
-    bad = [x for x in items if x not in known]
-    if bad or not (items or none):
-        raise InputError(f"unknown {what} {(bad or [value])[0]!r} (known: {', '.join(known)}"
-                         f"{', none' if none else ''})", flag)
-    return tuple(dict.fromkeys(items))
-
-
-def recompute_modules(value: Any) -> tuple[str, ...]:
-    """``--recompute-modules`` (a comma list or a sequence) as checked module names."""
-    return _names(value, RECOMPUTE_MODULES, "--recompute-modules", "module")
-
-
-#: the --cuda-graphs scopes (Megatron-Core's cuda_graph_scope / --cuda-graph-modules);
-#: tracesim.build.host says which template ops each captures
-GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
-
-
-def graph_scopes(value: Any) -> tuple[str, ...]:
-    """``--cuda-graphs`` (a comma list or a sequence) as checked scope names; ``none`` or
-    empty: none."""
-    return _names(value, GRAPH_SCOPES, "--cuda-graphs", "CUDA-graph scope", none=True)
 
 
 def _one_switch(opts: Mapping[str, Any], name: str, alias: str, default: bool) -> bool:
