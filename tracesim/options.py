@@ -27,6 +27,7 @@ from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.fabric import parse_background, parse_link_faults
 from tracesim.specs.model import ModelSpec
 from tracesim.specs.parallel import MOE_DISPATCHERS
+from tracesim.specs.textopts import parse_ints, parse_plan, parse_stragglers
 
 
 @dataclass(frozen=True)
@@ -458,42 +459,3 @@ def check_value(name: str, value: Any, file: str | Path | None = None, where: st
     if not isinstance(value, (str, Path)):
         raise InputError(f"expected a string, got {value!r}", src, place if file else None)
     return str(value)
-
-
-def parse_ints(text: str) -> list[int]:
-    """``7,8x14,7`` -> [7, 8, 8, ..., 7] (``NxK``: N repeated K times)."""
-    out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        n, _, times = part.partition("x")
-        if not n.isdigit() or (times and not times.isdigit()):
-            raise InputError(f"expected N or NxK items separated by commas, got {text!r}",
-                             "--stage-layers")
-        out += [int(n)] * (int(times) if times else 1)
-    return out
-
-
-def parse_stragglers(text: str) -> tuple[tuple[int, float], ...]:
-    """``'17:1.3,40:2'`` -> ((17, 1.3), (40, 2.0))."""
-    pairs = []
-    for part in text.replace(" ", "").split(","):
-        r, colon, f = part.partition(":")
-        try:
-            pairs.append((int(r), float(f)))
-        except ValueError:
-            raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
-                             "--straggler") from None
-        if not colon:
-            raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
-                             "--straggler")
-    return tuple(pairs)
-
-
-def parse_plan(text: str) -> tuple[tuple[str, str], ...]:
-    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs."""
-    pairs = []
-    for part in text.split(","):
-        glob, eq, style = part.strip().partition("=")
-        if not eq or not glob:
-            raise InputError(f"expected GLOB=STYLE items separated by commas, got {text!r}", "--tp-plan")
-        pairs.append((glob.strip(), style.strip()))
-    return tuple(pairs)
