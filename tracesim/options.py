@@ -223,6 +223,12 @@ class ReplayOptions:
         "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "
         "the next iteration's first forward pass instead of after the step. Default: the "
         "stack's.", "bool", group="stack")
+    grad_reduce_fp32: bool | None = _opt(
+        "Reduce the gradients in fp32, 4 bytes per parameter: Megatron-LM's default with bf16 "
+        "(--accumulate-allreduce-grads-in-fp32 unless --grad-reduce-in-bf16), torchtitan's FSDP "
+        "mixed_precision_reduce. Default: the stack's (torchtitan on; megatron-core off, as "
+        "Megatron-Bridge's and NeMo's recipes run: grad_reduce_in_fp32 False).", "bool",
+        group="stack")
     overlap_p2p: bool | None = _opt(
         "Pipeline sends overlap the next pass (Megatron's overlap_p2p_comm; the opposite of "
         "--p2p-blocking). Default: the stack's (megatron-core: with the interleaved "
@@ -363,6 +369,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_shared_expert_overlap", "mtp_layers", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
+              "grad_reduce_fp32",
               "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",
               "host_launch", "cuda_graphs", "etp")
 

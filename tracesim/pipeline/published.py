@@ -194,6 +194,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
+    if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
+        opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     release = (row.get("release") or "25.11").strip()
     return recipe_options(run, opts, spec.layers, release) if run is not None else opts
 

@@ -67,7 +67,9 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     """The replay options of a Megatron-Core GPT table row (module docstring): the row's GPT
     (MLP 4h, GELU, LayerNorm, untied embeddings, BF16) on its system's cluster spec with the
     megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
-    with pipeline parallelism."""
+    with pipeline parallelism, gradients reduced in fp32 (Megatron-LM's default with bf16:
+    ``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``, which the table
+    does not name)."""
     system = system_cell(row, path, k)
     tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
     h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
@@ -81,7 +83,7 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
         "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": int_cell(row, "global_batch", path, k),
         "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
-        "zero": 1}
+        "zero": 1, "grad_reduce_fp32": True}
     if pp > 1:
         opts["schedule"] = "interleaved"
     return opts

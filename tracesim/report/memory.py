@@ -177,6 +177,8 @@ def estimate_memory(
     """
     eb = DTYPE_BYTES[par.dtype]
     wb = gb = max(eb, 2)
+    if par.grad_reduce_fp32:  # the gradient buffer in fp32 (Megatron's main_grad)
+        gb = 4
     ob = 8 if par.dtype == "fp32" else 12
     dpcp = par.dp * par.cp
     edp = par.edp

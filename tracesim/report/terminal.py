@@ -87,6 +87,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         fp8 = st.get("fp8")
         rows.append(("stack", str(st["name"]) + (", compiled" if st.get("compiled") else "")
                      + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
+                     + (", fp32 gradient reduction" if st.get("grad_reduce") == "fp32" else "")
                      + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
         par = res.get("parallel")
         rc = par.get("recompute") if isinstance(par, Mapping) else None

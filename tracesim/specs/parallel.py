@@ -103,6 +103,8 @@ class ParallelSpec:
             with ``sp``) runs during its weight-gradient GEMM, and with ``sp`` the re-gather
             of its input during its data-gradient GEMM (Megatron-Core / TE asynchronous NCCL
             collectives; with ``tp_comm_overlap`` the userbuffers do it instead).
+        grad_reduce_fp32: gradients reduced in fp32 (4 bytes per parameter; Megatron-LM's
+            default with bf16, torchtitan's FSDP reduce dtype); False: in the compute dtype.
         overlap_param_gather: the distributed optimizer's (``zero`` 1-2) parameter
             all-gather runs per bucket in the next iteration's first forward passes, each layer
             waiting for its bucket (``--overlap-param-gather``); False: after the step, exposed.
@@ -155,6 +157,7 @@ class ParallelSpec:
     tp_comm_overlap: bool = False
     tp_bwd_overlap: bool = False
     overlap_param_gather: bool = False
+    grad_reduce_fp32: bool = False
     cp_overlap: bool = True
     comm_interference: bool = False
     fp8_recipe: str = ""
@@ -444,6 +447,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         tp_comm_overlap=bool(get("tp_comm_overlap", False)),
         tp_bwd_overlap=bool(get("tp_bwd_overlap", False)),
         overlap_param_gather=bool(get("overlap_param_gather", False)),
+        grad_reduce_fp32=bool(get("grad_reduce_fp32", False)),
         cp_overlap=bool(get("cp_overlap", True)),
         comm_interference=bool(get("comm_interference", False)),
         fp8_recipe=str(get("fp8_recipe", "")),

@@ -121,7 +121,8 @@ def _megatron_2021(par: Any, dev: Any) -> dict[str, Any]:
 
 def _torchtitan(par: Any, dev: Any) -> dict[str, Any]:
     return {"sp": par.tp > 1, "fsdp": par.dp * par.cp > 1, "dp_overlap": True,
-            "p2p_blocking": False, "comm_interference": True, "host_launch": True}
+            "p2p_blocking": False, "comm_interference": True, "host_launch": True,
+            "grad_reduce_fp32": True}
 
 
 def _deepspeed(par: Any, dev: Any) -> dict[str, Any]:
@@ -370,4 +371,6 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
         out["compiled"] = True
     if par.dtype == "fp8":
         out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather}
+    if par.grad_reduce_fp32:
+        out["grad_reduce"] = "fp32"
     return out
