@@ -142,3 +142,19 @@ def test_bad_row_cell_exits_2(tmp_path):
     with pytest.raises(InputError) as e:
         list(table_rows([bad], None))
     assert "row 2: max_ctas" in str(e.value)
+
+
+def test_the_option_takes_pairs_or_megatrons_file(tmp_path):
+    cfg = tmp_path / "custom_communicator_cta.yaml"
+    cfg.write_text("dp:\n  cga_cluster_size: 4\n  min_ctas: 1\n  max_ctas: 8\ncp:\n  max_ctas: 1\n")
+    base = {"model": "llama3-8b", "cluster": "dgx-b200", "nodes": 4, "tp": 1, "cp": 2, "dp": 16,
+            "micro_batch": 1, "global_batch": 16, "seq_len": 8192, "dtype": "fp8"}
+    runs = [predict(None, ReplayOptions.from_mapping({**base, **extra})) for extra in
+            ({}, {"nccl_max_ctas": "dp_cp=8,cp=1"}, {"nccl_max_ctas": str(cfg)})]
+    assert runs[1].iteration_time_s == runs[2].iteration_time_s > runs[0].iteration_time_s
+    assert runs[1].to_dict()["replay"]["nccl_max_ctas"] == {"cp": 1, "dp_cp": 8}
+    for bad, where in (("cp=0", "--nccl-max-ctas: cp"), ("foo=1", "--nccl-max-ctas: foo"),
+                       ("cp=x", "--nccl-max-ctas"), (str(tmp_path / "no.yaml"), "no.yaml")):
+        with pytest.raises(InputError) as e:
+            predict(None, ReplayOptions.from_mapping({**base, "nccl_max_ctas": bad}))
+        assert where in str(e.value)

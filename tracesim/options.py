@@ -308,6 +308,11 @@ class ReplayOptions:
         "'Degraded links and background traffic'); repeatable or comma-separated. Failed "
         "links are routed around. Every rank is then simulated; the report gives the impact "
         "against the healthy fabric.", "links", group="replay", metavar="NAME:FACTOR")
+    nccl_max_ctas: str | None = _opt(
+        "NCCL's CTA (channel) cap per communicator, as Megatron-Core's --nccl-communicator-"
+        "config-path sets it: NAME=COUNT pairs (dp_cp=8,cp=1,pp=2) or that YAML file; over the "
+        "cluster spec's collectives.max_ctas (docs/network.md, 'CTA caps per communicator').",
+        group="where", metavar="NAME=N,...|YAML")
     background: tuple[str, ...] | None = _opt(
         "Traffic from outside the job on the same fabric (repeatable): a second job's "
         "collective, e.g. all_reduce:size=1G:nodes=8-15:every=20ms, shared max-min with the "

@@ -11,6 +11,7 @@ degraded links and what the background traffic did.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
 from tracesim.network.faults import ranks_behind
 from tracesim.options import ReplayOptions
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.collectives import nccl_ctas
 from tracesim.specs.fabric import parse_background, parse_link_faults
 
 
@@ -37,8 +39,12 @@ def scaled_cluster(cluster: ClusterSpec, nodes: int | None) -> ClusterSpec:
 
 
 def fabric_cluster(cluster: ClusterSpec, opts: ReplayOptions) -> ClusterSpec:
-    """``cluster`` with the options' node count, degraded links and background traffic."""
+    """``cluster`` with the options' node count, NCCL CTA caps, degraded links and background
+    traffic."""
     cluster = scaled_cluster(cluster, opts.nodes)
+    if opts.nccl_max_ctas:
+        cluster = cluster.replace(collectives=dataclasses.replace(
+            cluster.collectives, max_ctas=nccl_ctas(opts.nccl_max_ctas)))
     faults = tuple(f for x in opts.degrade_link or () for f in parse_link_faults(x))
     bg = tuple(parse_background(x, cluster.gpus_per_node, cluster.gpus)
                for x in opts.background or ())

@@ -83,7 +83,7 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
 
 #: options a recorded run is replayed with by its own graph (no model spec needed)
 TRACE_KEYS = ("cluster", "device", "source_device", "host_speed", "dp", "network", "straggler",
-              "jitter", "seed", "degrade_link", "background")
+              "jitter", "seed", "degrade_link", "background", "nccl_max_ctas")
 
 
 def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:

@@ -170,7 +170,7 @@ def parse_max_ctas(data: Any, file: Any, where: str) -> tuple[tuple[str, int], .
     check_keys(data, (), tuple(MEGATRON_COMMUNICATORS), file=file, where=where)
     out: dict[str, int] = {}
     for name in sorted(data, key=lambda n: n == "dp"):  # dp_cp before dp
-        value, place = data[name], f"{where}.{name}"
+        value, place = data[name], f"{where}.{name}" if where else str(name)
         if isinstance(value, Mapping):
             check_keys(value, (), COMMUNICATOR_KEYS, file=file, where=place)
             if "max_ctas" not in value:
@@ -210,3 +210,23 @@ def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> flo
     return float(value)
 
 
+
+
+def nccl_ctas(value: str) -> tuple[tuple[str, int], ...]:
+    """``--nccl-max-ctas``: ``NAME=COUNT`` pairs (``dp_cp=8,cp=1``), or the path of a
+    Megatron-Core communicator config file, as :func:`parse_max_ctas` reads them; InputError
+    naming the flag (or the file and key)."""
+    from tracesim.fileio import read_yaml
+
+    text = value.strip()
+    if "=" not in text:  # a file: Megatron's per-communicator blocks
+        return parse_max_ctas(read_yaml(text), text, "")
+    caps: dict[str, object] = {}
+    for item in text.split(","):
+        name, _, count = item.strip().partition("=")
+        try:
+            caps[name] = int(count)
+        except ValueError:
+            raise InputError(f"expected NAME=COUNT items separated by commas, got {item.strip()!r}",
+                             "--nccl-max-ctas") from None
+    return parse_max_ctas(caps, "--nccl-max-ctas", "")
