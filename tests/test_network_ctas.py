@@ -158,3 +158,19 @@ def test_the_option_takes_pairs_or_megatrons_file(tmp_path):
         with pytest.raises(InputError) as e:
             predict(None, ReplayOptions.from_mapping({**base, "nccl_max_ctas": bad}))
         assert where in str(e.value)
+
+
+def test_chunked_operations_are_capped_per_chunk():
+    ranks, n = tuple(range(8)), 1 << 30
+    spec = _capped(H100, tp=2)
+    times = []
+    for chunks in (1, 4):
+        env = simpy.Environment()
+        net = NetworkModel(spec)
+        net.attach(env)
+        env.run(until=net.collective("all_gather", ranks, n, "tp", chunks=chunks))
+        times.append(env.now)
+    one = _time_ns(spec, "all_gather", ranks, n // 4, kind="tp")
+    assert times[1] == pytest.approx(4 * one, rel=1e-6)
+    # each chunk at the cap: 4 chunks take about the whole message's time at the cap
+    assert times[1] == pytest.approx(times[0], rel=0.05)

@@ -51,11 +51,13 @@ def channel_busbw(generation: str, nodes: int) -> float:
     return row[0] if nodes <= 1 else row[1] if nodes == 2 else row[2]
 
 
-def alone_busbw(cc: CompiledCollective, collective: str, n: int, capacity: np.ndarray) -> float:
-    """The bus bandwidth (GB/s) of ``cc`` alone on its links: from its per-byte time, or,
-    for a transfer compiled without one (point-to-point), from its route's slowest link."""
+def alone_busbw(cc: CompiledCollective, collective: str, n: int, capacity: np.ndarray,
+                chunks: int = 1) -> float:
+    """The bus bandwidth (GB/s) of ``cc`` alone on its links (``chunks`` operations back to
+    back, :func:`tracesim.network.running.repeated`): from its per-byte time, or, for a
+    transfer compiled without one (point-to-point), from its route's slowest link."""
     if cc.ns_per_byte > 0:
-        return bus_factor(collective, n) / cc.ns_per_byte
+        return bus_factor(collective, n) * chunks / cc.ns_per_byte
     ph = cc.phases[0]
     if not len(ph.e_link):
         return 0.0
@@ -63,12 +65,13 @@ def alone_busbw(cc: CompiledCollective, collective: str, n: int, capacity: np.nd
 
 
 def capped(cc: CompiledCollective, ctas: int, generation: str, nodes: int, collective: str,
-           n: int, capacity: np.ndarray) -> CompiledCollective:
-    """``cc`` on a communicator of ``ctas`` channels: wire bytes scaled so that, alone, it
-    moves at most ``ctas x`` :func:`channel_busbw` (unchanged when it is slower anyway)."""
+           n: int, capacity: np.ndarray, chunks: int = 1) -> CompiledCollective:
+    """``cc`` (``chunks`` operations back to back) on a communicator of ``ctas`` channels:
+    wire bytes scaled so that, alone, it moves at most ``ctas x`` :func:`channel_busbw`
+    (unchanged when it is slower anyway)."""
     if cc.algorithm in UNCAPPED:
         return cc
-    bus = alone_busbw(cc, collective, n, capacity)
+    bus = alone_busbw(cc, collective, n, capacity, chunks)
     cap = ctas * channel_busbw(generation, nodes)
     if bus <= cap or cap <= 0:
         return cc

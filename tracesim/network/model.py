@@ -173,7 +173,7 @@ class NetworkModel:
                 return env.timeout(0)
             cc = self._chosen[key] = repeated(
                 self.compiled(collective, ranks, int(part), algorithm), chunks)
-        cc = self._cap(cc, group_kind, collective, ranks)
+        cc = self._cap(cc, group_kind, collective, ranks, chunks)
         return self._run(cc, collective, group_kind, len(ranks), part)
 
     def p2p(self, src: int, dst: int, nbytes: int, group_kind: str = "") -> simpy.Event:
@@ -187,9 +187,10 @@ class NetworkModel:
         return self._run(cc, "send_recv", "p2p", 2, nbytes)
 
     def _cap(self, cc: CompiledCollective, kind: str, collective: str,
-             ranks: Sequence[int]) -> CompiledCollective:
-        """``cc`` as the CTA cap of communicator ``kind`` lets it run (:mod:`tracesim.network.ctas`;
-        itself where there is no cap); the same object for the same ``cc`` and kind."""
+             ranks: Sequence[int], chunks: int = 1) -> CompiledCollective:
+        """``cc`` (``chunks`` operations back to back) as the CTA cap of communicator ``kind``
+        lets it run (:mod:`tracesim.network.ctas`; itself where there is no cap); the same
+        object for the same ``cc`` and kind."""
         ctas = self.cluster.collectives.ctas(kind) if kind else None
         if ctas is None:
             return cc
@@ -197,7 +198,7 @@ class NetworkModel:
         if hit is None or hit[0] is not cc:
             nodes = len(self._shared.group(tuple(int(r) for r in ranks)).nodes)
             hit = self._capped[(id(cc), kind)] = (cc, capped(
-                cc, ctas, self._gen, nodes, collective, len(ranks), self.topology.capacity))
+                cc, ctas, self._gen, nodes, collective, len(ranks), self.topology.capacity, chunks))
         return hit[1]
 
     def _compiled_p2p(self, src: int, dst: int) -> CompiledCollective | None:
@@ -256,7 +257,7 @@ class NetworkModel:
         if cc is None:  # copies that do not compile alike: run them side by side
             return simpy.AllOf(env, [self.collective(collective, tuple(g), msg_bytes, group_kind,
                                                      algorithm, chunks) for g in groups])
-        cc = self._cap(cc, group_kind, collective, groups[0])
+        cc = self._cap(cc, group_kind, collective, groups[0], chunks)
         return self._run(cc, collective, group_kind, len(groups[0]), part)
 
     def p2p_images(self, pairs: Sequence[tuple[int, int]], nbytes: int,
