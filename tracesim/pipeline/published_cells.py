@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tracesim.catalog import load_model
 from tracesim.errors import InputError
-from tracesim.specs.collectives import parse_max_ctas
+from tracesim.specs.collectives import cta_pairs
 from tracesim.specs.model import ModelSpec
 
 #: system name -> the shipped cluster spec of that system (scaled to a row's GPUs)
@@ -83,12 +83,4 @@ def flag_cell(row: dict[str, str], key: str, path: Path, k: int) -> bool:
 def ctas_cell(row: dict[str, str], path: Path, k: int) -> tuple[tuple[str, int], ...]:
     """The run's NCCL CTA caps (``max_ctas``: Megatron-Core communicator names and counts,
     ``dp_cp=8 cp=1 pp=2``), as a cluster spec's ``collectives.max_ctas``."""
-    where = f"row {k + 2}: max_ctas"
-    caps: dict[str, object] = {}
-    for item in (row.get("max_ctas") or "").split():
-        name, eq, count = item.partition("=")
-        try:
-            caps[name] = int(count) if eq else count
-        except ValueError:
-            raise InputError(f"expected NAME=COUNT, got {item!r}", path, where) from None
-    return parse_max_ctas(caps, path, where)
+    return cta_pairs(row.get("max_ctas") or "", path, f"row {k + 2}: max_ctas")

@@ -212,8 +212,21 @@ def _efficiency(data: Mapping[str, Any], key: str, file: Any, where: str) -> flo
 
 
 
+def cta_pairs(text: str, file: Any, where: str) -> tuple[tuple[str, int], ...]:
+    """``NAME=COUNT`` pairs separated by commas or spaces (``dp_cp=8,cp=1``), as
+    :func:`parse_max_ctas` reads them; InputError naming ``file`` and ``where``."""
+    caps: dict[str, object] = {}
+    for item in text.replace(",", " ").split():
+        name, _, count = item.partition("=")
+        try:
+            caps[name] = int(count)
+        except ValueError:
+            raise InputError(f"expected NAME=COUNT items, got {item!r}", file, where or None) from None
+    return parse_max_ctas(caps, file, where)
+
+
 def nccl_ctas(value: str) -> tuple[tuple[str, int], ...]:
-    """``--nccl-max-ctas``: ``NAME=COUNT`` pairs (``dp_cp=8,cp=1``), or the path of a
+    """``--nccl-max-ctas``: ``NAME=COUNT`` pairs (:func:`cta_pairs`), or the path of a
     Megatron-Core communicator config file, as :func:`parse_max_ctas` reads them; InputError
     naming the flag (or the file and key)."""
     from tracesim.fileio import read_yaml
@@ -221,12 +234,4 @@ def nccl_ctas(value: str) -> tuple[tuple[str, int], ...]:
     text = value.strip()
     if "=" not in text:  # a file: Megatron's per-communicator blocks
         return parse_max_ctas(read_yaml(text), text, "")
-    caps: dict[str, object] = {}
-    for item in text.split(","):
-        name, _, count = item.strip().partition("=")
-        try:
-            caps[name] = int(count)
-        except ValueError:
-            raise InputError(f"expected NAME=COUNT items separated by commas, got {item.strip()!r}",
-                             "--nccl-max-ctas") from None
-    return parse_max_ctas(caps, "--nccl-max-ctas", "")
+    return cta_pairs(text, "--nccl-max-ctas", "")
