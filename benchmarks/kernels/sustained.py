@@ -121,6 +121,14 @@ def sustained_clock(name: str, ceilings_tflops: dict[str, float]
 FLEET_FROM: dict[str, tuple[str, str]] = {
     "h100": ("h200", "the same GH100 die at the same 700 W on an air-cooled 8-GPU baseboard"),
 }
+#: profile -> (the profile whose per-GPU spread it takes, why): the same die on another board,
+#: so the dies' spread (``chip_sigma``) carries over and the board's shared power and cooling
+#: (``concurrent``) does not (1.0: not measured)
+DIE_FROM: dict[str, tuple[str, str]] = {
+    "gb200": ("b200", "the same Blackwell die; an NVL72 compute tray is another board, power "
+                      "budget and cooling than the air-cooled DGX B200 node, so its concurrent "
+                      "is not carried over (1.0: no whole tray measured at once)"),
+}
 #: Monte Carlo draws of the 8 chips x 5 rounds range (fixed seed: the same profile every run)
 _DRAWS = 20_000
 
@@ -146,6 +154,12 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
     range (8 chips x 5 rounds, each run with the run-to-run noise of one GPU's runs while its
     siblings ran: their range / d2(5)); None
     without data (tracesim.hardware.fleet)."""
+    if name in DIE_FROM:
+        src, why = DIE_FROM[name]
+        got_src, text = fleet(src)
+        if got_src is not None:
+            return ({"concurrent": 1.0, "chip_sigma": got_src["chip_sigma"]},
+                    f"chip_sigma from {src}: {text}; {why} (derived)")
     own = name
     why = ""
     if name in FLEET_FROM:
