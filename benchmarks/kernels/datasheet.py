@@ -37,6 +37,7 @@ from benchmarks.kernels.memory_in_steps import (
     memory_classes,
     memory_classes_source,
 )
+from benchmarks.kernels.scan import CALIBRATION_DEVICE, scan_fraction
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import fleet, sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
@@ -377,11 +378,17 @@ def profile(name: str) -> dict[str, Any]:
         compute["tf32"] = [list(p) for p in A100_TF32_FROM_TRACE["points"]]
     att_curves = {k: _attention_unit_curve(att, k, _peak(spec, "bf16" if k == "default" else k))
                   for k in att["plateau"]}
+    scan_e, scan_src = scan_fraction()
+    if name != CALIBRATION_DEVICE[0]:
+        scan_src = (f"{scan_src}; this GPU: the same fraction of its BF16 peak (derived: the "
+                    "same Triton kernels, not measured here)")
     eff: dict[str, Any] = {
         "default": {"compute": [[1.0, 1.0]], "memory": copy.deepcopy(memory), "spread": SPREAD["default"]},
         "gemm": {"compute": compute, "memory": copy.deepcopy(memory), "spread": SPREAD["gemm"]},
         "attention": {"compute_size": "unit", "compute": att_curves, "memory": copy.deepcopy(memory),
                       "spread": SPREAD["attention"]},
+        "scan": {"compute": {"default": [[1.0, scan_e]]}, "memory": copy.deepcopy(memory),
+                 "spread": SPREAD["default"]},
     }
     eff.update(memory_classes(eff["default"]))
     gemm_model = {"plateau": {k: plateau[k] for k in ("default", "fp8", "mxfp8", "nvfp4", "tf32", "fp32")
@@ -409,6 +416,7 @@ def profile(name: str) -> dict[str, Any]:
         out["sustained_fleet"] = spread
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
     out["calibration"].update(sustained_clock=ratio_src, sustained_fleet=spread_src)
+    out["calibration"]["efficiency.scan"] = scan_src
     if fa2 is not None:
         out["calibration"]["shape_model.attention.flash2"] = fa2_src
     return out

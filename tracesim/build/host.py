@@ -38,7 +38,8 @@ backward (data and weight gradients), and the experts' bias added expert by expe
 expert and a concatenation forward, four per expert backward; and Megatron-Core's MoE router
 (``router_kernels``, from the stack's template: 31 kernels per forward with router fusion, the
 gating GEMM ``moe.router`` and the rest ``moe.topk``; backward one kernel each, as no count is
-published).
+published); and the Mamba-2 chunked scan, five Triton kernels forward and fourteen backward
+(state-spaces/mamba ``ssd_combined.py``: its backward re-runs four forward kernels).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracesim.template.fp8 import AMAX_SUFFIX
+from tracesim.template.mamba_ops import SSD_KERNELS_BWD, SSD_KERNELS_FWD
 from tracesim.template.moe_ops import EXPERT_BIAS
 
 #: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
@@ -69,6 +71,7 @@ _SCOPE_PREFIX = {
     "moe_router": ("moe.router", "moe.topk"),
     "moe_preprocess": ("moe.permute", "moe.route_prep"),
     "moe": ("moe.",),
+    "mamba": ("mamba.",),
 }
 _EXPERT_OPS = ("moe.fc1", "moe.fc2")
 
@@ -105,6 +108,8 @@ class HostModel:
             return 2 * self.local_experts + 1 if phase == "fwd" else 4 * self.local_experts
         if base.startswith(_EXPERT_OPS):
             return self.local_experts * (2 if phase == "bwd" and ".fp8_cast" not in base else 1)
+        if base == "mamba.ssd":  # the chunked scan's Triton kernels (tracesim.template.mamba_ops)
+            return SSD_KERNELS_BWD if phase == "bwd" else SSD_KERNELS_FWD
         return 1
 
     def issue_ns(self, name: str, phase: str, prev_scope: str, chunk: bool = False) -> tuple[float, str]:

@@ -44,7 +44,7 @@ SHAPE_COLUMNS = ("shape_b", "shape_m", "shape_n", "shape_k")
 
 #: classes whose FLOPs run on matrix units at the dtype's peak; the others run on vector units
 #: (CUDA cores, CPU SIMD) at the fp32 peak whatever their storage dtype
-MATRIX_CLASSES = ("gemm", "attention")
+MATRIX_CLASSES = ("gemm", "attention", "scan")
 
 
 class CostLike(Protocol):

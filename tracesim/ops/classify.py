@@ -34,6 +34,7 @@ from tracesim.ops.shapes import op_shape
 OP_CLASSES = (
     "gemm",
     "attention",
+    "scan",
     "elementwise",
     "norm",
     "softmax",
@@ -150,6 +151,8 @@ def _classify_op(name: str) -> str:
 def _classify_by_pattern(low: str) -> str:
     if "scaled_dot_product" in low or "flash_attn" in low or "attention" in low:
         return "attention"
+    if "mamba_chunk_scan" in low or "mamba_split_conv1d_scan" in low or "selective_scan" in low:
+        return "scan"
     if low.startswith("_foreach_") or "_fused_adam" in low or "_fused_sgd" in low:
         return "optimizer"
     if "embedding" in low:
@@ -176,6 +179,9 @@ _KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "permute", "indexselect", "index_select", "gather_kernel", "scatter_gather",
                 "index_kernel", "index_put")),
     ("attention", ("flash", "fmha", "attention", "attn", "sdpa")),
+    # the Mamba-2 chunked scan's Triton kernels (state-spaces/mamba ssd_*.py)
+    ("scan", ("_chunk_scan_", "_chunk_state_", "_state_passing_", "_bmm_chunk_",
+              "_chunk_cumsum_", "mamba_chunk_scan", "selective_scan")),
     ("softmax", ("softmax",)),
     ("norm", ("layer_norm", "layernorm", "rmsnorm", "rms_norm", "batch_norm", "batchnorm",
               "bn_fw", "bn_bw", "group_norm", "groupnorm", "rowwisemoments",

@@ -27,6 +27,9 @@ latent attention, MoE and context parallelism (the sequence split over ``cp``)::
                copies and expert features are those of ``ParallelSpec.expert_token_split``
                and the expert TP degree
     norms      4sbh
+    Mamba-2    2sbh (in-projection input) + 2sb (2 d_inner + 2 G N + heads) (its output)
+               + 4sb d_inner (the scan's and the gated norm's outputs); a hybrid model's
+               layer holds one mixer (attention, MLP, MoE or Mamba-2) and one norm (2sbh)
 
 with ``load`` the busiest expert's tokens over the mean (``--moe-imbalance``).
 
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracesim.build.schedules import get_schedule
+from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split
 
@@ -115,6 +119,14 @@ def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
     return per_f * s * b * f, 2 * sbh, 2 * sbh * routed / ets
 
 
+def _mamba_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
+    """(split, replicated) 2-byte activation elements of one Mamba-2 mixer: the in-projection's
+    output (z, x, B, C, dt), the scan's output and the gated norm's (the out-projection's
+    input) split over TP; the in-projection's input replicated without SP."""
+    width = 2 * d_inner(model) + 2 * model.mamba_groups * model.mamba_state + model.mamba_heads
+    return 2 * s * b * width + 4 * s * b * d_inner(model), 2 * s * b * model.hidden
+
+
 def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:
     """Activation bytes one rank keeps for one transformer layer and one micro-batch."""
     eb = DTYPE_BYTES[par.dtype]
@@ -130,6 +142,15 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, f
     attn_split, attn_repl = _attention_elements(model, s, b)
     mlp_split, mlp_repl, expert_in = _mlp_elements(model, par, layer, s, b)
     norms = 4 * sbh
+    kind = model.layer_kind(layer)
+    if kind:  # a hybrid model's layer: one mixer and one norm
+        norms = 2 * sbh
+        if kind == MAMBA:
+            attn_split, attn_repl = _mamba_elements(model, s, b)
+        if kind in (MAMBA, ATTENTION):
+            mlp_split = mlp_repl = expert_in = 0.0
+        else:
+            attn_split = attn_repl = 0.0
     split_b = (attn_split + mlp_split) * scale
     repl_b = (attn_repl + mlp_repl + norms) * scale + 2 * mask  # masks are 1 byte
     total = split_b / t + (repl_b / t if par.sp else repl_b)

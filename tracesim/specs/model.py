@@ -3,7 +3,7 @@
 A model spec is a YAML mapping (see ``workloads/*.yaml``)::
 
     name: gpt3-1.7b
-    family: gpt            # gpt | llama | moe
+    family: gpt            # gpt | llama | moe | hybrid
     layers: 24
     hidden: 2304
     heads: 24
@@ -11,7 +11,7 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     ffn_hidden: 9216       # optional, default 4 * hidden (gelu) or as given
     vocab: 51200
     seq_len: 2048
-    activation: gelu       # gelu | swiglu
+    activation: gelu       # gelu | swiglu | relu2 (squared ReLU)
     norm: layernorm        # layernorm | rmsnorm
     tied_embeddings: true
     dtype: bf16            # fp32 | bf16 | fp16 | fp8
@@ -31,6 +31,10 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     # rope_scaling: yarn (YaRN-scaled rotary; default: plain RoPE); glu_clamp: the limit of
     #   a clamped SwiGLU (gpt-oss: 7); expert_bias: the routed experts' projections have
     #   biases (gpt-oss). How stacks run them: docs/moe.md
+    # hybrid (family hybrid; Nemotron-H, Nemotron 3): hybrid_pattern, one character per layer
+    #   (M Mamba-2, * attention, - MLP, E MoE), and the Mamba-2 mixer's mamba_heads,
+    #   mamba_head_dim, mamba_state, mamba_groups, mamba_conv, mamba_chunk
+    #   (tracesim.specs.hybrid)
 
 Unknown keys are errors; so are non-positive sizes and heads that do not divide hidden
 (unless ``head_dim`` or the MLA head sizes are given). docs/moe.md describes the MoE and
@@ -47,9 +51,10 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.ops.dtypes import DTYPE_BYTES
+from tracesim.specs import hybrid
 from tracesim.strict import check_keys, get_number, get_str
 
-FAMILIES = ("gpt", "llama", "moe")
+FAMILIES = ("gpt", "llama", "moe", "hybrid")
 DTYPES = ("fp32", "bf16", "fp16", "fp8")
 #: the keys of multi-head latent attention (all given together, ``q_lora_rank`` may be 0)
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -83,7 +88,10 @@ _OPTIONAL = (
     "qk_norm",
     "router_groups",
     "router_group_topk",
+    *hybrid.HYBRID_KEYS,
 )
+#: MLP activations: GELU, SwiGLU (gated: three weight matrices), squared ReLU (Nemotron-H)
+ACTIVATIONS = ("gelu", "swiglu", "relu2")
 #: rotary variants a spec may name (``rope_scaling``; "" = plain RoPE)
 ROPE_SCALINGS = ("yarn",)
 
@@ -132,6 +140,14 @@ class ModelSpec:
     qk_norm: bool = False
     router_groups: int = 0
     router_group_topk: int = 0
+    #: a hybrid model's layers (:mod:`tracesim.specs.hybrid`; "" for the other families)
+    hybrid_pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state: int = 0
+    mamba_groups: int = 0
+    mamba_conv: int = 0
+    mamba_chunk: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -181,9 +197,22 @@ class ModelSpec:
         """Width of the shared-expert MLP (all shared experts side by side; 0: none)."""
         return self.shared_experts * self.moe_ffn if self.is_moe else 0
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers of one kind each in a pattern (Mamba, attention, MLP, MoE; Nemotron-H)."""
+        return bool(self.hybrid_pattern)
+
+    def layer_kind(self, layer: int) -> str:
+        """A hybrid model's pattern character of layer ``layer`` (``M``, ``*``, ``-``, ``E``);
+        "" for the other families (every layer attention + MLP or MoE)."""
+        return hybrid.layer_char(self, layer) if self.is_hybrid else ""
+
     def moe_layer(self, layer: int) -> bool:
         """Whether transformer layer ``layer`` (0-based) has a MoE MLP: not one of the first
-        ``first_k_dense`` layers, and the last of each group of ``moe_every``."""
+        ``first_k_dense`` layers, and the last of each group of ``moe_every`` (a hybrid
+        model: an ``E`` layer of its pattern)."""
+        if self.is_hybrid:
+            return self.layer_kind(layer) == hybrid.MOE
         return (self.is_moe and layer >= self.first_k_dense
                 and layer % self.moe_every == self.moe_every - 1)
 
@@ -210,7 +239,8 @@ class ModelSpec:
         head_dim = d.pop("head_dim_override")
         if head_dim:
             d["head_dim"] = head_dim
-        for k in (*_ZERO_KEYS, "rope_scaling", "glu_clamp", "expert_bias", "qk_norm"):
+        for k in (*_ZERO_KEYS, "rope_scaling", "glu_clamp", "expert_bias", "qk_norm",
+                  *hybrid.HYBRID_KEYS):
             if not d[k]:
                 d.pop(k)
         return d
@@ -264,7 +294,11 @@ class ModelSpec:
         attn = self.attention_params()
         total = 0
         for layer in range(self.layers):
-            total += attn + self.mlp_params(layer, active=active) + 2 * norm_params
+            mlp = self.mlp_params(layer, active=active)
+            if self.is_hybrid:  # one mixer and one norm a layer
+                total += hybrid.layer_params(self, layer, attn, mlp, norm_params)
+                continue
+            total += attn + mlp + 2 * norm_params
         emb = v * h
         total += emb if self.tied_embeddings else 2 * emb
         if self.family == "gpt":
@@ -293,12 +327,12 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
         kw[key] = get_number(data, key, file=file, kind=int)
     kw["kv_heads"] = get_number(data, "kv_heads", file=file, kind=int, default=kw["heads"])
     kw["activation"] = get_str(
-        data, "activation", file=file, choices=("gelu", "swiglu"),
-        default="swiglu" if kw["family"] == "llama" else "gelu",
+        data, "activation", file=file, choices=ACTIVATIONS,
+        default={"llama": "swiglu", "hybrid": "relu2"}.get(kw["family"], "gelu"),
     )
     kw["norm"] = get_str(
         data, "norm", file=file, choices=("layernorm", "rmsnorm"),
-        default="rmsnorm" if kw["family"] == "llama" else "layernorm",
+        default="rmsnorm" if kw["family"] in ("llama", "hybrid") else "layernorm",
     )
     kw["ffn_hidden"] = get_number(data, "ffn_hidden", file=file, kind=int, default=4 * kw["hidden"])
     tied = data.get("tied_embeddings", kw["family"] == "gpt")
@@ -323,6 +357,7 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
                              file, name)
     _check_attention(kw, data, file)
     _variants(kw, data, file)
+    hybrid.parse_hybrid(kw, data, file)
     if kw["heads"] % kw["kv_heads"]:
         raise InputError(
             f"heads {kw['heads']} is not divisible by kv_heads {kw['kv_heads']}", file, "kv_heads"

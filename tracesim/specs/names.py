@@ -33,7 +33,7 @@ def recompute_modules(value: Any) -> tuple[str, ...]:
 
 #: the --cuda-graphs scopes (Megatron-Core's cuda_graph_scope / --cuda-graph-modules);
 #: tracesim.build.host says which template ops each captures
-GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
 
 def graph_scopes(value: Any) -> tuple[str, ...]:

@@ -289,7 +289,10 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
             "gpus",
         )
     t = par.tp
-    for key, verb in (("heads", "are"), ("kv_heads", "are"), ("ffn_hidden", "is")):
+    keys: tuple[tuple[str, str], ...] = (("heads", "are"), ("kv_heads", "are"), ("ffn_hidden", "is"))
+    if model.is_hybrid and "M" in model.hybrid_pattern:  # Megatron's MambaMixer splits both
+        keys += (("mamba_heads", "are"), ("mamba_groups", "are"))
+    for key, verb in keys:
         if getattr(model, key) % t:
             raise _err(f"{key} {getattr(model, key)} {verb} not divisible by tp {t}", "tp")
     if model.is_moe:
@@ -340,6 +343,9 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
             f"interleaved 1F1B needs micro-batches ({m}) divisible by pp {par.pp}", "global_batch"
         )
     s = par.seq_len
+    if par.cp > 1 and model.is_hybrid and "M" in model.hybrid_pattern:
+        raise _err("context parallelism of Mamba layers is not modelled (Megatron-Core moves "
+                   "the mixer's inputs to head-parallel by all-to-all); use cp 1", "cp")
     if par.cp > 1 and s % (2 * par.cp):
         raise _err(f"seq_len {s} is not divisible by 2 x cp = {2 * par.cp} (ring attention)", "cp")
     if par.sp and s % (t * par.cp):

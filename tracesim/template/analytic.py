@@ -28,6 +28,7 @@ from __future__ import annotations
 from tracesim.specs.model import ModelSpec
 from tracesim.template.attention_ops import attention_ops
 from tracesim.template.layer import LayerTemplate, TemplateOp
+from tracesim.template.mamba_ops import mamba_ops
 from tracesim.template.moe_ops import FORWARD_ONLY, moe_ops
 from tracesim.template.primitives import T, backward_of, mlp, norm_op, op, residual
 
@@ -85,13 +86,17 @@ def first_principles_template(model: ModelSpec, attention: str = "flash") -> Lay
     flash = attention != "unfused"
     llama_like = model.norm == "rmsnorm"
     bias = not llama_like
-    rotary = llama_like or model.is_mla
+    # Nemotron-H's attention layers have no position embedding (the Mamba layers order)
+    rotary = (llama_like or model.is_mla) and not model.is_hybrid
+    learned_pos = not llama_like and not model.is_mla
     fwd: list[TemplateOp] = []
-    fwd += _prologue(model, learned_pos=not rotary, dropout=bias)
+    fwd += _prologue(model, learned_pos=learned_pos, dropout=bias)
     fwd += attention_ops(model, bias, rotary, flash)
     fwd += _mlp_ops(model, bias)
     if model.is_moe:
         fwd += _moe_ops(model, bias)
+    if model.is_hybrid:
+        fwd += mamba_ops(model)
     fwd += _epilogue(model)
     ops: list[TemplateOp] = []
     for section in ("prologue", "block", "epilogue"):

@@ -82,7 +82,9 @@ def missing_features(template: LayerTemplate, model: ModelSpec) -> list[str]:
         out.append(f"a query width of {model.q_width} (heads x head_dim) != hidden")
     if model.shared_experts and not any(n.startswith("moe.shared") for n in names):
         out.append("shared experts")
-    if (model.is_moe and any(not model.moe_layer(i) for i in range(model.layers))
+    if (model.is_moe and not model.is_hybrid and any(not model.moe_layer(i) for i in range(model.layers))
             and not template.select("block", "fwd", ("mlp",))):
         out.append("dense MLP layers")
+    if model.is_hybrid and not template.select("block", "fwd", ("mamba",)):
+        out.append("Mamba-2 mixer layers")
     return out

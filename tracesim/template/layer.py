@@ -45,7 +45,7 @@ from tracesim.errors import InputError
 from tracesim.fileio import read_yaml, write_yaml
 
 SECTIONS = ("prologue", "block", "epilogue", "optimizer")
-PARTS = ("", "attn", "mlp", "moe")
+PARTS = ("", "attn", "mlp", "moe", "mamba")
 SHARDS = ("", "feature", "sequence")
 TP_STYLES = ("", "colwise", "rowwise", "vocab")
 
@@ -68,6 +68,13 @@ SYMBOLS: dict[str, str] = {
     "moe_kept": "share of routed tokens dispatched (1 dropless, capacity factor if below 1)",
     "a2a_sorted": "1 where the received tokens arrive by source rank (alltoall dispatcher), else 0",
     "hybridep": "1 with the HybridEP dispatcher (routing metadata gathered every forward), else 0",
+    "m_inner": "Mamba-2 mixer inner width (heads x head dim; hybrid models, else 0)",
+    "m_heads": "Mamba-2 heads",
+    "m_hd": "Mamba-2 head dim (P)",
+    "m_state": "Mamba-2 state size (N)",
+    "m_groups": "Mamba-2 groups of B and C (G)",
+    "m_conv": "Mamba-2 causal convolution width",
+    "m_chunk": "Mamba-2 scan chunk length (Q)",
     "qd": "heads * qk_dim (width of the query projection)",
     "qk_dim": "per-head width of queries and keys (MLA: nope + rope part)",
     "v_dim": "per-head width of values",
@@ -441,6 +448,13 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "moe_kept": float(par.moe_kept),
         "a2a_sorted": float(getattr(par, "moe_dispatcher", "alltoall") == "alltoall"),
         "hybridep": float(getattr(par, "moe_dispatcher", "alltoall") == "hybridep"),
+        "m_inner": float(getattr(model, "mamba_heads", 0) * getattr(model, "mamba_head_dim", 0)),
+        "m_heads": float(getattr(model, "mamba_heads", 0)),
+        "m_hd": float(getattr(model, "mamba_head_dim", 0)),
+        "m_state": float(getattr(model, "mamba_state", 0)),
+        "m_groups": float(getattr(model, "mamba_groups", 0)),
+        "m_conv": float(getattr(model, "mamba_conv", 0)),
+        "m_chunk": float(getattr(model, "mamba_chunk", 0) or 1),
         "qd": float(model.q_width),
         "qk_dim": float(model.qk_head_dim),
         "v_dim": float(model.v_dim),

@@ -14,9 +14,11 @@ from tracesim.template.layer import TemplateOp
 #: a rank's tokens per micro-batch (the sequence split over context parallelism)
 T = "(b*s/cp)"
 
-_BWD_FLOPS = {"gemm": 2.0, "attention": 2.0, "embedding": 0.0}
+#: backward over forward FLOPs and bytes per class; the Mamba-2 scan re-runs part of its
+#: forward (tracesim.template.mamba_ops)
+_BWD_FLOPS = {"gemm": 2.0, "attention": 2.0, "embedding": 0.0, "scan": 2.5}
 _BWD_BYTES = {"gemm": 2.0, "attention": 2.0, "norm": 2.0, "elementwise": 1.5, "softmax": 1.5,
-              "embedding": 2.0}
+              "embedding": 2.0, "scan": 2.5}
 
 
 def op(name: str, section: str, op_class: str, flops: str, nbytes: str, out: str,

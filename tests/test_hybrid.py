@@ -1,0 +1,129 @@
+"""Hybrid models (Mamba-2 mixers between attention and MoE layers; Nemotron 3 Nano): the spec,
+its strict checks, the template's per-kind layers, the scan's cost and real replays
+(docs/moe.md, "Hybrid models")."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from benchmarks.kernels import kernel_fit as kf
+from benchmarks.kernels.scan import flops_per_token, scan_fraction
+from tracesim.catalog import load_model
+from tracesim.cli import cli as main
+from tracesim.errors import InputError
+from tracesim.hardware.costmodel import op_time_ns
+from tracesim.hardware.device import get_device
+from tracesim.ops.classify import classify
+from tracesim.specs.hybrid import mamba_params
+from tracesim.specs.model import model_from_dict
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.analytic import first_principles_template
+from tracesim.template.resolve import resolve_template
+
+NANO = "nemotron-3-nano"
+
+
+def _flat(*_: object) -> int:
+    return 1
+
+
+def test_nano_matches_its_published_sizes() -> None:
+    """Megatron-Bridge: "3.5B active parameters and 30B parameters in total" (the spec's
+    source); 23 Mamba-2, 23 MoE and 6 attention layers."""
+    m = load_model(NANO)
+    assert m.is_hybrid and m.is_moe and len(m.hybrid_pattern) == m.layers == 52
+    assert [m.hybrid_pattern.count(c) for c in "ME*"] == [23, 23, 6]
+    assert m.params() == pytest.approx(31.58e9, rel=0.005)  # > 30B: the card rounds down
+    assert m.active_params() == pytest.approx(3.58e9, rel=0.005)
+    # one mixer: in_proj 2688 x 10304, conv 6144 x (4 + 1), dt_bias / A_log / D, norm, out_proj
+    assert mamba_params(m) == 2688 * 10304 + 6144 * 5 + 3 * 64 + 4096 + 4096 * 2688
+    assert m.moe_layer(1) and not m.moe_layer(0) and m.layer_kind(5) == "*"
+
+
+def _spec(**changes: object) -> dict:
+    base = {"name": "h", "family": "hybrid", "layers": 4, "hybrid_pattern": "M*ME", "hidden": 256,
+            "heads": 4, "kv_heads": 2, "vocab": 1000, "seq_len": 512, "ffn_hidden": 128,
+            "experts": 4, "top_k": 2, "mamba_heads": 8, "mamba_head_dim": 32, "mamba_state": 16,
+            "mamba_groups": 2}
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+@pytest.mark.parametrize(("changes", "key"), [
+    ({"hybrid_pattern": "M*MX"}, "hybrid_pattern"),
+    ({"hybrid_pattern": "M*M"}, "hybrid_pattern"),
+    ({"hybrid_pattern": None}, "hybrid_pattern"),
+    ({"mamba_heads": None}, "mamba_heads"),
+    ({"mamba_heads": 7}, "mamba_heads"),
+    ({"experts": None, "top_k": None}, "experts"),
+    ({"hybrid_pattern": "M*M-"}, "experts"),
+    ({"family": "llama"}, "hybrid_pattern"),
+    ({"moe_every": 2}, "moe_every"),
+])
+def test_bad_hybrid_specs_name_the_key(changes: dict, key: str) -> None:
+    with pytest.raises(InputError) as exc:
+        model_from_dict(_spec(**changes), "h.yaml")
+    assert exc.value.where == key and "h.yaml" in exc.value.line()
+
+
+def test_defaults_and_round_trip() -> None:
+    m = model_from_dict(_spec())
+    assert (m.mamba_conv, m.mamba_chunk, m.activation, m.norm) == (4, 256, "relu2", "rmsnorm")
+    assert model_from_dict(m.to_dict()) == m
+    assert "hybrid_pattern" not in load_model("llama3-8b").to_dict()
+
+
+def test_each_layer_kind_resolves_to_its_own_part() -> None:
+    m = load_model(NANO)
+    par = ParallelSpec(tp=1, pp=1, dp=8, ep=8, micro_batch=2, global_batch=512, seq_len=8192)
+    res = resolve_template(first_principles_template(m), m, par, _flat)
+    names = {c: {o.name for o in res.layer(m, m.hybrid_pattern.index(c)).fwd} for c in "ME*"}
+    assert any(n.startswith("mamba.") for n in names["M"])
+    assert not any(n.startswith(("attn.", "moe.")) for n in names["M"])
+    assert any(n.startswith("moe.") for n in names["E"]) and "attn.core" in names["*"]
+    ssd = next(o for o in res.layer(m, 0).fwd if o.name == "mamba.ssd")
+    t = 2 * 8192
+    assert ssd.op_class == "scan"
+    assert ssd.flops == pytest.approx(t * 64 * 64 * (4 * 128 + 128) + 2 * t * 128 * 128 * 8)
+    bwd = next(o for o in res.layer(m, 0).bwd if o.name == "mamba.ssd")
+    assert bwd.flops == pytest.approx(2.5 * ssd.flops)
+    # the layer's parameters: the mixer and its norm
+    assert res.layer(m, 0).params == pytest.approx(mamba_params(m) + m.hidden)
+
+
+def test_the_scan_reproduces_its_calibration_table() -> None:
+    """A consistency check (the h100 profile's ``scan`` efficiency is set from these rows):
+    the calibrated rows' forward times within 12% at the burst clock, and the efficiency
+    is the table's."""
+    e, _ = scan_fraction()
+    h100 = get_device("h100")
+    assert h100.efficiency["scan"].compute_curve("bf16").at(1e12) == e
+    burst = h100.burst()
+    for r in kf.rows("scan"):
+        if r["role"] != "calibrated":
+            continue
+        tokens = int(r["seq_len"])
+        measured_ns = tokens / float(r["tokens_per_s"]) * 1e9
+        ns = op_time_ns(burst, "scan", tokens * flops_per_token(r), 0.0, "bf16")
+        assert abs(ns / measured_ns - 1) < 0.12, r
+
+
+def test_mamba_kernels_are_the_scan_class() -> None:
+    for name in ("_chunk_scan_fwd_kernel", "_chunk_state_bwd_db_kernel", "_state_passing_fwd_kernel",
+                 "_bmm_chunk_fwd_kernel"):
+        assert classify(name, "kernel") == "scan", name
+
+
+def test_nano_replays_with_its_layouts_and_refuses_what_is_not_modelled() -> None:
+    args = ["replay", "--model", NANO, "--cluster", "dgx-b200", "--nodes", "2", "--ep", "8",
+            "--micro-batch", "1", "--global-batch", "64", "--seq-len", "4096"]
+    for extra in (["--tp", "1", "--pp", "2"], ["--tp", "2", "--sp", "--pp", "1"],
+                  ["--tp", "1", "--pp", "1", "--cuda-graphs", "attn,mamba", "--dtype", "fp8",
+                   "--fp8-recipe", "mxfp8"]):
+        res = CliRunner().invoke(main, args + extra + ["--json"])
+        assert res.exit_code == 0, res.output
+    for extra, needle in ((["--cp", "2"], "cp: context parallelism of Mamba layers"),
+                          (["--tp", "16", "--nodes", "4"], "are not divisible by tp 16")):
+        res = CliRunner().invoke(main, args + extra)
+        assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
