@@ -127,3 +127,34 @@ def test_nano_replays_with_its_layouts_and_refuses_what_is_not_modelled() -> Non
                           (["--tp", "16", "--nodes", "4"], "are not divisible by tp 16")):
         res = CliRunner().invoke(main, args + extra)
         assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
+
+
+def test_super_and_its_latent_moe() -> None:
+    """Nemotron 3 Super: "120B total, 12B active" (Megatron-Bridge), and with its MTP module
+    (one attention and one MoE layer, the embedding projection, three norms) the checkpoint's
+    123,611,033,088 elements (the verification card) to 2e-7. The latent MoE dispatches
+    tokens at moe_latent wide: a quarter of the all-to-all bytes at h 4096."""
+    m = load_model("nemotron-3-super")
+    assert m.params() == pytest.approx(120.67e9, rel=0.001)
+    assert m.active_params() == pytest.approx(12.77e9, rel=0.001)
+    h = m.hidden
+    mtp = m.attention_params() + m.mlp_params(1) + 2 * h * h + 5 * h
+    assert m.params() + mtp == pytest.approx(123_611_033_088, rel=2e-7)
+    par = ParallelSpec(tp=1, pp=1, dp=64, ep=64, micro_batch=1, global_batch=512, seq_len=8192)
+    res = resolve_template(first_principles_template(m), m, par, _flat)
+    moe = res.layer(m, 1)
+    names = [o.name for o in moe.fwd]
+    assert names.index("moe.latent_down") < names.index("moe.dispatch") < names.index("moe.latent_up")
+    a2a = next(o for o in moe.fwd if o.name == "moe.dispatch")
+    assert a2a.msg_bytes == pytest.approx(2 * 8192 * 22 * 1024, rel=1e-9)  # bf16, at 1024 wide
+    fc1 = next(o for o in moe.fwd if o.name == "moe.fc1")
+    assert fc1.flops == pytest.approx(2 * 8192 * 22 * 1024 * 2688)  # squared ReLU: not gated
+    # a rank's MoE layer: its 8 experts at 1024 wide, the router, the shared expert, the two
+    # latent projections (whole on every rank) and the norm
+    local = 8 * 2 * 1024 * 2688 + h * 512 + 2 * h * 5376 + 2 * h * 1024 + h
+    assert moe.params == pytest.approx(local)
+    # the MTP module of a hybrid model is attention and MoE
+    mtp_sec = res.layer(m, m.layers)
+    assert {"attn.core", "moe.dispatch"} <= {o.name for o in mtp_sec.fwd}
+    nano = resolve_template(first_principles_template(load_model(NANO)), load_model(NANO), par, _flat)
+    assert "moe.latent_down" not in {o.name for o in nano.layer(load_model(NANO), 1).fwd}

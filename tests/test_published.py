@@ -281,22 +281,22 @@ def test_a_row_whose_layout_cannot_be_built_is_reported_not_fatal(tmp_path: Path
 
 def test_rows_naming_what_tracesim_does_not_model_are_reported_not_fatal(tmp_path: Path) -> None:
     """A newer table's rows with a model, system or precision tracesim has no model for
-    (Nemotron 3 Super in the releases after 25.11, MXFP4, a Vera Rubin system) are listed as not replayed,
+    (Nemotron 3 Ultra in the releases after 26.04, MXFP4, a Vera Rubin system) are listed as not replayed,
     each with the cell that stops it, and the other rows are replayed; malformed cells and a
     model spec path that is missing stay fatal (exit 2, one line), and so does a table none
     of whose rows can be replayed."""
     text = BRIDGE.read_text().splitlines()
     ok = next(ln for ln in text[1:] if ln.startswith("DGX-B200,llama3-8b,"))
-    rows = [ok.replace("llama3-8b", "Nemotron_3_Super"), ok.replace("DGX-B200", "DGX-VR200"),
+    rows = [ok.replace("llama3-8b", "Nemotron_3_Ultra"), ok.replace("DGX-B200", "DGX-VR200"),
             ok.replace("fp8-cs", "MXFP4"), ok]
     t = tmp_path / "newer.csv"
     t.write_text("\n".join([text[0], *rows]) + "\n")
-    with pytest.raises(InputError, match="row 2: model: unknown model 'Nemotron_3_Super'"):
+    with pytest.raises(InputError, match="row 2: model: unknown model 'Nemotron_3_Ultra'"):
         list(table_rows([t]))  # scripts that need every row's options still stop
     got = list(validate_rows([t]))
     assert [r.error.split(": ")[1:3] for r in got[:3]] == [
         ["row 2", "model"], ["row 3", "system"], ["row 4", "precision"]]
-    assert got[0].label.startswith("DGX-B200 Nemotron_3_Super fp8-cs 8 GPUs")
+    assert got[0].label.startswith("DGX-B200 Nemotron_3_Ultra fp8-cs 8 GPUs")
     assert not got[3].error and np.isfinite(got[3].predicted) and got[0].published == got[3].published
     assert summary(got)["rows"] == 1 and summary(got)["not_replayed"] == 3
     res = CliRunner().invoke(main, ["validate", "published", str(t), "--json"])

@@ -116,7 +116,7 @@ def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
     routed = model.top_k * par.moe_load
     ets = par.expert_token_split  # 1 unless --etp folds the experts (then fewer tokens, wider)
     f = model.moe_ffn * routed * (par.tp / (ets * par.expert_tp)) + model.shared_ffn
-    return per_f * s * b * f, 2 * sbh, 2 * sbh * routed / ets
+    return per_f * s * b * f, 2 * sbh, 2 * s * b * model.moe_hidden * routed / ets
 
 
 def _mamba_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:

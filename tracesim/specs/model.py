@@ -19,6 +19,8 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     # MoE only: experts, top_k, moe_ffn_hidden, moe_every (a MoE block every k layers),
     #   shared_experts (dense experts every token runs, each moe_ffn_hidden wide),
     #   first_k_dense (the first k layers keep a dense MLP of width ffn_hidden),
+    #   moe_latent (latent MoE: the routed experts run on tokens projected to this width,
+    #   Megatron's --moe-latent-size, Nemotron 3 Super),
     #   router_groups / router_group_topk (group-limited routing: the experts in that many
     #   equal groups, a token's top_k taken from its best router_group_topk groups; DeepSeek-V3
     #   n_group 8, topk_group 4; Megatron's --moe-router-num-groups / --moe-router-group-topk)
@@ -60,7 +62,7 @@ DTYPES = ("fp32", "bf16", "fp16", "fp8")
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 #: optional integer keys that default to 0 (feature off) and are left out of ``to_dict`` then
 _ZERO_KEYS = ("shared_experts", "first_k_dense", *MLA_KEYS, "sliding_window",
-              "full_attention_every", "router_groups", "router_group_topk")
+              "full_attention_every", "router_groups", "router_group_topk", "moe_latent")
 
 _REQUIRED = ("name", "family", "layers", "hidden", "heads", "vocab", "seq_len")
 _OPTIONAL = (
@@ -88,6 +90,7 @@ _OPTIONAL = (
     "qk_norm",
     "router_groups",
     "router_group_topk",
+    "moe_latent",
     *hybrid.HYBRID_KEYS,
 )
 #: MLP activations: GELU, SwiGLU (gated: three weight matrices), squared ReLU (Nemotron-H)
@@ -140,6 +143,8 @@ class ModelSpec:
     qk_norm: bool = False
     router_groups: int = 0
     router_group_topk: int = 0
+    #: latent MoE (Megatron's moe_latent_size): the routed experts' width of a token (0: hidden)
+    moe_latent: int = 0
     #: a hybrid model's layers (:mod:`tracesim.specs.hybrid`; "" for the other families)
     hybrid_pattern: str = ""
     mamba_heads: int = 0
@@ -191,6 +196,12 @@ class ModelSpec:
     def moe_ffn(self) -> int:
         """Width of one routed expert's MLP."""
         return self.moe_ffn_hidden or self.ffn_hidden
+
+    @property
+    def moe_hidden(self) -> int:
+        """Width of a token where the routed experts see it: ``moe_latent`` (latent MoE,
+        Nemotron 3 Super) or ``hidden``."""
+        return self.moe_latent or self.hidden
 
     @property
     def shared_ffn(self) -> int:
@@ -271,7 +282,9 @@ class ModelSpec:
             bias = (self.ffn_hidden + h) if self.family == "gpt" else 0
             return per * h * self.ffn_hidden + bias
         routed = self.top_k if active else self.experts
-        return routed * per * h * self.moe_ffn + h * self.experts + per * h * self.shared_ffn
+        latent = 2 * h * self.moe_latent  # the projections to and from the latent width
+        return (routed * per * self.moe_hidden * self.moe_ffn + h * self.experts
+                + per * h * self.shared_ffn + latent)
 
     def params(self) -> int:
         """Total parameter count (weights and biases; embeddings counted once if tied).
@@ -315,7 +328,8 @@ _LIMITS = {"layers": 1 << 14, "hidden": 1 << 20, "heads": 1 << 14, "kv_heads": 1
            "head_dim_override": 1 << 16, "shared_experts": 1 << 14, "first_k_dense": 1 << 14,
            "q_lora_rank": 1 << 20, "kv_lora_rank": 1 << 20, "qk_nope_head_dim": 1 << 16,
            "qk_rope_head_dim": 1 << 16, "v_head_dim": 1 << 16, "sliding_window": 1 << 24,
-           "full_attention_every": 1 << 14, "router_groups": 1 << 14, "router_group_topk": 1 << 14}
+           "full_attention_every": 1 << 14, "router_groups": 1 << 14, "router_group_topk": 1 << 14,
+           "moe_latent": 1 << 20}
 
 
 def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
@@ -368,7 +382,7 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
         raise InputError(
             f"top_k {kw['top_k']} must be in 1..experts ({kw['experts']})", file, "top_k"
         )
-    for key in ("shared_experts", "first_k_dense"):
+    for key in ("shared_experts", "first_k_dense", "moe_latent"):
         if kw[key] and not kw["experts"]:
             raise InputError(f"{key} needs a MoE model (experts > 0)", file, key)
     _check_router_groups(kw, file)

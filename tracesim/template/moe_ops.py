@@ -16,7 +16,14 @@ received tokens by expert itself (no sort) and its dispatch and combine run the
 deduplicated all-to-all (:func:`dispatch_algorithm`, :mod:`tracesim.network.collectives.dedup`:
 a token crosses to a rank once, to a node once); the permutations keep the template's sizes.
 
-Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`):
+With a latent MoE (``moe_latent``, Nemotron 3 Super) the tokens are projected to ``moe_h``
+features after the router (``moe.latent_down``, a GEMM replicated over TP) and back after the
+unpermutation (``moe.latent_up``); permutation, dispatch, the routed experts and combine run
+at ``moe_h`` (Megatron-Core ``MoELayer``: ``fc1_latent_proj`` / ``fc2_latent_proj``), the
+router and the shared experts at ``h``.
+
+Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`)
+and ``h`` read as ``moe_h`` between the two latent projections:
 
 * dispatch and combine: ``T/tps * top_k * h * eb * moe_load`` bytes per rank and direction
   (``msg_bytes`` in the nccl-tests convention), forward and backward: each rank sends its own
@@ -61,8 +68,8 @@ FORWARD_ONLY = (ROUTE_GATHER, ROUTE_PREP)
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
     """The forward ops of one MoE layer's MLP part (``part="moe"``)."""
     tk = ROUTED
-    a2a = f"eb*{T}/tps*top_k*h*moe_load"  # the busiest rank's share (its receive side)
-    sort = f"2*eb*{EXPERT_TOKENS}*h"  # read and write the rank's dispatched tokens
+    a2a = f"eb*{T}/tps*top_k*moe_h*moe_load"  # the busiest rank's share (its receive side)
+    sort = f"2*eb*{EXPERT_TOKENS}*moe_h"  # read and write the rank's dispatched tokens
     ops = [norm_op("ln2", "block", model, "moe")]
     if model.shared_experts > 0:
         ops += mlp("moe.shared", "moe", model, "shared_ffn", T, bias=False)
@@ -72,31 +79,40 @@ def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
            params="h*experts", part="moe", shard="sequence", shape=f"1, {T}/tps, experts, h"),
         op("moe.topk", "block", "softmax", f"6*{T}/tps*experts", f"3*eb*{T}/tps*experts",
            f"{T}*top_k", part="moe", shard="sequence"),
-        op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*h", f"{tk}*h",
+        # latent MoE (Megatron-Core's fc1_latent_proj, replicated over TP): the tokens go
+        # to the experts at moe_h wide
+        op("moe.latent_down", "block", "gemm", f"2*{T}/tps*h*moe_h",
+           f"eb*({T}/tps*h + h*moe_h + {T}/tps*moe_h)", f"{T}*moe_h", params="h*moe_h",
+           part="moe", shard="sequence", when="latent", shape=f"1, {T}/tps, moe_h, h"),
+        op("moe.permute", "block", "elementwise", "0", f"2*eb*{tk}/tps*moe_h", f"{tk}*moe_h",
            part="moe", shard="sequence"),
         # HybridEP's metadata for a new routing (``HybridEPBuffer.dispatch_with_permute``
         # without a handle): the routing map all-gathered over the EP group (one byte per
         # token and expert), then its preprocessing kernel (reads it, writes an int32 index
         # per token of the group); the backward reuses both
-        TemplateOp(ROUTE_GATHER, "block", "fwd", "comm", out=f"{tk}*h", part="moe", kind="comm",
+        TemplateOp(ROUTE_GATHER, "block", "fwd", "comm", out=f"{tk}*moe_h", part="moe", kind="comm",
                    collective="all_gather", group_kind="ep", msg_bytes=f"ep*{T}/tps*experts",
                    when="hybridep"),
-        op(ROUTE_PREP, "block", "elementwise", "0", f"ep*{T}/tps*(experts + 4)", f"{tk}*h",
+        op(ROUTE_PREP, "block", "elementwise", "0", f"ep*{T}/tps*(experts + 4)", f"{tk}*moe_h",
            part="moe", when="hybridep"),
-        TemplateOp("moe.dispatch", "block", "fwd", "comm", out=f"{EXPERT_TOKENS}*h", part="moe",
-                   kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
+        TemplateOp("moe.dispatch", "block", "fwd", "comm", out=f"{EXPERT_TOKENS}*moe_h",
+                   part="moe", kind="comm", collective="all_to_all", group_kind="ep",
+                   msg_bytes=a2a),
     ]
-    ops.append(op("moe.sort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*h",
+    ops.append(op("moe.sort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*moe_h",
                   part="moe", when=LOCAL_EXPERTS))
     ops += mlp("moe", "moe", model, "moe_ffn", EXPERT_TOKENS, bias=False,
-               param_scale="experts/ep*")
+               param_scale="experts/ep*", h="moe_h")
     ops += [
-        op("moe.unsort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*h", part="moe",
+        op("moe.unsort", "block", "elementwise", "0", sort, f"{EXPERT_TOKENS}*moe_h", part="moe",
            when=LOCAL_EXPERTS),
-        TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*h", part="moe",
+        TemplateOp("moe.combine", "block", "fwd", "comm", out=f"{tk}*moe_h", part="moe",
                    kind="comm", collective="all_to_all", group_kind="ep", msg_bytes=a2a),
-        op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*h", f"2*eb*{tk}/tps*h",
-           f"{T}*h", part="moe", shard="sequence"),
+        op("moe.unpermute", "block", "elementwise", f"2*{tk}/tps*moe_h", f"2*eb*{tk}/tps*moe_h",
+           f"{T}*moe_h", part="moe", shard="sequence"),
+        op("moe.latent_up", "block", "gemm", f"2*{T}/tps*moe_h*h",
+           f"eb*({T}/tps*moe_h + moe_h*h + {T}/tps*h)", f"{T}*h", params="moe_h*h",
+           part="moe", shard="sequence", when="latent", shape=f"1, {T}/tps, h, moe_h"),
         residual("moe.residual", "moe", dropout=bias),
     ]
     return ops

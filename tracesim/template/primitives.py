@@ -8,6 +8,8 @@ counting conventions are those of :mod:`tracesim.template.analytic`.
 
 from __future__ import annotations
 
+import re
+
 from tracesim.specs.model import ModelSpec
 from tracesim.template.layer import TemplateOp
 
@@ -61,10 +63,21 @@ def residual(name: str, part: str, dropout: bool) -> TemplateOp:
 
 
 def mlp(prefix: str, part: str, model: ModelSpec, width: str, tokens: str, bias: bool,
-        param_scale: str = "") -> list[TemplateOp]:
+        param_scale: str = "", h: str = "h") -> list[TemplateOp]:
     """A two-layer MLP ``fc1`` (column-parallel; gate and up with SwiGLU), activation, ``fc2``
     (row-parallel) over ``tokens`` tokens of ``width`` hidden features. ``param_scale`` (e.g.
-    ``experts/ep*``) multiplies the weights: a grouped GEMM over the rank's local experts."""
+    ``experts/ep*``) multiplies the weights: a grouped GEMM over the rank's local experts;
+    ``h`` is a token's width in and out (a latent MoE's routed experts: ``moe_h``)."""
+    ops = _mlp(prefix, part, model, width, tokens, bias, param_scale)
+    if h == "h":
+        return ops
+    word = re.compile(r"\bh\b")
+    return [o.replace(**{k: word.sub(h, getattr(o, k)) for k in ("flops", "bytes", "out", "params", "shape")})
+            for o in ops]
+
+
+def _mlp(prefix: str, part: str, model: ModelSpec, width: str, tokens: str, bias: bool,
+         param_scale: str) -> list[TemplateOp]:
     gated = model.activation == "swiglu"
     g = 2 if gated else 1
     w1 = f"{g}*{param_scale}h*{width}/tp"

@@ -81,7 +81,8 @@ class Resolved:
     A layer is ``dense`` (attention + dense MLP) or ``moe`` (attention + MoE block), with full
     attention or, for the windowed layers of a sliding-window model, with the template's
     ``win`` bound to the window (``dense_windowed``, ``moe_windowed``). A layer index past the
-    model's last layer is a multi-token-prediction module's layer, built as the last layer.
+    model's last layer is a multi-token-prediction module's layer, built as the last layer
+    (a hybrid model's: attention and MoE, as Nemotron 3 Super's ``*E`` module).
     """
 
     prologue: Section
@@ -102,9 +103,11 @@ class Resolved:
 
     def layer(self, model: ModelSpec, index: int) -> Section:
         """The resolved ops of transformer layer ``index`` (0-based)."""
-        index = min(index, model.layers - 1)
         if self.hybrid:
-            return dict(self.hybrid)[model.layer_kind(index)]
+            if index >= model.layers and self.moe is not None:
+                return self.moe  # a multi-token-prediction module: attention and MoE ("*E")
+            return dict(self.hybrid)[model.layer_kind(min(index, model.layers - 1))]
+        index = min(index, model.layers - 1)
         moe = model.moe_layer(index) and self.moe is not None
         if model.window(index):
             windowed = self.moe_windowed if moe else self.dense_windowed
