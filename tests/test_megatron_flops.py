@@ -2,9 +2,10 @@
 Megatron-Bridge tables: each row prints tokens/s and TFLOP/s per GPU, and their ratio is
 the FLOPs per token Megatron counted for the row's model, sequence length and MTP layers.
 
-The count is checked on every row of both tables (the 25.11 table in ``../shared`` and the
-26.02 one in ``benchmarks/published``): published TFLOP/s are whole numbers (0.1-0.8%
-resolution), so the bound is 0.5%. Nothing in the count was set from the rows; they test
+The count is checked on every row of the 25.11 table in ``../shared`` and the 26.02 and
+Nemotron 3 ones in ``benchmarks/published``: published TFLOP/s are whole numbers (0.1-0.8%
+resolution), so the bound is 0.5% (1% for the Nemotron 3 rows, whose tokens/s are rounded
+more coarsely); the hybrid count is Megatron-Bridge's ``hybrid_flops``. Nothing in the count was set from the rows; they test
 the transcription of Megatron's formula and the per-row settings that change it (gpt-oss's
 ungated count, the 26.02 DeepSeek-V3 rows' MTP layer).
 """
@@ -22,7 +23,8 @@ from tracesim.pipeline.recipes import find_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = [ROOT.parent / "shared" / "reference" / "megatron_bridge_25_11.csv",
-          ROOT / "benchmarks" / "published" / "megatron_bridge_26_02.csv"]
+          ROOT / "benchmarks" / "published" / "megatron_bridge_26_02.csv",
+          ROOT / "benchmarks" / "published" / "megatron_bridge_nemotron3.csv"]
 
 
 def _rows() -> list[dict[str, str]]:
@@ -34,10 +36,14 @@ def _rows() -> list[dict[str, str]]:
 def test_published_tflops_are_megatrons_count_of_the_published_tokens(row: dict[str, str]) -> None:
     release = (row.get("release") or "").strip() or "25.11"
     run = find_recipe(row["system"], row["model"], row["precision"], release)
-    mtp = run.mtp_layers if run is not None else 0
-    per_token = megatron_flops_per_token(load_model(row["model"]), int(row["seq_len"]), mtp)
+    mtp = int(row.get("mtp_layers") or 0) or (run.mtp_layers if run is not None else 0)
+    model = load_model(row["model"])
+    per_token = megatron_flops_per_token(model, int(row["seq_len"]), mtp)
     tflops = per_token * float(row["tokens_per_s_per_gpu"]) / 1e12
-    assert tflops == pytest.approx(float(row["model_tflops_per_gpu"]), rel=0.005)
+    # the 26.04.01 table prints Nemotron 3's tokens/s in steps of 1,024 or 128 (Nano 32,768,
+    # Super 6,656): up to 0.8% apart from its TFLOP/s
+    assert tflops == pytest.approx(float(row["model_tflops_per_gpu"]),
+                                   rel=0.01 if model.is_hybrid else 0.005)
 
 
 def test_the_count_by_hand() -> None:
