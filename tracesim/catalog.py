@@ -180,7 +180,13 @@ def shipped(kind: str) -> list[Entry]:
             heads += f", {m.rope_scaling} rotary" if m.rope_scaling else ""
             moe += " (biased)" if m.expert_bias else ""
             moe += f", SwiGLU clamped at {m.glu_clamp:g}" if m.glu_clamp else ""
-            out.append(Entry(name, f"{m.family}: {m.layers} layers, hidden {m.hidden}, "
+            moe += f", latent {m.moe_latent}" if m.moe_latent else ""
+            kinds = ""
+            if m.is_hybrid:  # the pattern's layers by kind
+                n = {c: m.hybrid_pattern.count(c) for c in "M*-E"}
+                kinds = (f" ({n['M']} Mamba-2 of {m.mamba_heads}x{m.mamba_head_dim}, "
+                         f"{n['*']} attention, {n['E']} MoE, {n['-']} MLP)")
+            out.append(Entry(name, f"{m.family}: {m.layers} layers{kinds}, hidden {m.hidden}, "
                                    f"{heads}, ffn {m.ffn_hidden}"
                                    f"{moe}, {m.params() / 1e9:.3g} B parameters{active}"))
         return out
