@@ -253,7 +253,7 @@ class ReplayOptions:
         "stacks.md, \"Host launch time and CUDA graphs\"). Default: on for the named GPU "
         "stacks, off for eager.", "bool", group="stack")
     cuda_graphs: str | None = _opt(
-        "CUDA-graph scopes, comma-separated: attn, mlp, moe, moe_router, moe_preprocess "
+        "CUDA-graph scopes, comma-separated: attn, mlp, moe, moe_router, moe_preprocess, mamba "
         "(Transformer Engine per-layer graphs) or full_iteration; a captured scope costs one "
         "graph launch on the host instead of its kernels. Default: none.", "str",
         group="stack", metavar="SCOPES")
