@@ -3,8 +3,8 @@
 
 :func:`megatron_flops_per_token` follows ``num_floating_point_operations`` of
 ``megatron/training/training.py`` at core_v0.15.0 (NVIDIA/Megatron-LM) for a transformer
-(a hybrid model: Megatron-Bridge's own count, :func:`hybrid_flops_per_token`): every GEMM three times (forward, data and weight gradients), a
-SwiGLU MLP 3/2 of a GELU one (Megatron's ``--swiglu`` only: gpt-oss's clamped GLU,
+(a hybrid model: Megatron-Bridge's own count, :func:`hybrid_flops_per_token`): every GEMM
+three times (forward, data and weight gradients), a SwiGLU MLP 3/2 of a GELU one (Megatron's ``--swiglu`` only: gpt-oss's clamped GLU,
 ``glu_clamp``, counts as ungated, as the published TFLOP/s do), dense and MoE layers (``first_k_dense``, ``moe_every``) with
 the routed experts' width times ``top_k`` plus the shared experts, grouped-query attention
 with half the score matrix (causal), multi-head latent attention by its own terms,

@@ -71,14 +71,13 @@ def parse_hybrid(kw: dict[str, Any], data: Mapping[str, Any], file: str | Path |
                          "hybrid_pattern")
     kw["hybrid_pattern"] = pattern
     for key, default in MAMBA_KEYS.items():
-        if key in data or not default:
-            if MAMBA not in pattern and key not in data:
+        if key not in data:
+            if default or MAMBA not in pattern:  # a default, or no Mamba layer to need it
+                kw[key] = default
                 continue
-            kw[key] = get_number(data, key, file=file, kind=int)
-            if kw[key] > _LIMIT:
-                raise InputError(f"{kw[key]} is more than {_LIMIT:,}", file, key)
-        else:
-            kw[key] = default
+        kw[key] = get_number(data, key, file=file, kind=int)  # required: names the key if missing
+        if kw[key] > _LIMIT:
+            raise InputError(f"{kw[key]} is more than {_LIMIT:,}", file, key)
     if MAMBA in pattern and kw["mamba_heads"] % kw["mamba_groups"]:
         raise InputError(f"mamba_heads {kw['mamba_heads']} is not divisible by mamba_groups "
                          f"{kw['mamba_groups']}", file, "mamba_heads")
@@ -86,8 +85,8 @@ def parse_hybrid(kw: dict[str, Any], data: Mapping[str, Any], file: str | Path |
         raise InputError("an E (MoE) layer needs experts > 0", file, "experts")
     if kw.get("experts") and MOE not in pattern:
         raise InputError("experts given but hybrid_pattern has no E (MoE) layer", file, "experts")
-    for key in ("first_k_dense", "moe_every"):
-        if kw.get(key, 0 if key == "first_k_dense" else 1) != (0 if key == "first_k_dense" else 1):
+    for key, default in (("first_k_dense", 0), ("moe_every", 1)):
+        if kw.get(key, default) != default:
             raise InputError(f"{key} does not apply to a hybrid model (its pattern places "
                              "every layer)", file, key)
 
