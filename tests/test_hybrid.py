@@ -113,6 +113,10 @@ def test_mamba_kernels_are_the_scan_class() -> None:
     for name in ("_chunk_scan_fwd_kernel", "_chunk_state_bwd_db_kernel", "_state_passing_fwd_kernel",
                  "_bmm_chunk_fwd_kernel"):
         assert classify(name, "kernel") == "scan", name
+    for name in ("MambaChunkScanCombinedFn", "MambaSplitConv1dScanCombinedFnBackward",
+                 "mamba_ssm::mamba_chunk_scan_combined"):
+        assert classify(name) == "scan", name
+    assert classify("aten::mm") == "gemm"
 
 
 def test_nano_replays_with_its_layouts_and_refuses_what_is_not_modelled() -> None:

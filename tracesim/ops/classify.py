@@ -151,8 +151,9 @@ def _classify_op(name: str) -> str:
 def _classify_by_pattern(low: str) -> str:
     if "scaled_dot_product" in low or "flash_attn" in low or "attention" in low:
         return "attention"
-    if "mamba_chunk_scan" in low or "mamba_split_conv1d_scan" in low or "selective_scan" in low:
-        return "scan"
+    if any(k in low.replace("_", "") for k in ("mambachunkscan", "mambasplitconv1dscan",
+                                                "selectivescan")):
+        return "scan"  # the Mamba scans' ops and autograd functions (MambaChunkScanCombinedFn)
     if low.startswith("_foreach_") or "_fused_adam" in low or "_fused_sgd" in low:
         return "optimizer"
     if "embedding" in low:
