@@ -244,6 +244,18 @@ class ReplayOptions:
         "Recipe with --dtype fp8: current (FP8 current scaling, Megatron-Bridge fp8-cs), delayed, "
         "mxfp8, or nvfp4 (linears in NVFP4, FP4 rate; Blackwell). Default: the stack's first.", "choice",
         group="stack", choices=FP8_RECIPES)
+    fp8_plan: str | None = _opt(
+        "Per-linear precision under --dtype fp8, GLOB=RECIPE pairs (e.g. "
+        "'attn.*=bf16,moe.latent_*=bf16,mamba.out_proj=mxfp8'): the template's module globs and "
+        "the recipe each runs (bf16, current, delayed, mxfp8, nvfp4; the first match wins, the "
+        "others run --fp8-recipe), as Transformer Engine's quantization config (Megatron-Bridge's "
+        "te_quant.cfg). Default: every linear at --fp8-recipe.", "str", group="stack",
+        metavar="GLOB=RECIPE,...")
+    bf16_layers: str | None = _opt(
+        "Transformer layers kept in BF16 under --dtype fp8, FIRST,LAST: the first FIRST and the "
+        "last LAST layers (multi-token-prediction modules count with the last), as Megatron's "
+        "--first-last-layers-bf16 with --num-layers-at-start-in-bf16 / "
+        "--num-layers-at-end-in-bf16. Default: 0,0.", "str", group="stack", metavar="FIRST,LAST")
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
         "for megatron-core with --dtype fp8.", "bool", group="stack")
@@ -375,7 +387,8 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32",
-              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_param_gather",
+              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan", "bf16_layers",
+              "fp8_param_gather",
               "host_launch", "cuda_graphs", "etp")
 
 

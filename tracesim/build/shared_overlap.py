@@ -148,7 +148,10 @@ def apply(res: Resolved, ov: Overlaps) -> Resolved:
     """``res`` with the MoE layers' shared experts beside the EP all-to-alls (module
     docstring); the other sections as they are."""
     return dataclasses.replace(res, moe=_section(res.moe, ov),
-                               moe_windowed=_section(res.moe_windowed, ov))
+                               moe_windowed=_section(res.moe_windowed, ov),
+                               plain=apply(res.plain, ov) if res.plain is not None else None,
+                               hybrid=tuple((c, (_section(sec, ov) or sec) if c == "E" else sec)
+                                            for c, sec in res.hybrid))
 
 
 __all__ = ["apply", "backward", "forward", "why_not"]

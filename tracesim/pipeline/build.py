@@ -240,7 +240,8 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
     else:
         template = stack_template(model, stack, options.attention, bool(options.compile))
     if par.dtype == "fp8":
-        template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype)
+        template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
+                                par.fp8_plan)
     return par, stack, template, warnings
 
 

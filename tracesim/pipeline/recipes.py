@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.specs.parallel import MOE_DISPATCHERS
+from tracesim.specs.parallel import FP8_RECIPES, MOE_DISPATCHERS
+from tracesim.specs.textopts import first_last, plan_pairs
 
 #: the commits (NVIDIA-NeMo/Megatron-Bridge) the recipes are read from
 COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
@@ -86,7 +87,10 @@ class Recipe:
     DeepSeek multi-token-prediction layers; ``granularity``: the config sets
     ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
     Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
-    table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`).
+    table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`);
+    ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan`` and ``--bf16-layers`` (the modules and
+    layers a low-precision recipe keeps in another precision; Megatron-Bridge's
+    ``te_quant.cfg``, ``first_last_layers_bf16``).
     """
 
     source: str
@@ -105,6 +109,8 @@ class Recipe:
     fsdp_notes: str = ""
     granularity: bool = True
     etp: int | None = None
+    fp8_plan: str = ""
+    bf16_layers: str = ""
 
     @property
     def expert_tp(self) -> int | None:
@@ -294,7 +300,7 @@ def find_recipe(system: str, model: str, precision: str, release: str = "25.11")
 #: columns with which a table row gives its own run settings instead of a Megatron-Bridge
 #: recipe (:func:`row_recipe`)
 ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp", "pp_layout",
-                      "mtp_layers")
+                      "mtp_layers", "fp8_plan", "bf16_layers")
 
 
 def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe | None:
@@ -304,7 +310,8 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     or hybridep; ``a2a_overlap`` true / false; ``cuda_graph`` ``local:full_iteration`` or
     ``te:SCOPES``; ``etp`` the expert tensor-parallel size (empty: Megatron's default, TP);
     ``pp_layout`` a Megatron pipeline layout (:func:`layout_chunks`); ``mtp_layers`` the
-    multi-token-prediction modules. ``where`` names the row of the table at ``path`` in errors."""
+    multi-token-prediction modules; ``fp8_plan`` GLOB=RECIPE pairs and ``bf16_layers``
+    FIRST,LAST (:class:`Recipe`). ``where`` names the row of the table at ``path`` in errors."""
     if not any(c in row for c in ROW_RECIPE_COLUMNS):
         return None
 
@@ -334,9 +341,18 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     layout = text("pp_layout")
     if layout:
         layout_chunks(layout, path, f"{where}: pp_layout")
+    try:  # the two cells' forms (a cell error names the file, the row and the column)
+        plan_pairs(text("fp8_plan"), "fp8_plan", ("bf16", *FP8_RECIPES))
+    except InputError as exc:
+        raise InputError(exc.message, path, f"{where}: fp8_plan") from None
+    try:
+        first_last(text("bf16_layers"))
+    except InputError as exc:
+        raise InputError(exc.message, path, f"{where}: bf16_layers") from None
     return Recipe("table:row", "", recompute=rec, dispatcher=disp, a2a_overlap=overlap == "true",
                   cuda_graph=graph, etp=count("etp"), pp_layout=layout or None,
-                  mtp_layers=count("mtp_layers") or 0)
+                  mtp_layers=count("mtp_layers") or 0, fp8_plan=text("fp8_plan"),
+                  bf16_layers=text("bf16_layers"))
 
 
 def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
@@ -407,6 +423,10 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["moe_dispatcher"] = recipe.dispatcher
     if recipe.shared_overlap:  # shared experts on their own stream beside the all-to-alls
         out["moe_shared_expert_overlap"] = True
+    if recipe.fp8_plan:  # modules in another precision than the recipe's (te_quant.cfg)
+        out["fp8_plan"] = recipe.fp8_plan
+    if recipe.bf16_layers:  # first_last_layers_bf16 with its start / end counts
+        out["bf16_layers"] = recipe.bf16_layers
     if recipe.cuda_graph:  # "local:full_iteration" or "te:" + Transformer Engine scopes
         out["cuda_graphs"] = recipe.cuda_graph.split(":", 1)[1]
     if recipe.recompute.startswith("full"):  # "full" (every layer) or "full-block:N"

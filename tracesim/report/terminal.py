@@ -87,6 +87,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         fp8 = st.get("fp8")
         rows.append(("stack", str(st["name"]) + (", compiled" if st.get("compiled") else "")
                      + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
+                     + _fp8_exceptions(fp8)
                      + (", fp32 gradient reduction" if st.get("grad_reduce") == "fp32" else "")
                      + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
         par = res.get("parallel")
@@ -315,3 +316,16 @@ def _perturbation_rows(pt: Mapping[str, Any]) -> list[tuple[str, str]]:
                      f"{o['ranks']}: {fmt_seconds(o['unperturbed_s'])} -> "
                      f"{fmt_seconds(o['perturbed_s'])} in {o['operations']} operation(s)"))
     return rows
+
+
+def _fp8_exceptions(fp8: Any) -> str:
+    """The FP8 recipe's exceptions for the stack line: the per-module plan, the BF16 layers."""
+    if not isinstance(fp8, Mapping):
+        return ""
+    out = ""
+    if fp8.get("plan"):
+        out += " (" + ", ".join(f"{g} {r}" for g, r in fp8["plan"].items()) + ")"
+    first, last = fp8.get("bf16_layers") or (0, 0)
+    if first or last:
+        out += f", BF16 layers: first {first}, last {last}"
+    return out

@@ -31,6 +31,7 @@ from tracesim.specs.stages import (
     stage_split,
     vpp_basis,
 )
+from tracesim.specs.textopts import first_last, plan_pairs
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
@@ -119,6 +120,9 @@ class ParallelSpec:
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
             the bytes of BF16).
+        fp8_plan: (module glob, recipe) pairs: the linears a glob matches run that recipe
+            (``bf16``: not quantized); the first match wins (:func:`tracesim.template.fp8.fp8_template`).
+        bf16_layers: (first, last) transformer layers kept in BF16 under FP8.
     """
 
     tp: int = 1
@@ -162,6 +166,8 @@ class ParallelSpec:
     comm_interference: bool = False
     fp8_recipe: str = ""
     fp8_param_gather: bool = False
+    fp8_plan: tuple[tuple[str, str], ...] = ()
+    bf16_layers: tuple[int, int] = (0, 0)
     host_launch: bool = False
     cuda_graphs: tuple[str, ...] = ()
 
@@ -327,6 +333,12 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"fp8_recipe {par.fp8_recipe!r} needs dtype fp8 (got {par.dtype})", "fp8_recipe")
     if par.fp8_recipe not in ("", *FP8_RECIPES):
         raise _err(f"{par.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}", "fp8_recipe")
+    for key, given in (("fp8_plan", par.fp8_plan), ("bf16_layers", any(par.bf16_layers))):
+        if given and par.dtype != "fp8":
+            raise _err(f"{key} needs dtype fp8 (got {par.dtype})", key)
+    if min(par.bf16_layers) < 0 or sum(par.bf16_layers) > model.layers:
+        raise _err(f"{par.bf16_layers[0]},{par.bf16_layers[1]} BF16 layers of {model.layers}",
+                   "bf16_layers")
     if par.tp_comm_overlap and not (par.tp > 1 and par.sp):
         raise _err("the userbuffers TP overlap needs tp > 1 with sequence parallelism "
                    f"(tp {par.tp}, sp {par.sp})", "tp_comm_overlap")
@@ -458,6 +470,8 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         comm_interference=bool(get("comm_interference", False)),
         fp8_recipe=str(get("fp8_recipe", "")),
         fp8_param_gather=bool(get("fp8_param_gather", False)),
+        fp8_plan=plan_pairs(get("fp8_plan", ""), "--fp8-plan", ("bf16", *FP8_RECIPES)),
+        bf16_layers=first_last(get("bf16_layers", "")),
         host_launch=bool(get("host_launch", False)),
         cuda_graphs=graph_scopes(get("cuda_graphs", "")),
     )

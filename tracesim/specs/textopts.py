@@ -3,6 +3,9 @@ counts, stragglers and TP plan overrides, each an InputError naming its flag whe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tracesim.errors import InputError
 
 
@@ -34,12 +37,38 @@ def parse_stragglers(text: str) -> tuple[tuple[int, float], ...]:
     return tuple(pairs)
 
 
-def parse_plan(text: str) -> tuple[tuple[str, str], ...]:
-    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs."""
+def parse_plan(text: str, flag: str = "--tp-plan") -> tuple[tuple[str, str], ...]:
+    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs (``flag`` names the option in errors)."""
     pairs = []
     for part in text.split(","):
         glob, eq, style = part.strip().partition("=")
         if not eq or not glob:
-            raise InputError(f"expected GLOB=STYLE items separated by commas, got {text!r}", "--tp-plan")
+            raise InputError(f"expected GLOB=VALUE items separated by commas, got {text!r}", flag)
         pairs.append((glob.strip(), style.strip()))
     return tuple(pairs)
+
+
+def plan_pairs(value: Any, flag: str, allowed: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """A GLOB=VALUE option (``--fp8-plan``) as pairs: text, a mapping, or pairs already;
+    every VALUE one of ``allowed``."""
+    if not value:
+        return ()
+    if isinstance(value, str):
+        pairs = parse_plan(value, flag)
+    else:
+        items = value.items() if isinstance(value, Mapping) else value
+        pairs = tuple((str(a), str(b)) for a, b in items)
+    for glob, v in pairs:
+        if v not in allowed:
+            raise InputError(f"{glob}={v}: {v!r} is not one of {', '.join(allowed)}", flag)
+    return pairs
+
+
+def first_last(value: Any) -> tuple[int, int]:
+    """``--bf16-layers FIRST,LAST`` as two counts (text, or a pair already)."""
+    if not value:
+        return (0, 0)
+    parts = parse_ints(value) if isinstance(value, str) else [int(x) for x in value]
+    if len(parts) != 2:
+        raise InputError(f"expected FIRST,LAST (two layer counts), got {value!r}", "--bf16-layers")
+    return (parts[0], parts[1])

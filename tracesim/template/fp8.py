@@ -65,6 +65,8 @@ attention (``NVTE_FP8_DPA``) and FP8 all-to-all of MoE tokens.
 
 from __future__ import annotations
 
+import fnmatch
+
 from tracesim.template.layer import LayerTemplate, TemplateOp, shape_parts
 from tracesim.template.moe_ops import is_expert_op
 
@@ -76,6 +78,8 @@ CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625", "nvfp4
 _WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 #: the recipes with a per-tensor amax of each quantized tensor (reduced over TP with SP)
 _TENSOR_AMAX = ("current", "nvfp4")
+#: the cost-model dtype of a recipe's GEMMs (``ParallelSpec.gemm_dtype``)
+_GEMM_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 #: bytes per parameter of the once-per-step weight cast (module docstring)
 _WEIGHT_CAST_BYTES = {"nvfp4": "3"}
 
@@ -97,17 +101,20 @@ def _elems(op: TemplateOp, operand: str) -> str:
 
 
 def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
-                 gemm_dtype: str = "fp8") -> LayerTemplate:
+                 gemm_dtype: str = "fp8", plan: tuple[tuple[str, str], ...] = ()) -> LayerTemplate:
     """``template`` with its transformer-layer GEMMs in FP8 (``gemm_dtype``) and the
-    quantization kernels of ``recipe`` (module docstring)."""
-    per_elem = CAST_BYTES_PER_ELEM[recipe]
+    quantization kernels of ``recipe`` (module docstring); ``plan``: (module glob, recipe)
+    pairs, the first a linear's module matches giving its own recipe (``bf16``: left as it
+    is). The result keeps ``template`` as its ``plain`` (the layers kept in BF16)."""
     ops: list[TemplateOp] = []
     for o in template.ops:
-        if not is_fp8_gemm(o) or o.kind != "compute":
+        rec = next((r for g, r in plan if fnmatch.fnmatchcase(o.module, g)), recipe)
+        if not is_fp8_gemm(o) or o.kind != "compute" or rec == "bf16":
             ops.append(o)
             continue
+        per_elem = CAST_BYTES_PER_ELEM[rec]
         n = _elems(o, "a" if o.phase == "fwd" else "c")
-        if n and recipe in _TENSOR_AMAX and not is_expert_op(o) and (
+        if n and rec in _TENSOR_AMAX and not is_expert_op(o) and (
                 o.tp_style == ("colwise" if o.phase == "fwd" else "rowwise")):
             # the tensor sequence parallelism gathers: its scale needs the TP group's amax
             ops.append(TemplateOp(
@@ -126,12 +133,12 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
                 op_class="elementwise", flops=f"2*{local}", bytes=f"{per_elem}*{local}",
                 part=o.part, shard="sequence" if seq else o.shard,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
-                out_dtype=_WIRE_DTYPE[recipe] if fwd else ""))
-        ops.append(o.replace(dtype=gemm_dtype))
+                out_dtype=_WIRE_DTYPE[rec] if fwd else ""))
+        ops.append(o.replace(dtype=gemm_dtype if rec == recipe else _GEMM_DTYPE[rec]))
     per_param = _WEIGHT_CAST_BYTES.get(recipe) or ("2" if param_gather else "4")
     ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
                           flops="params", bytes=f"{per_param}*params"))
     meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather}
-    tpl = LayerTemplate(tuple(ops), meta)
+    tpl = LayerTemplate(tuple(ops), meta, plain=template)
     tpl.check()
     return tpl

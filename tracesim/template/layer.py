@@ -294,6 +294,9 @@ class LayerTemplate:
 
     ops: tuple[TemplateOp, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: an FP8 template's unquantized original, for the layers kept in BF16
+    #: (:func:`tracesim.template.fp8.fp8_template`, ``ParallelSpec.bf16_layers``)
+    plain: LayerTemplate | None = None
 
     def select(
         self, section: str, phase: str | None = None, parts: Iterable[str] | None = None

@@ -366,7 +366,15 @@ def resolve_template(
         pieces = mtp_ops(template, model)
         res = dataclasses.replace(res, mtp_in=of_ops(*pieces["in"], True),
                                   mtp_out=of_ops(*pieces["out"], False))
-    return dataclasses.replace(res, optimizer=optimizer_ops(template, res, model))
+    opt = optimizer_ops(template, res, model)
+    if template.plain is not None and any(par.bf16_layers):
+        res = dataclasses.replace(res, bf16_layers=par.bf16_layers,
+                                  plain=resolve_template(template.plain, model, par, op_time))
+        # the once-per-step weight cast: the quantized layers' weights only
+        share = repr(1.0 - sum(par.bf16_layers) / model.layers)
+        opt = tuple(o.replace(flops=f"{share}*({o.flops})", bytes=f"{share}*({o.bytes})")
+                    if o.name == "fp8.weight_cast" else o for o in opt)
+    return dataclasses.replace(res, optimizer=opt)
 
 
 def optimizer_ops(template: LayerTemplate, res: Resolved, model: ModelSpec) -> tuple[TemplateOp, ...]:

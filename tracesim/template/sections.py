@@ -100,9 +100,16 @@ class Resolved:
     #: a hybrid model's layers by pattern character (``M``, ``*``, ``-``, ``E``): one part each
     #: (:mod:`tracesim.specs.hybrid`)
     hybrid: tuple[tuple[str, Section], ...] = ()
+    #: the layers kept in BF16 under FP8 (``ParallelSpec.bf16_layers``: the first and the
+    #: last so many, multi-token-prediction modules with the last) and their sections
+    bf16_layers: tuple[int, int] = (0, 0)
+    plain: Resolved | None = None
 
     def layer(self, model: ModelSpec, index: int) -> Section:
         """The resolved ops of transformer layer ``index`` (0-based)."""
+        first, last = self.bf16_layers
+        if self.plain is not None and (index < first or index >= model.layers - last):
+            return self.plain.layer(model, index)
         if self.hybrid:
             if index >= model.layers and self.moe is not None:
                 return self.moe  # a multi-token-prediction module: attention and MoE ("*E")

@@ -371,6 +371,10 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
         out["compiled"] = True
     if par.dtype == "fp8":
         out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather}
+        if par.fp8_plan:
+            out["fp8"]["plan"] = {g: r for g, r in par.fp8_plan}
+        if any(par.bf16_layers):
+            out["fp8"]["bf16_layers"] = list(par.bf16_layers)
     if par.grad_reduce_fp32:
         out["grad_reduce"] = "fp32"
     return out
