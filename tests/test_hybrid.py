@@ -162,3 +162,16 @@ def test_super_and_its_latent_moe() -> None:
     assert {"attn.core", "moe.dispatch"} <= {o.name for o in mtp_sec.fwd}
     nano = resolve_template(first_principles_template(load_model(NANO)), load_model(NANO), par, _flat)
     assert "moe.latent_down" not in {o.name for o in nano.layer(load_model(NANO), 1).fwd}
+
+
+def test_a_recorded_template_without_mamba_ops_is_refused() -> None:
+    """A bundle recorded from a MoE model has no Mamba-2 ops: retargeting it to a hybrid model
+    is an input error naming the bundle and --template (the analytic template replays it)."""
+    from tracesim.catalog import models_dir
+
+    bundle = str(models_dir() / "bundles" / "moe-tiny")
+    args = ["replay", bundle, "--model", NANO, "--cluster", "h100x8", "--tp", "1", "--dp", "8",
+            "--ep", "8", "--micro-batch", "1", "--global-batch", "8", "--seq-len", "1024"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2 and "no Mamba-2 mixer ops" in res.output and bundle in res.output
+    assert CliRunner().invoke(main, args + ["--template", "analytic"]).exit_code == 0

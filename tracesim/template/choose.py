@@ -45,7 +45,9 @@ def choose_template(source: str | Path | None, model: ModelSpec, template: str |
     if template == "analytic":
         return first_principles_template(model, att), warnings
     if source:
-        return template_from_source(source, model), warnings
+        tpl = template_from_source(source, model)
+        _check_hybrid_parts(tpl, model, source)
+        return tpl, warnings
     if default_bundle is not None:
         try:
             stored = _stored_template(str(default_bundle), _files_stamp(default_bundle))
@@ -60,6 +62,21 @@ def choose_template(source: str | Path | None, model: ModelSpec, template: str |
                             f"{default_bundle.name} template does not record; using first "
                             "principles")
     return first_principles_template(model, att), warnings
+
+
+def _check_hybrid_parts(template: LayerTemplate, model: ModelSpec, source: str | Path) -> None:
+    """A hybrid model's layer kinds each need their part in a recorded template (InputError
+    naming the source and the kinds it has no ops for)."""
+    if not model.is_hybrid:
+        return
+    names = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
+    parts = {"M": "mamba", "*": "attn", "-": "mlp", "E": "moe"}
+    have = {o.part for o in template.select("block", "fwd")}
+    lacking = [names[c] for c in sorted(set(model.hybrid_pattern)) if parts[c] not in have]
+    if lacking:
+        raise InputError(f"the template recorded here has no {', '.join(lacking)} ops for "
+                         f"{model.name}'s layers; replay the model with --template analytic",
+                         source, "--template")
 
 
 def _uses(template: LayerTemplate, symbol: str) -> bool:
