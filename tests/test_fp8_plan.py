@@ -83,17 +83,21 @@ def test_bad_plans_exit_2_naming_the_option(extra: list[str], needle: str) -> No
     assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
 
 
-def test_table_cells(tmp_path: Path) -> None:
-    """A table row's fp8_plan and bf16_layers reach its replay; a malformed cell names the
+def test_table_cells_and_recipes(tmp_path: Path) -> None:
+    """The Nemotron 3 Super NVFP4 rows take their recipe's exceptions (recipes.py), a row's
+    own fp8_plan and bf16_layers columns reach its replay, and a malformed cell names the
     file, the row and the column."""
     src = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_bridge_nemotron3.csv"
     got = [opts for _, _, _, _, opts, label, _ in table_rows([src]) if "nvfp4" in label]
-    assert got and all(o["fp8_plan"] == "attn.*=bf16,mamba.out_proj=mxfp8" and
-                       o["bf16_layers"] == "0,14" for o in got)
+    assert len(got) == 4 and all(o["fp8_plan"] == "attn.*=bf16,mamba.out_proj=mxfp8" and
+                                 o["bf16_layers"] == "0,14" and o["mtp_layers"] == 2 for o in got)
     text = src.read_text().splitlines()
-    bad = next(ln for ln in text if ",nvfp4," in ln).replace('"0,14"', '"0,x"')
+    row = next(ln for ln in text if ",nvfp4," in ln)
     t = tmp_path / "t.csv"
-    t.write_text(f"{text[0]}\n{bad}\n")
+    t.write_text(f"{text[0]},fp8_plan,bf16_layers\n{row},moe.*=bf16,\"2,3\"\n")
+    (opts,) = [o for _, _, _, _, o, _, _ in table_rows([t])]
+    assert (opts["fp8_plan"], opts["bf16_layers"]) == ("moe.*=bf16", "2,3")
+    t.write_text(f"{text[0]},bf16_layers\n{row},\"0,x\"\n")
     with pytest.raises(InputError) as exc:
         list(table_rows([t]))
     assert exc.value.where == "row 2: bf16_layers" and str(t) in exc.value.line()

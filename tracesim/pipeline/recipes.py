@@ -46,7 +46,9 @@ from tracesim.specs.textopts import first_last, plan_pairs
 COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
            "r0.2.0-test": "4a82e165124ad4bd2e77155ee8f964f241f0bbbd",
            "v2-configs": "e940d997d7bdb7810f621f5b32bf70255b5aa2d9",
-           "v0.3.0": "21b02e0cfb2f8ff907e0d8baee0c5205876c6812"}
+           "v0.3.0": "21b02e0cfb2f8ff907e0d8baee0c5205876c6812",
+           "v0.3.1": "9c9dd848966322fc3ed7706747ec13219ef49dda",
+           "v0.4.0": "0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e"}
 
 #: GPUs one job uses per GB200 / GB300 NVL72 rack: scripts/performance/utils/executors.py
 #: (v0.2.0) passes ``--segment`` = the largest divisor of the node count up to 18 when a
@@ -289,6 +291,48 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     ("26.02", "DGX-B300", "qwen3-235b-a22b", "fp8-mx"): Recipe(
         f"v0.3.0:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", a2a_overlap=True),
 }
+
+
+def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
+    """Nemotron 3's runs in every release that published them (26.02.01: Nano, v0.3.1's
+    ``nemotron_3_nano_workload_base_configs.py``; 26.04 on: Nano and Super, v0.4.0's
+    ``nemotron_3_workload_base_configs.py`` and ``nemotron_3_llm_pretrain.py``, unchanged
+    for these rows through v0.6.0): HybridEP, ETP 1, no EP overlap; Super two MTP passes, no
+    TP overlap (its recipe sets no comm_overlap), NVFP4 with ``te_quant.cfg`` and the last 14
+    layers in BF16. Blackwell: TE graphs over attn, mamba, router, preprocess, no recompute,
+    but as noted."""
+    g4, base = "te:attn,mamba,moe_router,moe_preprocess", "scripts/performance/configs/nemotronh/"
+    h100 = {"bf16": ("selective:moe,layernorm", "te:attn,mamba"),
+            "fp8-cs": ("selective:moe,layernorm,core_attn,moe_act", "te:mamba")}
+    out = {}
+    for rel in ("26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08"):
+        tag, name = (("v0.3.1", "nemotron_3_nano_workload_base_configs.py") if rel == "26.02.01"
+                     else ("v0.4.0", "nemotron_3_workload_base_configs.py"))
+        for sysn in ("DGX-GB300", "DGX-GB200", "DGX-B300", "DGX-B200", "DGX-H100"):
+            gpu = sysn.removeprefix("DGX-")
+            for prec in (("bf16", "fp8-cs") if gpu == "H100" else ("bf16", "fp8-mx", "nvfp4")):
+                tail = prec.upper().replace("-", "_")
+                rec, graph = h100.get(prec, ("", g4)) if gpu == "H100" else ("", g4)
+                out[(rel, sysn, "nemotron-3-nano", prec)] = Recipe(
+                    f"{tag}:{base}{name}", f"NEMOTRON_3_NANO_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
+                    recompute=rec, cuda_graph=graph, dispatcher="hybridep", etp=1)
+                if rel == "26.02.01" or gpu == "H100":
+                    continue
+                rec = {("B300", "bf16"): "moe_act,layernorm", ("B300", "nvfp4"): "moe_act,layernorm",
+                       ("B200", "bf16"): "moe_act,moe,layernorm,core_attn",
+                       ("B200", "fp8-mx"): "moe_act,layernorm"}.get((gpu, prec), "")
+                nv = prec == "nvfp4"
+                out[(rel, sysn, "nemotron-3-super", prec)] = Recipe(
+                    f"{tag}:{base}{name}", f"NEMOTRON_3_SUPER_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
+                    recompute=f"selective:{rec}" if rec else "",
+                    cuda_graph="" if gpu == "B200" and not nv else g4, dispatcher="hybridep",
+                    etp=1, mtp_layers=2, tp_comm_overlap=False,
+                    fp8_plan="attn.*=bf16,mamba.out_proj=mxfp8" if nv else "",
+                    bf16_layers="0,14" if nv else "")
+    return out
+
+
+RELEASE_RECIPES.update(_nemotron3())
 
 
 def find_recipe(system: str, model: str, precision: str, release: str = "25.11") -> Recipe | None:
