@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracesim.build.schedules import get_schedule
-from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner
+from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner, in_width
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split
 
@@ -123,8 +123,7 @@ def _mamba_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
     """(split, replicated) 2-byte activation elements of one Mamba-2 mixer: the in-projection's
     output (z, x, B, C, dt), the scan's output and the gated norm's (the out-projection's
     input) split over TP; the in-projection's input replicated without SP."""
-    width = 2 * d_inner(model) + 2 * model.mamba_groups * model.mamba_state + model.mamba_heads
-    return 2 * s * b * width + 4 * s * b * d_inner(model), 2 * s * b * model.hidden
+    return 2 * s * b * in_width(model) + 4 * s * b * d_inner(model), 2 * s * b * model.hidden
 
 
 def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:

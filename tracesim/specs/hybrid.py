@@ -42,6 +42,9 @@ from tracesim.strict import get_number, get_str
 #: pattern characters: Mamba-2 mixer, attention, dense MLP, MoE (Megatron's Symbols)
 MAMBA, ATTENTION, MLP, MOE = "M", "*", "-", "E"
 PATTERN_CHARS = (MAMBA, ATTENTION, MLP, MOE)
+#: each kind's template part (:mod:`tracesim.template.resolve`) and its name in messages
+PARTS = {MAMBA: "mamba", ATTENTION: "attn", MLP: "mlp", MOE: "moe"}
+KIND_NAMES = {MAMBA: "Mamba-2 mixer", ATTENTION: "attention", MLP: "MLP", MOE: "MoE"}
 #: the mixer's integer keys and their defaults (0: required)
 MAMBA_KEYS = {"mamba_heads": 0, "mamba_head_dim": 64, "mamba_state": 128, "mamba_groups": 8,
               "mamba_conv": 4, "mamba_chunk": 256}
@@ -102,6 +105,12 @@ def d_inner(model: Any) -> int:
     return int(model.mamba_heads * model.mamba_head_dim)
 
 
+def in_width(model: Any) -> int:
+    """Width of the in-projection's output: z, x (``d_inner`` each), B, C (``groups x
+    state`` each) and dt (one per head)."""
+    return 2 * d_inner(model) + 2 * int(model.mamba_groups * model.mamba_state) + model.mamba_heads
+
+
 def conv_dim(model: Any) -> int:
     """Channels of the causal convolution: x, B and C (``d_inner + 2 groups state``)."""
     return d_inner(model) + 2 * int(model.mamba_groups * model.mamba_state)
@@ -109,10 +118,9 @@ def conv_dim(model: Any) -> int:
 
 def mamba_params(model: Any) -> int:
     """Parameters of one Mamba-2 mixer (module docstring), without its pre-norm."""
-    h, di, cd, nh = model.hidden, d_inner(model), conv_dim(model), model.mamba_heads
-    in_proj = h * (2 * di + 2 * model.mamba_groups * model.mamba_state + nh)
+    h, di, cd = model.hidden, d_inner(model), conv_dim(model)
     conv = cd * model.mamba_conv + cd
-    return in_proj + conv + 3 * nh + di + di * h
+    return h * in_width(model) + conv + 3 * model.mamba_heads + di + di * h
 
 
 def layer_params(model: Any, layer: int, attention: int, mlp: int, norm: int) -> int:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from tracesim.errors import InputError
+from tracesim.specs import hybrid
 from tracesim.specs.model import ModelSpec
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.from_trace import template_from_source
@@ -64,15 +65,19 @@ def choose_template(source: str | Path | None, model: ModelSpec, template: str |
     return first_principles_template(model, att), warnings
 
 
+def _hybrid_kinds_lacking(template: LayerTemplate, model: ModelSpec) -> list[str]:
+    """The names of a hybrid model's layer kinds the template has no ops for."""
+    if not model.is_hybrid:
+        return []
+    have = {o.part for o in template.select("block", "fwd")}
+    return [hybrid.KIND_NAMES[c] for c in sorted(set(model.hybrid_pattern))
+            if hybrid.PARTS[c] not in have]
+
+
 def _check_hybrid_parts(template: LayerTemplate, model: ModelSpec, source: str | Path) -> None:
     """A hybrid model's layer kinds each need their part in a recorded template (InputError
     naming the source and the kinds it has no ops for)."""
-    if not model.is_hybrid:
-        return
-    names = {"M": "Mamba-2 mixer", "*": "attention", "-": "MLP", "E": "MoE"}
-    parts = {"M": "mamba", "*": "attn", "-": "mlp", "E": "moe"}
-    have = {o.part for o in template.select("block", "fwd")}
-    lacking = [names[c] for c in sorted(set(model.hybrid_pattern)) if parts[c] not in have]
+    lacking = _hybrid_kinds_lacking(template, model)
     if lacking:
         raise InputError(f"the template recorded here has no {', '.join(lacking)} ops for "
                          f"{model.name}'s layers; replay the model with --template analytic",
@@ -102,6 +107,5 @@ def missing_features(template: LayerTemplate, model: ModelSpec) -> list[str]:
     if (model.is_moe and not model.is_hybrid and any(not model.moe_layer(i) for i in range(model.layers))
             and not template.select("block", "fwd", ("mlp",))):
         out.append("dense MLP layers")
-    if model.is_hybrid and not template.select("block", "fwd", ("mamba",)):
-        out.append("Mamba-2 mixer layers")
+    out += [f"{kind} layers" for kind in _hybrid_kinds_lacking(template, model)]
     return out

@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from tracesim.ops.dtypes import WIRE_BYTES
+from tracesim.specs import hybrid
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.fp8 import AMAX_SUFFIX
@@ -48,10 +49,6 @@ from tracesim.template.ub_chunks import PIPE_SPLITS, chunk_slowdown
 
 #: duration of one compute op: (op_class, flops, bytes, template op) -> ns
 OpTimeFn = Callable[[str, float, float, TemplateOp, float], int]  # class, flops, bytes, op, units
-
-
-#: the template part of each hybrid layer kind (:mod:`tracesim.specs.hybrid`)
-HYBRID_PARTS = {"M": "mamba", "*": "attn", "-": "mlp", "E": "moe"}
 
 
 def _plan_style(op: TemplateOp, par: ParallelSpec) -> str:
@@ -361,7 +358,7 @@ def resolve_template(
     if model.is_hybrid:
         kinds = sorted(set(model.hybrid_pattern))
         res = dataclasses.replace(res, hybrid=tuple(
-            (c, sec("block", (HYBRID_PARTS[c],), True)) for c in kinds))
+            (c, sec("block", (hybrid.PARTS[c],), True)) for c in kinds))
     if par.mtp_layers:
         pieces = mtp_ops(template, model)
         res = dataclasses.replace(res, mtp_in=of_ops(*pieces["in"], True),
