@@ -343,3 +343,27 @@ def test_distinct_gids_of_shared_links() -> None:
         x = rng.integers(0, k * 7, 5000)
         assert _distinct(x) == np.unique(x).tolist()
     assert _distinct(np.zeros(0, dtype=np.int64)) == []
+
+
+def test_batch_leaves_the_links_its_ended_flows_crossed():
+    """A batch whose flow on link 0 has ended no longer holds link 0: a batch that comes
+    there later finds it free (its own component, a lone batch's known run) and ends as it
+    would alone; the first batch still holds link 1 until its last flow ends."""
+    env = simpy.Environment()
+    net = FlowNetwork(np.array([1.0, 1.0]))
+    net.attach(env)
+    first = net.start(np.array([0, 1, 2]), np.array([0, 1]), np.array([10.0, 100.0]))
+    ends: dict[str, int] = {}
+    first.callbacks.append(lambda _e: ends.__setitem__("first", int(env.now)))
+
+    def later():  # noqa: ANN202
+        yield env.timeout(20)
+        assert net.idle(np.array([0])) and not net.idle(np.array([1]))
+        yield net.start(np.array([0, 1]), np.array([0]), np.array([30.0]))
+        ends["second"] = int(env.now)
+
+    env.process(later())
+    env.run()
+    assert ends == {"first": 100, "second": 50}
+    np.testing.assert_allclose(net.link_bytes, [40.0, 100.0])
+    assert net.idle(np.array([0, 1]))

@@ -420,6 +420,8 @@ class FlowNetwork(LocalUpdates, LazyBatches):
                 np.add.at(link_bytes, links, bytes0[b.lo + rt.e_flow[ent]])
                 np.subtract.at(link_flows, links, 1)
                 shared = shared or bool(link_flows[links].any())
+                if c < b.n_alive:
+                    self._shed(b, links)
             b.n_alive -= c
             if self.record:
                 for slot in (b.lo + np.flatnonzero(d)).tolist():
@@ -433,6 +435,21 @@ class FlowNetwork(LocalUpdates, LazyBatches):
         self._sent.a[fin] += self._rem.a[fin]
         self._rem.a[fin] = 0.0
         return fired, shared
+
+    def _shed(self, b: Batch, ended: np.ndarray) -> None:
+        """Batch ``b`` leaves the links among ``ended`` (links its flows that just ended
+        crossed) that no flow crosses any more: it stays registered only where it may still
+        carry bytes, so a transfer that comes onto those links later finds them free (the
+        fast path, a lone batch's known run) and is not made one max-min component with it."""
+        lf = self.link_flows[ended]
+        if lf.all():
+            return
+        gone = np.unique(ended[lf == 0])
+        self._owners.remove(b.gid, gone)
+        mark = self._visited  # scratch, all False between uses
+        mark[gone] = True
+        b.links = b.links[~mark[b.links]]
+        mark[gone] = False
 
     def _compact(self) -> None:
         """Drop the slots and entries of finished batches; renumber the live ones."""
