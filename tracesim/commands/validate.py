@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tracesim.api import validate_self_replay
+from tracesim.options import NETWORKS
 
 
 @click.group("validate")
@@ -66,10 +67,11 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
 @click.option("--only", default=None, metavar="TEXT",
               help="Replay only the rows whose label contains TEXT (e.g. 'H100', 'deepseek').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-@click.option("--network", type=click.Choice(["flow", "estimate"]), default=None,
+@click.option("--network", type=click.Choice(list(NETWORKS)), default=None,
               help="Network model of every replay (as replay's --network): flow (the default: "
-                   "flow-level max-min sharing) or estimate (each collective's uncongested "
-                   "time: faster, blind to contention).")
+                   "flow-level max-min sharing), flow-relays (flow with every PXN relay's "
+                   "NVLink hop in its flow) or estimate (each collective's uncongested time: "
+                   "faster, blind to contention).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Rows replayed at once, each in its own process (rows still print in "
                    "table order; 'wall s' is each row's own replay time).")

@@ -17,17 +17,29 @@ from tracesim.network.flowstate import ranges
 from tracesim.network.maxmin import max_min_sorted
 from tracesim.network.routing import Router
 from tracesim.network.running import CompiledCollective, CompiledPhase
-from tracesim.network.topology import Topology
+from tracesim.network.topology import KIND_INTRA, Topology
 from tracesim.network.variants import PhaseLatency, build, predicted, shape
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.collectives import AlgorithmParams
 
 
 class Compiler:
-    """Topology, router and compiled collectives of one cluster spec (shared by models)."""
+    """Topology, router and compiled collectives of one cluster spec (shared by models).
 
-    def __init__(self, cluster: ClusterSpec):
+    ``relay_hops``: keep every PXN relay hop in its flow. By default a ring / tree edge or a
+    point-to-point transfer that leaves its node on a NIC another GPU of the node owns
+    (relayed to it over NVLink, as NCCL's PXN does; likewise on the receiving node) is a
+    flow over the NICs and the fabric only; the hop still adds its latency. Its rate is at
+    most the NIC's (1/9 of an H100 NVLink port, 1/18 of a Blackwell one), so the hop cannot
+    slow it unless that many such flows cross one port; what leaving it out drops is that
+    share of the port taken from the other transfers there, and with it the coupling of
+    every tensor-parallel copy of a stage into one max-min component (docs/network.md,
+    "PXN relays"). All-to-alls keep their hops (``Algorithm.relay_hops_in_flow``).
+    """
+
+    def __init__(self, cluster: ClusterSpec, relay_hops: bool = False):
         self.cluster = cluster
+        self.relay_hops = relay_hops
         self.topo = Topology(cluster)
         self.router = Router(self.topo)
         self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
@@ -84,6 +96,8 @@ class Compiler:
             np.cumsum(lens, out=e_ptr[1:])
             e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
             inter, lats = self.router.routes_facts(e_ptr, e_link)
+            if not (algo.relay_hops_in_flow or self.relay_hops) and inter.any():
+                e_ptr, e_link = self._without_relay_hops(e_ptr, e_link, inter)
             eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
             wire = np.asarray(ph.weights, dtype=np.float64) / eff
             lat_inter = float(lats[inter].max()) if inter.any() else 0.0
@@ -133,6 +147,20 @@ class Compiler:
                                             s, proto, msg_bytes)
         return cc
 
+    def _without_relay_hops(self, e_ptr: np.ndarray, e_link: np.ndarray,
+                            inter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The routes (CSR) without the NVLink links of node-crossing routes: their relay
+        hops to and from the rail's NIC (a route that crosses a NIC has no other)."""
+        lens = np.diff(e_ptr)
+        drop = np.repeat(inter, lens) & (self.topo.kind[e_link] == KIND_INTRA)
+        if not drop.any():
+            return e_ptr, e_link
+        keep = ~drop
+        owner = np.repeat(np.arange(len(lens)), lens)
+        out_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner[keep], minlength=len(lens)), out=out_ptr[1:])
+        return out_ptr, e_link[keep]
+
     def _isolated(self, cp: CompiledPhase) -> float:
         """:func:`_isolated_ns_per_byte` of ``cp``, solved once per canonical form."""
         key = _canonical(cp, self.topo.capacity)
@@ -174,18 +202,18 @@ def _isolated_ns_per_byte(cp: CompiledPhase, capacity: np.ndarray) -> float:
     return float(np.max(cp.wire_per_byte[nz] / rates))
 
 
-_SHARED: dict[str, Compiler] = {}
+_SHARED: dict[tuple[str, bool], Compiler] = {}
 _SHARED_MAX = 16
 
 
-def shared(cluster: ClusterSpec) -> Compiler:
+def shared(cluster: ClusterSpec, relay_hops: bool = False) -> Compiler:
     """The shared topology / routes / compiled collectives of a spec (bounded cache)."""
-    key = cluster.key()
+    key = (cluster.key(), relay_hops)
     sh = _SHARED.get(key)
     if sh is None:
         if len(_SHARED) >= _SHARED_MAX:
             _SHARED.pop(next(iter(_SHARED)))
-        sh = _SHARED[key] = Compiler(cluster)
+        sh = _SHARED[key] = Compiler(cluster, relay_hops)
     return sh
 
 

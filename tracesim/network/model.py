@@ -77,6 +77,8 @@ class NetworkModel:
             (:mod:`tracesim.network.fastpath`; the same times, fewer events).
         protocol: the NCCL protocols ring and tree may use (``"LL128"``, ``"LL,Simple"``,
             ``"auto"``; as NCCL_PROTO); default: the spec's ``collectives.protocol``, else all.
+        relay_hops: keep the NVLink hop of a PXN-relayed ring / tree edge or transfer in its flow
+            (default: left out, its latency kept; :class:`~tracesim.network.compiler.Compiler`).
     """
 
     def __init__(
@@ -89,9 +91,10 @@ class NetworkModel:
         keep_records: bool = True,
         fast_path: bool = True,
         protocol: str | Sequence[str] | None = None,
+        relay_hops: bool = False,
     ):
         self.cluster = cluster
-        self._shared = shared(cluster)
+        self._shared = shared(cluster, relay_hops)
         self.topology = self._shared.topo
         self.router = self._shared.router
         self.algo = dict(algo or {})
@@ -211,9 +214,12 @@ class NetworkModel:
             algo = ALGORITHMS["p2p"]
             p = self._shared.params(algo)
             route = self.router.route(src, dst)
-            eff = p.efficiency_inter if self.router.crosses_nic(route) else p.efficiency_intra
+            inter = self.router.crosses_nic(route)
+            eff = p.efficiency_inter if inter else p.efficiency_intra
             assert eff and p.step_latency_us is not None
             lat = p.step_latency_us * 1000.0 + self.router.latency_ns(route)
+            if inter and not (algo.relay_hops_in_flow or self._shared.relay_hops):
+                route = self.router.without_relay_hops(route)  # PXN (Compiler relay_hops)
             cp = CompiledPhase(
                 np.array([0, len(route)], dtype=np.int64), route,
                 np.array([1.0 / eff]), 1, lat,

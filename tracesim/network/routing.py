@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.network.topology import KIND_NIC, Topology
+from tracesim.network.topology import KIND_INTRA, KIND_NIC, Topology
 
 _MASK = (1 << 64) - 1
 
@@ -73,6 +73,12 @@ class Router:
     def crosses_nic(self, route: np.ndarray) -> bool:
         """Whether a route leaves its node (then the inter-node efficiency applies)."""
         return bool(len(route)) and bool((self.topo.kind[route] == KIND_NIC).any())
+
+    def without_relay_hops(self, route: np.ndarray) -> np.ndarray:
+        """A node-crossing route without its NVLink hops (the PXN relays to and from the
+        rail's NIC: such a route has no other intra-node links); see
+        :class:`~tracesim.network.compiler.Compiler` ``relay_hops``."""
+        return route[self.topo.kind[route] != KIND_INTRA]
 
     def routes_facts(self, e_ptr: np.ndarray, e_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`crosses_nic` and :meth:`latency_ns` of many routes at once (CSR: route

@@ -132,7 +132,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
                              f"{cluster.gpus} GPUs", "--cluster")
         graph = comms.graph
         comm = _network(cluster, opts.network, comms.groups)
-        if detail and (opts.network or "flow") == "flow":  # per-link traffic (links.parquet)
+        if detail and opts.network != "estimate":  # per-link traffic (links.parquet)
             from tracesim.report.links import LinkRecorder
 
             recorder = LinkRecorder.install(comm.inner)
@@ -237,7 +237,7 @@ def _network(cluster: Any, network: str | None, groups: Any) -> Any:
     from tracesim.engine.symmetry import EstimateComm
     from tracesim.network.model import NetworkModel
 
-    net = NetworkModel(cluster, keep_records=False)
+    net = NetworkModel(cluster, keep_records=False, relay_hops=network == "flow-relays")
     base = EstimateComm(net) if network == "estimate" else net
     return GroupComm(base, groups)
 

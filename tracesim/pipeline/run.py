@@ -170,11 +170,12 @@ def _comm_model(cluster: ClusterSpec, graph: TaskGraph, network: str, symmetric:
     """(the engine's communication model, the flow network behind it, the link recorder)."""
     from tracesim.engine.symmetry import EstimateComm, SymmetricComm
 
-    net = NetworkModel(cluster, keep_records=False)  # nothing here reads them
+    # nothing here reads the records
+    net = NetworkModel(cluster, keep_records=False, relay_hops=network == "flow-relays")
     base = EstimateComm(net) if network == "estimate" else net
     comm = SymmetricComm(base, graph) if symmetric else base
     recorder = None
-    if detail and network == "flow":
+    if detail and network != "estimate":
         from tracesim.report.links import LinkRecorder
 
         recorder = LinkRecorder.install(net)

@@ -129,6 +129,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     rep = res.get("replay")
     if isinstance(rep, Mapping) and rep.get("network"):
         net = {"flow": "flow-level (max-min link sharing)",
+               "flow-relays": "flow-level (max-min link sharing), PXN relay hops in the flows",
                "estimate": "estimate (uncongested, no contention)"}.get(str(rep["network"]),
                                                                        str(rep["network"]))
         caps = rep.get("nccl_max_ctas") or {}

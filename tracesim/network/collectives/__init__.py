@@ -147,6 +147,11 @@ class Algorithm:
     #: the algorithm whose efficiencies in the cluster spec this one takes when the spec
     #: gives none of its own ("": its own defaults)
     efficiency_as: str = ""
+    #: whether a node-crossing flow relayed over NVLink to its rail's NIC (NCCL's PXN)
+    #: keeps that hop in its flow: False for ring, tree and point-to-point, whose flows
+    #: cross a GPU's port a few at a time, each at most its NIC's rate; all-to-alls keep it
+    #: (up to g - 1 relays per port) (:class:`~tracesim.network.compiler.Compiler`)
+    relay_hops_in_flow: bool = True
 
     def check(self, group: Group, collective: str) -> str | None:
         """None if the algorithm applies to ``collective`` on ``group``, else why not."""

@@ -18,6 +18,8 @@ from tracesim.network.collectives import Algorithm, Group, Phase, register
     step_latency_us=1.0,
 )
 class P2P(Algorithm):
+    relay_hops_in_flow = False
+
     def phases(self, group: Group, collective: str) -> list[Phase]:
         order = group.order
         n = len(order)

@@ -25,6 +25,8 @@ from tracesim.network.collectives import Algorithm, Group, Phase, register
     step_latency_us=0.0,
 )
 class Ring(Algorithm):
+    relay_hops_in_flow = False
+
     def phases(self, group: Group, collective: str) -> list[Phase]:
         n = group.n
         chans = group.channels()

@@ -90,6 +90,8 @@ def tree_height(parents: list[int]) -> int:
     step_latency_us=0.0,
 )
 class Tree(Algorithm):
+    relay_hops_in_flow = False
+
     def check(self, group: Group, collective: str) -> str | None:
         why = super().check(group, collective)
         if why:
