@@ -17,7 +17,7 @@ from tracesim.hardware.device import get_device
 from tracesim.ops.classify import classify
 from tracesim.specs.hybrid import mamba_params
 from tracesim.specs.model import model_from_dict
-from tracesim.specs.parallel import ParallelSpec
+from tracesim.specs.parallel import ParallelSpec, validate_layout
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.resolve import resolve_template
 
@@ -127,8 +127,7 @@ def test_nano_replays_with_its_layouts_and_refuses_what_is_not_modelled() -> Non
                    "--fp8-recipe", "mxfp8"]):
         res = CliRunner().invoke(main, args + extra + ["--json"])
         assert res.exit_code == 0, res.output
-    for extra, needle in ((["--cp", "2"], "cp: context parallelism of Mamba layers"),
-                          (["--tp", "16", "--nodes", "4"], "are not divisible by tp 16")):
+    for extra, needle in ((["--tp", "16", "--nodes", "4"], "are not divisible by tp 16"),):
         res = CliRunner().invoke(main, args + extra)
         assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
 
@@ -175,3 +174,45 @@ def test_a_recorded_template_without_mamba_ops_is_refused() -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2 and "no Mamba-2 mixer ops" in res.output and bundle in res.output
     assert CliRunner().invoke(main, args + ["--template", "analytic"]).exit_code == 0
+
+
+def test_mamba_context_parallel_exchanges() -> None:
+    """CP 2 (Megatron-Core's ``MambaContextParallel``): five all-to-alls of the in-projection's
+    pieces before the convolution, one of the scan's output after it, each of the rank's
+    ``T = s / cp`` tokens at its TP share; the scan's FLOPs per rank as without CP; the same
+    exchanges backward."""
+    m = load_model(NANO)
+    par = ParallelSpec(tp=2, sp=True, pp=1, dp=4, cp=2, ep=8, etp=1, micro_batch=1,
+                       global_batch=64, seq_len=8192)
+    res = resolve_template(first_principles_template(m), m, par, _flat)
+    layer = res.layer(m, 0)
+    comm = {o.name: o for o in layer.fwd if o.kind == "coll" and o.gkind == "cp"}
+    t, eb = 8192 // 2, 2  # the rank's tokens, bf16
+    inner, gn = 64 * 64 // 2, 8 * 128 // 2  # d_inner and G N at TP 2
+    assert {n: o.msg_bytes for n, o in comm.items()} == pytest.approx({
+        "mamba.cp_z": eb * t * inner, "mamba.cp_x": eb * t * inner, "mamba.cp_B": eb * t * gn,
+        "mamba.cp_C": eb * t * gn, "mamba.cp_dt": eb * t * 32, "mamba.cp_y": eb * t * inner})
+    assert all(o.collective == "all_to_all" for o in comm.values())
+    assert sorted(o.name for o in layer.bwd if o.gkind == "cp") == sorted(comm)
+    names = [o.name for o in layer.fwd]
+    assert names.index("mamba.in_proj") < names.index("mamba.cp_z") < names.index("mamba.conv")
+    assert names.index("mamba.ssd") < names.index("mamba.cp_y") < names.index("mamba.gated_norm")
+    # no TP collective between the in-projection and the out-projection: the exchange keeps
+    # the heads' TP split
+    between = names[names.index("mamba.in_proj") + 1:names.index("mamba.out_proj")]
+    assert not [n for n in between if ".tp" in n]
+    flat = resolve_template(first_principles_template(m), m, par.replace(cp=1, dp=8), _flat)
+    scan = [next(o for o in x.layer(m, 0).fwd if o.name == "mamba.ssd") for x in (res, flat)]
+    assert scan[0].flops == pytest.approx(scan[1].flops / 2)  # half the tokens per rank
+
+
+@pytest.mark.parametrize(("changes", "cp", "needle"), [
+    ({}, 16, "cp 16 must divide the Mamba heads per TP rank (8 / tp 1 = 8)"),
+    ({"mamba_heads": 12, "mamba_groups": 3}, 2, "cp 2 and the Mamba groups per TP rank (3 / tp 1 = 3)"),
+])
+def test_mamba_context_parallel_checks(changes: dict, cp: int, needle: str) -> None:
+    m = model_from_dict(_spec(**changes))
+    par = ParallelSpec(tp=1, pp=1, dp=2, cp=cp, ep=2, micro_batch=1, global_batch=4, seq_len=512)
+    with pytest.raises(InputError) as exc:
+        validate_layout(m, par)
+    assert needle in str(exc.value) and exc.value.where == "cp"

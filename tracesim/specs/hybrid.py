@@ -129,3 +129,17 @@ def layer_params(model: Any, layer: int, attention: int, mlp: int, norm: int) ->
     c = layer_char(model, layer)
     mixer = {MAMBA: mamba_params(model), ATTENTION: attention}.get(c, mlp)
     return mixer + norm
+
+
+def check_mamba_cp(heads: int, groups: int, tp: int, cp: int) -> None:
+    """Megatron-Core's Mamba context parallelism (``MambaContextParallel``): every CP rank
+    takes whole heads of its TP rank's share, and whole groups of B and C or a whole number
+    of CP ranks per group (the group's state then repeated on each); InputError naming
+    ``cp`` otherwise."""
+    if (heads // tp) % cp:
+        raise InputError(f"cp {cp} must divide the Mamba heads per TP rank ({heads} / tp {tp} = "
+                         f"{heads // tp}): each CP rank scans whole heads", "layout", "cp")
+    g = groups // tp
+    if g % cp and cp % g:
+        raise InputError(f"cp {cp} and the Mamba groups per TP rank ({groups} / tp {tp} = {g}) "
+                         "must divide one another", "layout", "cp")

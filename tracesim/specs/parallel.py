@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.specs.hybrid import check_mamba_cp
 from tracesim.specs.model import DTYPES, ModelSpec
 from tracesim.specs.names import graph_scopes, recompute_modules
 from tracesim.specs.stages import (
@@ -356,8 +357,7 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         )
     s = par.seq_len
     if par.cp > 1 and model.is_hybrid and "M" in model.hybrid_pattern:
-        raise _err("context parallelism of Mamba layers is not modelled (Megatron-Core moves "
-                   "the mixer's inputs to head-parallel by all-to-all); use cp 1", "cp")
+        check_mamba_cp(model.mamba_heads, model.mamba_groups, par.tp, par.cp)
     if par.cp > 1 and s % (2 * par.cp):
         raise _err(f"seq_len {s} is not divisible by 2 x cp = {2 * par.cp} (ring attention)", "cp")
     if par.sp and s % (t * par.cp):

@@ -106,7 +106,7 @@ def first_principles_template(model: ModelSpec, attention: str = "flash") -> Lay
             if o.name in FORWARD_ONLY:  # HybridEP's routing metadata: reused backward
                 continue
             if o.kind == "comm":
-                if o.group_kind == "ep":  # all-to-all gradients flow back the same way
+                if o.group_kind in ("ep", "cp"):  # all-to-all gradients flow back the same way
                     ops.append(o.replace(phase="bwd"))
                 continue
             ops.append(backward_of(o, flash))

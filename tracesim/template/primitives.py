@@ -20,7 +20,7 @@ T = "(b*s/cp)"
 #: forward (tracesim.template.mamba_ops)
 _BWD_FLOPS = {"gemm": 2.0, "attention": 2.0, "embedding": 0.0, "scan": 2.5}
 _BWD_BYTES = {"gemm": 2.0, "attention": 2.0, "norm": 2.0, "elementwise": 1.5, "softmax": 1.5,
-              "embedding": 2.0, "scan": 2.5}
+              "embedding": 2.0, "scan": 2.5, "memcpy": 1.0}
 
 
 def op(name: str, section: str, op_class: str, flops: str, nbytes: str, out: str,

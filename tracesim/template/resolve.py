@@ -231,7 +231,8 @@ def _resolve_section(
                 if tp > 1 and state == "sharded":
                     fwd.append(_comm(op.name, op.collective, gk, evaluate(op.msg_bytes, env_x), "fwd"))
             else:
-                to_full(i, op.name)
+                if op.group_kind != "cp":  # a Mamba mixer's CP exchange keeps the TP split
+                    to_full(i, op.name)
                 size = {"ep": par.ep, "cp": par.cp, "dp": par.dp}.get(op.group_kind, 1)
                 if size > 1:
                     fwd.append(_comm(op.name, op.collective, op.group_kind, evaluate(op.msg_bytes, env_tp), "fwd",
