@@ -144,3 +144,27 @@ def test_the_last_stages_embedding_copy_is_all_reduced_with_the_first_stage() ->
     # one stage holds the embedding already: nothing to reduce
     one = build(TINY, pp=1, global_batch=4, mtp_layers=1).graph.tasks
     assert not (one["name"].astype(str) == "emb.all_reduce").any()
+
+
+def test_repeated_depths_share_one_modules_parameters() -> None:
+    """``--mtp-repeated`` (Megatron-Core's --mtp-use-repeated-layer): two depths, both run
+    forward and backward, one module's parameters on the stage and in its gradient buckets."""
+    one = build(TINY, pp=2, dp=2, global_batch=8, mtp_layers=1)
+    two = build(TINY, pp=2, dp=2, global_batch=8, mtp_layers=2)
+    rep = build(TINY, pp=2, dp=2, global_batch=8, mtp_layers=2, mtp_repeated=True)
+    assert rep.stage_params == one.stage_params != two.stage_params
+    assert rep.stage_expert_params == one.stage_expert_params
+    t = {k: _stage(b, 2) for k, b in (("two", two), ("rep", rep))}  # ranks 2, 3: the last stage
+    passes = {k: v[v["phase"].astype(str).isin(["fwd", "bwd"])]["dur_ns"].sum() for k, v in t.items()}
+    assert passes["rep"] == passes["two"]  # every depth's forward and backward
+    step = {k: v[~v["phase"].astype(str).isin(["fwd", "bwd"])]["dur_ns"].sum() for k, v in t.items()}
+    assert step["rep"] < step["two"]  # the optimizer: one module's state
+    dp = {k: b.graph.tasks[b.graph.tasks["group_kind"].astype(str).isin(["dp", "dpcp", "edp"])]
+          for k, b in (("one", one), ("two", two), ("rep", rep))}
+    assert dp["rep"]["msg_bytes"].sum() == dp["one"]["msg_bytes"].sum() < dp["two"]["msg_bytes"].sum()
+
+
+def test_repeated_needs_modules() -> None:
+    with pytest.raises(InputError) as e:
+        build(TINY, global_batch=2, mtp_repeated=True)
+    assert e.value.where == "mtp_repeated"

@@ -59,7 +59,11 @@ def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tupl
 
 
 def _mtp_params(sb: _StageBuilder, key: int) -> tuple[float, float]:
-    """(dense params, expert params) of multi-token-prediction module ``key``."""
+    """(dense params, expert params) of multi-token-prediction module ``key``; with
+    ``mtp_repeated`` the depths run the first module's weights, which own them all (their
+    gradients are whole after its backward, the last of the modules')."""
+    if sb.par.mtp_repeated and key != sb.model.layers:
+        return 0.0, 0.0
     secs = sb._mtp_sections(key)
     expert = secs[1].expert_params
     return sum(sec.params for sec in secs) - expert, expert
@@ -157,8 +161,9 @@ def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
             params += sec.params
             expert += sec.expert_params
         for key in sb._mtp(g):
-            params += sum(sec.params for sec in sb._mtp_sections(key))
-            expert += sb.res.layer(sb.model, key).expert_params
+            dense, routed = _mtp_params(sb, key)
+            params += dense + routed
+            expert += routed
         if g == 0:
             params += sb.res.prologue.params
         if g == sb.n_chunks - 1:

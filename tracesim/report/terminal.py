@@ -47,7 +47,7 @@ def headline(res: Mapping[str, Any]) -> str:
                    if k in par and (k in ("tp", "pp", "dp") or par[k] not in (None, 1, 0)
                                     or (k == "etp" and par[k] == 1)))
     if par.get("mtp_layers"):
-        lay += f" MTP{par['mtp_layers']}"
+        lay += f" MTP{par['mtp_layers']}" + (" (one shared layer)" if par.get("mtp_repeated") else "")
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
             f"{res.get('cluster')} ({res.get('gpus')} GPU(s), {res.get('device', '') or '?'})"
             + (f", {lay}" if lay else ""))

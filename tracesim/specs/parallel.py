@@ -91,6 +91,7 @@ class ParallelSpec:
         moe_shared_expert_overlap: shared experts beside the EP all-to-alls (build.shared_overlap).
         mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
             ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
+        mtp_repeated: the MTP depths run one module's weights (``--mtp-use-repeated-layer``).
         first_stage_layers, last_stage_layers: transformer layers of the first / last
             pipeline stage (Megatron's ``decoder_first/last_pipeline_num_layers``); the other
             stages split the rest evenly; 0: not given.
@@ -156,6 +157,7 @@ class ParallelSpec:
     moe_a2a_overlap: bool = False
     moe_shared_expert_overlap: bool = False
     mtp_layers: int = 0
+    mtp_repeated: bool = False
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     stack: str = ""
@@ -322,6 +324,8 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
                    "moe_capacity_factor")
     if par.mtp_layers < 0:
         raise _err(f"must be >= 0, got {par.mtp_layers}", "mtp_layers")
+    if par.mtp_repeated and not par.mtp_layers:
+        raise _err("the MTP depths' shared layer needs --mtp-layers N", "mtp_repeated")
     if par.schedule == "interleaved":
         if par.vpp < 2:
             raise _err(f"the interleaved schedule needs vpp >= 2, got {par.vpp}", "vpp")
@@ -458,6 +462,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         moe_a2a_overlap=bool(get("moe_a2a_overlap", False)),
         moe_shared_expert_overlap=bool(get("moe_shared_expert_overlap", False)),
         mtp_layers=int(get("mtp_layers", 0) or 0),
+        mtp_repeated=bool(get("mtp_repeated", False)),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),
         p2p_blocking=not bool(get("overlap_p2p", not bool(get("p2p_blocking", True)))),
