@@ -85,8 +85,8 @@ class Recipe:
     ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute;
     ``tp_comm_overlap`` / ``overlap_param_gather``: None where the recipe keeps the
     megatron-core default (userbuffers TP overlap with tp > 1; parameter all-gather
-    overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers`` /
-    ``mtp_repeated``: multi-token-prediction layers / depths; ``granularity``: the config sets
+    overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``: MTP
+    layers; ``options``: further replay options (name, value); ``granularity``: the config sets
     ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
     Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
     table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`);
@@ -108,7 +108,7 @@ class Recipe:
     overlap_param_gather: bool | None = None
     pp_layout: str | None = None
     mtp_layers: int = 0
-    mtp_repeated: bool = False
+    options: tuple[tuple[str, object], ...] = ()
     fsdp_notes: str = ""
     granularity: bool = True
     etp: int | None = None
@@ -299,9 +299,9 @@ def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
     ``nemotron_3_nano_workload_base_configs.py``; 26.04 on: Nano and Super, v0.4.0's
     ``nemotron_3_workload_base_configs.py`` and ``nemotron_3_llm_pretrain.py``, unchanged
     through v0.6.0): HybridEP, ETP 1, no EP overlap; Super two MTP passes of one shared layer
-    (``nemotron_3_super.py``: ``mtp_use_repeated_layer``), no TP overlap (no comm_overlap),
-    NVFP4 with ``te_quant.cfg`` and the last 14 layers in BF16. Blackwell: TE graphs over
-    attn, mamba, router, preprocess, no recompute, but as noted."""
+    (``mtp_use_repeated_layer``), router padding for MXFP8 / NVFP4, no TP overlap, NVFP4 with
+    ``te_quant.cfg`` and the last 14 layers in BF16. Blackwell: TE graphs over attn, mamba,
+    router, preprocess, no recompute, but as noted."""
     g4, base = "te:attn,mamba,moe_router,moe_preprocess", "scripts/performance/configs/nemotronh/"
     h100 = {"bf16": ("selective:moe,layernorm", "te:attn,mamba"),
             "fp8-cs": ("selective:moe,layernorm,core_attn,moe_act", "te:mamba")}
@@ -327,7 +327,8 @@ def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
                     f"{tag}:{base}{name}", f"NEMOTRON_3_SUPER_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
                     recompute=f"selective:{rec}" if rec else "",
                     cuda_graph="" if gpu == "B200" and not nv else g4, dispatcher="hybridep",
-                    etp=1, mtp_layers=2, mtp_repeated=True, tp_comm_overlap=False,
+                    etp=1, mtp_layers=2, tp_comm_overlap=False,
+                    options=(("mtp_repeated", True), ("moe_router_padding", prec != "bf16")),
                     fp8_plan="attn.*=bf16,mamba.out_proj=mxfp8" if nv else "",
                     bf16_layers="0,14" if nv else "")
     return out
@@ -460,10 +461,9 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["overlap_param_gather"] = recipe.overlap_param_gather
     if recipe.expert_tp is not None:
         out["etp"] = recipe.expert_tp
-    # activation offloading; multi-token prediction (DeepSeek-V3: ``m``; Super: shared depths)
-    flags = (("cpu_offload_layers", recipe.cpu_offload_layers), ("mtp_layers", recipe.mtp_layers),
-             ("mtp_repeated", recipe.mtp_repeated))
-    out.update((k, v) for k, v in flags if v)
+    # activation offloading; multi-token prediction (DeepSeek-V3: the layout's ``m``)
+    flags = (("cpu_offload_layers", recipe.cpu_offload_layers), ("mtp_layers", recipe.mtp_layers))
+    out.update([*((k, v) for k, v in flags if v), *recipe.options])
     if recipe.dispatcher != "alltoall":  # the flex dispatcher's DeepEP / HybridEP backend
         out["moe_dispatcher"] = recipe.dispatcher
     if recipe.shared_overlap:  # shared experts on their own stream beside the all-to-alls

@@ -43,6 +43,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml, write_yaml
+from tracesim.template.moe_padding import moe_padding
 
 SECTIONS = ("prologue", "block", "epilogue", "optimizer")
 PARTS = ("", "attn", "mlp", "moe", "mamba")
@@ -68,6 +69,8 @@ SYMBOLS: dict[str, str] = {
     "latent": "1 with a latent MoE (projections to and from moe_h), else 0",
     "moe_load": "routed tokens of the busiest expert over the mean (imbalance, capped by capacity)",
     "moe_kept": "share of routed tokens dispatched (1 dropless, capacity factor if below 1)",
+    "moe_pad": "an expert's tokens with their quantization padding over the routed ones",
+    "moe_pad_a2a": "dispatched tokens with the router's quantization padding over the routed ones",
     "a2a_sorted": "1 where the received tokens arrive by source rank (alltoall dispatcher), else 0",
     "hybridep": "1 with the HybridEP dispatcher (routing metadata gathered every forward), else 0",
     "m_inner": "Mamba-2 mixer inner width (heads x head dim; hybrid models, else 0)",
@@ -435,6 +438,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
     from tracesim.specs.model import DTYPE_BYTES
 
     tp = float(par.tp)
+    pad, pad_a2a = moe_padding(model, par)
     return {
         "b": float(par.micro_batch),
         "s": float(par.seq_len),
@@ -453,6 +457,8 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "latent": float(bool(getattr(model, "moe_latent", 0))),
         "moe_load": float(par.moe_load),
         "moe_kept": float(par.moe_kept),
+        "moe_pad": pad,
+        "moe_pad_a2a": pad_a2a,
         "a2a_sorted": float(getattr(par, "moe_dispatcher", "alltoall") == "alltoall"),
         "hybridep": float(getattr(par, "moe_dispatcher", "alltoall") == "hybridep"),
         "m_inner": float(getattr(model, "mamba_heads", 0) * getattr(model, "mamba_head_dim", 0)),

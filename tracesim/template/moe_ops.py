@@ -53,8 +53,8 @@ from tracesim.template.layer import TemplateOp
 from tracesim.template.primitives import T, mlp, norm_op, op, residual
 
 #: routed token copies of a rank's micro-batch, and those its local experts run (gated rank)
-ROUTED = f"{T}*top_k"
-EXPERT_TOKENS = f"{T}*top_k*moe_load/ets"
+ROUTED = f"{T}*top_k*moe_pad_a2a"
+EXPERT_TOKENS = f"{T}*top_k*moe_load*moe_pad/ets"
 #: positive where a rank holds more than one routed expert and receives its tokens by source
 #: rank (``TemplateOp.when``): the flex dispatcher's receive-side permutation orders them by
 #: expert itself (Megatron-Core ``_DeepepManager.get_permuted_hidden_states_by_experts``)
@@ -68,7 +68,7 @@ FORWARD_ONLY = (ROUTE_GATHER, ROUTE_PREP)
 def moe_ops(model: ModelSpec, bias: bool) -> list[TemplateOp]:
     """The forward ops of one MoE layer's MLP part (``part="moe"``)."""
     tk = ROUTED
-    a2a = f"eb*{T}/tps*top_k*moe_h*moe_load"  # the busiest rank's share (its receive side)
+    a2a = f"eb*{T}/tps*top_k*moe_h*moe_load*moe_pad_a2a"  # the busiest rank's receive side
     sort = f"2*eb*{EXPERT_TOKENS}*moe_h"  # read and write the rank's dispatched tokens
     ops = [norm_op("ln2", "block", model, "moe")]
     if model.shared_experts > 0:

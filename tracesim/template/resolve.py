@@ -169,6 +169,7 @@ def _resolve_section(
     # model FLOPs: no split, and the routed tokens of a balanced, dropless router
     env_full = symbol_env(model, par.replace(tp=1, sp=False, cp=1, ep=1, etp=0, moe_imbalance=1.0,
                                              moe_capacity_factor=0.0))
+    env_full.update(moe_pad=1.0, moe_pad_a2a=1.0)  # padding is no model FLOP
     folded = par.expert_tp != par.tp
     env_etp = {**env_tp, "tp": float(par.expert_tp)} if folded else env_tp
     if window > 0:  # a sliding-window layer: ``win`` keys per query
