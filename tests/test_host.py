@@ -109,6 +109,22 @@ def test_moe_replay_is_host_bound_and_graphs_help() -> None:
     assert off.details["stack"].get("host") is None
 
 
+def test_unfused_router_launches_72_kernels_unless_graphed() -> None:
+    """``--no-moe-router-fusion`` (Megatron-Core's default, the Nemotron 3 recipes): NVIDIA's
+    count of 72 router kernels per forward instead of 31; nothing changes where the router's
+    scope is a CUDA graph."""
+    from tracesim.build.host import router_kernels
+
+    assert router_kernels({"router_kernels": 31}, True) == 31
+    assert router_kernels({"router_kernels": 31}, False) == 72
+    assert router_kernels({}, False) == 0  # no megatron-core MoE router
+    fused, unfused = retarget(MOE), retarget({**MOE, "moe_router_fusion": False})
+    assert unfused.iteration_time_s > fused.iteration_time_s
+    graphs = {**MOE, "cuda_graphs": "attn,moe_router,moe_preprocess"}
+    assert retarget({**graphs, "moe_router_fusion": False}).iteration_time_s == \
+        retarget(graphs).iteration_time_s
+
+
 def test_compute_bound_dense_step_does_not_change() -> None:
     dense = {"model": "llama3-8b", "cluster": "h100x8", "dp": 8, "micro_batch": 2,
              "global_batch": 16, "seq_len": 8192}

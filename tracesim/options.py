@@ -191,10 +191,13 @@ class ReplayOptions:
         "and a loss on the last pipeline stage (docs/moe.md). Default 0.", "int", minimum=0,
         metavar="N")
     moe_router_padding: bool | None = _opt(
-        "The router pads each expert's tokens to the FP8 / FP4 grouped GEMMs' alignment "
-        "(Megatron-Core's --moe-router-padding-for-quantization: 16, MXFP8 32, NVFP4 128), so "
-        "the padding is dispatched too; else the experts pad what they receive (docs/moe.md). "
-        "Default off.", "bool")
+        "The router pads each expert's tokens to the FP8 / FP4 GEMMs' alignment (Megatron-Core's "
+        "--moe-router-padding-for-quantization: 16, MXFP8 32, NVFP4 128), the padding dispatched "
+        "too; else the experts pad what they receive (docs/moe.md). Default off.", "bool")
+    moe_router_fusion: bool | None = _opt(
+        "Megatron-Core's fused MoE router (--moe-router-fusion): 31 kernels per forward, 72 "
+        "unfused, which the host launches one by one unless CUDA graphs capture the router "
+        "(docs/stacks.md). Default on.", "bool")
     mtp_repeated: bool | None = _opt(
         "The MTP depths run one module's weights (Megatron-Core's --mtp-use-repeated-layer, "
         "Nemotron 3 Super): its parameters, gradients and optimizer state once. Default off.",
@@ -394,7 +397,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
-              "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding", "cpu_offload_layers", "template", "attention", "compile",
+              "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding", "moe_router_fusion", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32",

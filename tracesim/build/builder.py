@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.build import a2a_overlap, dpsync, shared_overlap
-from tracesim.build.host import HostModel, host_bound
+from tracesim.build.host import HostModel, host_bound, router_kernels
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
@@ -105,7 +105,7 @@ class _StageBuilder:
             self.ring_msg = int(par.micro_batch * (par.seq_len / par.cp) * kv_width / par.tp * self.eb)
         self.host = (HostModel(graphs=par.cuda_graphs,
                                local_experts=max(1, model.experts // par.ep) if model.is_moe else 1,
-                               router_kernels=int(template.meta.get("router_kernels", 0)))
+                               router_kernels=router_kernels(template.meta, par.moe_router_fusion))
                      if par.host_launch else None)
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
         self.shares = op_shares(model) if par.recompute == "op" else {}

@@ -44,11 +44,14 @@ published); and the Mamba-2 chunked scan, five Triton kernels forward and fourte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.mamba_ops import SSD_KERNELS_BWD, SSD_KERNELS_FWD
 from tracesim.template.moe_ops import EXPERT_BIAS
+from tracesim.template.stacks import MCORE_ROUTER_KERNELS_UNFUSED
 
 #: host time per kernel launch, forward and backward threads (us): benchmarks/traces/host_launch.py
 LAUNCH_US_FWD = 37.0
@@ -226,3 +229,11 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> floa
             cols["dur_ns"][chain[target]] += int(round(w))
             total += w
     return total
+
+
+def router_kernels(meta: Mapping[str, Any], fused: bool) -> int:
+    """The router's kernels per forward of a template (``meta["router_kernels"]``, fused: the
+    stack's count) when the run fuses it or not (``--no-moe-router-fusion``: Megatron-Core's
+    unfused router, 72 in NVIDIA's count)."""
+    n = int(meta.get("router_kernels", 0))
+    return n if fused or not n else MCORE_ROUTER_KERNELS_UNFUSED

@@ -298,11 +298,11 @@ def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
     """Nemotron 3's runs in every release that published them (26.02.01: Nano, v0.3.1's
     ``nemotron_3_nano_workload_base_configs.py``; 26.04 on: Nano and Super, v0.4.0's
     ``nemotron_3_workload_base_configs.py`` and ``nemotron_3_llm_pretrain.py``, unchanged
-    through v0.6.0): HybridEP, ETP 1, no EP overlap; Super two MTP passes of one shared layer
-    (``mtp_use_repeated_layer``), router padding for MXFP8 / NVFP4, no TP overlap, NVFP4 with
-    ``te_quant.cfg`` and the last 14 layers in BF16. Blackwell: TE graphs over attn, mamba,
-    router, preprocess, no recompute, but as noted."""
+    through v0.6.0): HybridEP, ETP 1, no EP overlap, the router unfused; Super two MTP passes
+    of one layer, router padding for MXFP8 / NVFP4, no TP overlap, NVFP4 with ``te_quant.cfg``
+    and the last 14 layers in BF16. Blackwell: TE graphs over attn, mamba, router, preprocess."""
     g4, base = "te:attn,mamba,moe_router,moe_preprocess", "scripts/performance/configs/nemotronh/"
+    raw = (("moe_router_fusion", False),)  # nemotron_3_nano.py; Super: Megatron's default
     h100 = {"bf16": ("selective:moe,layernorm", "te:attn,mamba"),
             "fp8-cs": ("selective:moe,layernorm,core_attn,moe_act", "te:mamba")}
     out = {}
@@ -316,7 +316,7 @@ def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
                 rec, graph = h100.get(prec, ("", g4)) if gpu == "H100" else ("", g4)
                 out[(rel, sysn, "nemotron-3-nano", prec)] = Recipe(
                     f"{tag}:{base}{name}", f"NEMOTRON_3_NANO_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
-                    recompute=rec, cuda_graph=graph, dispatcher="hybridep", etp=1)
+                    recompute=rec, cuda_graph=graph, dispatcher="hybridep", etp=1, options=raw)
                 if rel == "26.02.01" or gpu == "H100":
                     continue
                 rec = {("B300", "bf16"): "moe_act,layernorm", ("B300", "nvfp4"): "moe_act,layernorm",
@@ -328,7 +328,7 @@ def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
                     recompute=f"selective:{rec}" if rec else "",
                     cuda_graph="" if gpu == "B200" and not nv else g4, dispatcher="hybridep",
                     etp=1, mtp_layers=2, tp_comm_overlap=False,
-                    options=(("mtp_repeated", True), ("moe_router_padding", prec != "bf16")),
+                    options=(*raw, ("mtp_repeated", True), ("moe_router_padding", prec != "bf16")),
                     fp8_plan="attn.*=bf16,mamba.out_proj=mxfp8" if nv else "",
                     bf16_layers="0,14" if nv else "")
     return out

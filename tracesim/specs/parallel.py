@@ -92,8 +92,8 @@ class ParallelSpec:
         mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
             ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
         mtp_repeated: the MTP depths run one module's weights (``--mtp-use-repeated-layer``).
-        moe_router_padding: the router pads each expert's tokens for quantized grouped GEMMs
-            (``--moe-router-padding-for-quantization``; :mod:`tracesim.template.moe_padding`).
+        moe_router_padding, moe_router_fusion: Megatron-Core's ``--moe-router-padding-for-
+            quantization`` (:mod:`tracesim.template.moe_padding`), ``--moe-router-fusion``.
         first_stage_layers, last_stage_layers: transformer layers of the first / last
             pipeline stage (Megatron's ``decoder_first/last_pipeline_num_layers``); the other
             stages split the rest evenly; 0: not given.
@@ -161,6 +161,7 @@ class ParallelSpec:
     mtp_layers: int = 0
     mtp_repeated: bool = False
     moe_router_padding: bool = False
+    moe_router_fusion: bool = True
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     stack: str = ""
@@ -467,6 +468,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         mtp_layers=int(get("mtp_layers", 0) or 0),
         mtp_repeated=bool(get("mtp_repeated", False)),
         moe_router_padding=bool(get("moe_router_padding", False)),
+        moe_router_fusion=bool(get("moe_router_fusion", True)),
         first_stage_layers=int(get("first_stage_layers", 0)),
         last_stage_layers=int(get("last_stage_layers", 0)),
         p2p_blocking=not bool(get("overlap_p2p", not bool(get("p2p_blocking", True)))),

@@ -89,6 +89,7 @@ STACKS: dict[str, Stack] = {}
 #: Megatron-LM docs/discussions, section 2.1.4; Transformer Engine PR 1883). Other routers
 #: are taken to launch as many (no count published).
 MCORE_ROUTER_KERNELS = 31
+MCORE_ROUTER_KERNELS_UNFUSED = 72
 
 
 def register_stack(stack: Stack) -> Stack:
