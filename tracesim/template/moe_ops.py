@@ -25,14 +25,17 @@ router and the shared experts at ``h``.
 Sizes, with ``T`` a rank's tokens per micro-batch (:data:`tracesim.template.primitives.T`)
 and ``h`` read as ``moe_h`` between the two latent projections:
 
-* dispatch and combine: ``T/tps * top_k * h * eb * moe_load`` bytes per rank and direction
-  (``msg_bytes`` in the nccl-tests convention), forward and backward: each rank sends its own
-  (sequence-parallel) tokens, and the all-to-all ends when the rank with the busiest experts
-  has received its ``moe_load`` times the mean (dispatch) and sent it back (combine), so it
-  is priced at that size (balanced: the mean; a capacity factor below 1: the kept share);
+* dispatch and combine: ``T/tps * top_k * h * eb * moe_load * moe_pad_a2a`` bytes per rank
+  and direction (``moe_pad_a2a``: the router's quantization padding,
+  :mod:`tracesim.template.moe_padding`; ``msg_bytes`` in the nccl-tests convention), forward
+  and backward: each rank sends its own (sequence-parallel) tokens, and the all-to-all ends
+  when the rank with the busiest experts has received its ``moe_load`` times the mean
+  (dispatch) and sent it back (combine), so it is priced at that size (balanced: the mean; a
+  capacity factor below 1: the kept share);
 * the grouped GEMMs run ``experts/ep`` local experts with ``ep * T * top_k / experts *
-  moe_load / ets`` tokens each, ``T * top_k * moe_load / ets`` in all, and read every local
-  expert's weights (``1/tp`` of each, ``tp`` bound to the expert TP degree there);
+  moe_load * moe_pad / ets`` tokens each (``moe_pad``: their quantization padding), ``T *
+  top_k * moe_load * moe_pad / ets`` in all, and read every local expert's weights (``1/tp``
+  of each, ``tp`` bound to the expert TP degree there);
   ``moe_load`` (``--moe-imbalance``, capped by ``--moe-capacity-factor``) is the busiest
   expert's tokens over the mean, so the GEMMs are those of the rank that gates the combine
   all-to-all;

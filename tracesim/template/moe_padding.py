@@ -25,6 +25,7 @@ without quantization and with a capacity factor (a fixed capacity per expert).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 #: Megatron-Core's alignment of an expert's tokens per quantization recipe
@@ -38,6 +39,7 @@ def align_size(par: Any) -> int:
     return ALIGN.get(par.fp8_recipe or "delayed", 16)
 
 
+@lru_cache(maxsize=4096)
 def padded_mean(n: float, p: float, align: int) -> float:
     """``E[ceil(X / align) * align]`` for ``X ~ Binomial(n, p)`` (normal approximation
     summed over the integers within 8 standard deviations)."""
