@@ -118,3 +118,15 @@ def test_cli_network_flow_relays_keeps_the_hops() -> None:
         assert out[net]["replay"]["network"] == net
     text = CliRunner().invoke(cli, [*args, "--network", "flow-relays"], obj={}).output
     assert "PXN relay hops in the flows" in text
+
+
+def test_a_degraded_nvlink_port_keeps_every_hop() -> None:
+    """With an NVLink port at half its rate the relay through it must see that rate: the
+    relayed transfer gpu0 -> gpu9 (over gpu1's NIC) crosses gpu1's degraded down-port."""
+    from tracesim.specs.fabric import parse_link_faults
+
+    c = _cluster().with_fabric(parse_link_faults("gpu1:0.5"))
+    model = NetworkModel(c)
+    assert model._shared.relay_hops
+    assert KIND_INTRA in _kinds(model, model.links_of_p2p(0, 9))
+    assert not NetworkModel(_cluster())._shared.relay_hops

@@ -34,13 +34,18 @@ class Compiler:
     slow it unless that many such flows cross one port; what leaving it out drops is that
     share of the port taken from the other transfers there, and with it the coupling of
     every tensor-parallel copy of a stage into one max-min component (docs/network.md,
-    "PXN relays"). All-to-alls keep their hops (``Algorithm.relay_hops_in_flow``).
+    "PXN relays"). All-to-alls keep their hops (``Algorithm.relay_hops_in_flow``), and every
+    flow keeps them on a cluster with a degraded or failed NVLink / NVSwitch port, whose
+    lower rate a relay through it must see.
     """
 
     def __init__(self, cluster: ClusterSpec, relay_hops: bool = False):
         self.cluster = cluster
-        self.relay_hops = relay_hops
         self.topo = Topology(cluster)
+        t = self.topo
+        intra = t.kind == KIND_INTRA
+        self.relay_hops = relay_hops or bool(
+            (t.capacity[intra] < t.healthy_capacity[intra]).any() or not t.alive[intra].all())
         self.router = Router(self.topo)
         self.compiled: dict[tuple[str, str, tuple[int, ...]], CompiledCollective] = {}
         self.latencies: dict[tuple[str, str, tuple[int, ...]], tuple[PhaseLatency, ...]] = {}
