@@ -199,9 +199,8 @@ class ReplayOptions:
         "unfused, which the host launches one by one unless CUDA graphs capture the router "
         "(docs/stacks.md). Default on.", "bool")
     mtp_repeated: bool | None = _opt(
-        "The MTP depths run one module's weights (Megatron-Core's --mtp-use-repeated-layer, "
-        "Nemotron 3 Super): its parameters, gradients and optimizer state once. Default off.",
-        "bool")
+        "The MTP depths run one module's weights (Megatron-Core's --mtp-use-repeated-layer): "
+        "its parameters, gradients and optimizer state once. Default off.", "bool")
     cpu_offload_layers: int | None = _opt(
         "Activation offloading to host memory (Transformer Engine's CPU offload, Megatron-Core's "
         "--cpu-offloading-num-layers N): the first N layers' saved activations go to the host "

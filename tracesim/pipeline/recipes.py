@@ -90,9 +90,8 @@ class Recipe:
     ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
     Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
     table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`);
-    ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan`` and ``--bf16-layers`` (the modules and
-    layers a low-precision recipe keeps in another precision; Megatron-Bridge's
-    ``te_quant.cfg``, ``first_last_layers_bf16``).
+    ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan`` and ``--bf16-layers`` (modules and layers
+    kept in another precision; Megatron-Bridge's ``te_quant.cfg``, ``first_last_layers_bf16``).
     """
 
     source: str

@@ -82,16 +82,15 @@ class ParallelSpec:
         moe_imbalance: MoE load imbalance, the busiest expert's routed tokens over the mean
             (>= 1); the expert GEMMs of every rank run at that load, since the rank holding
             the busiest expert gates the combine all-to-all (docs/moe.md).
-        moe_capacity_factor: expert capacity in multiples of the mean routed tokens per
-            expert (Megatron's ``--moe-expert-capacity-factor``): tokens beyond it are dropped;
-            0 is dropless (Megatron-Core's default).
+        moe_capacity_factor: expert capacity in mean routed tokens per expert (Megatron's
+            ``--moe-expert-capacity-factor``): tokens beyond it dropped; 0 dropless (default).
         moe_dispatcher: ``alltoall``, ``deepep`` or ``hybridep`` (docs/moe.md, "Dispatchers").
         moe_a2a_overlap: steady-state forward / backward pairs merged, each one's EP
             all-to-alls beside the other's compute (:mod:`tracesim.build.a2a_overlap`).
         moe_shared_expert_overlap: shared experts beside the EP all-to-alls (build.shared_overlap).
-        mtp_layers: multi-token-prediction modules (DeepSeek-V3's MTP, Megatron-Core's
-            ``--mtp-num-layers``) on the last pipeline stage (:mod:`tracesim.template.mtp`).
-        mtp_repeated: the MTP depths run one module's weights (``--mtp-use-repeated-layer``).
+        mtp_layers, mtp_repeated: multi-token-prediction modules on the last pipeline stage
+            (Megatron-Core's ``--mtp-num-layers``, :mod:`tracesim.template.mtp`); the depths
+            running one module's weights (``--mtp-use-repeated-layer``).
         moe_router_padding, moe_router_fusion: Megatron-Core's ``--moe-router-padding-for-
             quantization`` (:mod:`tracesim.template.moe_padding`), ``--moe-router-fusion``.
         first_stage_layers, last_stage_layers: transformer layers of the first / last
