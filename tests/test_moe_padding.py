@@ -80,3 +80,14 @@ def test_router_padding_is_dispatched_and_run_but_no_model_flop() -> None:
     assert padded[("moe.dispatch", "fwd")].msg_bytes == pytest.approx(
         plain[("moe.dispatch", "fwd")].msg_bytes * f)
     assert flops1 == flops0
+
+
+def test_the_memory_estimate_holds_the_padded_tokens() -> None:
+    """The experts' saved activations grow with their padded tokens."""
+    from tracesim.report.memory import layer_activation_bytes
+
+    m = load_model(SUPER)
+    moe_layer = next(i for i in range(m.layers) if m.moe_layer(i))
+    plain = layer_activation_bytes(m, _par(), moe_layer, flash=True)
+    padded = layer_activation_bytes(m, _par(moe_router_padding=True), moe_layer, flash=True)
+    assert padded > plain * 1.05

@@ -23,7 +23,8 @@ latent attention, MoE and context parallelism (the sequence split over ``cp``)::
                or, SwiGLU: 2sbh + 6sbf
     MoE        2sbh (router / shared-expert input) + 6sb (top_k load moe_ffn + shared_ffn)
                (SwiGLU) + 2sbh top_k load (the routed copies, the grouped GEMMs' input:
-               gathered over TP, never split); with ``--etp`` other than TP the routed
+               gathered over TP, never split; ``load`` times their quantization padding,
+               :mod:`tracesim.template.moe_padding`); with ``--etp`` other than TP the routed
                copies and expert features are those of ``ParallelSpec.expert_token_split``
                and the expert TP degree
     norms      4sbh
@@ -54,6 +55,7 @@ from tracesim.build.schedules import get_schedule
 from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner, in_width
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split
+from tracesim.template.moe_padding import moe_padding
 
 GiB = float(1 << 30)
 
@@ -113,7 +115,7 @@ def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
     per_f = 6 if model.activation == "swiglu" else 4  # fc1 output(s) and fc2 input, per feature
     if not model.moe_layer(layer):
         return per_f * s * b * model.ffn_hidden, 2 * sbh, 0.0
-    routed = model.top_k * par.moe_load
+    routed = model.top_k * par.moe_load * moe_padding(model, par)[0]  # with quantization padding
     ets = par.expert_token_split  # 1 unless --etp folds the experts (then fewer tokens, wider)
     f = model.moe_ffn * routed * (par.tp / (ets * par.expert_tp)) + model.shared_ffn
     return per_f * s * b * f, 2 * sbh, 2 * s * b * model.moe_hidden * routed / ets
