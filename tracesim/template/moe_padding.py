@@ -12,7 +12,7 @@ FP8 with tensor-wise scaling, 32 for MXFP8 (``fp8_utils.get_fp8_align_size``), 1
   layer pads, BF16 layers of an NVFP4 run included;
 * **at the experts** otherwise (``TEGroupedMLP``'s ``Fp8Padding``, or the HybridEP / DeepEP
   dispatchers' own padding): each local expert's received tokens are rounded up; only the
-  grouped GEMMs see it.
+  grouped GEMMs see it. Also config-level (``config.fp8 or config.fp4``, ``experts.py``).
 
 With a random routing (``moe_router_force_load_balancing``, which every published benchmark
 recipe sets: random logits, then top-k) the count of one expert among ``n`` routed tokens is
