@@ -91,3 +91,17 @@ def test_the_memory_estimate_holds_the_padded_tokens() -> None:
     plain = layer_activation_bytes(m, _par(), moe_layer, flash=True)
     padded = layer_activation_bytes(m, _par(moe_router_padding=True), moe_layer, flash=True)
     assert padded > plain * 1.05
+
+
+def test_router_padding_without_quantized_experts_is_reported_ignored() -> None:
+    from click.testing import CliRunner
+
+    from tracesim.cli import cli
+
+    args = ["replay", "--model", "qwen3-30b-a3b", "--cluster", "h100x8", "--ep", "8", "--dp", "8",
+            "--global-batch", "8", "--seq-len", "2048", "--moe-router-padding"]
+    bf16 = CliRunner().invoke(cli, args, obj={})
+    fp8 = CliRunner().invoke(cli, [*args, "--dtype", "fp8"], obj={})
+    assert bf16.exit_code == fp8.exit_code == 0
+    assert "--moe-router-padding ignored" in bf16.output
+    assert "--moe-router-padding ignored" not in fp8.output

@@ -45,6 +45,7 @@ from tracesim.template.choose import choose_template
 from tracesim.template.durations import make_op_time
 from tracesim.template.fp8 import fp8_template
 from tracesim.template.layer import LayerTemplate
+from tracesim.template.moe_padding import align_size
 from tracesim.template.stacks import (
     Stack,
     check_stack,
@@ -190,6 +191,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
         warnings.append(f"--moe-a2a-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_a2a_overlap:
         info["overlaps"].append("moe_a2a_overlap")
+    if par.moe_router_padding and not (model.is_moe and align_size(par)):
+        warnings.append("--moe-router-padding ignored: no quantized expert GEMMs to align "
+                        "(a MoE model with --dtype fp8 and no capacity factor)")
     if par.moe_shared_expert_overlap and (why := shared_why_not(par, model)):
         warnings.append(f"--moe-shared-expert-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_shared_expert_overlap:
