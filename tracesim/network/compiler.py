@@ -101,8 +101,8 @@ class Compiler:
             np.cumsum(lens, out=e_ptr[1:])
             e_link = (np.concatenate(ph.routes) if ph.routes else np.zeros(0)).astype(np.int64)
             inter, lats = self.router.routes_facts(e_ptr, e_link)
-            if not (algo.relay_hops_in_flow or self.relay_hops) and inter.any():
-                e_ptr, e_link = self._without_relay_hops(e_ptr, e_link, inter)
+            if self.drops_relay_hops(algo) and inter.any():
+                e_ptr, e_link = self.router.routes_without_relay_hops(e_ptr, e_link, inter)
             eff = np.where(inter, p.efficiency_inter, p.efficiency_intra)
             wire = np.asarray(ph.weights, dtype=np.float64) / eff
             lat_inter = float(lats[inter].max()) if inter.any() else 0.0
@@ -152,19 +152,10 @@ class Compiler:
                                             s, proto, msg_bytes)
         return cc
 
-    def _without_relay_hops(self, e_ptr: np.ndarray, e_link: np.ndarray,
-                            inter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The routes (CSR) without the NVLink links of node-crossing routes: their relay
-        hops to and from the rail's NIC (a route that crosses a NIC has no other)."""
-        lens = np.diff(e_ptr)
-        drop = np.repeat(inter, lens) & (self.topo.kind[e_link] == KIND_INTRA)
-        if not drop.any():
-            return e_ptr, e_link
-        keep = ~drop
-        owner = np.repeat(np.arange(len(lens)), lens)
-        out_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(owner[keep], minlength=len(lens)), out=out_ptr[1:])
-        return out_ptr, e_link[keep]
+    def drops_relay_hops(self, algo: Algorithm) -> bool:
+        """Whether ``algo``'s node-crossing flows leave their PXN relay hops out (class
+        docstring)."""
+        return not (algo.relay_hops_in_flow or self.relay_hops)
 
     def _isolated(self, cp: CompiledPhase) -> float:
         """:func:`_isolated_ns_per_byte` of ``cp``, solved once per canonical form."""

@@ -218,8 +218,8 @@ class NetworkModel:
             eff = p.efficiency_inter if inter else p.efficiency_intra
             assert eff and p.step_latency_us is not None
             lat = p.step_latency_us * 1000.0 + self.router.latency_ns(route)
-            if inter and not (algo.relay_hops_in_flow or self._shared.relay_hops):
-                route = self.router.without_relay_hops(route)  # PXN (Compiler relay_hops)
+            if inter and self._shared.drops_relay_hops(algo):
+                route = self.router.without_relay_hops(route)
             cp = CompiledPhase(
                 np.array([0, len(route)], dtype=np.int64), route,
                 np.array([1.0 / eff]), 1, lat,

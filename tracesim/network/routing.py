@@ -80,6 +80,19 @@ class Router:
         :class:`~tracesim.network.compiler.Compiler` ``relay_hops``."""
         return route[self.topo.kind[route] != KIND_INTRA]
 
+    def routes_without_relay_hops(self, e_ptr: np.ndarray, e_link: np.ndarray,
+                                  inter: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`without_relay_hops` of the routes (CSR, as :meth:`routes_facts`) that
+        ``inter`` marks as crossing a NIC; the others as they are."""
+        lens = np.diff(e_ptr)
+        keep = ~(np.repeat(inter, lens) & (self.topo.kind[e_link] == KIND_INTRA))
+        if keep.all():
+            return e_ptr, e_link
+        owner = np.repeat(np.arange(len(lens)), lens)
+        out_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner[keep], minlength=len(lens)), out=out_ptr[1:])
+        return out_ptr, e_link[keep]
+
     def routes_facts(self, e_ptr: np.ndarray, e_link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`crosses_nic` and :meth:`latency_ns` of many routes at once (CSR: route
         ``i`` is ``e_link[e_ptr[i]:e_ptr[i + 1]]``): a bool and a float array."""
