@@ -219,7 +219,7 @@ def test_fp8_gemms_run_at_the_fp8_rate() -> None:
 
     bf16, fp8 = _built(), _built(dtype="fp8")
     assert fp8.par.fp8_recipe == "current" and fp8.par.fp8_param_gather
-    assert fp8.stack["fp8"] == {"recipe": "current", "param_gather": True}
+    assert fp8.stack["fp8"] == {"recipe": "current", "param_gather": True, "attention": False}
     assert 0.4 < qkv_ns(fp8) / qkv_ns(bf16) < 0.8
     assert any(".fp8_cast" in n for n in _names(fp8))
 

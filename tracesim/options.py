@@ -35,12 +35,12 @@ class Option:
     """What one option is: help text, kind and the values it accepts.
 
     ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int``
-    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``stragglers`` (RANK:FACTOR
-    pairs), ``links`` / ``background`` (repeatable link-fault / background specs,
-    :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``),
-    ``flag`` (``--x`` alone), ``choice`` (``choices``), ``ints`` (a list of integers, as
-    ``7,8x14,7`` on the command line), ``plan`` (module glob -> style). ``group`` orders the
-    options in help and docs: what, where, layout, stack, template, replay.
+    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``stragglers`` (RANK:FACTOR pairs),
+    ``links`` / ``background`` (repeatable link-fault / background specs,
+    :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``), ``flag`` (``--x`` alone),
+    ``choice`` (``choices``), ``ints`` (integers, ``7,8x14,7`` on the command line), ``plan``
+    (module glob -> style). ``group`` orders help and docs: what, where, layout, stack,
+    template, replay.
     """
 
     help: str
@@ -114,8 +114,7 @@ class ReplayOptions:
     etp: int | None = _opt(
         "Expert tensor-parallel degree (Megatron's expert_tensor_parallel_size): the routed "
         "experts use etp x ep x edp ranks of each pipeline stage, MoE parallel folding "
-        "(docs/moe.md). Default: the experts use the TP group and EP the DP ranks.", "int",
-        minimum=1)
+        "(docs/moe.md). Default: the experts use the TP group and EP the DP ranks.", "int", minimum=1)
     sp: bool | None = _opt("Sequence parallelism with TP (default: on for MoE with tp > 1).", "bool")
     vpp: int | None = _opt("Virtual stages (model chunks) per pipeline rank, for the interleaved "
                            "schedule.", "int", minimum=1)
@@ -147,8 +146,7 @@ class ReplayOptions:
         "Transformer layers per pipeline stage, an uneven split (pp numbers, or pp x vpp in model-"
         "chunk order), e.g. 7,8x14,7 (the Llama 3 405B split on 16 stages); the first and the "
         "last entry may be 0 (a stage or chunk that runs only the embedding, or only the "
-        "output layer and loss).", "ints",
-        metavar="N,N,...")
+        "output layer and loss).", "ints", metavar="N,N,...")
     tp_plan: tuple[tuple[str, str], ...] | None = _opt(
         "Overrides of the Megatron column / row rule: module-name glob = colwise | rowwise | "
         "replicate, e.g. 'attn.*=replicate'.", "plan", metavar="GLOB=STYLE,...")
@@ -161,13 +159,11 @@ class ReplayOptions:
                                    "Megatron --overlap-grad-reduce); --no-dp-overlap reduces "
                                    "after it. Default: on.", "bool")
     p2p_blocking: bool | None = _opt("A pipeline pass starts only when the previous pass's send "
-                                     "has completed (Megatron's default schedules). Default: "
-                                     "on.", "bool")
+                                     "has completed (Megatron's default schedules). Default: on.", "bool")
     moe_imbalance: float | None = _opt(
         "MoE load imbalance: the busiest expert's routed tokens over the mean (>= 1); scales "
         "the expert GEMMs of the rank that gates the all-to-all and the all-to-all's size "
-        "(that rank receives and sends back that much). Default 1: balanced.",
-        "float", metavar="X")
+        "(that rank receives and sends back that much). Default 1: balanced.", "float", metavar="X")
     moe_capacity_factor: float | None = _opt(
         "MoE expert capacity in multiples of the mean tokens per expert (tokens beyond it are "
         "dropped). Default: dropless, as Megatron-Core.", "float", metavar="X")
@@ -188,8 +184,7 @@ class ReplayOptions:
     mtp_layers: int | None = _opt(
         "Multi-token prediction modules (DeepSeek-V3's MTP; Megatron-Core's --mtp-num-layers): "
         "each runs one more transformer layer, two norms, a projection, the shared output head "
-        "and a loss on the last pipeline stage (docs/moe.md). Default 0.", "int", minimum=0,
-        metavar="N")
+        "and a loss on the last pipeline stage (docs/moe.md). Default 0.", "int", minimum=0, metavar="N")
     moe_router_padding: bool | None = _opt(
         "The router pads each expert's tokens to the FP8 / FP4 GEMMs' alignment (Megatron-Core's "
         "--moe-router-padding-for-quantization: 16, MXFP8 32, NVFP4 128), the padding dispatched "
@@ -270,6 +265,11 @@ class ReplayOptions:
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
         "for megatron-core with --dtype fp8.", "bool", group="stack")
+    fp8_attention: bool | None = _opt(
+        "With --dtype fp8, the fused attention in FP8 too (Transformer Engine's FP8 dot-product "
+        "attention, Megatron's --fp8-dot-product-attention): cuDNN's FP8 kernels forward and "
+        "backward after casts of Q, K, V and O, dO. Default: off (BF16 attention).", "bool",
+        group="stack")
     host_launch: bool | None = _opt(
         "Model the host that launches the kernels: the GPU waits when the CPU issues kernels "
         "more slowly than they run, and at the MoE dispatcher's device-to-host sync (docs/"
@@ -396,13 +396,13 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
-              "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding", "moe_router_fusion", "cpu_offload_layers", "template", "attention", "compile",
+              "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
+              "moe_router_fusion", "cpu_offload_layers", "template", "attention", "compile",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
-              "grad_reduce_fp32",
-              "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan", "bf16_layers",
-              "fp8_param_gather",
-              "host_launch", "cuda_graphs", "etp")
+              "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",
+              "bf16_layers", "fp8_param_gather", "fp8_attention", "host_launch", "cuda_graphs",
+              "etp")
 
 
 def option_fields() -> list[tuple[str, Option, Any]]:

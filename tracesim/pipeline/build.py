@@ -43,7 +43,7 @@ from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec, parallel_from_options
 from tracesim.template.choose import choose_template
 from tracesim.template.durations import make_op_time
-from tracesim.template.fp8 import fp8_template
+from tracesim.template.fp8 import fp8_template, is_fused_attention
 from tracesim.template.layer import LayerTemplate
 from tracesim.template.moe_padding import align_size
 from tracesim.template.stacks import (
@@ -194,6 +194,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     if par.moe_router_padding and not (model.is_moe and align_size(par)):
         warnings.append("--moe-router-padding ignored: no quantized expert GEMMs to align "
                         "(a MoE model with --dtype fp8 and no capacity factor)")
+    if par.fp8_attention and not any(is_fused_attention(o) for o in template.ops):
+        warnings.append("--fp8-attention ignored: the template has no fused attention to run in "
+                        "FP8 (Transformer Engine's FP8 attention is cuDNN's fused kernel)")
     if par.moe_shared_expert_overlap and (why := shared_why_not(par, model)):
         warnings.append(f"--moe-shared-expert-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_shared_expert_overlap:
@@ -245,7 +248,7 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         template = stack_template(model, stack, options.attention, bool(options.compile))
     if par.dtype == "fp8":
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
-                                par.fp8_plan)
+                                par.fp8_plan, par.fp8_attention)
     return par, stack, template, warnings
 
 

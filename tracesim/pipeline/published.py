@@ -9,7 +9,8 @@ Four table formats are read (the columns decide):
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-B300`` -> ``dgx-b300``, ``DGX-GB200`` -> ``gb200-nvl72``,
   ``DGX-GB300`` -> ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
-  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP);
+  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP;
+  ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
   sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
@@ -185,6 +186,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     }
     if recipe:
         opts["fp8_recipe"] = recipe
+        if flag_cell(row, "fp8_attention", path, k):  # the run's FP8 dot-product attention
+            opts["fp8_attention"] = True
     if vp > 1:
         opts["vpp"] = vp
     split = pipeline_split(spec.layers, pp, max(vp, 1))

@@ -329,4 +329,6 @@ def _fp8_exceptions(fp8: Any) -> str:
     first, last = fp8.get("bf16_layers") or (0, 0)
     if first or last:
         out += f", BF16 layers: first {first}, last {last}"
+    if fp8.get("attention"):
+        out += ", FP8 attention"
     return out

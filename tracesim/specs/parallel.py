@@ -47,8 +47,7 @@ class ParallelSpec:
     """A parallel layout and the training options that shape the per-rank task graphs.
 
     Attributes:
-        tp, pp, dp, cp, ep: parallel degrees (GPU counts per dimension); ``ep`` divides ``dp``
-            (without ``etp``).
+        tp, pp, dp, cp, ep: parallel degrees; ``ep`` divides ``dp`` (without ``etp``).
         etp: expert tensor-parallel degree (Megatron's ``expert_tensor_parallel_size``); 0:
             not given (routed experts split over TP, EP over DP ranks); given: MoE parallel
             folding, ``etp x ep x edp`` ranks of each stage (:mod:`tracesim.specs.placement`).
@@ -64,15 +63,13 @@ class ParallelSpec:
         recompute: activation recomputation ``none`` | ``selective`` | ``full`` | ``op``.
         recompute_modules: with ``selective``, the modules recomputed (Megatron-Core's
             names, :data:`tracesim.specs.names.RECOMPUTE_MODULES`).
-        recompute_layers: with ``full``, only the first N layers of each model chunk
-            (0: all; Megatron's block method).
+        recompute_layers: with ``full``, only the first N layers of each model chunk (0: all).
         dtype: compute dtype ``fp32`` | ``bf16`` | ``fp16`` | ``fp8``.
         stage_layers: optional uneven split, transformer layers per pipeline stage
             (length ``pp``, or ``pp * vpp`` for interleaved, in model-chunk order).
         tp_plan: optional overrides of the Megatron column / row rule, as pairs of
             (module-name glob, ``colwise`` | ``rowwise`` | ``replicate``).
-        bucket_params: DDP gradient bucket size in parameters (0: Megatron's rule,
-            ``max(40e6, 1e6 * dp)``).
+        bucket_params: DDP gradient bucket size in parameters (0: ``max(40e6, 1e6 * dp)``).
         first_bucket_params: size of the first gradient bucket (the last layers' gradients)
             in parameters; 0: the same as the others (PyTorch DDP caps it at 1 MiB).
         p2p_blocking: a pipeline pass starts only when the previous pass's send has
@@ -121,8 +118,8 @@ class ParallelSpec:
             ``delayed``, ``mxfp8`` or ``nvfp4`` (Blackwell); "" for other dtypes.
         host_launch: model the host that launches the kernels (tracesim.build.host).
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
-        fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather (half
-            the bytes of BF16).
+        fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather.
+        fp8_attention: the fused attention runs in FP8 too (:mod:`tracesim.template.fp8`).
         fp8_plan: (module glob, recipe) pairs: the linears a glob matches run that recipe
             (``bf16``: not quantized); the first match wins (:func:`tracesim.template.fp8.fp8_template`).
         bf16_layers: (first, last) transformer layers kept in BF16 under FP8.
@@ -172,6 +169,7 @@ class ParallelSpec:
     comm_interference: bool = False
     fp8_recipe: str = ""
     fp8_param_gather: bool = False
+    fp8_attention: bool = False
     fp8_plan: tuple[tuple[str, str], ...] = ()
     bf16_layers: tuple[int, int] = (0, 0)
     host_launch: bool = False
@@ -480,6 +478,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         comm_interference=bool(get("comm_interference", False)),
         fp8_recipe=str(get("fp8_recipe", "")),
         fp8_param_gather=bool(get("fp8_param_gather", False)),
+        fp8_attention=bool(get("fp8_attention", False)),
         fp8_plan=plan_pairs(get("fp8_plan", ""), "--fp8-plan", ("bf16", *FP8_RECIPES)),
         bf16_layers=first_last(get("bf16_layers", "")),
         host_launch=bool(get("host_launch", False)),

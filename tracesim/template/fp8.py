@@ -59,8 +59,18 @@ are low precision and what the scaling costs.
   parallelism), latency-bound, on the compute stream's critical path. The routed experts'
   grouped linears take their TP-local amax.
 
-Not modelled: the amax-history update of delayed scaling (one small kernel per step), FP8
-attention (``NVTE_FP8_DPA``) and FP8 all-to-all of MoE tokens.
+* with ``attention`` (``--fp8-attention``: Transformer Engine's FP8 dot-product attention,
+  Megatron's ``--fp8-dot-product-attention``, ``NVTE_FP8_DPA``) the fused attention core runs
+  cuDNN's FP8 kernels forward and backward: at the device's FP8 rate with its FP8 attention
+  curve (the profile's ``attention.plateau.fp8``), after casts of its FP8 operands: the
+  forward quantizes Q, K and V, the backward the output and its gradient (O and dO; the
+  results, O forward and dQ, dK, dV backward, stay BF16, as ``NVTE_DPA_FP8CS_O_in_F16``
+  keeps O). The casts cost the bytes per element of the run's recipe above, current
+  scaling's where the linears run a block-scaled recipe (MXFP8, NVFP4: Transformer Engine
+  quantizes the attention per tensor, ``NVTE_DPA_FP8_RECIPE``).
+
+Not modelled: the amax-history update of delayed scaling (one small kernel per step) and FP8
+all-to-all of MoE tokens.
 """
 
 from __future__ import annotations
@@ -100,14 +110,39 @@ def _elems(op: TemplateOp, operand: str) -> str:
     return f"{b}*{m}*{k}" if operand == "a" else f"{b}*{m}*{n}"
 
 
+def is_fused_attention(op: TemplateOp) -> bool:
+    """The fused attention core of a transformer layer (what FP8 attention quantizes)."""
+    return op.op_class == "attention" and op.section == "block" and bool(op.shape)
+
+
+def _fp8_attention(o: TemplateOp, fwd_op: TemplateOp, recipe: str) -> list[TemplateOp]:
+    """The fused attention ``o`` in FP8 after the casts of its FP8 operands (module
+    docstring); ``fwd_op``: its forward op, whose bytes (Q, K, V and O per rank) size them."""
+    per_elem = CAST_BYTES_PER_ELEM[recipe if recipe in ("current", "delayed") else "current"]
+    q = f"({fwd_op.out})/tp"  # Q and O per rank; the op's bytes hold Q, O and every key and
+    # value the kernel reads (all cp ranks' over the ring): the rank casts its own shard
+    n = f"({q} + (({fwd_op.bytes})/eb - 2*{q})/cp)" if o.phase == "fwd" else f"2*{q}"
+    cast = TemplateOp(
+        name=f"{o.module}.fp8_cast", section=o.section, phase=o.phase, op_class="elementwise",
+        flops=f"2*{n}", bytes=f"{per_elem}*{n}", part=o.part, shard=o.shard, out="0",
+        fwd=(o.fwd or o.name) if o.phase == "bwd" else "")
+    return [cast, o.replace(dtype="fp8")]
+
+
 def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
-                 gemm_dtype: str = "fp8", plan: tuple[tuple[str, str], ...] = ()) -> LayerTemplate:
+                 gemm_dtype: str = "fp8", plan: tuple[tuple[str, str], ...] = (),
+                 attention: bool = False) -> LayerTemplate:
     """``template`` with its transformer-layer GEMMs in FP8 (``gemm_dtype``) and the
     quantization kernels of ``recipe`` (module docstring); ``plan``: (module glob, recipe)
     pairs, the first a linear's module matches giving its own recipe (``bf16``: left as it
-    is). The result keeps ``template`` as its ``plain`` (the layers kept in BF16)."""
+    is); ``attention``: the fused attention core in FP8 too. The result keeps ``template``
+    as its ``plain`` (the layers kept in BF16)."""
     ops: list[TemplateOp] = []
+    fwd_attn = {o.module: o for o in template.ops if o.phase == "fwd" and is_fused_attention(o)}
     for o in template.ops:
+        if attention and is_fused_attention(o) and o.kind == "compute" and o.module in fwd_attn:
+            ops += _fp8_attention(o, fwd_attn[o.module], recipe)
+            continue
         rec = next((r for g, r in plan if fnmatch.fnmatchcase(o.module, g)), recipe)
         if not is_fp8_gemm(o) or o.kind != "compute" or rec == "bf16":
             ops.append(o)
@@ -138,7 +173,8 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
     per_param = _WEIGHT_CAST_BYTES.get(recipe) or ("2" if param_gather else "4")
     ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
                           flops="params", bytes=f"{per_param}*params"))
-    meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather}
+    meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather,
+            "fp8_attention": attention}
     tpl = LayerTemplate(tuple(ops), meta, plain=template)
     tpl.check()
     return tpl

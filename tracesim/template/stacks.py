@@ -224,6 +224,8 @@ def check_stack(stack: Stack, par: Any, device: Any) -> None:
     """InputError when ``stack`` cannot run ``par`` on ``device``: FP8 on a stack without
     FP8 kernels, on a device without FP8 tensor cores, or MXFP8 off Blackwell."""
     if par.dtype != "fp8":
+        if par.fp8_attention:
+            raise InputError("FP8 attention needs --dtype fp8", "--fp8-attention")
         return
     if not stack.fp8_recipes:
         raise InputError(f"stack {stack.name} has no FP8 kernels (FP8 needs Transformer Engine or "
@@ -371,7 +373,8 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
     if template.meta.get("compiled") and not recorded:
         out["compiled"] = True
     if par.dtype == "fp8":
-        out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather}
+        out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather,
+                      "attention": par.fp8_attention}
         if par.fp8_plan:
             out["fp8"]["plan"] = {g: r for g, r in par.fp8_plan}
         if any(par.bf16_layers):
