@@ -18,7 +18,8 @@ TABLE_GPT3 = TABLE.with_name("mlperf_training_gpt3_175b.csv")
 
 
 @pytest.mark.parametrize(("table", "n", "systems"), [
-    (TABLE, 14, {"DGX-H100", "DGX-GB200", "DGX-B200"}), (TABLE_8B, 8, {"DGX-B200", "DGX-H100"}),
+    (TABLE, 18, {"DGX-H100", "DGX-GB200", "DGX-GB300", "DGX-B200"}),
+    (TABLE_8B, 14, {"DGX-B200", "DGX-H100", "DGX-GB200", "DGX-GB300"}),
     (TABLE_GPT3, 14, {"DGX-H100", "DGX-B200"})])
 def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: set) -> None:
     rows = list(csv.DictReader(table.open()))
@@ -29,7 +30,9 @@ def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: 
         assert gbs == gpus // (tp * pp * cp) * ga * mbs  # dp x MINIBS, as the logs' global batch
         tokens = gbs * int(r["seq_len"]) / (gpus * step)
         assert tokens == pytest.approx(float(r["tokens_per_s_per_gpu"]), rel=1e-5, abs=0.006)
-        assert r["precision"] in ("fp8-ds", "fp8-cs") and r["release"].startswith("mlperf-")
+        assert r["precision"] in ("fp8-ds", "fp8-cs", "nvfp4") and r["release"].startswith("mlperf-")
+        # FP8 attention (FP8_DPA) only where the linears are quantized
+        assert r["fp8_attention"] in ("", "true")
 
 
 def test_rows_replay_as_their_runs_ran() -> None:
@@ -40,8 +43,12 @@ def test_rows_replay_as_their_runs_ran() -> None:
         # 126 layers on pp 8 x vp 8 with the embedding and the loss counted as layers
         # (the configs' ASYM_PP_EMBED / ASYM_PP_LOSS)
         assert sum(opts["stage_layers"]) == 126 and len(opts["stage_layers"]) == 64
-        assert opts["fp8_recipe"] == ("delayed" if row["precision"] == "fp8-ds" else "current")
+        recipe = {"fp8-ds": "delayed", "fp8-cs": "current", "nvfp4": "nvfp4"}[row["precision"]]
+        assert opts["fp8_recipe"] == recipe
         assert (opts.get("cuda_graphs") == "full_iteration") == bool(row["cuda_graph"])
+        # NVIDIA's NVL72 configs set their slurm segment: 16 trays, 64 GPUs per rack
+        if row["segment"]:
+            assert opts["cluster"].gpus_per_node == 64
         # every submission's NCCL config: data-parallel 8 CTAs, context parallelism 1
         caps = dict(opts["cluster"].collectives.max_ctas)
         assert caps["dpcp"] == 8 and caps["cp"] == 1 and caps["pp"] == 2
@@ -97,3 +104,20 @@ def test_what_if_all_rows_at_the_burst_rate() -> None:
     assert len(means) == 2 and all("1 rows" in line for line in means)
     bad = subprocess.run(run + ["sustained_clock=1.5"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "sustained_clock" in (bad.stdout + bad.stderr)
+
+
+def test_nvidia_8b_rows_run_fp8_attention_where_their_configs_do() -> None:
+    """NVIDIA's v5.1 Llama 3.1 8B runs: the one-tray-pair NVFP4 runs source
+    config_common_fp8attn.sh (FP8_DPA=True) and capture each layer (MCORE_CUDA_GRAPH without
+    FULL_CUDA_GRAPH); the FP8 runs keep BF16 attention and capture the whole iteration."""
+    fmt, rows = read_table(TABLE_8B)
+    seen = 0
+    for k, row in enumerate(rows):
+        if not row["system"].startswith("DGX-GB"):
+            continue
+        opts, _, _ = row_options(fmt, row, TABLE_8B, k)
+        fp4 = row["precision"] == "nvfp4"
+        assert opts.get("fp8_attention", False) == fp4 and (row["gpus"] == "8") == fp4
+        assert opts["cuda_graphs"] == ("attn,mlp" if fp4 else "full_iteration")
+        seen += 1
+    assert seen == 6

@@ -66,6 +66,14 @@ SUBMISSIONS = [
     ("v5.1", f"Cisco/results/hpf_n{n}", "Cisco/benchmarks/llama31_8b/implementations/nemo",
      f"config_DGXH100_{n}x8x", "DGX-H100") for n in (8, 16)
 ] + [
+    ("v5.1", f"NVIDIA/results/{site}_ngpu{n}_ngc25.09_nemo", "NVIDIA/benchmarks/llama31_8b/implementations/nemo",
+     "", system) for site, system in (("tyche", "DGX-GB200"), ("theia", "DGX-GB300")) for n in (8, 72, 512)
+] + [
+    ("v5.1", f"NVIDIA/results/{site}_ngpu{n}_ngc25.09_nemo",
+     f"NVIDIA/benchmarks/llama31_405b/implementations/{site}_ngpu{n}_ngc25.09_nemo", "", system)
+    for site, n, system in (("tyche", 512, "DGX-GB200"), ("theia", 512, "DGX-GB300"),
+                            ("hsg", 2560, "DGX-GB200"), ("hsg", 5120, "DGX-GB200"))
+] + [
     ("v4.1", f"NVIDIA/results/eos_n{n}_ngc24.09_nemo", f"NVIDIA/benchmarks/gpt3/implementations/eos_n{n}_ngc24.09_nemo",
      f"config_DGXH100_{n}x8x", "DGX-H100") for n in (32, 64)
 ] + [
@@ -102,10 +110,10 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
                    "University-of-Florida/benchmarks/llama31_8b/implementations/b200_nemo",
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu256_ngc25.04_nemo":
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo"}
-PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs"}
+PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
-           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "step_s", "release",
-           "note"]
+           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention",
+           "segment", "step_s", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
 
@@ -139,7 +147,8 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
         if src:
             out.update(_exports(repo, folder, src.group(1), seen))
             continue
-        m = re.match(r"\s*export\s+(\w+)=\"?([^\"#\s]*)\"?", line)
+        m = (re.match(r"\s*export\s+(\w+)=(\$\(\(.*\)\))\s*$", line)
+             or re.match(r"\s*export\s+(\w+)=\"?([^\"#\s]*)\"?", line))
         if m:
             dflt = re.fullmatch(r"\$\{\w+:=([^}]*)\}", m.group(2))  # "${MINIBS:=128}"
             out[m.group(1)] = dflt.group(1) if dflt else m.group(2)
@@ -154,6 +163,33 @@ def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
         return fallback
     m = re.search(rf"oc\.env:{var},([^}}]+)\}}", _git(repo, "show", f"HEAD:{path}"))
     return m.group(1).strip() if m else fallback
+
+
+def _readme_config(repo: Path, results: str, bench: str) -> str:
+    """The config file the submission's own README (``README-<results folder>.md`` in one of
+    its benchmark's implementation folders) names for the run; "" without such a README."""
+    org, name = results.split("/", 1)[0], results.rsplit("/", 1)[1]
+    impls = f"{org}/benchmarks/{bench}/implementations"
+    for folder in _files(repo, impls):
+        readme = f"{folder}/README-{name}.md"
+        if readme in _files(repo, folder):
+            named = set(re.findall(r"config_[\w.-]+?\.sh", _git(repo, "show", f"HEAD:{readme}")))
+            if len(named) != 1:
+                raise SystemExit(f"{readme}: expected one config, found {sorted(named)}")
+            return named.pop()
+    return ""
+
+
+def _arith(text: str, env: dict[str, str]) -> str:
+    """A config's ``$(( ... ))`` value with the variables it names (``SEGMENT``); the
+    text as it is otherwise."""
+    m = re.fullmatch(r"\$\(\((.*)\)\)", text.strip())
+    if not m:
+        return text
+    expr = re.sub(r"[A-Za-z_]\w*", lambda v: env.get(v.group(0), "x"), m.group(1))
+    if not re.fullmatch(r"[\d\s()+*/-]+", expr):
+        raise SystemExit(f"cannot evaluate {text!r}")
+    return str(int(eval(expr.replace("/", "//"))))  # digits and operators only
 
 
 def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
@@ -198,10 +234,15 @@ def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
 
 
 def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: str) -> dict:
-    configs = [f.rsplit("/", 1)[1] for f in _files(repo, impl)
-               if f.rsplit("/", 1)[1].startswith(prefix) and "fp4" not in f]
+    bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
+    named = _readme_config(repo, results, bench)
+    if named:  # the README's config, from the implementation folder that holds the configs
+        configs = [named] if f"{impl}/{named}" in _files(repo, impl) else []
+    else:
+        configs = [f.rsplit("/", 1)[1] for f in _files(repo, impl)
+                   if f.rsplit("/", 1)[1].startswith(prefix) and "fp4" not in f]
     if len(configs) != 1:
-        raise SystemExit(f"{impl}: expected one {prefix}* config, found {configs}")
+        raise SystemExit(f"{impl}: expected one {named or prefix + '*'} config, found {configs}")
     env = _exports(repo, impl, configs[0])
     m = re.match(r"config_\w+?_(\d+)x(\d+)x(\d+)x", configs[0])
     assert m is not None
@@ -213,7 +254,6 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     mbs = int(env["MICRO_BATCH_SIZE"])
     gpus = nodes * per_node
     dp = gpus // (tp * pp * cp)
-    bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
     model, _, seq = BENCHMARKS[bench]
     gbs_all, steps = set(), []
     logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
@@ -225,14 +265,21 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
         raise SystemExit(f"{results}: global batch {gbs_all} is not dp {dp} x MINIBS {minibs}")
     gbs = dp * minibs
     step = statistics.median(steps)
-    graph = ("local:full_iteration" if env.get("FULL_CUDA_GRAPH", "").lower() in ("1", "true") else
-             "te:attn,mlp" if env.get("LAYER_CUDA_GRAPH", "").lower() in ("1", "true") else "")
-    recipe = env.get("FP8_RECIPE", "delayed") if env.get("FP8", "").lower() == "true" else ""
+    on = {k for k, v in env.items() if v.lower() in ("1", "true")}
+    # Megatron-Core's CUDA graphs (MCORE_CUDA_GRAPH): the whole iteration with FULL_CUDA_GRAPH,
+    # else each transformer layer (``cuda_graph_scope`` "full"); TE's per-layer ones
+    graph = ("local:full_iteration" if "FULL_CUDA_GRAPH" in on else
+             "te:attn,mlp" if "LAYER_CUDA_GRAPH" in on else
+             "local:attn,mlp" if "MCORE_CUDA_GRAPH" in on else "")
+    recipe = (env.get("FP4_RECIPE", "nvfp4") if "FP4" in on else
+              env.get("FP8_RECIPE", "delayed") if "FP8" in on else "")
     return {"system": system, "model": model, "gpus": gpus,
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
             "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2),
-            "cuda_graph": graph, "max_ctas": _max_ctas(repo, impl, env), "step_s": round(step, 6),
+            "cuda_graph": graph, "max_ctas": _max_ctas(repo, impl, env),
+            "fp8_attention": "true" if "FP8_DPA" in on else "",
+            "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
             "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
