@@ -18,7 +18,7 @@ TABLE_GPT3 = TABLE.with_name("mlperf_training_gpt3_175b.csv")
 
 
 @pytest.mark.parametrize(("table", "n", "systems"), [
-    (TABLE, 18, {"DGX-H100", "DGX-GB200", "DGX-GB300", "DGX-B200"}),
+    (TABLE, 20, {"DGX-H100", "DGX-H200", "DGX-GB200", "DGX-GB300", "DGX-B200"}),
     (TABLE_8B, 14, {"DGX-B200", "DGX-H100", "DGX-GB200", "DGX-GB300"}),
     (TABLE_GPT3, 14, {"DGX-H100", "DGX-B200"})])
 def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: set) -> None:

@@ -74,6 +74,9 @@ SUBMISSIONS = [
     for site, n, system in (("tyche", 512, "DGX-GB200"), ("theia", 512, "DGX-GB300"),
                             ("hsg", 2560, "DGX-GB200"), ("hsg", 5120, "DGX-GB200"))
 ] + [
+    ("v5.1", f"Nebius/results/nebius_h200_n{n}", f"Nebius/benchmarks/llama31_405b/implementations/nebius_h200_n{n}",
+     "", "DGX-H200") for n in (64, 128)
+] + [
     ("v4.1", f"NVIDIA/results/eos_n{n}_ngc24.09_nemo", f"NVIDIA/benchmarks/gpt3/implementations/eos_n{n}_ngc24.09_nemo",
      f"config_DGXH100_{n}x8x", "DGX-H100") for n in (32, 64)
 ] + [
