@@ -26,7 +26,7 @@ grouped expert GEMMs, all-to-all dispatch and combine, load imbalance) in
 from __future__ import annotations
 
 from tracesim.specs.model import ModelSpec
-from tracesim.template.attention_ops import attention_ops
+from tracesim.template.attention_ops import CP_MERGE, attention_ops, cp_merge_backward_bytes
 from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.mamba_ops import mamba_ops
 from tracesim.template.moe_ops import FORWARD_ONLY, moe_ops
@@ -109,7 +109,10 @@ def first_principles_template(model: ModelSpec, attention: str = "flash") -> Lay
                 if o.group_kind in ("ep", "cp"):  # all-to-all gradients flow back the same way
                     ops.append(o.replace(phase="bwd"))
                 continue
-            ops.append(backward_of(o, flash))
+            bwd = backward_of(o, flash)
+            if o.name == CP_MERGE:  # the gradients the ring accumulates, not the output
+                bwd = bwd.replace(bytes=cp_merge_backward_bytes(model))
+            ops.append(bwd)
     ops.append(TemplateOp("optimizer.step", "optimizer", "opt", "optimizer", flops="12*params",
                           bytes="params*(28+eb)"))
     meta = {"source": "first-principles", "family": model.family, "attention": attention}

@@ -18,6 +18,18 @@ all-gathered (one all-gather of ``q_lora + kv_lora + qk_rope`` per token, the ``
 qk_dim``) and ``kv_up`` (``kv_lora -> heads * (qk_nope + v_dim)``), which split the heads
 over TP like the rest of the attention. Without query compression (``q_lora_rank`` 0) a
 column-parallel ``q`` projection reads the hidden state instead.
+
+Context parallelism (``cp`` > 1) runs the fused core as ring attention, Transformer Engine's
+``AttnFuncWithCPAndKVP2P``: one kernel per step (the cost model prices them at their keys
+per query, :func:`tracesim.template.resolve._timed`) and after each a merge of the step's
+partial result, ``attn.cp_merge`` (memory-bound; only where cp > 1): forward the output
+corrected by the step's log-sum-exp (``flash_attn_fwd_out_correction``: read the step's
+output, read and write the running one; the first step writes it, ``..._init``: 2 passes;
+a step from a higher rank covers half the queries), backward the query gradient and the
+key / value gradients accumulated per step (``bwd_dq_update`` / ``bwd_dkv_update``: copy,
+then add). Over the ranks' mix of full and half steps that is ``2 + 2.25 (cp - 1)`` passes
+over the rank's output (forward) or its query plus local key and value gradients (backward).
+The ring splits the merges with the kernels, one after each step.
 """
 
 from __future__ import annotations
@@ -34,6 +46,22 @@ def attention_ops(model: ModelSpec, bias: bool, rotary: bool, flash: bool) -> li
     return _gqa_ops(model, bias, rotary, flash)
 
 
+#: ring attention's merge of each step's partial result (module docstring)
+CP_MERGE = "attn.cp_merge"
+#: passes over the merged tensor, summed over the steps of a ring of ``cp`` (module docstring)
+_CP_PASSES = "(2 + 2.25*(cp - 1))"
+
+
+def cp_merge_backward_bytes(model: ModelSpec) -> str:
+    """Bytes of the backward's merges: the rank's query gradient and its own keys' and
+    values' gradients, :data:`_CP_PASSES` times (module docstring)."""
+    if model.is_mla:
+        qk, kv = "heads*qk_dim", "b*s*heads*(qk_dim + v_dim)"
+    else:
+        qk, kv = "qd", "2*b*s*kvh"
+    return f"eb*{_CP_PASSES}*({T}*{qk} + {kv}/cp)/tp"
+
+
 def _core(flash: bool, qk: str, v: str, k_elems: str, v_elems: str) -> list[TemplateOp]:
     """Scores and context over ``win`` (flash) or ``s`` (unfused) keys per query; ``qk`` and
     ``v`` are the query/key and value widths summed over heads, ``k_elems`` and ``v_elems``
@@ -44,7 +72,10 @@ def _core(flash: bool, qk: str, v: str, k_elems: str, v_elems: str) -> list[Temp
         kv = f"2*{k_elems}" if k_elems == v_elems else f"{k_elems} + {v_elems}"
         return [op("attn.core", "block", "attention", flops, f"eb*({q_o} + {kv})/tp",
                    f"{T}*{v}", part="attn", shard="feature", recompute=True, causal=True,
-                   shape=f"b*heads/tp, s/cp, win, {qk}/heads")]
+                   shape=f"b*heads/tp, s/cp, win, {qk}/heads"),
+                op(CP_MERGE, "block", "elementwise", f"3*{_CP_PASSES}*{T}*{v}/tp",
+                   f"eb*{_CP_PASSES}*{T}*{v}/tp", f"{T}*{v}", part="attn", shard="feature",
+                   recompute=True, when="cp - 1")]
     probs = f"heads*{T}*s/tp"  # attention probabilities: T = b s / cp queries x s keys
     return [
         op("attn.scores", "block", "attention", f"2*{T}*s*{qk}/tp",

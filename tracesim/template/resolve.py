@@ -141,14 +141,22 @@ def _ub_role(op: TemplateOp, style: str) -> str:
 def _timed(op: TemplateOp, env: Mapping[str, float], flops: float) -> tuple[TemplateOp, float]:
     """``op`` as the duration function sees it, and the FLOPs its kernel runs: the shape
     evaluated to numbers; a causal fused attention over the full sequence runs half of the
-    ``T x s`` square its ``flops`` count (the keys per query of its shape halved too)."""
-    frac = 0.5 if op.causal and env["win"] >= env["s"] else 1.0
+    ``T x s`` square its ``flops`` count (the keys per query of its shape halved too). Under
+    context parallelism the rank runs it as ring attention's ``cp`` kernels (Transformer
+    Engine's ``AttnFuncWithCPAndKVP2P`` on the load-balanced chunks ``r`` and ``2cp-1-r``),
+    each on 1/cp of the FLOPs: the diagonal step causal over the rank's own chunks (``s/(2cp)``
+    keys per query on average), the steps from lower ranks its queries against half a chunk
+    pair (``s/(2cp)`` keys), the steps from higher ranks half its queries against a whole pair
+    (``s/cp``): ranks average half of each. Their time is the FLOPs at the harmonic mean of the
+    keys per query, ``2 s / (3 cp + 1)`` (``s/2`` at cp 1), the length the shape carries."""
+    causal = op.causal and env["win"] >= env["s"]
+    frac = 0.5 if causal else 1.0
     parts = shape_parts(op.shape)
     if not parts:
         return op, flops * frac
     vals = [max(evaluate(p, env), 1.0) for p in parts]
     if op.op_class == "attention":
-        vals[2] = max(vals[2] * frac, 1.0)
+        vals[2] = max(vals[2] * (2.0 / (3.0 * env["cp"] + 1.0) if causal else 1.0), 1.0)
     return op.replace(shape=",".join(f"{v:.6g}" for v in vals)), flops * frac
 
 
