@@ -155,9 +155,9 @@ class ReplayOptions:
     first_bucket_params: int | None = _opt("Size of the first gradient bucket in parameters "
                                            "(PyTorch DDP caps it at 1 MiB); default: as the "
                                            "others.", "int", minimum=1)
-    dp_overlap: bool | None = _opt("Reduce gradient buckets during the backward pass (DDP, "
-                                   "Megatron --overlap-grad-reduce); --no-dp-overlap reduces "
-                                   "after it. Default: on.", "bool")
+    dp_overlap: bool | None = _opt("Reduce gradient buckets during the backward pass (DDP, Megatron "
+                                   "--overlap-grad-reduce); --no-dp-overlap reduces after it. "
+                                   "Default: on.", "bool")
     p2p_blocking: bool | None = _opt("A pipeline pass starts only when the previous pass's send "
                                      "has completed (Megatron's default schedules). Default: on.", "bool")
     moe_imbalance: float | None = _opt(
@@ -199,9 +199,8 @@ class ReplayOptions:
     cpu_offload_layers: int | None = _opt(
         "Activation offloading to host memory (Transformer Engine's CPU offload, Megatron-Core's "
         "--cpu-offloading-num-layers N): the first N layers' saved activations go to the host "
-        "after their forward and come back before their backward, at the cluster spec's "
-        "host_link rates (docs/stacks.md). Needs pp 1 and no recomputation.", "int", minimum=1,
-        metavar="N")
+        "after their forward and come back before their backward, at the cluster spec's host_link "
+        "rates (docs/stacks.md). Needs pp 1 and no recomputation.", "int", minimum=1, metavar="N")
     first_stage_layers: int | None = _opt(
         "Transformer layers of the first pipeline stage (Megatron's decoder_first_pipeline_"
         "num_layers); the stages without a given count split the rest evenly.", "int",
@@ -267,9 +266,7 @@ class ReplayOptions:
         "for megatron-core with --dtype fp8.", "bool", group="stack")
     fp8_attention: bool | None = _opt(
         "With --dtype fp8, the fused attention in FP8 too (Transformer Engine's FP8 dot-product "
-        "attention, Megatron's --fp8-dot-product-attention): cuDNN's FP8 kernels forward and "
-        "backward after casts of Q, K, V and O, dO. Default: off (BF16 attention).", "bool",
-        group="stack")
+        "attention, Megatron's --fp8-dot-product-attention). Default: off.", "bool", group="stack")
     host_launch: bool | None = _opt(
         "Model the host that launches the kernels: the GPU waits when the CPU issues kernels "
         "more slowly than they run, and at the MoE dispatcher's device-to-host sync (docs/"
@@ -281,41 +278,43 @@ class ReplayOptions:
         "graph launch on the host instead of its kernels. Default: none.", "str",
         group="stack", metavar="SCOPES")
     # the layer template
-    template: str | None = _opt("Layer template: 'analytic' (first principles) or a bundle, "
-                                "trace or workload to take it from (default: the source, else "
-                                "the model family's stored bundle).", group="template",
-                                metavar="analytic|PATH")
-    attention: str | None = _opt("Attention kernel of the analytic template: flash (the fused "
-                                 "kernel the device profile was calibrated on), flash2 "
-                                 "(FlashAttention-2, as PyTorch SDPA and flash-attn 2 run on "
-                                 "Hopper) or unfused (2021-era softmax kernels).", "choice",
-                                 group="template", choices=ATTENTION)
-    compile: bool | None = _opt("torch.compile the transformer blocks (torchtitan's "
-                                "--training.compile): Inductor fuses each eager elementwise "
-                                "chain (RMSNorm, SwiGLU, rotary) into one kernel; nothing "
-                                "changes for stacks whose kernels are fused. Default: off.",
-                                "flag", group="template")
+    template: str | None = _opt(
+        "Layer template: 'analytic' (first principles) or a bundle, trace or workload to take it "
+        "from (default: the source, else the model family's stored bundle).", group="template",
+        metavar="analytic|PATH")
+    attention: str | None = _opt(
+        "Attention kernel of the analytic template: flash (the fused kernel the device profile "
+        "was calibrated on), flash2 (FlashAttention-2, as PyTorch SDPA and flash-attn 2 run on "
+        "Hopper) or unfused (2021-era softmax kernels).", "choice", group="template",
+        choices=ATTENTION)
+    compile: bool | None = _opt(
+        "torch.compile the transformer blocks (torchtitan's --training.compile): Inductor fuses "
+        "each eager elementwise chain (RMSNorm, SwiGLU, rotary) into one kernel; nothing changes "
+        "for stacks whose kernels are fused. Default: off.", "flag", group="template")
+    cross_entropy_fusion: bool | None = _opt(
+        "The fused vocab-parallel cross-entropy (Megatron's --cross-entropy-loss-fusion); off: "
+        "fp32 softmax, loss and gradient kernels. Default: the stack's.", "bool", group="template")
     # the replay itself
     retarget: str | None = _opt(
         "How a recorded source is replayed elsewhere: trace (its own kernels, scaled to the "
-        "target device, and its collectives re-timed on the target network) or template (a "
-        "layer template built into the model's layout; needs a model spec). Default: template "
-        "when the source has a model spec or a layout flag other than --dp is given, else "
-        "trace.", "choice", group="replay", choices=("trace", "template"))
-    network: str | None = _opt("Network model: flow (flow-level max-min sharing of links; in a "
-                               "symmetry-reduced replay the absent ranks' copies load the links "
-                               "they share), flow-relays (flow with the NVLink hop of every PXN "
-                               "relay in its flow: slower at scale; docs/network.md, 'PXN "
-                               "relays') or estimate (each collective's uncongested time, "
-                               "faster, blind to contention). Default: flow.", "choice",
-                               group="replay", choices=NETWORKS)
+        "target device, and its collectives re-timed on the target network) or template (a layer "
+        "template built into the model's layout; needs a model spec). Default: template when the "
+        "source has a model spec or a layout flag other than --dp is given, else trace.",
+        "choice", group="replay", choices=("trace", "template"))
+    network: str | None = _opt(
+        "Network model: flow (flow-level max-min sharing of links; in a symmetry-reduced replay "
+        "the absent ranks' copies load the links they share), flow-relays (flow with the NVLink "
+        "hop of every PXN relay in its flow: slower at scale; docs/network.md, 'PXN relays') or "
+        "estimate (each collective's uncongested time, faster, blind to contention). Default: "
+        "flow.", "choice", group="replay", choices=NETWORKS)
     full: bool = _opt("Simulate every rank (no symmetry reduction).", "flag", group="replay",
                       default=False)
     strict: bool = _opt("Error (not warn) when the layout does not fit in the device's memory.",
                         "flag", group="replay", default=False)
-    per_op: bool | None = _opt("Keep one task per template op in a full replay (default: when "
-                               "writing a result directory); otherwise runs of compute tasks "
-                               "are merged, which changes no time.", "flag", group="replay")
+    per_op: bool | None = _opt(
+        "Keep one task per template op in a full replay (default: when writing a result "
+        "directory); otherwise runs of compute tasks are merged, which changes no time.", "flag",
+        group="replay")
     straggler: tuple[tuple[int, float], ...] | None = _opt(
         "Slow ranks: RANK:FACTOR pairs, e.g. 17:1.3 (rank 17's compute and host tasks take 1.3x "
         "as long). Every rank is then simulated; the report gives the impact on the iteration "
@@ -329,21 +328,21 @@ class ReplayOptions:
                             minimum=0)
     degrade_link: tuple[str, ...] | None = _opt(
         "A degraded or failed link: NAME:FACTOR (0.5: half its bandwidth, 0: failed), NAME as "
-        "gpuN, gpuA-gpuB, nicN, leafL.up[J], spineS or spineS.up[M] (docs/network.md, "
-        "'Degraded links and background traffic'); repeatable or comma-separated. Failed "
-        "links are routed around. Every rank is then simulated; the report gives the impact "
-        "against the healthy fabric.", "links", group="replay", metavar="NAME:FACTOR")
+        "gpuN, gpuA-gpuB, nicN, leafL.up[J], spineS or spineS.up[M] (docs/network.md, 'Degraded "
+        "links and background traffic'); repeatable or comma-separated. Failed links are routed "
+        "around. Every rank is then simulated; the report gives the impact against the healthy "
+        "fabric.", "links", group="replay", metavar="NAME:FACTOR")
     nccl_max_ctas: str | None = _opt(
         "NCCL's CTA (channel) cap per communicator, as Megatron-Core's --nccl-communicator-"
         "config-path sets it: NAME=COUNT pairs (dp_cp=8,cp=1,pp=2) or that YAML file; over the "
         "cluster spec's collectives.max_ctas (docs/network.md, 'CTA caps per communicator').",
         group="where", metavar="NAME=N,...|YAML")
     background: tuple[str, ...] | None = _opt(
-        "Traffic from outside the job on the same fabric (repeatable): a second job's "
-        "collective, e.g. all_reduce:size=1G:nodes=8-15:every=20ms, shared max-min with the "
-        "job's flows, or a constant-rate load, e.g. load:fraction=0.3:on=fabric (docs/"
-        "network.md, 'Degraded links and background traffic'). Every rank is then simulated.", "background",
-        group="replay", metavar="SPEC")
+        "Traffic from outside the job on the same fabric (repeatable): a second job's collective, "
+        "e.g. all_reduce:size=1G:nodes=8-15:every=20ms, shared max-min with the job's flows, or a "
+        "constant-rate load, e.g. load:fraction=0.3:on=fabric (docs/network.md, 'Degraded links "
+        "and background traffic'). Every rank is then simulated.",
+        "background", group="replay", metavar="SPEC")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -398,6 +397,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
               "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
               "moe_router_fusion", "cpu_offload_layers", "template", "attention", "compile",
+              "cross_entropy_fusion",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",

@@ -54,6 +54,7 @@ from tracesim.template.stacks import (
     stack_defaults,
     stack_info,
     stack_template,
+    with_cross_entropy,
 )
 
 
@@ -228,7 +229,8 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
     ``eager``; else the stack's kernels (on a GPU they replace the stored eager CPU op list,
     docs/stacks.md); FP8 adds its GEMMs and casts (:mod:`tracesim.template.fp8`)."""
     recorded = bool(source) or options.template not in (None, "analytic")
-    stack = get_stack(options.stack or default_stack(device, recorded))
+    stack = with_cross_entropy(get_stack(options.stack or default_stack(device, recorded)),
+                               options.cross_entropy_fusion)
     par = par.replace(**stack_defaults(stack, par, options.given(), device))
     check_stack(stack, par, device)
     warnings: list[str] = []
@@ -239,6 +241,7 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         src = Path(str(template.meta.get("source") or "a bundle")).name
         unused = [f"--attention {options.attention}"] if options.attention else []
         unused += ["--compile"] if options.compile else []
+        unused += ["--cross-entropy-fusion"] if options.cross_entropy_fusion is not None else []
         if unused and template.meta.get("source") != "first-principles":
             verb = "are" if len(unused) > 1 else "is"
             warnings.append(f"{' and '.join(unused)} {verb} not used: the template's ops are "

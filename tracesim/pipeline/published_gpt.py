@@ -69,7 +69,9 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     megatron-core stack, micro-batch 1, the distributed optimizer, the interleaved schedule
     with pipeline parallelism, gradients reduced in fp32 (Megatron-LM's default with bf16:
     ``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``, which the table
-    does not name)."""
+    does not name) and the unfused cross-entropy (Megatron-LM's default: the
+    ``--cross-entropy-loss-fusion`` flag, opt-in since 2024-06, is not among the flags the
+    table names)."""
     system = system_cell(row, path, k)
     tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
     h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
@@ -83,7 +85,7 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
         "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": int_cell(row, "global_batch", path, k),
         "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
-        "zero": 1, "grad_reduce_fp32": True}
+        "zero": 1, "grad_reduce_fp32": True, "cross_entropy_fusion": False}
     if pp > 1:
         opts["schedule"] = "interleaved"
     return opts

@@ -220,6 +220,17 @@ def stack_defaults(stack: Stack, par: Any, given: Any, device: Any) -> dict[str,
     return out
 
 
+def with_cross_entropy(stack: Stack, fused: bool | None) -> Stack:
+    """``stack`` with its cross-entropy fused or not (``--cross-entropy-fusion``; None: as
+    the stack runs it): Megatron's fused vocab-parallel kernels or its fp32 softmax, loss and
+    gradient (``VocabParallelCrossEntropy``, Megatron-LM's default)."""
+    if fused is None or fused == stack.fused_ce:
+        return stack
+    label = ("fused vocab-parallel cross-entropy" if fused
+             else "vocab-parallel cross-entropy (fp32 softmax)")
+    return dataclasses.replace(stack, fused_ce=fused, kernels={**stack.kernels, "cross_entropy": label})
+
+
 def check_stack(stack: Stack, par: Any, device: Any) -> None:
     """InputError when ``stack`` cannot run ``par`` on ``device``: FP8 on a stack without
     FP8 kernels, on a device without FP8 tensor cores, or MXFP8 off Blackwell."""
