@@ -53,6 +53,8 @@ class Stack:
             eager PyTorch runs them as several kernels, each a pass over the tensor).
         fused_ce: cross-entropy as one fused kernel pair (Transformer Engine / Megatron's
             fused vocab-parallel cross-entropy) instead of an fp32 softmax, loss and backward.
+        megatron_ce: unfused, Megatron's ``VocabParallelCrossEntropy`` (:func:`_kernel`);
+            else the template's fp32 log-softmax and loss (PyTorch's ``cross_entropy``).
         sp_regather: with sequence parallelism a column-parallel linear keeps its input
             sharded and all-gathers it again in the backward (Megatron-Core, TE).
         fp8_recipes: FP8 recipes it runs, the first the default; () = no FP8.
@@ -72,6 +74,7 @@ class Stack:
     act_passes: float = 1.0
     rope_passes: float = 1.0
     fused_ce: bool = False
+    megatron_ce: bool = False
     sp_regather: bool = False
     fp8_recipes: tuple[str, ...] = ()
     defaults: Callable[[Any, Any], dict[str, Any]] = field(default=lambda par, dev: {})
@@ -139,7 +142,8 @@ def _eager(par: Any, dev: Any) -> dict[str, Any]:
 
 register_stack(Stack(
     "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
-    sp_regather=True, fused_ce=True, fp8_recipes=("current", "delayed", "mxfp8", "nvfp4"),
+    sp_regather=True, fused_ce=True, megatron_ce=True,
+    fp8_recipes=("current", "delayed", "mxfp8", "nvfp4"),
     mcore_paths=True,
     defaults=_megatron_core,
     kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
@@ -148,7 +152,7 @@ register_stack(Stack(
              "optimizer": "distributed fused Adam (multi-tensor)"}))
 register_stack(Stack(
     "megatron-2021", "Megatron-LM 2021 (Narayanan et al., SC'21)", attention="unfused",
-    defaults=_megatron_2021,
+    megatron_ce=True, defaults=_megatron_2021,
     kernels={"norm": "apex fused LayerNorm", "activation": "fused bias-GeLU",
              "rotary": "-", "cross_entropy": "vocab-parallel cross-entropy (fp32 softmax)",
              "optimizer": "apex FusedAdam (multi-tensor)"}))
@@ -163,7 +167,7 @@ register_stack(Stack(
              "optimizer": "fused AdamW over FSDP2 shards"}))
 register_stack(Stack(
     "deepspeed", "Megatron-DeepSpeed with ZeRO-1", act_passes=5 / 3, rope_passes=3.0,
-    fp8_recipes=("delayed", "current"), defaults=_deepspeed,
+    fp8_recipes=("delayed", "current"), megatron_ce=True, defaults=_deepspeed,
     kernels={"norm": "fused LayerNorm/RMSNorm", "activation": "eager SwiGLU (fused bias-GeLU)",
              "rotary": "eager rotary", "cross_entropy": "vocab-parallel cross-entropy",
              "optimizer": "DeepSpeed FusedAdam over ZeRO-1 shards"}))
@@ -356,6 +360,13 @@ def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
         # the backward scales that gradient by the loss's (a read and a write)
         passes = 3 if o.phase == "fwd" else 2
         return o.replace(bytes=f"{passes}*eb*(b*s/cp)*vocab/tp")
+    if o.module == "loss" and o.kind == "compute" and stack.megatron_ce:
+        # VocabParallelCrossEntropy on fp32 logits, bytes per logit: forward the cast (eb in,
+        # 4 out), the max (4), the max subtracted in place (8), exp in place (8), the sum (4)
+        # and the softmax divided in place (8); backward the softmax scaled by the loss's
+        # gradient in place (8) and its cast back (4 in, eb out)
+        per = "(eb + 36)" if o.phase == "fwd" else "(eb + 12)"
+        return o.replace(bytes=f"{per}*(b*s/cp)*vocab/tp")
     return o
 
 
