@@ -19,7 +19,7 @@ TABLE_GPT3 = TABLE.with_name("mlperf_training_gpt3_175b.csv")
 
 @pytest.mark.parametrize(("table", "n", "systems"), [
     (TABLE, 20, {"DGX-H100", "DGX-H200", "DGX-GB200", "DGX-GB300", "DGX-B200"}),
-    (TABLE_8B, 14, {"DGX-B200", "DGX-H100", "DGX-GB200", "DGX-GB300"}),
+    (TABLE_8B, 29, {"DGX-B200", "DGX-B300", "DGX-H100", "DGX-H200", "DGX-GB200", "DGX-GB300"}),
     (TABLE_GPT3, 14, {"DGX-H100", "DGX-B200"})])
 def test_tokens_per_gpu_are_the_logged_step_times(table: Path, n: int, systems: set) -> None:
     rows = list(csv.DictReader(table.open()))
@@ -113,7 +113,7 @@ def test_nvidia_8b_rows_run_fp8_attention_where_their_configs_do() -> None:
     fmt, rows = read_table(TABLE_8B)
     seen = 0
     for k, row in enumerate(rows):
-        if not row["system"].startswith("DGX-GB"):
+        if not row["note"].startswith("NVIDIA "):
             continue
         opts, _, _ = row_options(fmt, row, TABLE_8B, k)
         fp4 = row["precision"] == "nvfp4"
@@ -121,3 +121,18 @@ def test_nvidia_8b_rows_run_fp8_attention_where_their_configs_do() -> None:
         assert opts["cuda_graphs"] == ("attn,mlp" if fp4 else "full_iteration")
         seen += 1
     assert seen == 6
+
+
+def test_rows_read_from_the_logs_printed_config() -> None:
+    """The other submitters' 8B rows come from the resolved config their logs print: the
+    layout, NVFP4 with FP8 attention where the run set them, Megatron-Core's graphs by scope
+    (``full``: each layer), no NCCL caps where the submission ships no communicator file."""
+    fmt, rows = read_table(TABLE_8B)
+    logged = [(k, r) for k, r in enumerate(rows) if "printed config" in r["note"]]
+    assert len(logged) == 15
+    for k, row in logged:
+        opts, _, _ = row_options(fmt, row, TABLE_8B, k)
+        assert opts.get("fp8_attention", False) == (row["precision"] == "nvfp4")
+        assert row["cuda_graph"] in ("", "local:full_iteration", "local:attn,mlp")
+    systems = {r["system"] for _, r in logged}
+    assert systems == {"DGX-B200", "DGX-B300", "DGX-GB300", "DGX-H200"}

@@ -288,6 +288,92 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
 
 
+#: (release, results folder) of submissions read from the configuration their logs print (the
+#: resolved NeMo config, one ``key: value`` per line): the other submitters of v5.1's 8B
+LOGGED = [("v5.1", r) for r in (
+    "Verda/results/b200_8x8_ngc25.09", "Dell/results/2xXE9680Lx8B200-SXM-180GB",
+    "Dell/results/2xXE9685Lx8B200-SXM-180GB", "Dell/results/1xXE9780x8B300-SXM-270GB",
+    "Oracle/results/1xBM.GPU.B200.8", "Oracle/results/8xBM.GPU.B200.8",
+    "Lambda/results/gb300_n18_ngc25.04_nemo", "Nebius/results/nebius_b200_n1",
+    "Nebius/results/nebius_b200_n2", "Nebius/results/nebius_b200_n4", "Nebius/results/nebius_b300_n1",
+    "HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09", "Supermicro/results/AS-4126GS-NBR-LCC",
+    "Supermicro/results/AS-8126GS-NB3RT", "Supermicro/results/SYS-422GS-NBRT-LCC")]
+#: the systems' accelerator (``systems/<results folder>.json``) -> table system; first match
+ACCELERATORS = (("GB300", "DGX-GB300"), ("GB200", "DGX-GB200"), ("B300-SXM", "DGX-B300"),
+                ("B200-SXM", "DGX-B200"), ("H200-SXM", "DGX-H200"), ("H100-SXM", "DGX-H100"))
+FP8_RECIPES = {"tensorwise": "fp8-cs", "delayed": "fp8-ds"}
+
+
+def _logged_config(text: str) -> dict[str, str]:
+    """The first value of each key of the resolved config a log prints (``0:   key: value``)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*\d*:?\s{2,}([a-z_0-9]+):\s*(\S.*?)\s*$", line)
+        if m and ":::MLLOG" not in line:
+            out.setdefault(m.group(1), m.group(2))
+    return out
+
+
+def _nccl_caps(repo: Path, org: str, bench: str, cfg_path: str) -> str:
+    """``max_ctas`` of the communicator file the run names, found among the submitter's files
+    for the benchmark; "" when it ships none."""
+    name = cfg_path.rsplit("/conf/", 1)[-1] if "/conf/" in cfg_path else ""
+    files = _git(repo, "ls-tree", "-r", "--name-only", "HEAD", f"{org}/benchmarks/{bench}/").split()
+    hits = [f for f in files if name and f.endswith("/conf/" + name)]
+    if not hits:
+        return ""
+    data = yaml.safe_load(_git(repo, "show", f"HEAD:{hits[0]}")) or {}
+    return " ".join(f"{k}={v['max_ctas']}" for k, v in data.items() if "max_ctas" in v)
+
+
+def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b") -> dict:
+    """A row from the logs alone: the layout and settings of the config they print, the
+    system of the submission's system description, the step time as :func:`row` reads it."""
+    org, name = results.split("/", 1)[0], results.rsplit("/", 1)[1]
+    desc = _git(repo, "show", f"HEAD:{org}/systems/{name}.json")
+    acc = re.search(r'"accelerator_model_name"\s*:\s*"([^"]*)"', desc)
+    system = next((s for key, s in ACCELERATORS if acc and key in acc.group(1)), None)
+    if system is None:
+        raise SystemExit(f"{results}: accelerator {acc.group(1) if acc else '?'} has no system")
+    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
+    cfg = _logged_config(_git(repo, "show", f"HEAD:{logs[0]}"))
+    num = {k: int(cfg[k]) if cfg.get(k, "null").isdigit() else 1 for k in (
+        "num_nodes", "devices", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+        "context_parallel_size", "virtual_pipeline_model_parallel_size", "micro_batch_size",
+        "global_batch_size")}
+    model, _, seq = BENCHMARKS[bench]
+    steps, gbs_all = [], set()
+    for f in logs:
+        gbs, times, _ = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
+        gbs_all.add(gbs)
+        steps += times
+    gpus, gbs = num["num_nodes"] * num["devices"], num["global_batch_size"]
+    tp, pp, cp, mbs = (num[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                        "context_parallel_size", "micro_batch_size"))
+    dp = gpus // (tp * pp * cp)
+    if gbs_all != {gbs} or gbs % (dp * mbs):
+        raise SystemExit(f"{results}: global batch {gbs_all} against the config's {gbs} (dp {dp})")
+    on = {k for k in ("fp8", "fp4", "fp8_dot_product_attention", "external_cuda_graph",
+                      "enable_cuda_graph") if cfg.get(k, "").lower() in ("true", "1")}
+    precision = ("nvfp4" if "fp4" in on else FP8_RECIPES[cfg.get("fp8_recipe", "delayed")] if "fp8" in on
+                 else "bf16")
+    scope = cfg.get("cuda_graph_scope", "")
+    graph = ("local:full_iteration" if "enable_cuda_graph" in on and scope == "full_iteration" else
+             "local:attn,mlp" if "enable_cuda_graph" in on else
+             "te:attn,mlp" if "external_cuda_graph" in on else "")
+    step = statistics.median(steps)
+    vp = num["virtual_pipeline_model_parallel_size"]
+    return {"system": system, "model": model, "gpus": gpus, "precision": precision, "gbs": gbs,
+            "mbs": mbs, "seq_len": seq, "fsdp": 0, "tp": tp, "pp": pp, "cp": cp,
+            "vp": vp if vp > 1 else "", "ep": 1, "ga": gbs // (dp * mbs),
+            "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2), "cuda_graph": graph,
+            "max_ctas": _nccl_caps(repo, org, bench, cfg.get("nccl_communicator_config_path", "")),
+            "fp8_attention": "true" if "fp8_dot_product_attention" in on else "",
+            "segment": "", "step_s": round(step, 6), "release": f"mlperf-{release}",
+            "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
+                    f"{len(logs)} runs"}
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("v5_0", type=Path, help="git directory of mlcommons/training_results_v5.0")
@@ -303,6 +389,7 @@ def main(argv: list[str]) -> int:
     repos = {"v5.0": args.v5_0, "v5.1": args.v5_1, "v3.1": args.v3_1, "v4.0": args.v4_0,
              "v4.1": args.v4_1}
     rows = [row(repos[rel], rel, *rest) for rel, *rest in SUBMISSIONS if repos[rel] is not None]
+    rows += [logged_row(repos[rel], rel, results) for rel, results in LOGGED if repos[rel] is not None]
     for model, name, _ in BENCHMARKS.values():
         if not any(r["model"] == model for r in rows):
             continue
