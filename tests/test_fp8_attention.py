@@ -91,3 +91,14 @@ def test_the_cli_flag_and_report() -> None:
     assert "FP8 attention" in out.output
     bad = CliRunner().invoke(main, args[:-3] + ["--fp8-attention"])
     assert bad.exit_code == 2 and "--fp8-attention" in bad.output
+
+
+def test_with_context_parallelism_the_ring_holds_the_casts() -> None:
+    """Under CP the casts run inside ring attention's core: the ring's key / value sends are
+    the same with FP8 attention as without (one ring per layer and pass)."""
+    def sends(**kw: object) -> int:
+        res = predict(None, ReplayOptions.from_mapping({**BASE, "dp": 4, "cp": 2, **kw}), detail=True)
+        t = res.graph.tasks
+        return int(((t["kind"] == "send") & (t["group_kind"] == "cp") & (t["rank"] == 0)).sum())
+
+    assert sends(fp8_attention=True) == sends() > 0

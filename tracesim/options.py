@@ -311,10 +311,9 @@ class ReplayOptions:
                       default=False)
     strict: bool = _opt("Error (not warn) when the layout does not fit in the device's memory.",
                         "flag", group="replay", default=False)
-    per_op: bool | None = _opt(
-        "Keep one task per template op in a full replay (default: when writing a result "
-        "directory); otherwise runs of compute tasks are merged, which changes no time.", "flag",
-        group="replay")
+    per_op: bool | None = _opt("Keep one task per template op in a full replay (default: when "
+                               "writing a result directory); otherwise runs of compute tasks "
+                               "are merged, which changes no time.", "flag", group="replay")
     straggler: tuple[tuple[int, float], ...] | None = _opt(
         "Slow ranks: RANK:FACTOR pairs, e.g. 17:1.3 (rank 17's compute and host tasks take 1.3x "
         "as long). Every rank is then simulated; the report gives the impact on the iteration "

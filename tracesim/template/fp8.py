@@ -122,10 +122,11 @@ def _fp8_attention(o: TemplateOp, fwd_op: TemplateOp, recipe: str) -> list[Templ
     q = f"({fwd_op.out})/tp"  # Q and O per rank; the op's bytes hold Q, O and every key and
     # value the kernel reads (all cp ranks' over the ring): the rank casts its own shard
     n = f"({q} + (({fwd_op.bytes})/eb - 2*{q})/cp)" if o.phase == "fwd" else f"2*{q}"
+    # part of the core as recomputation and ring attention see it (one run of ops)
     cast = TemplateOp(
         name=f"{o.module}.fp8_cast", section=o.section, phase=o.phase, op_class="elementwise",
         flops=f"2*{n}", bytes=f"{per_elem}*{n}", part=o.part, shard=o.shard, out="0",
-        fwd=(o.fwd or o.name) if o.phase == "bwd" else "")
+        recompute=o.recompute, fwd=(o.fwd or o.name) if o.phase == "bwd" else "")
     return [cast, o.replace(dtype="fp8")]
 
 
