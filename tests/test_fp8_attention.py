@@ -102,3 +102,12 @@ def test_with_context_parallelism_the_ring_holds_the_casts() -> None:
         return int(((t["kind"] == "send") & (t["group_kind"] == "cp") & (t["rank"] == 0)).sum())
 
     assert sends(fp8_attention=True) == sends() > 0
+
+
+def test_a_table_row_with_fp8_attention_but_no_fp8_is_bad_input(tmp_path) -> None:  # noqa: ANN001
+    table = tmp_path / "runs.csv"
+    table.write_text("system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,"
+                     "tokens_per_s_per_gpu,fp8_attention\n"
+                     "DGX-B200,llama3-8b,8,bf16,16,2,8192,0,1,1,1,,1,1,30000,true\n")
+    out = CliRunner().invoke(main, ["validate", "published", str(table)])
+    assert out.exit_code == 2 and "fp8_attention" in out.output and "Traceback" not in out.output

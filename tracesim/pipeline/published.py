@@ -186,8 +186,11 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     }
     if recipe:
         opts["fp8_recipe"] = recipe
-        if flag_cell(row, "fp8_attention", path, k):  # the run's FP8 dot-product attention
-            opts["fp8_attention"] = True
+    if flag_cell(row, "fp8_attention", path, k):  # the run's FP8 dot-product attention
+        if not recipe:
+            raise InputError(f"FP8 attention needs an FP8 or NVFP4 precision, not {prec}", path,
+                             f"row {k + 2}: fp8_attention")
+        opts["fp8_attention"] = True
     if vp > 1:
         opts["vpp"] = vp
     split = pipeline_split(spec.layers, pp, max(vp, 1))
