@@ -65,6 +65,8 @@ def test_gpt3_rows_replay_as_their_runs_ran() -> None:
         assert opts["fp8_recipe"] == "delayed" and opts["tp"] == 4 and opts["zero"] == 1
         # per-layer CUDA graphs (LAYER_CUDA_GRAPH) where the run captured them
         assert (opts.get("cuda_graphs") == "attn,mlp") == bool(row["cuda_graph"])
+        # FP8 parameters from v4.0 on (FP8_PARAMS); v3.1's container gathers BF16 ones
+        assert opts["fp8_param_gather"] == (row["release"] != "mlperf-v3.1")
 
 
 def test_what_if_routing_changes_the_cluster_of_a_row() -> None:

@@ -116,7 +116,7 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
            "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention",
-           "segment", "step_s", "release", "note"]
+           "fp8_param_gather", "segment", "step_s", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
 
@@ -282,6 +282,10 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2),
             "cuda_graph": graph, "max_ctas": _max_ctas(repo, impl, env),
             "fp8_attention": "true" if "FP8_DPA" in on else "",
+            # FP8 parameters (FP8_PARAMS, FP8_PARAM_GATHER; NeMo's default off; the v3.1
+            # container has neither: BF16 parameters gathered)
+            "fp8_param_gather": ("" if recipe in ("", "nvfp4") else
+                                 "true" if on & {"FP8_PARAMS", "FP8_PARAM_GATHER"} else "false"),
             "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
             "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
@@ -354,7 +358,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
     if gbs_all != {gbs} or gbs % (dp * mbs):
         raise SystemExit(f"{results}: global batch {gbs_all} against the config's {gbs} (dp {dp})")
     on = {k for k in ("fp8", "fp4", "fp8_dot_product_attention", "external_cuda_graph",
-                      "enable_cuda_graph") if cfg.get(k, "").lower() in ("true", "1")}
+                      "enable_cuda_graph", "fp8_params", "fp8_param_gather")
+          if cfg.get(k, "").lower() in ("true", "1")}
     precision = ("nvfp4" if "fp4" in on else FP8_RECIPES[cfg.get("fp8_recipe", "delayed")] if "fp8" in on
                  else "bf16")
     scope = cfg.get("cuda_graph_scope", "")
@@ -369,6 +374,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2), "cuda_graph": graph,
             "max_ctas": _nccl_caps(repo, org, bench, cfg.get("nccl_communicator_config_path", "")),
             "fp8_attention": "true" if "fp8_dot_product_attention" in on else "",
+            "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
+                                 "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
             "segment": "", "step_s": round(step, 6), "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
                     f"{len(logs)} runs"}

@@ -10,7 +10,8 @@ Four table formats are read (the columns decide):
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-B300`` -> ``dgx-b300``, ``DGX-GB200`` -> ``gb200-nvl72``,
   ``DGX-GB300`` -> ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP;
-  ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too);
+  ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too;
+  ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
   sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
@@ -200,6 +201,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fsdp"] = True
     elif opts["dp"] > 1:
         opts["zero"] = 1  # Megatron's distributed optimizer
+    if (row.get("fp8_param_gather") or "").strip() and recipe:  # FP8 parameters gathered
+        opts["fp8_param_gather"] = flag_cell(row, "fp8_param_gather", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     release = (row.get("release") or "25.11").strip()
