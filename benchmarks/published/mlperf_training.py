@@ -132,6 +132,12 @@ def _files(repo: Path, folder: str) -> tuple[str, ...]:
     return tuple(_git(repo, "ls-tree", "--name-only", "HEAD", folder + "/").split())
 
 
+@functools.cache
+def _tree(repo: Path, folder: str) -> tuple[str, ...]:
+    """Every file under ``folder`` (the submitters' rows look up the same trees)."""
+    return tuple(_git(repo, "ls-tree", "-r", "--name-only", "HEAD", folder + "/").split())
+
+
 def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -> dict[str, str]:
     """The variables a config exports, the files it sources first (later ones win)."""
     seen = set() if seen is None else seen
@@ -195,6 +201,12 @@ def _arith(text: str, env: dict[str, str]) -> str:
     return str(int(eval(expr.replace("/", "//"))))  # digits and operators only
 
 
+def _caps(text: str) -> str:
+    """The ``max_ctas`` of each communicator of an NCCL communicator file, ``name=count ...``."""
+    data = yaml.safe_load(text) or {}
+    return " ".join(f"{k}={v['max_ctas']}" for k, v in data.items() if "max_ctas" in v)
+
+
 def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
     """The ``max_ctas`` of each communicator in the NCCL config the run exports
     (``NCCL_CFG_PATH``), as ``name=count ...``; "" without one, or when the submission does
@@ -206,8 +218,7 @@ def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
     for folder in (impl, COMMON_FALLBACK.get(impl, "")):
         path = f"{folder}/{rel}"
         if folder and path in _files(repo, path.rsplit("/", 1)[0]):
-            data = yaml.safe_load(_git(repo, "show", f"HEAD:{path}")) or {}
-            return " ".join(f"{k}={v['max_ctas']}" for k, v in data.items() if "max_ctas" in v)
+            return _caps(_git(repo, "show", f"HEAD:{path}"))
     print(f"{impl}: NCCL_CFG_PATH {cfg} is not in the submission: no caps", file=sys.stderr)
     return ""
 
@@ -236,6 +247,18 @@ def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
     return (gbs, times[2:], "steps") if times else (gbs, blocks[1:], "training blocks")
 
 
+def _run_logs(repo: Path, results: str, bench: str, seq: int) -> tuple[list[str], set[int], list[float], str]:
+    """A submission's run logs, the global batches they log, the step times of all its runs
+    (:func:`_steps`) and what one time spans."""
+    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
+    gbs_all, steps, unit = set(), [], "steps"
+    for f in logs:
+        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
+        gbs_all.add(gbs)
+        steps += times
+    return logs, gbs_all, steps, unit
+
+
 def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: str) -> dict:
     bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
     named = _readme_config(repo, results, bench)
@@ -258,12 +281,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     gpus = nodes * per_node
     dp = gpus // (tp * pp * cp)
     model, _, seq = BENCHMARKS[bench]
-    gbs_all, steps = set(), []
-    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
-    for f in logs:
-        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
-        gbs_all.add(gbs)
-        steps += times
+    logs, gbs_all, steps, unit = _run_logs(repo, results, bench, seq)
     if gbs_all != {dp * minibs} or minibs % mbs:  # MINIBS: sequences per data-parallel rank
         raise SystemExit(f"{results}: global batch {gbs_all} is not dp {dp} x MINIBS {minibs}")
     gbs = dp * minibs
@@ -305,7 +323,6 @@ LOGGED = [("v5.1", r) for r in (
 #: the systems' accelerator (``systems/<results folder>.json``) -> table system; first match
 ACCELERATORS = (("GB300", "DGX-GB300"), ("GB200", "DGX-GB200"), ("B300-SXM", "DGX-B300"),
                 ("B200-SXM", "DGX-B200"), ("H200-SXM", "DGX-H200"), ("H100-SXM", "DGX-H100"))
-FP8_RECIPES = {"tensorwise": "fp8-cs", "delayed": "fp8-ds"}
 
 
 def _logged_config(text: str) -> dict[str, str]:
@@ -322,12 +339,10 @@ def _nccl_caps(repo: Path, org: str, bench: str, cfg_path: str) -> str:
     """``max_ctas`` of the communicator file the run names, found among the submitter's files
     for the benchmark; "" when it ships none."""
     name = cfg_path.rsplit("/conf/", 1)[-1] if "/conf/" in cfg_path else ""
-    files = _git(repo, "ls-tree", "-r", "--name-only", "HEAD", f"{org}/benchmarks/{bench}/").split()
-    hits = [f for f in files if name and f.endswith("/conf/" + name)]
+    hits = [f for f in _tree(repo, f"{org}/benchmarks/{bench}") if name and f.endswith("/conf/" + name)]
     if not hits:
         return ""
-    data = yaml.safe_load(_git(repo, "show", f"HEAD:{hits[0]}")) or {}
-    return " ".join(f"{k}={v['max_ctas']}" for k, v in data.items() if "max_ctas" in v)
+    return _caps(_git(repo, "show", f"HEAD:{hits[0]}"))
 
 
 def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b") -> dict:
@@ -339,18 +354,13 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
     system = next((s for key, s in ACCELERATORS if acc and key in acc.group(1)), None)
     if system is None:
         raise SystemExit(f"{results}: accelerator {acc.group(1) if acc else '?'} has no system")
-    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
+    model, _, seq = BENCHMARKS[bench]
+    logs, gbs_all, steps, _ = _run_logs(repo, results, bench, seq)
     cfg = _logged_config(_git(repo, "show", f"HEAD:{logs[0]}"))
     num = {k: int(cfg[k]) if cfg.get(k, "null").isdigit() else 1 for k in (
         "num_nodes", "devices", "tensor_model_parallel_size", "pipeline_model_parallel_size",
         "context_parallel_size", "virtual_pipeline_model_parallel_size", "micro_batch_size",
         "global_batch_size")}
-    model, _, seq = BENCHMARKS[bench]
-    steps, gbs_all = [], set()
-    for f in logs:
-        gbs, times, _ = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
-        gbs_all.add(gbs)
-        steps += times
     gpus, gbs = num["num_nodes"] * num["devices"], num["global_batch_size"]
     tp, pp, cp, mbs = (num[k] for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                                         "context_parallel_size", "micro_batch_size"))
@@ -360,7 +370,7 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
     on = {k for k in ("fp8", "fp4", "fp8_dot_product_attention", "external_cuda_graph",
                       "enable_cuda_graph", "fp8_params", "fp8_param_gather")
           if cfg.get(k, "").lower() in ("true", "1")}
-    precision = ("nvfp4" if "fp4" in on else FP8_RECIPES[cfg.get("fp8_recipe", "delayed")] if "fp8" in on
+    precision = ("nvfp4" if "fp4" in on else PRECISION[cfg.get("fp8_recipe", "delayed")] if "fp8" in on
                  else "bf16")
     scope = cfg.get("cuda_graph_scope", "")
     graph = ("local:full_iteration" if "enable_cuda_graph" in on and scope == "full_iteration" else
