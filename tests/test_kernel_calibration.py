@@ -130,6 +130,16 @@ def test_attention_within_tolerance_of_the_data() -> None:
     # cuDNN 9.13 (two releases older, through PyTorch SDPA) ran slower than the profiles say
     for dev in ("B200", "GB300"):
         assert np.median(got[f"cuDNN 9.13 (PyTorch SDPA), {dev}, causal"]) < 0.9
+    # FP8 attention: cuDNN 9.17's GB200 FP8 rows calibrate it (forward 4.8%, backward 2.3%);
+    # held out: the same run's 64k-128k FP8 rows (4.1%) and BF16 rows (6.3%)
+    fp8 = "cuDNN 9.17 FP8 benchmark, GB200"
+    assert _mape(got[f"{fp8}, FP8, causal, 512-32k, fwd"]) < 0.06
+    assert _mape(got[f"{fp8}, FP8, causal, 512-32k, bwd"]) < 0.04
+    assert _mape(got[f"{fp8}, FP8, causal"]) < 0.07
+    assert _mape(got[f"{fp8}, BF16, causal"]) < 0.08
+    # the older cuDNN 9.13 on B200 / GB300 runs FP8 slower than the profiles (median 0.90)
+    for dev in ("B200", "GB300"):
+        assert 0.8 < np.median(got[f"cuDNN 9.13 FP8 benchmark, {dev}, FP8, causal"]) < 0.97
 
 
 def test_backward_attention_runs_at_the_measured_ratio() -> None:
@@ -151,6 +161,25 @@ def test_backward_attention_runs_at_the_measured_ratio() -> None:
     launch = int(dev.launch_overhead_us * 1e3)
     got_ns = backward_attention_ns(dev, fwd_model, shape)
     assert got_ns - launch == pytest.approx((fwd_model - launch) / (542 / 638), rel=1e-3)
+
+
+def test_fp8_attention_backward_takes_its_own_ratio() -> None:
+    # Blackwell profiles list the FP8 kernels' backward / forward rate apart (cuDNN 9.17 FP8
+    # on GB200: 1263 / 1894 TFLOP/s at 8k, mean keys 4k); BF16 keeps its own (1211 / 1583);
+    # a profile without backward_fp8 (H100) uses one table for both dtypes
+    att = get_device("gb200").shape_model.attention
+    assert att.backward_ratio(128, 4096, "fp8") == pytest.approx(0.6668, abs=1e-4)
+    assert att.backward_ratio(128, 4096) == pytest.approx(0.7645, abs=1e-4)
+    assert att.backward_ratio(128, 4096, "fp8") < att.backward_ratio(128, 4096, "bf16")
+    h100 = get_device("h100").shape_model.attention
+    assert not h100.backward_fp8
+    assert h100.backward_ratio(128, 4096, "fp8") == h100.backward_ratio(128, 4096)
+    from tracesim.template.durations import backward_attention_ns
+
+    dev = get_device("gb200")
+    shape = (128.0, 8192.0, 4096.0, 128.0)
+    ns = 1_000_000
+    assert backward_attention_ns(dev, ns, shape, "fp8") > backward_attention_ns(dev, ns, shape, "bf16")
 
 
 def test_a100_attention_stays_in_the_fa2_paper_range() -> None:
@@ -260,6 +289,8 @@ def test_backward_ratios_in_a_profile_are_checked() -> None:
     for bad in ([[128.0, [[8192.0, 0.9], [512.0, 0.7]]]], [[128.0, [[512.0, 1.5]]]], [[128.0]], "x"):
         with pytest.raises(InputError, match="backward"):
             parse_shape_model({"attention": {**base, "backward": bad}}, "dev.yaml")
+        with pytest.raises(InputError, match="backward_fp8"):
+            parse_shape_model({"attention": {**base, "backward_fp8": bad}}, "dev.yaml")
 
 
 def test_sustained_clock_from_the_saturated_matmul_rate() -> None:

@@ -272,12 +272,18 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
     Blackwell), fitted on GB200 (kernel_fit.cudnn_attention); the other head dims keep FA3's
     shape; B200 takes GB200's fractions of peak (same silicon and kernels); GB300 is GB200
     times the GB300 / GB200 rate per pass measured with one cuDNN version."""
+    import numpy as np
+
     from tracesim.hardware.shapemodel import AttentionShapeModel
 
-    cu = kf.FITTED["attention"]["cudnn_gb200"]
+    cu, cu8 = kf.FITTED["attention"]["cudnn_gb200"], kf.FITTED["attention"]["cudnn_gb200_fp8"]
     ultra = name in ("gb300", "b300")  # Blackwell Ultra
     up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if ultra else {"fwd": 1.0, "bwd": 1.0}
     f = cu["plateau_d128"] * up["fwd"] / dict(fa3["plateau"])[128.0]
+    # FA3's FP8 plateau at head dim 128, interpolated in log2(head dim) as the model does
+    fa3_8_d128 = float(np.interp(7.0, np.log2([p[0] for p in fa3_8["plateau"]]),
+                                 [p[1] for p in fa3_8["plateau"]]))
+    f8 = cu8["plateau_d128"] * up["fwd"] / fa3_8_d128
 
     fa3_bwd = AttentionShapeModel({"default": ((128.0, 1.0),)}, {"default": 1.0},
                                   backward=tuple((d, tuple((k, r) for k, r in pts))
@@ -286,13 +292,20 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
     d128 = [[kv, round(r * b, 4)] for kv, r in cu["bwd_ratio_d128"]]
     d64 = [[kv, round(r * fa3_bwd.backward_ratio(64.0, kv) / fa3_bwd.backward_ratio(128.0, kv), 4)]
            for kv, r in d128]
+    d128_8 = [[kv, round(r * b, 4)] for kv, r in cu8["bwd_ratio_d128"]]
+    d64_8 = [[kv, round(r * fa3_bwd.backward_ratio(64.0, kv) / fa3_bwd.backward_ratio(128.0, kv), 4)]
+             for kv, r in d128_8]
     src = ("cuDNN fused attention (Transformer Engine's backend on Blackwell): kv_half "
            f"{cu['kv_half']:g} and plateau {cu['plateau_d128']:g} at head dim 128 fitted on cuDNN "
            "9.17's GB200 causal forward rows, lengths 512-32k (container nv25.11; data/attention.csv, "
            "source CUDNN-FE-2511; benchmarks/kernels/kernel_fit.py); other head dims: FA3's "
-           "head-dim shape on H100 (derived); FP8 scaled like BF16 (no FP8 fit); backward: the "
+           "head-dim shape on H100 (derived); backward: the "
            "same rows' backward / forward rate per mean key length at head dim 128, head dim 64 "
-           "that times FA3's d64 / d128 backward ratio (derived)")
+           "that times FA3's d64 / d128 backward ratio (derived); FP8 (backward_fp8): kv_half "
+           f"{cu8['kv_half']:g} and plateau {cu8['plateau_d128']:g} of the FP8 peak at head dim "
+           "128 and the backward / forward rates fitted the same way on cuDNN 9.17's GB200 FP8 "
+           "causal rows (the frontend's FP8 benchmark, container nv25.11; source "
+           "CUDNN-FE-2511-FP8), other head dims with FA3's FP8 shape (derived)")
     if name == "b200":
         src += "; B200: GB200's fractions of peak (same silicon and cuDNN kernels, derived)"
     if ultra:
@@ -301,9 +314,10 @@ def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> t
                 "9.22, causal, lengths 2k-32k (source CUDNN-FE-2604)")
     if name == "b300":
         src += "; B300: GB300's (the same Blackwell Ultra die and cuDNN kernels, derived)"
-    return ({"plateau": {"default": _scaled(fa3["plateau"], f), "fp8": _scaled(fa3_8["plateau"], f)},
-             "kv_half": {"default": cu["kv_half"], "fp8": fa3_8["kv_half"]},
-             "backward": [[64.0, d64], [128.0, d128]]}, src)
+    return ({"plateau": {"default": _scaled(fa3["plateau"], f), "fp8": _scaled(fa3_8["plateau"], f8)},
+             "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]},
+             "backward": [[64.0, d64], [128.0, d128]],
+             "backward_fp8": [[64.0, d64_8], [128.0, d128_8]]}, src)
 
 
 def _unit_eff(fit: dict[str, Any], shape: tuple[float, ...]) -> float:
@@ -401,8 +415,9 @@ def profile(name: str) -> dict[str, Any]:
         "hbm_GiB": spec["hbm_GiB"], "launch_overhead_us": LAUNCH_OVERHEAD_US,
         "sm_count": spec["sm_count"], **({"l2_GBps": spec["l2_GBps"]} if "l2_GBps" in spec else {}),
         "efficiency": eff,
-        "shape_model": {"gemm": gemm_model, "attention": {"plateau": att["plateau"], "kv_half": att["kv_half"],
-                                                         "backward": att["backward"]}},
+        "shape_model": {"gemm": gemm_model, "attention": {
+            "plateau": att["plateau"], "kv_half": att["kv_half"], "backward": att["backward"],
+            **({"backward_fp8": att["backward_fp8"]} if "backward_fp8" in att else {})}},
     }
     fa2, fa2_src = flash2_params(name, att)
     if fa2 is not None:

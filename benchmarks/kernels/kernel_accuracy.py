@@ -130,6 +130,12 @@ def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
         if float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
             return f"cuDNN 9.17, GB200, {mask}, 512-32k, {r['pass']}", "calibrated"
         return f"cuDNN 9.17, GB200, {mask}, 64k-128k", "tested (longer)"
+    if src in ("CUDNN-FE-2511-FP8", "CUDNN-FE-2509-FP8"):
+        ver = "9.17" if src.startswith("CUDNN-FE-2511") else "9.13"
+        what = f"cuDNN {ver} FP8 benchmark, {dev}, {r['dtype'].upper()}, causal"
+        if dev == "GB200" and r["dtype"] == "fp8" and float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
+            return f"{what}, 512-32k, {r['pass']}", "calibrated (FP8)"
+        return what, "tested (FP8 benchmark)"
     if src == "CUDNN-FE-2509":
         return f"cuDNN 9.13 (PyTorch SDPA), {dev}, {mask}", "tested (older cuDNN)"
     if src == "CUDNN-FE-2601":
@@ -178,7 +184,7 @@ def predict_bwd_s(c: Case, shaped: bool = True) -> float:
     t_bwd = bwd.predicted_s(shaped)
     if shaped and c.shape is not None:
         t_bwd = backward_attention_ns(c.device(), int(round(t_bwd * 1e9)),
-                                       tuple(float(x) for x in c.shape)) * 1e-9
+                                       tuple(float(x) for x in c.shape), c.dtype) * 1e-9
     return t_bwd
 
 

@@ -32,6 +32,8 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
   25.11 container's library; mean key length s / 2), the backward / forward ratio per mean
   key length read off the same rows (:func:`cudnn_attention`); GB300 over GB200 per pass
   from the two devices measured with one cuDNN (9.22) on the same day (:func:`device_ratio`).
+  FP8 (Transformer Engine's FP8 attention) the same way on cuDNN 9.17's GB200 FP8 rows (the
+  frontend's FP8 benchmark, the same container), with its own backward / forward ratios.
 * **Memory**: achieved / datasheet bandwidth of FluidX3D (FP32/FP32) per device.
 
 Everything not listed (held-out GEMM shapes and devices, causal attention, in-step attention)
@@ -90,6 +92,9 @@ FITTED: dict[str, Any] = {
         "cudnn_gb200": {"kv_half": 744.0, "plateau_d128": 0.7381, "bwd_ratio_d128": [
             [256.0, 0.8064], [512.0, 0.719], [1024.0, 0.6127], [2048.0, 0.7605], [4096.0, 0.7645],
             [8192.0, 0.7818], [16384.0, 0.8019]]},
+        "cudnn_gb200_fp8": {"kv_half": 816.0, "plateau_d128": 0.4597, "bwd_ratio_d128": [
+            [256.0, 0.6404], [512.0, 0.6287], [1024.0, 0.5068], [2048.0, 0.6542], [4096.0, 0.6668],
+            [8192.0, 0.6754], [16384.0, 0.6728]]},
         "cudnn_gb300_over_gb200": {"fwd": 1.1923, "bwd": 1.1203},
     },
 }
@@ -313,12 +318,13 @@ def units(r: dict[str, str]) -> float:
 
 
 def cudnn_attention(source: str = "CUDNN-FE-2511", device: str = "GB200",
-                    peak_tflops: float = 2500.0) -> dict[str, Any]:
-    """cuDNN's causal BF16 attention on ``device``: ``kv_half`` and the head-dim-128 plateau
-    fitted on the forward rows (as :func:`fit_attention`, mean key length s / 2, lengths up
-    to :data:`CUDNN_MAX_SEQ`), and the backward / forward rate per mean key length (both
+                    peak_tflops: float = 2500.0, dtype: str = "bf16") -> dict[str, Any]:
+    """cuDNN's causal ``dtype`` attention on ``device``: ``kv_half`` and the head-dim-128
+    plateau (a fraction of ``peak_tflops``, the device's peak in that dtype) fitted on the
+    forward rows (as :func:`fit_attention`, mean key length s / 2, lengths up to
+    :data:`CUDNN_MAX_SEQ`), and the backward / forward rate per mean key length (both
     counted as the source counts them: backward FLOPs 2.5x the forward's; measured ratios)."""
-    sel = [r for r in attention_rows(source=source, device=device, dtype="bf16", causal="true")
+    sel = [r for r in attention_rows(source=source, device=device, dtype=dtype, causal="true")
            if float(r["seq_len"]) <= CUDNN_MAX_SEQ]
     fwd = {float(r["seq_len"]): r for r in sel if r["pass"] == "fwd"}
     bwd = {float(r["seq_len"]): float(r["tflops"]) for r in sel if r["pass"] == "bwd"}
@@ -350,14 +356,15 @@ def device_ratio(num: str = "GB300", den: str = "GB200", source: str = "CUDNN-FE
 
 
 def attention_fits() -> dict[str, Any]:
-    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16, cuDNN on
-    GB200 and GB300 / GB200) and FA3's backward / forward rate ratios."""
+    """The fitted attention parameters (H100 FA3 BF16 and FP8, H100 FA2 BF16, cuDNN BF16 and
+    FP8 on GB200, GB300 / GB200) and FA3's backward / forward rate ratios."""
     return {"fa3_bf16": fit_attention("FlashAttention-3", "bf16"),
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
             "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
             "fa3_bwd_ratio": backward_ratios(),
             "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),
             "cudnn_gb200": cudnn_attention(),
+            "cudnn_gb200_fp8": cudnn_attention("CUDNN-FE-2511-FP8", peak_tflops=5000.0, dtype="fp8"),
             "cudnn_gb300_over_gb200": device_ratio()}
 
 

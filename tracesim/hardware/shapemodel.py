@@ -36,8 +36,9 @@ query (``seq_kv``; about half of it for causal attention, :mod:`tracesim.ops.sha
     fill = q_tiles / (ceil(q_tiles / S) * S),  q_tiles = batch * heads * ceil(seq_q / tile_q)
 
 ``plateau`` is interpolated in log2(head_dim) between the listed head dims and held beyond.
-A backward op runs at ``eff * backward_ratio(head_dim, kv)`` where the profile lists the
-backward kernel's measured rate over the forward's (``backward``; applied by
+A backward op runs at ``eff * backward_ratio(head_dim, kv, dtype)`` where the profile lists the
+backward kernel's measured rate over the forward's (``backward``; ``backward_fp8`` for the FP8
+kernels where they were measured apart, else ``backward`` serves every dtype; applied by
 :func:`tracesim.template.durations.make_op_time`, which knows an op's pass).
 
 This module holds the parsed parameters and the vectorised formulas only; it imports nothing
@@ -120,19 +121,23 @@ class AttentionShapeModel:
     #: backward rate over forward rate: ``((head_dim, ((kv, ratio), ...)), ...)``; empty:
     #: the backward runs at the forward's efficiency
     backward: tuple[tuple[float, tuple[tuple[float, float], ...]], ...] = ()
+    #: the FP8 kernels' own backward / forward rate ratios (same form); empty: ``backward``
+    backward_fp8: tuple[tuple[float, tuple[tuple[float, float], ...]], ...] = ()
     #: FlashAttention-2's parameters on this device (``--attention flash2``: the kernel
     #: PyTorch's SDPA and the flash-attn 2 package run), None where the profile has no data
     flash2: AttentionShapeModel | None = None
 
-    def backward_ratio(self, head_dim: float, kv: float) -> float:
+    def backward_ratio(self, head_dim: float, kv: float, dtype: str = "default") -> float:
         """The backward kernel's rate over the forward's at ``head_dim`` and mean key length
-        ``kv``: interpolated in log2(kv) within each listed head dim and in log2(head_dim)
-        between them, held beyond the ends; 1.0 without backward data."""
-        if not self.backward:
+        ``kv`` (``backward_fp8`` for an ``fp8`` op where the profile has it): interpolated in
+        log2(kv) within each listed head dim and in log2(head_dim) between them, held beyond
+        the ends; 1.0 without backward data."""
+        table = self.backward_fp8 if dtype == "fp8" and self.backward_fp8 else self.backward
+        if not table:
             return 1.0
         per_dim = [float(np.interp(np.log2(max(kv, 1.0)), np.log2([p[0] for p in pts]),
-                                   [p[1] for p in pts])) for _, pts in self.backward]
-        dims = np.log2([d for d, _ in self.backward])
+                                   [p[1] for p in pts])) for _, pts in table]
+        dims = np.log2([d for d, _ in table])
         return float(np.interp(np.log2(max(head_dim, 1.0)), dims, per_dim))
 
     def efficiency(self, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
@@ -215,7 +220,7 @@ def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
 def _attention(data: Any, file: str | Path | None, where: str, nested: bool = True
                ) -> AttentionShapeModel:
     check_keys(data, ("plateau", "kv_half"),
-               ("tile_q", "backward", "source") + (("flash2",) if nested else ()),
+               ("tile_q", "backward", "backward_fp8", "source") + (("flash2",) if nested else ()),
                file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     out: dict[str, tuple[tuple[float, float], ...]] = {}
@@ -237,6 +242,7 @@ def _attention(data: Any, file: str | Path | None, where: str, nested: bool = Tr
                                                      allow_zero=True) for k in halves}),
         tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128),
         backward=_backward(data.get("backward", []), file, f"{where}.backward"),
+        backward_fp8=_backward(data.get("backward_fp8", []), file, f"{where}.backward_fp8"),
         flash2=(_attention(data["flash2"], file, f"{where}.flash2", nested=False)
                 if nested and "flash2" in data else None))
 

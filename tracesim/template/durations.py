@@ -97,7 +97,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             ns, method = op_time_ns(device, op_class, flops, nbytes, op.dtype or dtype, units,
                                     **kw), "model"
             if shape and op_class == "attention" and op.phase == "bwd":
-                ns = backward_attention_ns(device, int(ns), shape)
+                ns = backward_attention_ns(device, int(ns), shape, op.dtype or dtype)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
         methods[method] += 1
         return int(ns)
@@ -105,15 +105,16 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
     return op_time, methods
 
 
-def backward_attention_ns(device: Any, ns: int, shape: tuple[float, ...]) -> int:
+def backward_attention_ns(device: Any, ns: int, shape: tuple[float, ...],
+                          dtype: str = "default") -> int:
     """A backward attention op's model time: the forward-efficiency time less the launch
-    overhead, divided by the profile's backward / forward rate ratio at the op's head dim
-    and mean key length (:meth:`AttentionShapeModel.backward_ratio`)."""
+    overhead, divided by the profile's backward / forward rate ratio at the op's head dim,
+    mean key length and dtype (:meth:`AttentionShapeModel.backward_ratio`)."""
     att = device.shape_model.attention if device.shape_model is not None else None
     if att is None or not att.backward:
         return ns
     launch = int(round(float(device.launch_overhead_us) * 1e3))
-    ratio = att.backward_ratio(shape[3], shape[2])
+    ratio = att.backward_ratio(shape[3], shape[2], dtype)
     return launch + int(round(max(ns - launch, 0) / ratio))
 
 
