@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kernels import kernel_fit as kf
+from benchmarks.kernels.attention_blackwell import cudnn_blackwell, scaled_plateau
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.datasheet_specs import SPECS
 from benchmarks.kernels.flash2 import flash2_params
@@ -225,99 +226,47 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
     return plateau, curve, src
 
 
-def _scaled(pts: list, factor: float) -> list[list[float]]:
-    """A plateau table ``[[head_dim, efficiency], ...]`` times ``factor``, capped at 1."""
-    return [[d, round(min(e * factor, 1.0), 4)] for d, e in pts]
-
-
 def attention_params(name: str) -> tuple[dict[str, Any], str]:
     """The attention shape model (plateau per dtype and head dim, kv_half per dtype) and its
     source text."""
     fit = kf.FITTED["attention"]
     fa3, fa3_8 = fit["fa3_bf16"], fit["fa3_fp8"]
 
-    base = {"plateau": {"default": fa3["plateau"], "fp8": fa3_8["plateau"]},
-            "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
+    base = {"kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
     family = {"a100-40gb": "a100", "h200": "h100", "gb200": "b200", "gb300": "b200",
               "b300": "b200"}.get(name, name)
     if family == "h100":
-        return base, ("FlashAttention-3 paper, H100 SXM5 forward, non-causal rows: plateau per "
-                      "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, "
-                      "data/attention.csv, source FA3)" + ("; H200: H100's (same SMs and clocks, "
-                                                           "compute-bound)" if name == "h200" else ""))
+        # Transformer Engine runs cuDNN's fused attention on Hopper: it drops FlashAttention
+        # when cuDNN's arbitrary-seqlen backend is available (and FA3 in FP8)
+        cu, cu8 = fit["cudnn_h100_bf16"], fit["cudnn_h100_fp8"]
+        return ({"plateau": {"default": cu["plateau"], "fp8": cu8["plateau"]},
+                 "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]}},
+                "cuDNN fused attention (what Transformer Engine runs on Hopper: get_attention_"
+                "backend gives FusedAttention preference over FlashAttention on sm90+), the "
+                "FlashAttention-3 paper's cuDNN rows, H100 SXM5 forward, non-causal: plateau per "
+                "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, data/attention.csv, "
+                "source FA3; the paper's cuDNN of mid-2024)" + (
+                    "; H200: H100's (same SMs and clocks, compute-bound)" if name == "h200" else ""))
     if family == "a100":
         fa2 = fit["fa2_bf16"]
         e128 = dict(fa2["plateau"])[128.0]
         f = FA2_A100_MAX / (e128 * _unit_eff({"kv_half": fa2["kv_half"], "plateau": [[128.0, 1.0]]},
                                              _ASSUMED_MAX_SHAPE))
-        return ({"plateau": {"default": _scaled(fa2["plateau"], f)},
+        return ({"plateau": {"default": scaled_plateau(fa2["plateau"], f)},
                  "kv_half": {"default": fa2["kv_half"]}},
                 f"FlashAttention-2: head-dim ratios and kv_half fitted on FA2's H100 rows (FA3 paper, "
                 f"data/attention.csv), scaled to the FA2 paper's A100 maximum {FA2_A100_MAX} of "
                 "peak at head dim 128 (arXiv:2307.08691, forward); derived, no A100 per-length data")
     if family == "b200":
-        return _cudnn_blackwell(name, fa3, fa3_8)
+        return cudnn_blackwell(name, fa3, fa3_8)
     if family == "mi300x":
         h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
         m = kf.solve_plateau(kf.FITTED["gemm_shared"], 1307.4, 304, kf.mamf_row("MI300X", "bf16"))
-        return ({"plateau": {"default": _scaled(fa3["plateau"], m / h), "fp8": _scaled(fa3_8["plateau"], m / h)},
+        return ({"plateau": {"default": scaled_plateau(fa3["plateau"], m / h), "fp8": scaled_plateau(fa3_8["plateau"], m / h)},
                  "kv_half": base["kv_half"]},
                 "no MI300X attention data (published numbers are figures only): H100 FA3 x "
                 f"(MI300X / H100 GEMM plateau = {m / h:.3f}) (derived)")
     raise KeyError(name)
-
-
-def _cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """B200 / GB200 / GB300 attention: cuDNN's fused attention (what Transformer Engine runs on
-    Blackwell), fitted on GB200 (kernel_fit.cudnn_attention); the other head dims keep FA3's
-    shape; B200 takes GB200's fractions of peak (same silicon and kernels); GB300 is GB200
-    times the GB300 / GB200 rate per pass measured with one cuDNN version."""
-    import numpy as np
-
-    from tracesim.hardware.shapemodel import AttentionShapeModel
-
-    cu, cu8 = kf.FITTED["attention"]["cudnn_gb200"], kf.FITTED["attention"]["cudnn_gb200_fp8"]
-    ultra = name in ("gb300", "b300")  # Blackwell Ultra
-    up = kf.FITTED["attention"]["cudnn_gb300_over_gb200"] if ultra else {"fwd": 1.0, "bwd": 1.0}
-    f = cu["plateau_d128"] * up["fwd"] / dict(fa3["plateau"])[128.0]
-    # FA3's FP8 plateau at head dim 128, interpolated in log2(head dim) as the model does
-    fa3_8_d128 = float(np.interp(7.0, np.log2([p[0] for p in fa3_8["plateau"]]),
-                                 [p[1] for p in fa3_8["plateau"]]))
-    f8 = cu8["plateau_d128"] * up["fwd"] / fa3_8_d128
-
-    fa3_bwd = AttentionShapeModel({"default": ((128.0, 1.0),)}, {"default": 1.0},
-                                  backward=tuple((d, tuple((k, r) for k, r in pts))
-                                                 for d, pts in kf.FITTED["attention"]["fa3_bwd_ratio"]))
-    b = up["bwd"] / up["fwd"]
-    d128 = [[kv, round(r * b, 4)] for kv, r in cu["bwd_ratio_d128"]]
-    d64 = [[kv, round(r * fa3_bwd.backward_ratio(64.0, kv) / fa3_bwd.backward_ratio(128.0, kv), 4)]
-           for kv, r in d128]
-    d128_8 = [[kv, round(r * b, 4)] for kv, r in cu8["bwd_ratio_d128"]]
-    d64_8 = [[kv, round(r * fa3_bwd.backward_ratio(64.0, kv) / fa3_bwd.backward_ratio(128.0, kv), 4)]
-             for kv, r in d128_8]
-    src = ("cuDNN fused attention (Transformer Engine's backend on Blackwell): kv_half "
-           f"{cu['kv_half']:g} and plateau {cu['plateau_d128']:g} at head dim 128 fitted on cuDNN "
-           "9.17's GB200 causal forward rows, lengths 512-32k (container nv25.11; data/attention.csv, "
-           "source CUDNN-FE-2511; benchmarks/kernels/kernel_fit.py); other head dims: FA3's "
-           "head-dim shape on H100 (derived); backward: the "
-           "same rows' backward / forward rate per mean key length at head dim 128, head dim 64 "
-           "that times FA3's d64 / d128 backward ratio (derived); FP8 (backward_fp8): kv_half "
-           f"{cu8['kv_half']:g} and plateau {cu8['plateau_d128']:g} of the FP8 peak at head dim "
-           "128 and the backward / forward rates fitted the same way on cuDNN 9.17's GB200 FP8 "
-           "causal rows (the frontend's FP8 benchmark, container nv25.11; source "
-           "CUDNN-FE-2511-FP8), other head dims with FA3's FP8 shape (derived)")
-    if name == "b200":
-        src += "; B200: GB200's fractions of peak (same silicon and cuDNN kernels, derived)"
-    if ultra:
-        src += (f"; GB300: GB200 x {up['fwd']:g} forward and x {up['bwd']:g} backward, the "
-                "geometric-mean GB300 / GB200 rates of the two measured the same day with cuDNN "
-                "9.22, causal, lengths 2k-32k (source CUDNN-FE-2604)")
-    if name == "b300":
-        src += "; B300: GB300's (the same Blackwell Ultra die and cuDNN kernels, derived)"
-    return ({"plateau": {"default": _scaled(fa3["plateau"], f), "fp8": _scaled(fa3_8["plateau"], f8)},
-             "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]},
-             "backward": [[64.0, d64], [128.0, d128]],
-             "backward_fp8": [[64.0, d64_8], [128.0, d128_8]]}, src)
 
 
 def _unit_eff(fit: dict[str, Any], shape: tuple[float, ...]) -> float:
@@ -378,7 +327,8 @@ def profile(name: str) -> dict[str, Any]:
         asrc += (f"; backward: {'FlashAttention-2' if fa2 else 'FlashAttention-3'}'s backward / "
                  "forward rate per head dim (64, 128) and length on H100, non-causal (FA3 paper's "
                  "backward and forward charts, data/attention.csv, sources FA3-BWD and FA3)"
-                 + ("" if name == "h100" else "; the same ratios on this GPU (derived)"))
+                 + ("; cuDNN's kernels at FA3's ratios (no cuDNN backward rows, derived)"
+                    if name in ("h100", "h200") else "; the same ratios on this GPU (derived)"))
     mem_e, msrc = memory_fraction(name)
     memory = saturating_curve(mem_e, spec["hbm_GBps"] * 1e9 * MEMORY_T_RAMP_US * 1e-6, _BYTE_SIZES)
     compute: dict[str, Any] = {}

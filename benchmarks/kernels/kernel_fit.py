@@ -80,6 +80,8 @@ FITTED: dict[str, Any] = {
         "fa3_bf16": {"kv_half": 256.0, "plateau": [[64.0, 0.5261], [128.0, 0.7141], [256.0, 0.805]]},
         "fa3_fp8": {"kv_half": 728.0, "plateau": [[64.0, 0.3334], [256.0, 0.6409]]},
         "fa2_bf16": {"kv_half": 80.0, "plateau": [[64.0, 0.3412], [128.0, 0.3876], [256.0, 0.3427]]},
+        "cudnn_h100_bf16": {"kv_half": 128.0, "plateau": [[64.0, 0.4366], [128.0, 0.6528], [256.0, 0.6238]]},
+        "cudnn_h100_fp8": {"kv_half": 320.0, "plateau": [[64.0, 0.2541], [256.0, 0.6012]]},
         "fa3_bwd_ratio": [
             [64.0, [[512.0, 0.8168], [1024.0, 0.926], [2048.0, 0.9174], [4096.0, 0.9517],
                     [8192.0, 0.9516], [16384.0, 0.9537]]],
@@ -361,6 +363,8 @@ def attention_fits() -> dict[str, Any]:
     return {"fa3_bf16": fit_attention("FlashAttention-3", "bf16"),
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
             "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
+            "cudnn_h100_bf16": fit_attention("cuDNN", "bf16"),
+            "cudnn_h100_fp8": fit_attention("cuDNN", "fp8", peak_tflops=1979.0),
             "fa3_bwd_ratio": backward_ratios(),
             "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),
             "cudnn_gb200": cudnn_attention(),
