@@ -28,8 +28,8 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
   128) and length, read off FlashAttention-3's H100 non-causal backward and forward rows
   (:func:`backward_ratios`; measured ratios, nothing fitted).
 * **cuDNN attention on Blackwell** (the fused attention Transformer Engine runs): ``kv_half``
-  and the head-dim-128 plateau fitted on cuDNN 9.17's GB200 causal forward rows (the NeMo
-  25.11 container's library; mean key length s / 2), the backward / forward ratio per mean
+  and the head-dim-128 plateau fitted on cuDNN 9.17's GB200 causal forward rows (the PyTorch
+  nv25.11 container's library; NeMo 25.11 itself ships 9.13.1; mean key length s / 2), the backward / forward ratio per mean
   key length read off the same rows (:func:`cudnn_attention`); GB300 over GB200 per pass
   from the two devices measured with one cuDNN (9.22) on the same day (:func:`device_ratio`).
   FP8 (Transformer Engine's FP8 attention) the same way on cuDNN 9.17's GB200 FP8 rows (the
