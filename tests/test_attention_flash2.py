@@ -19,7 +19,7 @@ from tracesim.hardware.device import DEVICES_DIR, get_device
 BASE = {"model": "llama3-8b", "dp": 8, "micro_batch": 1, "global_batch": 8, "seq_len": 8192}
 
 
-def test_hopper_profiles_carry_fa2_and_it_is_slower_than_fa3() -> None:
+def test_hopper_profiles_carry_fa2_and_it_is_slower_than_cudnn() -> None:
     h100 = get_device("h100")
     fa2 = h100.with_flash2()
     assert fa2 is not None and fa2.shape_model is not None and fa2.shape_model.attention is not None
@@ -28,8 +28,9 @@ def test_hopper_profiles_carry_fa2_and_it_is_slower_than_fa3() -> None:
     flops = 4 * 32 * 8192 * 8192 * 128
     t3 = op_time_ns(h100, "attention", flops, 1e9, "bf16", shape=shape)
     t2 = op_time_ns(fa2, "attention", flops, 1e9, "bf16", shape=shape)
-    # the FA3 paper's H100 rows at head dim 128, 8-16k: FA2 at 0.57-0.58 of FA3's rate
-    assert 1.5 < t2 / t3 < 1.9
+    # the FA3 paper's H100 rows at head dim 128, 8k non-causal: FA2 (0.57-0.58 of FA3's
+    # rate) against the profile's cuDNN curve, fitted on causal rows: 1.49x the time
+    assert 1.35 < t2 / t3 < 1.65
     assert get_device("h200").with_flash2() is not None
     assert get_device("b200").with_flash2() is None
 

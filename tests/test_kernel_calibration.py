@@ -98,28 +98,31 @@ def test_attention_within_tolerance_of_the_data() -> None:
     for c, r in zip(cases, acc.ratios(cases), strict=True):
         rows.setdefault(c.group, []).append(float(r))
     got = {k: np.array(v) for k, v in rows.items()}
-    # calibrated: cuDNN (what Transformer Engine runs on Hopper) forward, non-causal, per head
-    # dim and length, the FA3 paper's cuDNN rows (1.8% / 5.2%)
-    assert _mape(got["FA3 paper, H100, cuDNN, BF16"]) < 0.03
+    # calibrated: cuDNN (what Transformer Engine runs on Hopper) forward per head dim and
+    # length, the FA3 paper's cuDNN rows: BF16 causal (training's; mean keys per query =
+    # half) 1.4%, FP8 non-causal 5.2%
+    assert _mape(got["FA3 paper, H100, cuDNN, BF16, causal"]) < 0.03
     assert _mape(got["FA3 paper, H100, cuDNN, FP8"]) < 0.07
-    # held out: causal (mean keys per query = half) 11.7% / 13.9%
-    assert _mape(got["FA3 paper, H100, cuDNN, BF16, causal"]) < 0.14
+    # held out: BF16 non-causal runs faster than the causal fit says (the profile reads 1.13x
+    # its time); FP8 causal 13.9%
+    assert 1.05 < np.median(got["FA3 paper, H100, cuDNN, BF16"]) < 1.2
     assert _mape(got["FA3 paper, H100, cuDNN, FP8, causal"]) < 0.17
-    # FlashAttention-3 itself is another kernel: faster than cuDNN's non-causal BF16 forward
-    # (the profile reads 1.12x its time), within 10% of it causal
-    assert np.median(got["FA3 paper, H100, FA3, BF16"]) > 1.05
-    assert _mape(got["FA3 paper, H100, FA3, BF16, causal"]) < 0.12
-    assert _mape(got["tritonbench FA3, H100-class (non-causal assumed)"]) < 0.10
+    # FlashAttention-3 itself is another kernel, faster than cuDNN's BF16 forward (the
+    # profile reads 1.26x / 1.13x its time, non-causal / causal)
+    assert np.median(got["FA3 paper, H100, FA3, BF16"]) > 1.15
+    assert np.median(got["FA3 paper, H100, FA3, BF16, causal"]) > 1.05
+    assert np.median(got["tritonbench FA3, H100-class (non-causal assumed)"]) > 1.05
     # --attention flash2: FA2's own H100 rows calibrate it (1.2%, backward 0.9%); causal 12.9%
     assert _mape(got["FA3 paper, H100, FlashAttention-2 (flash2)"]) < 0.03
     assert _mape(got["FA3 paper, H100, FlashAttention-2 (flash2), backward"]) < 0.03
     assert _mape(got["FA3 paper, H100, FlashAttention-2 (flash2), causal"]) < 0.16
     # held out: forward + backward in a step (at the profile's sustained clock): H200 (FA3
-    # measured; the profile is cuDNN's at FA3's backward / forward ratio) 2.3% slow; B200 (FA4
-    # beta measured in the step; the profile is cuDNN's) 2.9% fast (14% at the burst rate)
+    # measured; the profile is cuDNN's at FA3's backward / forward ratio) 16% slow, as FA3's
+    # own causal rows; B200 (FA4 beta measured in the step; the profile is cuDNN's) 2.9% fast
+    # (14% at the burst rate)
     step = got["FA3 (H200) / FA4 (B200) fwd+bwd in a training step, causal"]
     assert (step > 0.65).all()
-    assert abs(step[0] - 1.0) < 0.12
+    assert abs(step[0] - 1.0) < 0.2
     assert abs(step[1] - 1.0) < 0.05
     # Blackwell: cuDNN 9.17 on GB200 calibrated (forward 4.5%, backward 2.5%); held out: the
     # same library's longer rows, cuDNN 9.22 on GB200 (causal and not) and GB300 non-causal

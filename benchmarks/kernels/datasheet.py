@@ -243,9 +243,11 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                  "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]}},
                 "cuDNN fused attention (what Transformer Engine runs on Hopper: get_attention_"
                 "backend gives FusedAttention preference over FlashAttention on sm90+), the "
-                "FlashAttention-3 paper's cuDNN rows, H100 SXM5 forward, non-causal: plateau per "
-                "head dim and kv_half fitted (benchmarks/kernels/kernel_fit.py, data/attention.csv, "
-                "source FA3; the paper's cuDNN of mid-2024)" + (
+                "FlashAttention-3 paper's cuDNN rows, H100 SXM5 forward, BF16 causal (mean key "
+                "length s / 2, training's regime) and FP8 non-causal (its causal rows cover head "
+                "dim 64 at 512-1k only): plateau per head dim and kv_half fitted (benchmarks/"
+                "kernels/kernel_fit.py, data/attention.csv, source FA3; the paper's cuDNN of "
+                "mid-2024)" + (
                     "; H200: H100's (same SMs and clocks, compute-bound)" if name == "h200" else ""))
     if family == "a100":
         fa2 = fit["fa2_bf16"]

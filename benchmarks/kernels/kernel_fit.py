@@ -23,7 +23,9 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
   (with the table's level).
 * **Attention**: per dtype, ``kv_half`` and the plateau at head dims 64 / 128 / 256 fitted on
   the FlashAttention-3 paper's H100 *non-causal* forward rows; FlashAttention-2 on H100 the
-  same way (the shape of the A100 curve, see :func:`attention_fits`).
+  same way (the shape of the A100 curve, see :func:`attention_fits`); cuDNN on H100 (what
+  Transformer Engine runs on Hopper) from the paper's cuDNN rows, BF16 on its *causal* rows
+  (mean key length s / 2), FP8 on its non-causal ones.
 * **Attention backward**: the backward kernel's rate over the forward's, per head dim (64,
   128) and length, read off FlashAttention-3's H100 non-causal backward and forward rows
   (:func:`backward_ratios`; measured ratios, nothing fitted).
@@ -80,7 +82,7 @@ FITTED: dict[str, Any] = {
         "fa3_bf16": {"kv_half": 256.0, "plateau": [[64.0, 0.5261], [128.0, 0.7141], [256.0, 0.805]]},
         "fa3_fp8": {"kv_half": 728.0, "plateau": [[64.0, 0.3334], [256.0, 0.6409]]},
         "fa2_bf16": {"kv_half": 80.0, "plateau": [[64.0, 0.3412], [128.0, 0.3876], [256.0, 0.3427]]},
-        "cudnn_h100_bf16": {"kv_half": 128.0, "plateau": [[64.0, 0.4366], [128.0, 0.6528], [256.0, 0.6238]]},
+        "cudnn_h100_bf16": {"kv_half": 192.0, "plateau": [[64.0, 0.413], [128.0, 0.5839], [256.0, 0.5525]]},
         "cudnn_h100_fp8": {"kv_half": 320.0, "plateau": [[64.0, 0.2541], [256.0, 0.6012]]},
         "fa3_bwd_ratio": [
             [64.0, [[512.0, 0.8168], [1024.0, 0.926], [2048.0, 0.9174], [4096.0, 0.9517],
@@ -267,12 +269,13 @@ HEAD_DIMS = (64.0, 128.0, 256.0)
 
 
 def fit_attention(impl: str, dtype: str, peak_tflops: float = 989.4, sm: int = 132,
-                  device: str = "H100-SXM5") -> dict[str, Any]:
-    """``kv_half`` and the plateau per head dim of ``impl`` on its non-causal forward rows:
-    for each ``kv_half`` on a grid, each head dim's plateau is the geometric mean of
-    measured / modelled-at-plateau-1; the ``kv_half`` with the least mean |log error| wins."""
-    data = [r for r in attention_rows(impl=impl, dtype=dtype, causal="false", device=device)
-            if r["pass"] == "fwd"]
+                  device: str = "H100-SXM5", causal: bool = False) -> dict[str, Any]:
+    """``kv_half`` and the plateau per head dim of ``impl`` on its non-causal (``causal``:
+    causal, mean key length s / 2) forward rows: for each ``kv_half`` on a grid, each head
+    dim's plateau is the geometric mean of measured / modelled-at-plateau-1; the ``kv_half``
+    with the least mean |log error| wins."""
+    data = [r for r in attention_rows(impl=impl, dtype=dtype, causal="true" if causal else "false",
+                                      device=device) if r["pass"] == "fwd"]
     best: tuple[float, dict[str, Any]] = (math.inf, {})
     for kvh in np.arange(0.0, 1500.1, 8.0):
         unit = AttentionShapeModel({"default": ((1.0, 1.0),)}, {"default": float(kvh)})
@@ -281,7 +284,7 @@ def fit_attention(impl: str, dtype: str, peak_tflops: float = 989.4, sm: int = 1
             sel = [r for r in data if float(r["head_dim"]) == d]
             if not sel:
                 continue
-            e1 = np.array([unit.efficiency("default", sm, attention_shape(r, False))[0] for r in sel])
+            e1 = np.array([unit.efficiency("default", sm, attention_shape(r, causal))[0] for r in sel])
             meas = np.array([float(r["tflops"]) / peak_tflops for r in sel])
             e = float(np.exp(np.mean(np.log(meas / e1))))
             plateau.append([d, round(e, 4)])
@@ -363,7 +366,7 @@ def attention_fits() -> dict[str, Any]:
     return {"fa3_bf16": fit_attention("FlashAttention-3", "bf16"),
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
             "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
-            "cudnn_h100_bf16": fit_attention("cuDNN", "bf16"),
+            "cudnn_h100_bf16": fit_attention("cuDNN", "bf16", causal=True),
             "cudnn_h100_fp8": fit_attention("cuDNN", "fp8", peak_tflops=1979.0),
             "fa3_bwd_ratio": backward_ratios(),
             "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),

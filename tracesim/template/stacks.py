@@ -264,15 +264,15 @@ def check_stack(stack: Stack, par: Any, device: Any) -> None:
 
 def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
     """The attention kernel, in words: the kernel the device profile's attention class was
-    calibrated on (FlashAttention-2 on Ampere, FlashAttention-3 on Hopper, cuDNN's fused
-    attention on Blackwell)."""
+    calibrated on (FlashAttention-2 on Ampere, cuDNN's fused attention on Hopper and
+    Blackwell)."""
     if attention == "unfused":
         return "unfused (scores, scale-mask-softmax, dropout, context)"
     name = str(getattr(device, "name", ""))
     if attention == "flash2":
         return f"FlashAttention-2 (causal blocks only; the {name} profile's flash2 parameters)"
-    gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "FlashAttention-3 / cuDNN",
-           "h200": "FlashAttention-3 / cuDNN", "b200": "cuDNN fused attention",
+    gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "cuDNN fused attention",
+           "h200": "cuDNN fused attention", "b200": "cuDNN fused attention", "b300": "cuDNN fused attention",
            "gb200": "cuDNN fused attention", "gb300": "cuDNN fused attention"}.get(name, "flash")
     return f"{gen} (causal blocks only; the {name} profile's attention curve)"
 
