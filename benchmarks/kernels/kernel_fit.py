@@ -38,8 +38,9 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
   frontend's FP8 benchmark, the same container), with its own backward / forward ratios.
 * **Memory**: achieved / datasheet bandwidth of FluidX3D (FP32/FP32) per device.
 
-Everything not listed (held-out GEMM shapes and devices, causal attention, in-step attention)
-is test data: ``benchmarks/kernels/kernel_accuracy.py`` and ``tests/test_kernel_calibration.py``.
+Everything not listed (held-out GEMM shapes and devices, each attention fit's other masking
+and longer rows, other cuDNN versions, in-step attention) is test data:
+``benchmarks/kernels/kernel_accuracy.py`` and ``tests/test_kernel_calibration.py``.
 
 ``python -m benchmarks.kernels.kernel_fit`` reruns the fits and prints them next to
 :data:`FITTED`, the values the shipped profiles use (``--check`` exits 1 when they differ).
