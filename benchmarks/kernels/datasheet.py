@@ -231,8 +231,6 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
     source text."""
     fit = kf.FITTED["attention"]
     fa3, fa3_8 = fit["fa3_bf16"], fit["fa3_fp8"]
-
-    base = {"kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}}
     family = {"a100-40gb": "a100", "h200": "h100", "gb200": "b200", "gb300": "b200",
               "b300": "b200"}.get(name, name)
     if family == "h100":
@@ -265,7 +263,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
         h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
         m = kf.solve_plateau(kf.FITTED["gemm_shared"], 1307.4, 304, kf.mamf_row("MI300X", "bf16"))
         return ({"plateau": {"default": scaled_plateau(fa3["plateau"], m / h), "fp8": scaled_plateau(fa3_8["plateau"], m / h)},
-                 "kv_half": base["kv_half"]},
+                 "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}},
                 "no MI300X attention data (published numbers are figures only): H100 FA3 x "
                 f"(MI300X / H100 GEMM plateau = {m / h:.3f}) (derived)")
     raise KeyError(name)

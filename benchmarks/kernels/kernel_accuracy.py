@@ -150,24 +150,21 @@ def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
 def attention_cases() -> list[Case]:
     """Attention rows on shipped profiles (forward unless said)."""
     out = []
-    for r in kf.attention_rows(impl="cuDNN", device="H100-SXM5"):  # what TE runs on Hopper
-        if r["pass"] != "fwd" or r["causal"] == "unknown":
-            continue
-        causal = r["causal"] == "true"
-        # BF16 fitted on the causal rows (training's), FP8 on the non-causal ones (its causal
-        # rows cover head dim 64 at 512-1k tokens only)
-        if r["dtype"] == "bf16":
-            role = "calibrated" if causal else "tested (non-causal)"
-        else:
-            role = "tested (causal)" if causal else "calibrated"
-        out.append(_attn_case(f"FA3 paper, H100, cuDNN, {r['dtype'].upper()}" + (", causal" if causal else ""),
-                              role, r, causal))
-    for r in kf.attention_rows(impl="FlashAttention-3", device="H100-SXM5"):
-        if r["pass"] != "fwd" or r["causal"] == "unknown":
-            continue
-        causal = r["causal"] == "true"
-        out.append(_attn_case(f"FA3 paper, H100, FA3, {r['dtype'].upper()}" + (", causal" if causal else ""),
-                              "tested (other kernel)", r, causal))
+    for impl, short in (("cuDNN", "cuDNN"), ("FlashAttention-3", "FA3")):
+        for r in kf.attention_rows(impl=impl, device="H100-SXM5"):
+            if r["pass"] != "fwd" or r["causal"] == "unknown":
+                continue
+            causal = r["causal"] == "true"
+            # cuDNN is what TE runs on Hopper: BF16 fitted on the causal rows (training's), FP8
+            # on the non-causal ones (its causal rows cover head dim 64 at 512-1k tokens only)
+            if impl != "cuDNN":
+                role = "tested (other kernel)"
+            elif r["dtype"] == "bf16":
+                role = "calibrated" if causal else "tested (non-causal)"
+            else:
+                role = "tested (causal)" if causal else "calibrated"
+            out.append(_attn_case(f"FA3 paper, H100, {short}, {r['dtype'].upper()}"
+                                  + (", causal" if causal else ""), role, r, causal))
     for r in kf.attention_rows(impl="FlashAttention-2", device="H100-SXM5"):  # --attention flash2
         causal, bwd = r["causal"] == "true", r["pass"] == "bwd"
         out.append(_attn_case("FA3 paper, H100, FlashAttention-2 (flash2)"

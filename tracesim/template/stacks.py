@@ -271,9 +271,8 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
     name = str(getattr(device, "name", ""))
     if attention == "flash2":
         return f"FlashAttention-2 (causal blocks only; the {name} profile's flash2 parameters)"
-    gen = {"a100": "FlashAttention-2", "a100-40gb": "FlashAttention-2", "h100": "cuDNN fused attention",
-           "h200": "cuDNN fused attention", "b200": "cuDNN fused attention", "b300": "cuDNN fused attention",
-           "gb200": "cuDNN fused attention", "gb300": "cuDNN fused attention"}.get(name, "flash")
+    gen = ("FlashAttention-2" if name in ("a100", "a100-40gb") else "cuDNN fused attention"
+           if name in ("h100", "h200", "b200", "b300", "gb200", "gb300") else "flash")
     return f"{gen} (causal blocks only; the {name} profile's attention curve)"
 
 
