@@ -28,9 +28,10 @@ def test_hopper_profiles_carry_fa2_and_it_is_slower_than_cudnn() -> None:
     flops = 4 * 32 * 8192 * 8192 * 128
     t3 = op_time_ns(h100, "attention", flops, 1e9, "bf16", shape=shape)
     t2 = op_time_ns(fa2, "attention", flops, 1e9, "bf16", shape=shape)
-    # the FA3 paper's H100 rows at head dim 128, 8k non-causal: FA2 (0.57-0.58 of FA3's
-    # rate) against the profile's cuDNN curve, fitted on causal rows: 1.49x the time
-    assert 1.35 < t2 / t3 < 1.65
+    # the FA3 paper's H100 rows at head dim 128, 8k non-causal: FA2 370 TFLOP/s against
+    # cuDNN's 600 (1.62x the time); the profile's FA2 curve against its cuDNN unmasked curve
+    # (fitted on the cuDNN non-causal rows): 1.67x
+    assert 1.5 < t2 / t3 < 1.8
     assert get_device("h200").with_flash2() is not None
     assert get_device("b200").with_flash2() is None
 

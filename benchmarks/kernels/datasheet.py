@@ -237,12 +237,17 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
         # Transformer Engine runs cuDNN's fused attention on Hopper: it drops FlashAttention
         # when cuDNN's arbitrary-seqlen backend is available (and FA3 in FP8)
         cu, cu8 = fit["cudnn_h100_bf16"], fit["cudnn_h100_fp8"]
+        un = fit["cudnn_h100_bf16_unmasked"]
         return ({"plateau": {"default": cu["plateau"], "fp8": cu8["plateau"]},
-                 "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]}},
+                 "kv_half": {"default": cu["kv_half"], "fp8": cu8["kv_half"]},
+                 "unmasked": {"plateau": {"default": un["plateau"],
+                                          "fp8": [list(p) for p in cu8["plateau"]]},
+                              "kv_half": {"default": un["kv_half"], "fp8": cu8["kv_half"]}}},
                 "cuDNN fused attention (what Transformer Engine runs on Hopper: get_attention_"
                 "backend gives FusedAttention preference over FlashAttention on sm90+), the "
                 "FlashAttention-3 paper's cuDNN rows, H100 SXM5 forward, BF16 causal (mean key "
-                "length s / 2, training's regime) and FP8 non-causal (its causal rows cover head "
+                "length s / 2, training's regime), BF16 unmasked (`unmasked`: the non-causal "
+                "rows) and FP8 non-causal for every mask (its causal rows cover head "
                 "dim 64 at 512-1k only): plateau per head dim and kv_half fitted (benchmarks/"
                 "kernels/kernel_fit.py, data/attention.csv, source FA3; the paper's cuDNN of "
                 "mid-2024)" + (
@@ -367,7 +372,8 @@ def profile(name: str) -> dict[str, Any]:
         "efficiency": eff,
         "shape_model": {"gemm": gemm_model, "attention": {
             "plateau": att["plateau"], "kv_half": att["kv_half"], "backward": att["backward"],
-            **({"backward_fp8": att["backward_fp8"]} if "backward_fp8" in att else {})}},
+            **({"backward_fp8": att["backward_fp8"]} if "backward_fp8" in att else {}),
+            **({"unmasked": att["unmasked"]} if "unmasked" in att else {})}},
     }
     fa2, fa2_src = flash2_params(name, att)
     if fa2 is not None:

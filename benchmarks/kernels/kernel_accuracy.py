@@ -155,12 +155,13 @@ def attention_cases() -> list[Case]:
             if r["pass"] != "fwd" or r["causal"] == "unknown":
                 continue
             causal = r["causal"] == "true"
-            # cuDNN is what TE runs on Hopper: BF16 fitted on the causal rows (training's), FP8
-            # on the non-causal ones (its causal rows cover head dim 64 at 512-1k tokens only)
+            # cuDNN is what TE runs on Hopper: BF16 fitted on the causal rows (training's) and
+            # apart on the non-causal ones (the unmasked curve), FP8 on the non-causal ones (its
+            # causal rows cover head dim 64 at 512-1k tokens only)
             if impl != "cuDNN":
                 role = "tested (other kernel)"
             elif r["dtype"] == "bf16":
-                role = "calibrated" if causal else "tested (non-causal)"
+                role = "calibrated" if causal else "calibrated (unmasked)"
             else:
                 role = "tested (causal)" if causal else "calibrated"
             out.append(_attn_case(f"FA3 paper, H100, {short}, {r['dtype'].upper()}"

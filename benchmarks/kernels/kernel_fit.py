@@ -25,7 +25,9 @@ Nothing here reads an end-to-end (training-step) table. What is fitted on what:
   the FlashAttention-3 paper's H100 *non-causal* forward rows; FlashAttention-2 on H100 the
   same way (the shape of the A100 curve, see :func:`attention_fits`); cuDNN on H100 (what
   Transformer Engine runs on Hopper) from the paper's cuDNN rows, BF16 on its *causal* rows
-  (mean key length s / 2), FP8 on its non-causal ones.
+  (mean key length s / 2) and, apart, on its non-causal rows (the profiles' ``unmasked``
+  curve), FP8 on its non-causal ones (they serve every mask: its causal rows cover head dim
+  64 at 512-1k tokens only).
 * **Attention backward**: the backward kernel's rate over the forward's, per head dim (64,
   128) and length, read off FlashAttention-3's H100 non-causal backward and forward rows
   (:func:`backward_ratios`; measured ratios, nothing fitted).
@@ -84,6 +86,7 @@ FITTED: dict[str, Any] = {
         "fa3_fp8": {"kv_half": 728.0, "plateau": [[64.0, 0.3334], [256.0, 0.6409]]},
         "fa2_bf16": {"kv_half": 80.0, "plateau": [[64.0, 0.3412], [128.0, 0.3876], [256.0, 0.3427]]},
         "cudnn_h100_bf16": {"kv_half": 192.0, "plateau": [[64.0, 0.413], [128.0, 0.5839], [256.0, 0.5525]]},
+        "cudnn_h100_bf16_unmasked": {"kv_half": 128.0, "plateau": [[64.0, 0.4366], [128.0, 0.6528], [256.0, 0.6238]]},
         "cudnn_h100_fp8": {"kv_half": 320.0, "plateau": [[64.0, 0.2541], [256.0, 0.6012]]},
         "fa3_bwd_ratio": [
             [64.0, [[512.0, 0.8168], [1024.0, 0.926], [2048.0, 0.9174], [4096.0, 0.9517],
@@ -368,6 +371,7 @@ def attention_fits() -> dict[str, Any]:
             "fa3_fp8": fit_attention("FlashAttention-3", "fp8", peak_tflops=1979.0),
             "fa2_bf16": fit_attention("FlashAttention-2", "bf16"),
             "cudnn_h100_bf16": fit_attention("cuDNN", "bf16", causal=True),
+            "cudnn_h100_bf16_unmasked": fit_attention("cuDNN", "bf16"),
             "cudnn_h100_fp8": fit_attention("cuDNN", "fp8", peak_tflops=1979.0),
             "fa3_bwd_ratio": backward_ratios(),
             "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),

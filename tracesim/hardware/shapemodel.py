@@ -36,6 +36,10 @@ query (``seq_kv``; about half of it for causal attention, :mod:`tracesim.ops.sha
     fill = q_tiles / (ceil(q_tiles / S) * S),  q_tiles = batch * heads * ceil(seq_q / tile_q)
 
 ``plateau`` is interpolated in log2(head_dim) between the listed head dims and held beyond.
+A profile that measured unmasked attention apart (``unmasked``: its own ``plateau`` and
+``kv_half``) times the rows with ``kv >= seq_q`` (no causal or sliding-window mask: every query
+sees every key) with them; a masked kernel skips the masked tiles, but its mask handling and
+its uneven work per query tile leave it slower per computed FLOP than the unmasked kernel.
 A backward op runs at ``eff * backward_ratio(head_dim, kv, dtype)`` where the profile lists the
 backward kernel's measured rate over the forward's (``backward``; ``backward_fp8`` for the FP8
 kernels where they were measured apart, else ``backward`` serves every dtype; applied by
@@ -48,7 +52,7 @@ from the rest of ``tracesim.hardware`` (device.py parses profiles with it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -126,6 +130,10 @@ class AttentionShapeModel:
     #: FlashAttention-2's parameters on this device (``--attention flash2``: the kernel
     #: PyTorch's SDPA and the flash-attn 2 package run), None where the profile has no data
     flash2: AttentionShapeModel | None = None
+    #: ``plateau`` and ``kv_half`` of unmasked attention (every query sees at least as many
+    #: keys as there are queries, ``kv >= seq_q``: no causal or sliding-window mask) where the
+    #: profile measured the kernels apart on it; None: one curve serves every mask
+    unmasked: AttentionShapeModel | None = None
 
     def backward_ratio(self, head_dim: float, kv: float, dtype: str = "default") -> float:
         """The backward kernel's rate over the forward's at ``head_dim`` and mean key length
@@ -141,7 +149,17 @@ class AttentionShapeModel:
         return float(np.interp(np.log2(max(head_dim, 1.0)), dims, per_dim))
 
     def efficiency(self, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
-        """Efficiency (fraction of peak, <= 1) of attention ops of ``shape`` (n x 4)."""
+        """Efficiency (fraction of peak, <= 1) of attention ops of ``shape`` (n x 4); the rows
+        with ``kv >= seq_q`` (unmasked) at the ``unmasked`` curve where the profile has one."""
+        e = self._curve(dtype, sm_count, shape)
+        if self.unmasked is None:
+            return e
+        full = np.asarray(shape[:, 2], dtype=float) >= np.asarray(shape[:, 1], dtype=float)
+        if not full.any():
+            return e
+        return np.where(full, self.unmasked._curve(dtype, sm_count, shape), e)
+
+    def _curve(self, dtype: str, sm_count: int, shape: np.ndarray) -> np.ndarray:
         pts = self.plateau.get(dtype) or self.plateau["default"]
         half = float(self.kv_half.get(dtype, self.kv_half["default"]))
         u, q, kv, d = (np.asarray(shape[:, i], dtype=float) for i in range(4))
@@ -220,8 +238,8 @@ def _gemm(data: Any, file: str | Path | None, where: str) -> GemmShapeModel:
 def _attention(data: Any, file: str | Path | None, where: str, nested: bool = True
                ) -> AttentionShapeModel:
     check_keys(data, ("plateau", "kv_half"),
-               ("tile_q", "backward", "backward_fp8", "source") + (("flash2",) if nested else ()),
-               file=file, where=where)
+               ("tile_q", "backward", "backward_fp8", "source")
+               + (("flash2", "unmasked") if nested else ()), file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     out: dict[str, tuple[tuple[float, float], ...]] = {}
     for key, pts in plat.items():
@@ -236,11 +254,18 @@ def _attention(data: Any, file: str | Path | None, where: str, nested: bool = Tr
             raise InputError("head dims must be positive and increasing", file, place)
         out[str(key)] = tuple((float(p[0]), _fraction(p[1], file, place)) for p in pts)
     halves = _plateau_keys(data["kv_half"], file, f"{where}.kv_half")
+    tile_q = get_number(data, "tile_q", file=file, where=where, kind=int, default=128)
+    unmasked = None
+    if nested and "unmasked" in data:
+        check_keys(data["unmasked"], ("plateau", "kv_half"), ("source",), file=file,
+                   where=f"{where}.unmasked")
+        unmasked = replace(
+            _attention(data["unmasked"], file, f"{where}.unmasked", nested=False), tile_q=tile_q)
     return AttentionShapeModel(
         plateau=MappingProxyType(out),
         kv_half=MappingProxyType({str(k): get_number(halves, k, file=file, where=f"{where}.kv_half",
                                                      allow_zero=True) for k in halves}),
-        tile_q=get_number(data, "tile_q", file=file, where=where, kind=int, default=128),
+        tile_q=tile_q, unmasked=unmasked,
         backward=_backward(data.get("backward", []), file, f"{where}.backward"),
         backward_fp8=_backward(data.get("backward_fp8", []), file, f"{where}.backward_fp8"),
         flash2=(_attention(data["flash2"], file, f"{where}.flash2", nested=False)
