@@ -12,7 +12,8 @@ measured duration (a trace-derived template):
 Ops without a measurement use the cost model (``model``), with the op's own ``dtype`` where
 it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 :func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
-that have one; a backward attention op runs at the profile's measured backward / forward
+that have one (the routed experts' grouped GEMMs four experts at a time, as Transformer
+Engine's multi-stream grouped GEMM runs them: :mod:`tracesim.template.grouped_gemm`); a backward attention op runs at the profile's measured backward / forward
 rate ratio (:func:`backward_attention_ns`). ``methods`` counts each outcome. A template built
 with ``attention: flash2`` times its fused attention with the profile's FlashAttention-2
 parameters (``shape_model.attention.flash2``; an InputError where the profile has none).
@@ -33,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.template.grouped_gemm import stream_groups_ns
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate
+from tracesim.template.moe_ops import is_expert_op
 
 
 @dataclass
@@ -79,8 +82,9 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         # units (work units at the target, :func:`tracesim.template.resolve.op_units`) only
         # count with the recorded ones (``src_units``; 0 in templates written before)
         units = units if op.src_units > 0 else 1.0
+        grouped = op_class == "gemm" and is_expert_op(op)
         key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
-               op.src_units, op.calls, op.count, op.dtype, op.shape)
+               op.src_units, op.calls, op.count, op.dtype, op.shape, grouped)
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
@@ -96,6 +100,13 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             kw = {"shape": shape} if shape else {}
             ns, method = op_time_ns(device, op_class, flops, nbytes, op.dtype or dtype, units,
                                     **kw), "model"
+            if shape and grouped and shape[0] > 1:
+                dt = op.dtype or dtype
+
+                def batched(f: float, b: float, sh: tuple[float, ...]) -> int:
+                    return op_time_ns(device, "gemm", f, b, dt, units, shape=sh)
+
+                ns = stream_groups_ns(batched, flops, nbytes, shape)
             if shape and op_class == "attention" and op.phase == "bwd":
                 ns = backward_attention_ns(device, int(ns), shape, op.dtype or dtype)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
