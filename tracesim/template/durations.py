@@ -13,9 +13,10 @@ Ops without a measurement use the cost model (``model``), with the op's own ``dt
 it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 :func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
 that have one (the routed experts' grouped GEMMs four experts at a time, as Transformer
-Engine's multi-stream grouped GEMM runs them: :mod:`tracesim.template.grouped_gemm`); a backward attention op runs at the profile's measured backward / forward
-rate ratio (:func:`backward_attention_ns`). ``methods`` counts each outcome. A template built
-with ``attention: flash2`` times its fused attention with the profile's FlashAttention-2
+Engine's multi-stream grouped GEMM runs them: :mod:`tracesim.template.grouped_gemm`); a
+backward attention op runs at the profile's measured backward / forward rate ratio
+(:func:`backward_attention_ns`). ``methods`` counts each outcome. A template built with
+``attention: flash2`` times its fused attention with the profile's FlashAttention-2
 parameters (``shape_model.attention.flash2``; an InputError where the profile has none).
 
 An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
@@ -97,16 +98,13 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
                 ns, method = scale_duration(int(op.measured_ns), src_dev, src, device, dst)
         else:
             shape = _numeric_shape(op.shape)
-            kw = {"shape": shape} if shape else {}
-            ns, method = op_time_ns(device, op_class, flops, nbytes, op.dtype or dtype, units,
-                                    **kw), "model"
-            if shape and grouped and shape[0] > 1:
-                dt = op.dtype or dtype
+            dt = op.dtype or dtype
 
-                def batched(f: float, b: float, sh: tuple[float, ...]) -> int:
-                    return op_time_ns(device, "gemm", f, b, dt, units, shape=sh)
+            def model_ns(f: float, b: float, sh: tuple[float, ...] | None) -> int:
+                return op_time_ns(device, op_class, f, b, dt, units, **({"shape": sh} if sh else {}))
 
-                ns = stream_groups_ns(batched, flops, nbytes, shape)
+            ns, method = (stream_groups_ns(model_ns, flops, nbytes, shape) if shape and grouped
+                          else model_ns(flops, nbytes, shape)), "model"
             if shape and op_class == "attention" and op.phase == "bwd":
                 ns = backward_attention_ns(device, int(ns), shape, op.dtype or dtype)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
