@@ -38,7 +38,7 @@ from benchmarks.kernels.memory_in_steps import (
     memory_classes,
     memory_classes_source,
 )
-from benchmarks.kernels.scan import CALIBRATION_DEVICE, scan_fraction
+from benchmarks.kernels.scan import calibration_device, scan_fraction
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import fleet, sustained_clock
 from tracesim.hardware.calibrate import saturating_curve
@@ -347,8 +347,8 @@ def profile(name: str) -> dict[str, Any]:
         compute["tf32"] = [list(p) for p in A100_TF32_FROM_TRACE["points"]]
     att_curves = {k: _attention_unit_curve(att, k, _peak(spec, "bf16" if k == "default" else k))
                   for k in att["plateau"]}
-    scan_e, scan_src = scan_fraction()
-    if name != CALIBRATION_DEVICE[0]:
+    scan_e, scan_src = scan_fraction(name)
+    if name != calibration_device(name):
         scan_src = (f"{scan_src}; this GPU: the same fraction of its BF16 peak (derived: the "
                     "same Triton kernels, not measured here)")
     eff: dict[str, Any] = {
