@@ -32,6 +32,8 @@ from benchmarks.kernels.attention_blackwell import cudnn_blackwell, scaled_plate
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.datasheet_specs import SPECS
 from benchmarks.kernels.flash2 import flash2_params
+from benchmarks.kernels.gemm_precision import ULTRA, mxfp8_over_fp8, nvfp4_over_fp8
+from benchmarks.kernels.gemm_precision import source as precision_source
 from benchmarks.kernels.memory_in_steps import (
     KEPT,
     kept_profile,
@@ -67,7 +69,8 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
 #: rates over their peaks (derived); the ceiling stays the device's own MAMF
 PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
 #: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
-#: BF16 and FP8 rows, and MXFP8 at FP8's (as its plateau); NVFP4 from its own rows (nvfp4_fit)
+#: BF16 and FP8 rows, and MXFP8 at FP8's (times the Blackwell MX ratio, as its plateau); NVFP4
+#: from its own rows (nvfp4_fit; Blackwell Ultra's from FP8's, ultra_nvfp4_factor)
 CEILING_DTYPES = ("default", "fp8", "mxfp8")
 #: NVFP4 GEMM rows (data/gemm.csv, source TORCHAO-NVFP4): the device they were measured on;
 #: the Blackwell GPUs without rows of their own take its fractions of the FP4 peak (derived)
@@ -141,9 +144,22 @@ def gemm_ceilings(name: str) -> dict[str, float]:
         t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
         flops = 2.0 * float(row["batch"]) * float(row["m"]) * float(row["n"]) * float(row["k"])
         out[dt] = round(q * flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
+    if "mxfp8" in spec["peak_tflops"]:  # Blackwell's MX units: FP8's level times the measured ratio
+        out["mxfp8"] = round(out["mxfp8"] * mxfp8_over_fp8(), 4)
     if "nvfp4" in spec["peak_tflops"]:
-        out["nvfp4"] = nvfp4_fit(name)[2]
+        out["nvfp4"] = round(nvfp4_fit(name)[2] * ultra_nvfp4_factor(name, out["fp8"]), 4)
     return out
+
+
+def ultra_nvfp4_factor(name: str, fp8_ceiling: float) -> float:
+    """What Blackwell Ultra's NVFP4 plateau, size curve and ceiling are B200's fractions of the
+    FP4 peak times (1 on the other GPUs): its NVFP4 large-shape rate is its FP8 one times the
+    NVFP4 / FP8 rate measured on B300 (:mod:`benchmarks.kernels.gemm_precision`)."""
+    if name not in ULTRA:
+        return 1.0
+    spec = SPECS[name]
+    rate = fp8_ceiling * _peak(spec, "fp8") * nvfp4_over_fp8()
+    return rate / (nvfp4_fit(name)[2] * _peak(spec, "nvfp4"))
 
 
 @functools.cache
@@ -208,11 +224,22 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
     if "fp8" in spec["peak_tflops"] and "fp8" not in plateau:
         plateau["fp8"], curve["fp8"] = plateau["default"], curve["default"]
         src["fp8"] = "no FP8 GEMM data: the BF16 fraction of peak assumed (derived)"
-    if "fp8" in plateau:  # Hopper has no MX units: its MXFP8 (software block scaling) at FP8's
+    if "mxfp8" in spec["peak_tflops"]:  # Blackwell's MX units: FP8's times the measured ratio
+        r = mxfp8_over_fp8()
+        plateau["mxfp8"], curve["mxfp8"] = round(plateau["fp8"] * r, 4), round(curve["fp8"] * r, 4)
+        src["mxfp8"] = (f"FP8's plateau x {r}: {precision_source('mxfp8')}"
+                        + ("" if name == "b300" else " (derived: the same kernels)"))
+    elif "fp8" in plateau:  # Hopper has no MX units: its MXFP8 (software block scaling) at FP8's
         plateau["mxfp8"], curve["mxfp8"] = plateau["fp8"], curve["fp8"]
         src["mxfp8"] = "no MXFP8 GEMM data: FP8's plateau (derived; DeepGEMM's block-scaled FP8 on H800 reaches the H100 FP8 MAMF)"
     if "nvfp4" in spec["peak_tflops"]:
         plateau["nvfp4"], curve["nvfp4"], _, src["nvfp4"] = nvfp4_fit(name)
+        f = ultra_nvfp4_factor(name, gemm_ceilings(name)["fp8"])
+        if f != 1.0:
+            plateau["nvfp4"] = round(min(plateau["nvfp4"] * f, 1.0), 4)
+            curve["nvfp4"] = round(curve["nvfp4"] * f, 4)
+            src["nvfp4"] += (f"; Blackwell Ultra: those x {f:.4f}, its FP8 large-shape rate x "
+                             f"{nvfp4_over_fp8()} ({precision_source('nvfp4')})")
     a100_tf32 = float(A100_TF32_CONV_FROM_TRACE["e_max"])
     a100_bf16 = kf.solve_plateau(shared, 312.0, 108, kf.mamf_row("A100-SXM", "bf16"))
     plateau["tf32"] = round(min(a100_tf32, a100_tf32 * plateau["default"] / a100_bf16), 4)

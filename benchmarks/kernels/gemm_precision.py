@@ -1,0 +1,77 @@
+"""Blackwell's block-scaled GEMM rates over its FP8 rate (the ``mxfp8`` GEMM level of the
+Blackwell profiles and the ``nvfp4`` level of the Blackwell Ultra ones).
+
+    python -m benchmarks.kernels.gemm_precision
+
+One kernel-level table sets both (data/gemm_precision.csv, source TE-GEMM-PROFILING):
+Transformer Engine's GEMM profiler on a B300, the GEMMs of one layer (four linears, forward,
+data and weight gradients) at 15,872 tokens, pre-quantized (the GEMM kernels alone, as
+Transformer Engine calls cuBLAS) in BF16, FP8 with current scaling, MXFP8 and NVFP4. Only
+ratios between its columns are taken: the profiles' FP8 and BF16 levels come from the MAMF
+tables, and this table's clock conditions (100 back-to-back iterations of each GEMM) are not
+those of a MAMF sweep.
+
+* MXFP8 over FP8 (:func:`mxfp8_over_fp8`): the summed FP8 time over the summed MXFP8 time.
+  Every Blackwell profile's ``mxfp8`` plateau, size curve and ceiling are its FP8 ones times
+  it (measured on B300; B200, GB200 and GB300 derived: the same cuBLAS block-scaled kernels
+  on the same tensor-core generation).
+* NVFP4 over FP8 on Blackwell Ultra (:func:`nvfp4_over_fp8`): the summed FP8 time over the
+  summed NVFP4 time. The B200 NVFP4 rows (source TORCHAO-NVFP4) set the other Blackwell
+  profiles' NVFP4 as fractions of the FP4 peak; Blackwell Ultra's FP4 peak is 1.4-1.7x
+  B200's, and at B200's fractions of it the B300 profile ran this table's NVFP4 GEMMs 1.38x
+  faster than it measured relative to FP8. So ``b300`` and ``gb300`` take FP8's large-shape
+  rate times this ratio (:mod:`benchmarks.kernels.datasheet`).
+
+The table's autocast rows (quantization included) are kept for reference and not used.
+"""
+
+from __future__ import annotations
+
+from benchmarks.kernels import kernel_fit as kf
+
+#: the profiles whose NVFP4 level follows :func:`nvfp4_over_fp8` (Blackwell Ultra)
+ULTRA = ("b300", "gb300")
+
+
+def _sums(mode: str = "pre-quantized") -> dict[str, float]:
+    """Per-precision time summed over the passes of one mode (ms)."""
+    out: dict[str, float] = {}
+    for r in kf.rows("gemm_precision"):
+        if r["mode"] != mode:
+            continue
+        for col in ("bf16", "fp8_current", "mxfp8", "nvfp4"):
+            out[col] = out.get(col, 0.0) + float(r[f"{col}_ms"])
+    return out
+
+
+def mxfp8_over_fp8() -> float:
+    """MXFP8 GEMM rate over FP8 current scaling's, pre-quantized (module docstring)."""
+    s = _sums()
+    return round(s["fp8_current"] / s["mxfp8"], 4)
+
+
+def nvfp4_over_fp8() -> float:
+    """NVFP4 GEMM rate over FP8 current scaling's on Blackwell Ultra, pre-quantized."""
+    s = _sums()
+    return round(s["fp8_current"] / s["nvfp4"], 4)
+
+
+def source(what: str) -> str:
+    """The text a profile's calibration entry cites for ``what`` (``mxfp8`` or ``nvfp4``)."""
+    s = _sums()
+    col, r = ("mxfp8", mxfp8_over_fp8()) if what == "mxfp8" else ("nvfp4", nvfp4_over_fp8())
+    return (f"Transformer Engine's GEMM profiler on B300 (data/gemm_precision.csv, source "
+            f"TE-GEMM-PROFILING): one layer's 12 GEMMs at 15,872 tokens pre-quantized, FP8 "
+            f"current scaling {s['fp8_current']:.3f} ms, {col.upper()} {s[col]:.3f} ms: "
+            f"{col.upper()} at {r} x FP8's rate")
+
+
+def main() -> None:
+    for mode in ("pre-quantized", "autocast"):
+        s = _sums(mode)
+        print(f"{mode:>13}: " + "  ".join(f"{k} {v:.3f} ms" for k, v in s.items()))
+    print(f"MXFP8 / FP8 rate {mxfp8_over_fp8()}; NVFP4 / FP8 rate {nvfp4_over_fp8()}")
+
+
+if __name__ == "__main__":
+    main()

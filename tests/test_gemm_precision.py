@@ -1,0 +1,64 @@
+"""Blackwell's block-scaled GEMMs against Transformer Engine's B300 GEMM profile
+(benchmarks/kernels/gemm_precision.py, data/gemm_precision.csv): the MXFP8 and Blackwell
+Ultra NVFP4 levels are set from its ratios to FP8; its BF16 / FP8 ratio is held out."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.kernels import kernel_fit as kf
+from benchmarks.kernels.gemm_precision import mxfp8_over_fp8, nvfp4_over_fp8
+from tracesim.hardware.costmodel import op_time_ns
+from tracesim.hardware.device import get_device
+
+TOKENS, HIDDEN, FFN = 15872, 4096, 16384
+#: the table's four linears as (k, n) of their forward GEMMs
+LINEARS = ((HIDDEN, 3 * HIDDEN), (HIDDEN, HIDDEN), (HIDDEN, FFN), (FFN, HIDDEN))
+BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+
+
+def _layer_ms(device: str, dtype: str) -> float:
+    """The model's time of the table's 12 GEMMs (forward, data and weight gradients), burst."""
+    dev = get_device(device).burst()
+    total = 0
+    for k, n in LINEARS:
+        for sh in ((1, TOKENS, n, k), (1, TOKENS, k, n), (1, k, n, TOKENS)):
+            nbytes = BYTES[dtype] * (sh[1] * sh[3] + sh[3] * sh[2]) + 2 * sh[1] * sh[2]
+            total += op_time_ns(dev, "gemm", 2.0 * sh[1] * sh[2] * sh[3], nbytes, dtype, shape=sh)
+    return total / 1e6
+
+
+def _measured_ms(column: str) -> float:
+    return sum(float(r[f"{column}_ms"]) for r in kf.rows("gemm_precision")
+               if r["mode"] == "pre-quantized")
+
+
+def test_the_table_ratios() -> None:
+    assert mxfp8_over_fp8() == pytest.approx(6.812 / 7.162, abs=1e-4)
+    assert nvfp4_over_fp8() == pytest.approx(6.812 / 3.764, abs=1e-4)
+
+
+@pytest.mark.parametrize(("dtype", "column", "tol"), [
+    ("mxfp8", "mxfp8", 0.01),  # calibrated
+    ("nvfp4", "nvfp4", 0.01),  # calibrated
+    ("bf16", "bf16", 0.03),    # held out: BF16 and FP8 come from the MAMF tables
+])
+def test_b300_reproduces_each_precision_over_fp8(dtype: str, column: str, tol: float) -> None:
+    model = _layer_ms("b300", dtype) / _layer_ms("b300", "fp8")
+    data = _measured_ms(column) / _measured_ms("fp8_current")
+    assert model == pytest.approx(data, rel=tol)
+
+
+def test_mxfp8_is_slower_than_fp8_on_every_blackwell_profile() -> None:
+    for name in ("b200", "gb200", "b300", "gb300"):
+        ratio = _layer_ms(name, "fp8") / _layer_ms(name, "mxfp8")
+        assert ratio == pytest.approx(mxfp8_over_fp8(), rel=0.01), name
+
+
+def test_ultra_nvfp4_follows_fp8_and_b200_keeps_its_own_rows() -> None:
+    gb300 = _layer_ms("gb300", "fp8") / _layer_ms("gb300", "nvfp4")
+    assert gb300 == pytest.approx(nvfp4_over_fp8(), rel=0.01)
+    # B200's NVFP4 is its own measured rows' (TORCHAO-NVFP4), not the B300 ratio
+    b200 = get_device("b200").raw["calibration"]["shape_model.gemm.plateau"]["nvfp4"]
+    assert "Blackwell Ultra" not in b200
+    assert "Blackwell Ultra" in get_device("b300").raw["calibration"]["shape_model.gemm.plateau"]["nvfp4"]
