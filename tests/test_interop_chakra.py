@@ -34,8 +34,8 @@ from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra import export_chakra
 from tracesim.interop.chakra_import import import_chakra, read_et
 from tracesim.network.model import NetworkModel
+from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.model import model_from_dict
-from tracesim.specs.parallel import parallel_from_options
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.durations import make_op_time
 

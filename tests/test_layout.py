@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("build", "transform"),
     ("report",),
     ("interop",),
-    ("catalog", "options"),
+    ("catalog", "options", "option_values"),
     ("pipeline",),
     ("sweep",),
     ("collectors",),

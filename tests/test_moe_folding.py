@@ -16,7 +16,8 @@ from tracesim.errors import InputError
 from tracesim.pipeline.published import bridge_options
 from tracesim.pipeline.recipes import find_recipe
 from tracesim.report.memory import layer_activation_bytes
-from tracesim.specs.parallel import ParallelSpec, parallel_from_options, validate_layout
+from tracesim.specs.layout_options import parallel_from_options
+from tracesim.specs.parallel import ParallelSpec, validate_layout
 from tracesim.specs.placement import Placement
 
 from .helpers import build, retarget

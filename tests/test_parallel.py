@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tracesim.errors import InputError
+from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.model import ModelSpec
 from tracesim.specs.parallel import (
     ParallelSpec,
     default_vpp,
-    parallel_from_options,
     validate_layout,
 )
 from tracesim.specs.placement import Placement

@@ -19,7 +19,7 @@ from tracesim.errors import InputError
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.build import build
 from tracesim.report.terminal import metric_rows
-from tracesim.specs.parallel import parallel_from_options
+from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.stages import check_split, stage_layer_counts, stage_split
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.fp8 import fp8_template, is_fp8_gemm

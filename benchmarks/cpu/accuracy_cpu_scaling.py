@@ -140,7 +140,7 @@ def per_op(base_bundle: Path, variant_bundle: Path, spec_path: Path, batch: int,
     how often the op runs per step (``count``: layers for block ops)."""
     from tracesim.catalog import load_cluster, load_model
     from tracesim.hardware.device import get_device
-    from tracesim.specs.parallel import parallel_from_options
+    from tracesim.specs.layout_options import parallel_from_options
     from tracesim.template.durations import make_op_time
     from tracesim.template.from_trace import template_from_source
     from tracesim.template.layer import evaluate, symbol_env

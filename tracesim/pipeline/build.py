@@ -1,7 +1,7 @@
 """The graph step of a retarget: a model, a cluster and a layout -> per-rank task graphs.
 
 1. the model spec (``model``, else the source bundle's), the cluster spec and the layout
-   (:func:`tracesim.specs.parallel.parallel_from_options`);
+   (:func:`tracesim.specs.layout_options.parallel_from_options`);
 2. the software stack (:mod:`tracesim.template.stacks`; megatron-core on a GPU, eager on a
    CPU or for a recorded source) and its defaults for the layout; the layer template: the
    source's recorded ops, the model family's stored bundle (``eager``), or the stack's
@@ -39,8 +39,9 @@ from tracesim.options import ReplayOptions
 from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.memory import layer_activation_bytes
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.model import ModelSpec, model_from_dict
-from tracesim.specs.parallel import ParallelSpec, parallel_from_options
+from tracesim.specs.parallel import ParallelSpec
 from tracesim.template.choose import choose_template
 from tracesim.template.durations import make_op_time
 from tracesim.template.fp8 import fp8_template, is_fused_attention

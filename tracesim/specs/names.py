@@ -1,5 +1,5 @@
 """Checked name lists of the layout options: Megatron-Core's recompute modules and CUDA-graph
-scopes (:func:`tracesim.specs.parallel.parallel_from_options` reads them)."""
+scopes (:func:`tracesim.specs.layout_options.parallel_from_options` reads them)."""
 
 from __future__ import annotations
 
