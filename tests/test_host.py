@@ -47,6 +47,25 @@ def test_a_sync_point_drains_the_queue() -> None:
     assert waits[:4] == [0.0] * 4  # wrapped around: the host caught up before the next layer
 
 
+def test_a_backward_after_a_synced_forward_starts_in_lock_step() -> None:
+    """A pass without sync points that follows a forward with them (``lockstep``) waits for
+    its first launches even when it is GPU-bound overall, and a slower kernel never shortens
+    it; without ``lockstep`` a GPU-bound pass never waits (the host runs ahead)."""
+    names = [f"op{i}" for i in range(10)]
+    host = HostModel(launch_us_bwd=30.0)
+
+    def span(big_ns: int, lockstep: bool) -> float:
+        gpu = [1_000] * 5 + [big_ns] * 5
+        return sum(gpu) + sum(host_waits(names, ["bwd"] * 10, gpu, host, lockstep=lockstep))
+
+    # five 1 us kernels first, each waiting for its 30 us launch in lock step: the sixth
+    # starts at its own launch, 180 us, and the five 100 us kernels run back to back
+    assert span(100_000, True) == pytest.approx(30_000 * 6 + 100_000 * 5)
+    assert span(100_000, False) == 5 * 1_000 + 5 * 100_000
+    spans = [span(b, True) for b in range(50_000, 70_000, 1_000)]
+    assert spans == sorted(spans)  # monotone across the host time = GPU time crossing
+
+
 def test_cuda_graphs_launch_a_scope_once() -> None:
     names = ["ln1", "attn.qkv", "attn.core", "attn.proj", "ln2", "mlp.fc1"]
     plain = HostModel(launch_us_fwd=30.0)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.build import a2a_overlap, dpsync, shared_overlap
-from tracesim.build.host import HostModel, host_bound, router_kernels
+from tracesim.build.host import HostModel, host_bound, is_sync, router_kernels
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
@@ -55,8 +55,6 @@ from tracesim.template.resolve import OpTimeFn, Resolved, resolve_template
 
 #: duration of a collective when no network model is used: (collective, gkind, ranks, bytes) -> ns
 CommTimeFn = Callable[[str, str, int, int], int]
-
-
 
 _EMPTY = Unit().freeze()
 
@@ -108,19 +106,21 @@ class _StageBuilder:
                                router_kernels=router_kernels(template.meta, par.moe_router_fusion))
                      if par.host_launch else None)
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
+        self.synced = False  # a forward unit waits for the GPU: the backward starts in lock step
         self.shares = op_shares(model) if par.recompute == "op" else {}
         self.offload_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # the same, activation copies
 
     def _host(self, u: Unit, phase: str) -> None:
-        """The GPU's waits for the host launching the unit's kernels (:mod:`host`)."""
+        """The GPU's waits for the host launching the unit's kernels (:mod:`host`); a backward
+        starts in lock step with the GPU when a forward of the stage waited for it."""
         if self.host is None:
             return
         c = u.cols
         chain = [i for i in range(len(u)) if (c["kind"][i] == "gpu" and c["lane"][i] == "compute")
                  or (c["kind"][i] == "coll" and c["lane"][i] in ("comm:tp", "comm:ep"))]
-        self.host_wait_ns[phase] += host_bound(c, chain, self.host)
+        self.synced |= phase == "fwd" and any(is_sync(str(c["name"][i]), "fwd") for i in chain)
+        self.host_wait_ns[phase] += host_bound(c, chain, self.host, phase == "bwd" and self.synced)
 
-    # ---- units -------------------------------------------------------------------------
     def _offload(self, u: Unit, phase: str, first: dict[int, int]) -> None:
         if self.offload is not None:
             self.offload_wait_ns[phase] += add_waits(self.offload, u, phase, first)

@@ -16,9 +16,13 @@ task it delays, or, before a communication task, to the compute task before that
 then shows as compute time of that layer: it is the GPU idling in that layer). Communication tasks count as launches of zero GPU time (their duration is the
 network's), which can only overstate the waits after them. A sync point puts the host
 ``sync_us`` after the GPU's arrival there. The scan starts at the unit's first sync point
-and wraps around (the unit repeats every micro-batch); a unit without one is host-bound
-only when its host time exceeds its GPU time (the host then falls behind by the difference
-each micro-batch), else the host runs ahead and the GPU never waits.
+and wraps around (the unit repeats every micro-batch). A unit without one starts in lock
+step with the GPU when the pass before it waited for the GPU (``lockstep``: the backward
+pass after a forward with sync points, the host having just issued that forward's last
+kernels behind the GPU): it is walked from the start, its first kernels waiting for their
+launches, whether or not its host time exceeds its GPU time. Otherwise it is host-bound only
+when its host time exceeds its GPU time (walked from the start the same way: the host then
+falls behind each micro-batch), else the host runs ahead and the GPU never waits.
 
 Host time per launch: the medians over the public real GPU traces of the median gap between
 consecutive kernel launches on the forward (Python) thread, 37 us, and on the autograd
@@ -135,7 +139,7 @@ def is_sync(name: str, phase: str) -> bool:
 
 
 def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: HostModel,
-               pieces: list[int] | None = None) -> list[float]:
+               pieces: list[int] | None = None, lockstep: bool = False) -> list[float]:
     """What the GPU waits for the host before each task (ns), for tasks in program order
     with their GPU times (0 for communication); module docstring. ``pieces``: the kernels a
     task stands for (1 if None; the merged chunks of an overlapped GEMM, :func:`_piecewise`)."""
@@ -150,19 +154,19 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
         h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
         issue.append(h)
     if pieces is not None and any(p > 1 for p in pieces):
-        return _piecewise(issue, gpu_ns, pieces, names, phases, host)
-    return _walk(issue, names, phases, gpu_ns, host)
+        return _piecewise(issue, gpu_ns, pieces, names, phases, host, lockstep)
+    return _walk(issue, names, phases, gpu_ns, host, lockstep)
 
 
 def _walk(issue: list[float], names: list[str], phases: list[str], gpu_ns: list[int] | list[float],
-          host: HostModel) -> list[float]:
+          host: HostModel, lockstep: bool = False) -> list[float]:
     """The two-stage flow of :func:`host_waits` over tasks with their host ``issue`` times."""
     n = len(names)
     syncs = [i for i in range(n) if is_sync(names[i], phases[i])]
     sync_set = set(syncs)
     waits = [0.0] * n
     if not syncs:
-        if sum(issue) <= sum(gpu_ns):
+        if sum(issue) <= sum(gpu_ns) and not lockstep:
             return waits  # the host runs ahead
         order = list(range(n))
         host_t = gpu_t = 0.0
@@ -180,7 +184,7 @@ def _walk(issue: list[float], names: list[str], phases: list[str], gpu_ns: list[
 
 
 def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: list[str],
-               phases: list[str], host: HostModel) -> list[float]:
+               phases: list[str], host: HostModel, lockstep: bool = False) -> list[float]:
     """:func:`host_waits` with every task of ``p`` pieces walked as the ``p`` tasks it
     stands for (:mod:`tracesim.build.overlap`'s closed forms): each piece issued as the
     task's first (nothing more inside a captured scope) with ``1 / p`` of its GPU time, the
@@ -200,14 +204,15 @@ def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: 
     owner = [t for t, _ in flat]
     flat_issue = [issue[t] if k == 0 or not host.scope(names[t]) else 0.0 for t, k in flat]
     flat_gpu = [gpu_ns[t] / max(1, int(pieces[t])) for t in owner]
-    waits = _walk(flat_issue, [names[t] for t in owner], [phases[t] for t in owner], flat_gpu, host)
+    waits = _walk(flat_issue, [names[t] for t in owner], [phases[t] for t in owner], flat_gpu, host,
+                  lockstep)
     out = [0.0] * n
     for w, t in zip(waits, owner, strict=True):
         out[t] += w
     return out
 
 
-def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> float:
+def host_bound(cols: dict[str, list], chain: list[int], host: HostModel, lockstep: bool = False) -> float:
     """Add the GPU's waits for the host (:func:`host_waits`) over the ``chain`` tasks of a
     unit's columns ``cols`` to the compute task before each wait (the first compute task
     for a wait before any); returns the total added (ns)."""
@@ -219,7 +224,7 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel) -> floa
     if not computes:
         return 0.0
     pieces = [int(cols["chunks"][i]) for i in chain] if "chunks" in cols else None
-    waits = host_waits(names, phases, gpu, host, pieces)
+    waits = host_waits(names, phases, gpu, host, pieces, lockstep)
     total = 0.0
     target = computes[0]  # a wait before any compute task goes to the first one
     for k, w in enumerate(waits):
