@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.kernels import kernel_fit as kf
-from benchmarks.kernels.gemm_precision import mxfp8_over_fp8, nvfp4_over_fp8
+from benchmarks.kernels.gemm_precision import mxfp8_over_fp8, nvfp4_over_fp8, quantize_rate
 from tracesim.hardware.costmodel import op_time_ns
 from tracesim.hardware.device import get_device
 
@@ -69,3 +69,51 @@ def test_b300_at_its_sustained_clock_reproduces_the_table(dtype: str, column: st
     """Held out: the table's absolute times, against the profile's in-step rate (B200's
     saturated matmul rate, benchmarks/kernels/sustained.py), within 3%."""
     assert _layer_ms("b300", dtype, burst=False) == pytest.approx(_measured_ms(column), rel=0.03)
+
+
+def test_block_scaled_quantization_rates_come_from_the_autocast_rows() -> None:
+    """Autocast less pre-quantized is each recipe's quantization time; over tracesim's bytes
+    per element (6, 4.0625, 5.125) MXFP8's and NVFP4's rates relative to current scaling's are
+    the Blackwell profiles' ``quantize`` (Hopper has none: per-tensor casts only)."""
+    dt = {k: a - p for (k, a), p in zip(
+        ((c, sum(float(r[f"{c}_ms"]) for r in kf.rows("gemm_precision") if r["mode"] == "autocast"))
+         for c in ("fp8_current", "mxfp8", "nvfp4")),
+        (_measured_ms(c) for c in ("fp8_current", "mxfp8", "nvfp4")), strict=True)}
+    assert quantize_rate("mxfp8") == pytest.approx(4.0625 / dt["mxfp8"] / (6 / dt["fp8_current"]), abs=1e-4)
+    assert quantize_rate("nvfp4") == pytest.approx(5.125 / dt["nvfp4"] / (6 / dt["fp8_current"]), abs=1e-4)
+    assert 0.5 < quantize_rate("nvfp4") < quantize_rate("mxfp8") < 1.0
+    for name in ("b200", "gb200", "b300", "gb300"):
+        dev = get_device(name)
+        assert dev.quantize_rate("mxfp8") == quantize_rate("mxfp8")
+        assert dev.quantize_rate("nvfp4") == quantize_rate("nvfp4")
+    assert get_device("h100").quantize_rate("mxfp8") == 1.0
+
+
+def test_block_scaled_casts_take_the_quantize_rate() -> None:
+    """An MXFP8 / NVFP4 recipe's casts carry their recipe (``quant``) and cost the elementwise
+    time over the profile's rate; per-tensor recipes' casts are plain elementwise ops."""
+    from tracesim.catalog import load_model
+    from tracesim.template.analytic import first_principles_template
+    from tracesim.template.durations import make_op_time
+    from tracesim.template.fp8 import fp8_template
+
+    base = first_principles_template(load_model("llama3-8b"))
+    dev = get_device("b200")
+    for recipe, quant in (("current", ""), ("delayed", ""), ("mxfp8", "mxfp8"), ("nvfp4", "nvfp4")):
+        tpl = fp8_template(base, recipe, False)
+        casts = [o for o in tpl.ops if o.name.endswith(".fp8_cast")]
+        assert casts and {o.quant for o in casts} == {quant}
+        op_time, _ = make_op_time(tpl, dev, "bf16")
+        plain = casts[0].replace(quant="")
+        ns, ns_plain = (op_time("elementwise", 1e9, 4e9, o) for o in (casts[0], plain))
+        assert ns == pytest.approx(ns_plain / dev.quantize_rate(quant) if quant else ns_plain, abs=1)
+
+
+@pytest.mark.parametrize("bad", [{"mxfp8": 1.2}, {"fp8": 0.9}, [0.8]])
+def test_a_bad_quantize_entry_names_the_key(bad: object) -> None:
+    from tracesim.errors import InputError
+    from tracesim.hardware.device import parse_profile
+
+    data = {**get_device("b200").raw, "quantize": bad}
+    with pytest.raises(InputError, match="b200.yaml: device.quantize"):
+        parse_profile(data, "b200.yaml")

@@ -32,7 +32,13 @@ from benchmarks.kernels.attention_blackwell import cudnn_blackwell, scaled_plate
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.datasheet_specs import SPECS
 from benchmarks.kernels.flash2 import flash2_params
-from benchmarks.kernels.gemm_precision import ULTRA, mxfp8_over_fp8, nvfp4_over_fp8
+from benchmarks.kernels.gemm_precision import (
+    ULTRA,
+    mxfp8_over_fp8,
+    nvfp4_over_fp8,
+    quantize_rate,
+    quantize_source,
+)
 from benchmarks.kernels.gemm_precision import source as precision_source
 from benchmarks.kernels.memory_in_steps import (
     KEPT,
@@ -415,6 +421,10 @@ def profile(name: str) -> dict[str, Any]:
     out["calibration"] = _calibration(name, spec, plateau, curve_e, gsrc, asrc, mem_e, msrc)
     out["calibration"].update(sustained_clock=ratio_src, sustained_fleet=spread_src)
     out["calibration"]["efficiency.scan"] = scan_src
+    if "mxfp8" in spec["peak_tflops"]:  # Blackwell: block-scaled quantization kernels
+        out["quantize"] = {r: quantize_rate(r) for r in ("mxfp8", "nvfp4")}
+        out["calibration"]["quantize"] = quantize_source() + ("" if name == "b300" else
+                                                              " (derived: the same kernels)")
     if fa2 is not None:
         out["calibration"]["shape_model.attention.flash2"] = fa2_src
     return out

@@ -22,7 +22,15 @@ those of a MAMF sweep.
   faster than it measured relative to FP8. So ``b300`` and ``gb300`` take FP8's large-shape
   rate times this ratio (:mod:`benchmarks.kernels.datasheet`).
 
-The table's autocast rows (quantization included) are kept for reference and not used.
+* Block-scaled quantization over a per-tensor cast (:func:`quantize_rate`): the table's
+  autocast rows time the same GEMMs as ``te.Linear`` forwards that quantize their input and
+  weight every call. Autocast less pre-quantized is each recipe's quantization time; over the
+  bytes tracesim counts per quantized element (``tracesim.template.fp8.CAST_BYTES_PER_ELEM``:
+  current scaling 6, MXFP8 4.0625, NVFP4 5.125, on the same elements) it is each recipe's
+  effective rate, and MXFP8's and NVFP4's over current scaling's are the Blackwell profiles'
+  ``quantize`` rates (current scaling's casts run at the memory-bound rate of the
+  ``elementwise`` class; B300 measured, the other Blackwell GPUs derived). NVFP4's includes
+  the random Hadamard transform of its weight-gradient operands.
 """
 
 from __future__ import annotations
@@ -56,6 +64,28 @@ def nvfp4_over_fp8() -> float:
     return round(s["fp8_current"] / s["nvfp4"], 4)
 
 
+def quantize_rate(recipe: str) -> float:
+    """``recipe``'s quantization rate over FP8 current scaling's (module docstring)."""
+    from tracesim.template.fp8 import CAST_BYTES_PER_ELEM
+
+    auto, pre = _sums("autocast"), _sums()
+    t = {k: auto[k] - pre[k] for k in ("fp8_current", recipe)}
+    per = {k: float(CAST_BYTES_PER_ELEM["current" if k == "fp8_current" else k]) for k in t}
+    return round((per[recipe] / t[recipe]) / (per["fp8_current"] / t["fp8_current"]), 4)
+
+
+def quantize_source() -> str:
+    """The text a Blackwell profile's calibration entry cites for ``quantize``."""
+    auto, pre = _sums("autocast"), _sums()
+    dt = {k: auto[k] - pre[k] for k in ("fp8_current", "mxfp8", "nvfp4")}
+    return ("Transformer Engine's GEMM profiler on B300 (data/gemm_precision.csv, source "
+            "TE-GEMM-PROFILING): autocast less pre-quantized per layer, the quantization time, "
+            f"FP8 current scaling {dt['fp8_current']:.3f} ms, MXFP8 {dt['mxfp8']:.3f}, NVFP4 "
+            f"{dt['nvfp4']:.3f}; over tracesim's bytes per element (6, 4.0625, 5.125): MXFP8 "
+            f"{quantize_rate('mxfp8')} and NVFP4 {quantize_rate('nvfp4')} of current scaling's "
+            "rate")
+
+
 def source(what: str) -> str:
     """The text a profile's calibration entry cites for ``what`` (``mxfp8`` or ``nvfp4``)."""
     s = _sums()
@@ -71,6 +101,8 @@ def main() -> None:
         s = _sums(mode)
         print(f"{mode:>13}: " + "  ".join(f"{k} {v:.3f} ms" for k, v in s.items()))
     print(f"MXFP8 / FP8 rate {mxfp8_over_fp8()}; NVFP4 / FP8 rate {nvfp4_over_fp8()}")
+    print(f"quantization over current scaling's: MXFP8 {quantize_rate('mxfp8')}, "
+          f"NVFP4 {quantize_rate('nvfp4')}")
 
 
 if __name__ == "__main__":

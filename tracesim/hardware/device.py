@@ -16,6 +16,8 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
                                        # (or per dtype: {default: 0.95, fp8: 0.93})
     sustained_fleet: {concurrent: 0.98, chip_sigma: 0.03}   # optional: how the GPUs of a job
                                        # differ under that load (tracesim.hardware.fleet)
+    quantize: {mxfp8: 0.87, nvfp4: 0.74}   # optional: block-scaled quantization kernels' rate
+                                       # over the memory-bound (per-tensor cast) rate
     efficiency:                        # per op class; 'default' covers unlisted classes
       default: {compute: [[1.0e6, 0.05], [1.0e9, 0.5]], memory: [[1.0e4, 0.05], [1.0e8, 0.85]], spread: 0.3}
       gemm:
@@ -82,7 +84,7 @@ PEAK_FALLBACK: dict[str, tuple[str, ...]] = {
 _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "efficiency")
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
                   "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model",
-                  "sustained_clock", "sustained_fleet")
+                  "sustained_clock", "sustained_fleet", "quantize")
 _PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
@@ -174,6 +176,11 @@ class DeviceProfile:
             if v:
                 return float(v) * 1e12
         return float(max(self.peak_tflops.values())) * 1e12
+
+    def quantize_rate(self, recipe: str) -> float:
+        """The rate of ``recipe``'s quantization kernels (``mxfp8``, ``nvfp4``) over the
+        memory-bound rate a per-tensor FP8 cast gets (the profile's ``quantize``; 1 if none)."""
+        return float((self.raw.get("quantize") or {}).get(recipe, 1.0))
 
     def class_efficiency(self, op_class: str) -> ClassEfficiency:
         return self.efficiency.get(op_class) or self.efficiency["default"]
@@ -343,6 +350,11 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         except re.error as exc:
             raise InputError(f"bad regex {p!r}: {exc}", file, f"{where}.patterns") from None
     clock, by_dtype = _sustained(data, file, where)
+    quant = data.get("quantize") or {}
+    if not isinstance(quant, Mapping) or any(k not in ("mxfp8", "nvfp4") for k in quant):
+        raise InputError("expected a mapping of mxfp8 / nvfp4 to rates", file, f"{where}.quantize")
+    for k in quant:
+        _ratio(quant, str(k), file, f"{where}.quantize")
     return DeviceProfile(
         name=name,
         peak_tflops=MappingProxyType(peak),

@@ -85,7 +85,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         units = units if op.src_units > 0 else 1.0
         grouped = op_class == "gemm" and is_expert_op(op)
         key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
-               op.src_units, op.calls, op.count, op.dtype, op.shape, grouped)
+               op.src_units, op.calls, op.count, op.dtype, op.shape, grouped, op.quant)
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
@@ -107,6 +107,8 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
                           else model_ns(flops, nbytes, shape)), "model"
             if shape and op_class == "attention" and op.phase == "bwd":
                 ns = backward_attention_ns(device, int(ns), shape, op.dtype or dtype)
+            if op.quant:  # a block-scaled quantization kernel (tracesim.template.fp8)
+                ns = ns / device.quantize_rate(op.quant)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
         methods[method] += 1
         return int(ns)

@@ -86,6 +86,8 @@ AMAX_SUFFIX = ".fp8_amax"
 CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625", "nvfp4": "5.125"}
 #: the dtype of a recipe's quantized tensors on the wire (:data:`tracesim.ops.dtypes.WIRE_BYTES`)
 _WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+#: the block-scaled recipes, whose casts run at the device's ``quantize`` rate
+_BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: the recipes with a per-tensor amax of each quantized tensor (reduced over TP with SP)
 _TENSOR_AMAX = ("current", "nvfp4")
 #: the cost-model dtype of a recipe's GEMMs (``ParallelSpec.gemm_dtype``)
@@ -169,7 +171,7 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
                 op_class="elementwise", flops=f"2*{local}", bytes=f"{per_elem}*{local}",
                 part=o.part, shard="sequence" if seq else o.shard,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
-                out_dtype=_WIRE_DTYPE[rec] if fwd else ""))
+                out_dtype=_WIRE_DTYPE[rec] if fwd else "", quant=rec if rec in _BLOCK_SCALED else ""))
         ops.append(o.replace(dtype=gemm_dtype if rec == recipe else _GEMM_DTYPE[rec]))
     per_param = _WEIGHT_CAST_BYTES.get(recipe) or ("2" if param_gather else "4")
     ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",

@@ -230,6 +230,8 @@ class TemplateOp:
             the rest by the cost model's ratio.
         when: expression; a compute op runs only on layouts where it is positive ("" =
             always): the sorting of the dispatched tokens by local expert, ``(experts/ep - 1)*a2a_sorted``.
+        quant: a block-scaled quantization kernel's recipe (``mxfp8``, ``nvfp4``; "" = none or
+            per-tensor): timed at the device profile's ``quantize`` rate for it.
     """
 
     name: str
@@ -262,6 +264,7 @@ class TemplateOp:
     causal: bool = False
     out_dtype: str = ""
     when: str = ""
+    quant: str = ""
 
     @property
     def module(self) -> str:
@@ -399,9 +402,10 @@ def _checked_field(key: str, value: Any) -> Any:
         ok = number and value >= 0 and (isinstance(value, int) or not isinstance(default, int))
     else:
         ok = isinstance(value, str)
-    if ok and key in ("dtype", "out_dtype") and value not in _DTYPE_FIELD_VALUES:
-        raise ValueError(f"{key}: expected one of {', '.join(repr(x) for x in _DTYPE_FIELD_VALUES)}, "
-                         f"got {value!r}")
+    allowed = {"dtype": _DTYPE_FIELD_VALUES, "out_dtype": _DTYPE_FIELD_VALUES,
+               "quant": ("", "mxfp8", "nvfp4")}.get(key)
+    if ok and allowed is not None and value not in allowed:
+        raise ValueError(f"{key}: expected one of {', '.join(repr(x) for x in allowed)}, got {value!r}")
     if not ok:
         kind = type(default).__name__ if default is not dataclasses.MISSING else "str"
         raise ValueError(f"{key}: expected {kind}{' >= 0' if kind in ('int', 'float') else ''}, "
