@@ -67,6 +67,20 @@ def test_gpt3_rows_replay_as_their_runs_ran() -> None:
         assert (opts.get("cuda_graphs") == "attn,mlp") == bool(row["cuda_graph"])
         # FP8 parameters from v4.0 on (FP8_PARAMS); v3.1's container gathers BF16 ones
         assert opts["fp8_param_gather"] == (row["release"] != "mlperf-v3.1")
+        # v3.1's Transformer Engine (before v1.2) ran FlashAttention-2, the later ones cuDNN
+        assert opts.get("attention", "flash") == ("flash2" if row["release"] == "mlperf-v3.1" else "flash")
+
+
+def test_a_bad_attention_cell_names_the_row(tmp_path: Path) -> None:
+    from tracesim.errors import InputError
+
+    text = TABLE_GPT3.read_text().replace(",flash2,", ",flash3,", 1)
+    bad = tmp_path / "gpt3.csv"
+    bad.write_text(text)
+    fmt, rows = read_table(bad)
+    k = next(i for i, r in enumerate(rows) if r["attention"] == "flash3")
+    with pytest.raises(InputError, match="attention"):
+        row_options(fmt, rows[k], bad, k)
 
 
 def test_what_if_routing_changes_the_cluster_of_a_row() -> None:

@@ -115,7 +115,7 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
                    "NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.04_nemo"}
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
-           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention",
+           "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention", "attention",
            "fp8_param_gather", "segment", "step_s", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
@@ -300,6 +300,10 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             "ga": minibs // mbs, "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2),
             "cuda_graph": graph, "max_ctas": _max_ctas(repo, impl, env),
             "fp8_attention": "true" if "FP8_DPA" in on else "",
+            # the v3.1 container (NGC 23.09) predates Transformer Engine v1.2 (Dec 2023), whose
+            # DotProductAttention first preferred cuDNN's fused attention on sm90; before it
+            # (v1.0 attention.py) FlashAttention ran wherever flash-attn could: FlashAttention-2
+            "attention": "flash2" if release == "v3.1" else "",
             # FP8 parameters (FP8_PARAMS, FP8_PARAM_GATHER; NeMo's default off; the v3.1
             # container has neither: BF16 parameters gathered)
             "fp8_param_gather": ("" if recipe in ("", "nvfp4") else
@@ -383,7 +387,7 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "vp": vp if vp > 1 else "", "ep": 1, "ga": gbs // (dp * mbs),
             "tokens_per_s_per_gpu": round(gbs * seq / (gpus * step), 2), "cuda_graph": graph,
             "max_ctas": _nccl_caps(repo, org, bench, cfg.get("nccl_communicator_config_path", "")),
-            "fp8_attention": "true" if "fp8_dot_product_attention" in on else "",
+            "fp8_attention": "true" if "fp8_dot_product_attention" in on else "", "attention": "",
             "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
             "segment": "", "step_s": round(step, 6), "release": f"mlperf-{release}",

@@ -10,7 +10,8 @@ Four table formats are read (the columns decide):
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-B300`` -> ``dgx-b300``, ``DGX-GB200`` -> ``gb200-nvl72``,
   ``DGX-GB300`` -> ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP;
-  ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too;
+  ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too; ``attention``
+  ``flash2``: FlashAttention-2 where the run's Transformer Engine picked it over cuDNN;
   ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
@@ -192,6 +193,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
             raise InputError(f"FP8 attention needs an FP8 or NVFP4 precision, not {prec}", path,
                              f"row {k + 2}: fp8_attention")
         opts["fp8_attention"] = True
+    if (row.get("attention") or "").strip():  # the run's attention kernel, where not the stack's
+        opts["attention"] = known_cell(row, "attention", ("flash", "flash2"), path, k)
     if vp > 1:
         opts["vpp"] = vp
     split = pipeline_split(spec.layers, pp, max(vp, 1))
