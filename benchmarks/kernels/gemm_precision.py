@@ -35,14 +35,17 @@ those of a MAMF sweep.
 
 from __future__ import annotations
 
+import functools
+
 from benchmarks.kernels import kernel_fit as kf
 
 #: the profiles whose NVFP4 level follows :func:`nvfp4_over_fp8` (Blackwell Ultra)
 ULTRA = ("b300", "gb300")
 
 
+@functools.cache
 def _sums(mode: str = "pre-quantized") -> dict[str, float]:
-    """Per-precision time summed over the passes of one mode (ms)."""
+    """Per-precision time summed over the passes of one mode (ms); read once, read-only."""
     out: dict[str, float] = {}
     for r in kf.rows("gemm_precision"):
         if r["mode"] != mode:
@@ -64,20 +67,24 @@ def nvfp4_over_fp8() -> float:
     return round(s["fp8_current"] / s["nvfp4"], 4)
 
 
+def _quant_times() -> dict[str, float]:
+    """Quantization time per layer (ms): autocast less pre-quantized, per FP8 recipe."""
+    auto, pre = _sums("autocast"), _sums()
+    return {k: auto[k] - pre[k] for k in ("fp8_current", "mxfp8", "nvfp4")}
+
+
 def quantize_rate(recipe: str) -> float:
     """``recipe``'s quantization rate over FP8 current scaling's (module docstring)."""
     from tracesim.template.fp8 import CAST_BYTES_PER_ELEM
 
-    auto, pre = _sums("autocast"), _sums()
-    t = {k: auto[k] - pre[k] for k in ("fp8_current", recipe)}
+    t = {k: v for k, v in _quant_times().items() if k in ("fp8_current", recipe)}
     per = {k: float(CAST_BYTES_PER_ELEM["current" if k == "fp8_current" else k]) for k in t}
     return round((per[recipe] / t[recipe]) / (per["fp8_current"] / t["fp8_current"]), 4)
 
 
 def quantize_source() -> str:
     """The text a Blackwell profile's calibration entry cites for ``quantize``."""
-    auto, pre = _sums("autocast"), _sums()
-    dt = {k: auto[k] - pre[k] for k in ("fp8_current", "mxfp8", "nvfp4")}
+    dt = _quant_times()
     return ("Transformer Engine's GEMM profiler on B300 (data/gemm_precision.csv, source "
             "TE-GEMM-PROFILING): autocast less pre-quantized per layer, the quantization time, "
             f"FP8 current scaling {dt['fp8_current']:.3f} ms, MXFP8 {dt['mxfp8']:.3f}, NVFP4 "

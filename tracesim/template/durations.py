@@ -107,7 +107,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             ns, method = (stream_groups_ns(model_ns, flops, nbytes, shape) if shape and grouped
                           else model_ns(flops, nbytes, shape)), "model"
             if shape and op_class == "attention" and op.phase == "bwd":
-                ns = backward_attention_ns(device, int(ns), shape, op.dtype or dtype)
+                ns = backward_attention_ns(device, int(ns), shape, dt)
             if op.quant:  # a block-scaled quantization kernel (tracesim.template.fp8)
                 ns = ns / device.quantize_rate(op.quant)
         cache[key] = (int(ns), method)  # type: ignore[assignment]
