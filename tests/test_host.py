@@ -157,3 +157,53 @@ def test_unknown_graph_scope_exits_2() -> None:
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "--cuda-graphs" in p.stderr and "decoder" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_slower_host_cpu_stretches_each_launch_but_not_the_launch_call() -> None:
+    """``cpu_speed`` (a cluster spec's ``host_cpu``) divides the per-launch host time of an
+    op; a chunk issued by C++ (the launch call alone) and a CUDA-graph launch keep theirs."""
+    x86, grace = HostModel(), HostModel(cpu_speed=0.5)
+    assert grace.issue_ns("attn.qkv", "fwd", "")[0] == 2 * x86.issue_ns("attn.qkv", "fwd", "")[0]
+    assert grace.issue_ns("mlp.fc1", "bwd", "")[0] == 2 * x86.issue_ns("mlp.fc1", "bwd", "")[0]
+    assert grace.issue_ns("attn.qkv#1", "fwd", "", chunk=True) == x86.issue_ns("attn.qkv#1", "fwd", "", chunk=True)
+    g1, g2 = HostModel(graphs=("attn",)), HostModel(graphs=("attn",), cpu_speed=0.5)
+    assert g1.issue_ns("attn.qkv", "fwd", "") == g2.issue_ns("attn.qkv", "fwd", "")
+
+
+def test_grace_hosts_hold_a_host_bound_moe_step_up() -> None:
+    """gb200-nvl72 names its Grace CPUs (speed 0.364, TE issue #2053's torch.nn.Linear CPU
+    times): a host-bound MoE step is slower than on the same rack with an x86-speed host; a
+    compute-bound dense step is not."""
+    import tracesim
+    from tracesim.catalog import load_cluster
+
+    grace = load_cluster("gb200-nvl72")
+    assert grace.host_cpu is not None and grace.host_cpu.speed == pytest.approx(13.48 / 37.08, abs=1e-3)
+    x86 = grace.replace(host_cpu=None)
+    moe = {**MOE, "fp8_recipe": "mxfp8"}
+    moe.pop("cluster")
+    slow, fast = tracesim.replay(**moe, cluster=grace), tracesim.replay(**moe, cluster=x86)
+    assert slow.iteration_time_s > 1.3 * fast.iteration_time_s
+    host = slow.details["stack"]["host"]
+    assert host["cpu_speed"] == grace.host_cpu.speed
+    assert host["launch_us"]["fwd"] == pytest.approx(37.0 / grace.host_cpu.speed)
+    assert fast.details["stack"]["host"]["cpu_speed"] == 1.0
+    dense = {"model": "llama3-8b", "dp": 8, "micro_batch": 2, "global_batch": 16, "seq_len": 8192}
+    assert tracesim.replay(**dense, cluster=grace).iteration_time_s == pytest.approx(
+        tracesim.replay(**dense, cluster=x86).iteration_time_s, rel=1e-3)
+
+
+def test_host_cpu_in_the_cluster_spec() -> None:
+    from tracesim.errors import InputError
+    from tracesim.specs.cluster import cluster_from_dict
+
+    spec = {"name": "x", "nodes": 1, "gpus_per_node": 4, "device": "gb200",
+            "intra_node": {"kind": "nvswitch", "bandwidth_GBps": 900, "latency_us": 0.6},
+            "host_cpu": {"name": "Grace", "speed": 0.364}}
+    c = cluster_from_dict(spec, "x.yaml")
+    assert c.host_cpu is not None and c.host_cpu.speed == 0.364
+    assert cluster_from_dict(c.to_dict(), "y.yaml") == c
+    for bad in ({"name": "Grace"}, {"name": "Grace", "speed": -1}, {"name": "Grace", "speed": 1, "clock": 3}):
+        with pytest.raises(InputError) as e:
+            cluster_from_dict({**spec, "host_cpu": bad}, "x.yaml")
+        assert "host_cpu" in str(e.value) and "x.yaml" in str(e.value)

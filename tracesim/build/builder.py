@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.build import a2a_overlap, dpsync, shared_overlap
-from tracesim.build.host import HostModel, host_bound, is_sync, router_kernels
+from tracesim.build.host import host_bound, host_model, is_sync
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
@@ -53,9 +53,7 @@ from tracesim.specs.placement import Placement
 from tracesim.template.layer import LayerTemplate, evaluate
 from tracesim.template.resolve import OpTimeFn, Resolved, resolve_template
 
-#: duration of a collective when no network model is used: (collective, gkind, ranks, bytes) -> ns
-CommTimeFn = Callable[[str, str, int, int], int]
-
+CommTimeFn = Callable[[str, str, int, int], int]  # (collective, gkind, ranks, bytes) -> ns
 _EMPTY = Unit().freeze()
 
 
@@ -72,7 +70,7 @@ class BuildResult:
     programs: StagePrograms | None = None  # what the graph's ranks were given
 
 
-def _free(collective: str, gkind: str, ranks: int, msg_bytes: int) -> int:
+def _free(collective: str, gkind: str, ranks: int, msg_bytes: int) -> int:  # no network model
     return 0
 
 
@@ -81,7 +79,7 @@ class _StageBuilder:
 
     def __init__(self, model: ModelSpec, par: ParallelSpec, res: Resolved, op_time: OpTimeFn,
                  template: LayerTemplate, stage: int, merge: bool = False, ov: Any = None,
-                 offload: Offload | None = None):
+                 offload: Offload | None = None, cpu_speed: float = 1.0):
         self.model, self.par, self.res, self.stage = model, par, res, stage
         self.offload = offload
         self.merge = merge
@@ -101,10 +99,7 @@ class _StageBuilder:
         if model.is_mla:  # MLA's keys and values after the up projection, every head
             kv_width = model.heads * (model.qk_head_dim + model.v_dim)
             self.ring_msg = int(par.micro_batch * (par.seq_len / par.cp) * kv_width / par.tp * self.eb)
-        self.host = (HostModel(graphs=par.cuda_graphs,
-                               local_experts=max(1, model.experts // par.ep) if model.is_moe else 1,
-                               router_kernels=router_kernels(template.meta, par.moe_router_fusion))
-                     if par.host_launch else None)
+        self.host = host_model(model, par, template.meta, cpu_speed) if par.host_launch else None
         self.host_wait_ns: dict[str, float] = {"fwd": 0.0, "bwd": 0.0}  # per micro-batch, all chunks
         self.synced = False  # a forward unit waits for the GPU: the backward starts in lock step
         self.shares = op_shares(model) if par.recompute == "op" else {}
@@ -416,6 +411,7 @@ def build_graph(
     ranks: Sequence[int] | None = None,
     offload: Offload | None = None,
     nccl_ctas: tuple[tuple[str, int], ...] = (),
+    cpu_speed: float = 1.0,
 ) -> BuildResult:
     """Build the per-rank task graphs of ``model`` on layout ``par``.
 
@@ -440,10 +436,12 @@ def build_graph(
         offload: activation offloading to host memory (:mod:`tracesim.build.offload`).
         nccl_ctas: NCCL's CTA cap per group kind (a cluster spec's ``collectives.max_ctas``):
             an NCCL collective overlapping compute takes that many SMs where it is below 16.
+        cpu_speed: the host CPU's speed (a cluster spec's ``host_cpu``, :mod:`host`).
     """
     progs = stage_programs(model, par, template, op_time, comm_time=comm_time, gpus=gpus,
                            merge_compute=merge_compute, sm_count=sm_count, blackwell=blackwell,
-                           comm_estimate=comm_estimate, offload=offload, nccl_ctas=nccl_ctas)
+                           comm_estimate=comm_estimate, offload=offload, nccl_ctas=nccl_ctas,
+                           cpu_speed=cpu_speed)
     placement = progs.placement
     if ranks is None:
         ranks = placement.representatives() if representatives else list(range(par.world))
@@ -472,6 +470,7 @@ def stage_programs(
     comm_estimate: CommEstimateFn | None = None,
     offload: Offload | None = None,
     nccl_ctas: tuple[tuple[str, int], ...] = (),
+    cpu_speed: float = 1.0,
 ) -> StagePrograms:
     """The stage programs :func:`build_graph` gives to ranks (same arguments)."""
     validate_layout(model, par, gpus)
@@ -486,7 +485,7 @@ def stage_programs(
     if par.moe_shared_expert_overlap and not shared_overlap.why_not(par, model):
         res = shared_overlap.apply(res, ov)
     for stage in range(par.pp):
-        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov, offload)
+        sb = _StageBuilder(model, par, res, op_time, template, stage, merge_compute, ov, offload, cpu_speed)
         prog, info = _stage_program(sb, placement, comm_time is None)
         stage_progs.append(prog)
         infos.append(info)

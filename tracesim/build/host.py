@@ -95,6 +95,10 @@ class HostModel:
     graphs: tuple[str, ...] = ()
     local_experts: int = 1
     router_kernels: int = 0
+    #: the host CPU's speed relative to the x86 servers the launch times come from (the
+    #: cluster spec's ``host_cpu``): the per-launch times (not the launch call alone, a
+    #: graph launch or a sync) are divided by it
+    cpu_speed: float = 1.0
 
     def scope(self, name: str) -> str:
         """The captured scope ``name`` (a task name) belongs to, or ""."""
@@ -128,7 +132,7 @@ class HostModel:
             return (self.graph_launch_us * 1e3 if sc != prev_scope else 0.0), sc
         if chunk:
             return self.launch_us_call * 1e3, ""
-        per = self.launch_us_bwd if phase == "bwd" else self.launch_us_fwd
+        per = (self.launch_us_bwd if phase == "bwd" else self.launch_us_fwd) / self.cpu_speed
         return per * 1e3 * self.launches(name, phase), ""
 
 
@@ -234,6 +238,13 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel, lockste
             cols["dur_ns"][chain[target]] += int(round(w))
             total += w
     return total
+
+
+def host_model(model: Any, par: Any, meta: Mapping[str, Any], cpu_speed: float = 1.0) -> HostModel:
+    """The host of a replay of ``model`` (a ModelSpec) on layout ``par`` (a ParallelSpec) with
+    a template of ``meta``: its CUDA-graph scopes, local experts, router kernels and CPU."""
+    return HostModel(graphs=par.cuda_graphs, local_experts=max(1, model.experts // par.ep) if model.is_moe else 1,
+                     router_kernels=router_kernels(meta, par.moe_router_fusion), cpu_speed=cpu_speed)
 
 
 def router_kernels(meta: Mapping[str, Any], fused: bool) -> int:

@@ -186,7 +186,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
-                        offload=offload, nccl_ctas=cluster.collectives.max_ctas)
+                        offload=offload, nccl_ctas=cluster.collectives.max_ctas,
+                        cpu_speed=cluster.host_cpu.speed if cluster.host_cpu else 1.0)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
@@ -214,7 +215,10 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
 
         waits = [st.get("host_wait_ns", {}) for st in built.info["stages"]]
         worst = max((sum(w.values()) for w in waits), default=0.0)
-        info["host"] = {"launch_us": {"fwd": LAUNCH_US_FWD, "bwd": LAUNCH_US_BWD},
+        cpu = cluster.host_cpu
+        speed = cpu.speed if cpu else 1.0
+        info["host"] = {"cpu": cpu.name if cpu else "x86 server CPU", "cpu_speed": speed,
+                        "launch_us": {"fwd": LAUNCH_US_FWD / speed, "bwd": LAUNCH_US_BWD / speed},
                         "cuda_graphs": list(par.cuda_graphs),
                         "wait_s_per_microbatch": worst * 1e-9}
     return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,

@@ -103,8 +103,11 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         host = st.get("host")
         if isinstance(host, Mapping):
             graphs = ", ".join(host.get("cuda_graphs") or []) or "none"
+            lus = host.get("launch_us") or {}
+            cpu = (f"; {host.get('cpu')}, {_f(lus.get('fwd'), '.0f')} / {_f(lus.get('bwd'), '.0f')} us "
+                   "per launch" if host.get("cpu_speed", 1.0) != 1.0 else "")
             rows.append(("host launches", f"GPU waits {fmt_seconds(host.get('wait_s_per_microbatch'))} "
-                         f"per micro-batch (slowest stage); CUDA graphs: {graphs}"))
+                         f"per micro-batch (slowest stage); CUDA graphs: {graphs}{cpu}"))
         off = st.get("offload")
         if isinstance(off, Mapping):
             rows.append(("cpu offload", f"{off.get('layers')} layers, "

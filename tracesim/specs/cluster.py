@@ -82,6 +82,17 @@ class HostLink:
 
 
 @dataclass(frozen=True)
+class HostCPU:
+    """The CPU that issues each GPU's kernels (one process per GPU): ``speed`` is its rate on
+    the host work of a training step (Python, PyTorch's dispatcher, library calls) relative
+    to the x86 server CPUs the host launch times were measured on (tracesim/build/host.py);
+    the per-launch host times are divided by it."""
+
+    name: str
+    speed: float
+
+
+@dataclass(frozen=True)
 class IntraNodeSpec:
     """The scale-up fabric inside a node.
 
@@ -150,6 +161,8 @@ class ClusterSpec:
     degraded_links: tuple[LinkFault, ...] = ()
     background: tuple[BackgroundJob, ...] = ()
     host_link: HostLink | None = None
+    #: the CPU that launches the kernels (None: an x86 server CPU, speed 1)
+    host_cpu: HostCPU | None = None
 
     @property
     def gpus(self) -> int:
@@ -237,6 +250,8 @@ class ClusterSpec:
             d["host_contention"] = self.host_contention.to_dict()
         if self.host_link is not None:
             d["host_link"] = dataclasses.asdict(self.host_link)
+        if self.host_cpu is not None:
+            d["host_cpu"] = dataclasses.asdict(self.host_cpu)
         if self.degraded_links:
             d["degraded_links"] = [f.text() for f in self.degraded_links]
         if self.background:
@@ -252,7 +267,7 @@ class ClusterSpec:
 
 _TOP_REQUIRED = ("name", "gpus_per_node", "device", "intra_node")
 _TOP_OPTIONAL = ("nodes", "gpus", "inter_node", "collectives", "description", "sources",
-                 "host_contention", "degraded_links", "background", "host_link")
+                 "host_contention", "degraded_links", "background", "host_link", "host_cpu")
 _INTRA_REQUIRED = ("kind", "bandwidth_GBps", "latency_us")
 _INTER_REQUIRED = ("nics_per_node", "nic_Gbps", "topology", "latency_us")
 _INTER_OPTIONAL = ("levels", "oversubscription", "nics_per_leaf", "switch_latency_us", "routing")
@@ -382,12 +397,19 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         background=tuple(parse_background(text, gpn, nodes * gpn, file, f"background[{i}]")
                          for i, text in enumerate(_strings(data, "background", file))),
         host_link=_host_link(data["host_link"], file) if data.get("host_link") is not None else None,
+        host_cpu=_host_cpu(data["host_cpu"], file) if data.get("host_cpu") is not None else None,
     )
 
 
 def _host_link(data: Any, file: Any) -> HostLink:
     check_keys(data, ("d2h_GBps", "h2d_GBps"), (), file=file, where="host_link")
     return HostLink(*(get_number(data, k, file=file, where="host_link") for k in ("d2h_GBps", "h2d_GBps")))
+
+
+def _host_cpu(data: Any, file: Any) -> HostCPU:
+    check_keys(data, ("name", "speed"), (), file=file, where="host_cpu")
+    return HostCPU(get_str(data, "name", file=file, where="host_cpu"),
+                   float(get_number(data, "speed", file=file, where="host_cpu")))
 
 
 def _strings(data: Mapping[str, Any], key: str, file: Any) -> list[str]:
