@@ -207,3 +207,19 @@ def test_host_cpu_in_the_cluster_spec() -> None:
         with pytest.raises(InputError) as e:
             cluster_from_dict({**spec, "host_cpu": bad}, "x.yaml")
         assert "host_cpu" in str(e.value) and "x.yaml" in str(e.value)
+
+
+def test_host_speed_sets_the_host_cpu_of_a_built_model() -> None:
+    """``--host-speed`` on a replay built from a model spec divides the host launch times
+    (over the cluster spec's ``host_cpu``); without a host launch model it is said to be
+    ignored, not dropped silently."""
+    base = retarget(MOE)
+    slow = retarget({**MOE, "host_speed": 0.5})
+    assert slow.iteration_time_s > base.iteration_time_s
+    host = slow.details["stack"]["host"]
+    assert host["cpu_speed"] == 0.5 and host["launch_us"]["fwd"] == pytest.approx(74.0)
+    x86 = retarget({**MOE, "cluster": "gb200-nvl72", "host_speed": 1.0})
+    assert x86.details["stack"]["host"]["cpu_speed"] == 1.0
+    eager = retarget({"model": "gpt3-1.7b", "cluster": "h100x8", "dp": 8, "micro_batch": 1,
+                      "global_batch": 8, "seq_len": 512, "host_launch": False, "host_speed": 0.5})
+    assert any("--host-speed ignored" in w for w in eager.warnings)

@@ -187,7 +187,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
                         offload=offload, nccl_ctas=cluster.collectives.max_ctas,
-                        cpu_speed=cluster.host_cpu.speed if cluster.host_cpu else 1.0)
+                        cpu_speed=_host_cpu(options, cluster)[1])
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
@@ -210,19 +210,32 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                            "h2d_GBps": offload.h2d_GBps,
                            "gib_per_microbatch": sum(offload.act_bytes) / 2**30,
                            "wait_s_per_microbatch": max(waits, default=0.0) * 1e-9}
+    if options.host_speed and not par.host_launch:
+        warnings.append("--host-speed ignored: the replay has no host launch model (the eager "
+                        "stack or --no-host-launch)")
     if par.host_launch:
         from tracesim.build.host import LAUNCH_US_BWD, LAUNCH_US_FWD
 
         waits = [st.get("host_wait_ns", {}) for st in built.info["stages"]]
         worst = max((sum(w.values()) for w in waits), default=0.0)
-        cpu = cluster.host_cpu
-        speed = cpu.speed if cpu else 1.0
-        info["host"] = {"cpu": cpu.name if cpu else "x86 server CPU", "cpu_speed": speed,
+        cpu, speed = _host_cpu(options, cluster)
+        info["host"] = {"cpu": cpu, "cpu_speed": speed,
                         "launch_us": {"fwd": LAUNCH_US_FWD / speed, "bwd": LAUNCH_US_BWD / speed},
                         "cuda_graphs": list(par.cuda_graphs),
                         "wait_s_per_microbatch": worst * 1e-9}
     return Built(model, par, cluster, device, template, built, symmetric, merged, by_name,
                  methods, tuple(warnings), info)
+
+
+def _host_cpu(options: ReplayOptions, cluster: ClusterSpec) -> tuple[str, float]:
+    """The CPU that launches the kernels and its speed relative to the x86 servers the host
+    launch times come from: ``--host-speed`` where given, else the cluster spec's
+    ``host_cpu`` (absent: an x86 server, 1)."""
+    if options.host_speed:
+        return f"--host-speed {options.host_speed:g}", float(options.host_speed)
+    if cluster.host_cpu is not None:
+        return cluster.host_cpu.name, cluster.host_cpu.speed
+    return "x86 server CPU", 1.0
 
 
 def _stack_and_template(source: str | Path | None, options: ReplayOptions, model: ModelSpec,
