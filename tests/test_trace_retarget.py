@@ -207,3 +207,17 @@ def test_the_op_that_launches_a_kernel_is_the_innermost_of_its_class():
     names = set(compute_ops(ops)["name"])
     assert {"aten::mm", "aten::addmm", "aten::copy_"} <= names
     assert not names & {"aten::linear", "aten::matmul", "aten::layer_norm"}
+
+
+def test_a_grace_hosted_cluster_slows_the_recorded_host_time():
+    """The A100 trace is host-bound (its GPU busy about a quarter of the step): on the
+    NVL72 rack, whose spec names Grace CPUs (``host_cpu`` speed 0.364), its host time is
+    divided by that, said in a warning; ``--host-speed`` overrides it."""
+    x86 = replay(A100_2R, cluster="h100x8")
+    grace = replay(A100_2R, cluster="gb200-nvl72")
+    same_host = replay(A100_2R, cluster="gb200-nvl72", host_speed=1.0)
+    assert grace.details["scaling"]["host_speed"] == pytest.approx(0.364)
+    assert any("host_cpu" in w and "0.364" in w for w in grace.warnings)
+    assert not any("host_cpu" in w for w in same_host.warnings + x86.warnings)
+    assert grace.iteration_time_s > 2 * same_host.iteration_time_s
+    assert same_host.iteration_time_s == pytest.approx(x86.iteration_time_s, rel=0.05)

@@ -78,10 +78,10 @@ class ReplayOptions:
         group="where", metavar="NAME|YAML")
     host_speed: float | None = _opt(
         "Speed of the target's host CPU relative to the recorded one: recorded host time "
-        "(Python, dispatch, kernel launches) is divided by it. Default 1: as recorded. "
-        "Building a model (no source, or --retarget template): the host launch model's times, "
-        "measured on x86 servers, are divided by it (default: the cluster spec's host_cpu "
-        "speed, 0.364 on the Grace-hosted NVL72 racks; docs/stacks.md).",
+        "(Python, dispatch, kernel launches) is divided by it; building a model (no source, "
+        "or --retarget template), the host launch model's times, measured on x86 servers. "
+        "Default: the cluster spec's host_cpu speed where it names one (0.364 on the "
+        "Grace-hosted NVL72 racks, against an x86 recording), else 1 (docs/stacks.md).",
         "float", group="where", metavar="X")
     # how: the parallel layout and training options
     tp: int | None = _opt("Tensor-parallel degree.", "int", minimum=1)

@@ -56,6 +56,30 @@ def recorded_device(name: str, given: str | None) -> DeviceProfile:
                          "(a shipped profile or a profile YAML)", "--source-device") from None
 
 
+#: devices that come with a Grace CPU on their board: a trace recorded on one ran its host
+#: code there, not on an x86 server
+GRACE_HOSTED = ("gb200", "gb300", "gh200")
+
+
+def _host_speed(opts: ReplayOptions, cluster: Any, src_dev: DeviceProfile,
+                warnings: list[str]) -> float:
+    """What divides the recorded host time: ``--host-speed``; else, on a cluster whose spec
+    names a slower host CPU (``host_cpu``: Grace on the NVL72 racks), its speed, the
+    recording taken to have run on an x86 server unless its device comes with a Grace CPU
+    (said in a warning); else 1 (as recorded)."""
+    if opts.host_speed:
+        return float(opts.host_speed)
+    cpu = getattr(cluster, "host_cpu", None)
+    if cpu is None:
+        return 1.0
+    if src_dev.name.lower().startswith(GRACE_HOSTED):
+        return 1.0
+    warnings.append(f"recorded host time divided by {cpu.speed:g}, the speed of the target's "
+                    f"host CPU ({cpu.name}, cluster spec host_cpu) against the x86 server the "
+                    "recording is taken to have run on (--host-speed sets it)")
+    return float(cpu.speed)
+
+
 def load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
     """(the source, its graph, the profiler overhead taken out per op and per annotation).
 
@@ -113,7 +137,8 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
         graph = transplanted.graph
         warnings.append("recorded on a CPU: each compute op became a kernel launch and a GPU "
                         "kernel timed by the cost model on " + dst_dev.name)
-    rt = retime(graph, src_dev, dst_dev, op_table=src.op_table, host_speed=opts.host_speed or 1.0,
+    host_speed = _host_speed(opts, cluster, src_dev, warnings)
+    rt = retime(graph, src_dev, dst_dev, op_table=src.op_table, host_speed=host_speed,
                 modelled=transplanted.kernel_ids if transplanted is not None else None)
     graph = rt.graph
     comm = None
@@ -178,7 +203,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
             "gpu_time_shares": {k: round(v, 4) for k, v in rt.shares().items()},
             "recorded_gpu_s_by_class": {k: v / 1e9 for k, v in sorted(rt.by_class.items())},
             "gpu_time_ratio": round(rt.ratio, 4),
-            "host_speed": opts.host_speed or 1.0,
+            "host_speed": host_speed,
         },
         "steps": res["steps"],
         "fallbacks": dict(result.fallbacks),
