@@ -488,3 +488,18 @@ def test_a_megatron_core_row_replays() -> None:
     rows = list(validate_rows([MCORE], only=lambda label: "gpt-1.7b" in label))
     assert len(rows) == 1 and not rows[0].error and rows[0].metric == "tflops_per_gpu"
     assert rows[0].predicted > 0 and summary(rows)["rows"] == 1
+
+
+def test_the_26_02_nvl72_qwen3_235b_rows_run_their_v0_3_0_recipes() -> None:
+    """25.11 published Qwen3 235B on GB200 / GB300 in BF16 only; the 26.02 table's MXFP8 rows
+    take Megatron-Bridge v0.3.0's ``QWEN3_235B_A22B_PRETRAIN_CONFIG_{GB200,GB300}_FP8_MX_V2``:
+    HybridEP, Transformer Engine graphs over attention, router and preprocessing, expert TP 1."""
+    table = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "megatron_bridge_26_02.csv"
+    _, rows = read_table(table)
+    for system in ("DGX-GB200", "DGX-GB300"):
+        k, row = next((k, r) for k, r in enumerate(rows)
+                      if (r["system"], r["model"], r["precision"]) == (system, "qwen3-235b-a22b", "fp8-mx"))
+        opts = bridge_options({**row, "precision": "fp8-mx"}, table, k)
+        assert opts["moe_dispatcher"] == "hybridep" and opts["etp"] == 1
+        assert opts["cuda_graphs"] == "attn,moe_router,moe_preprocess"
+    assert find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx") is None  # no 25.11 row

@@ -15,7 +15,8 @@ gives every row with its file and config name). Four commits are used:
   table's larger runs (Llama 3 70B GBS 256, Llama 3.1 405B on 256 GB200/GB300 GPUs with GBS
   1536, Qwen3 235B on 256 GPUs with GBS 8192);
 * ``21b02e0c`` = tag v0.3.0, the NeMo 26.02 release: the recipes of the 26.02 table's
-  DeepSeek-V3 rows (:data:`RELEASE_RECIPES`).
+  rows whose recipe changed or that 25.11 did not publish (DeepSeek-V3, the DGX B300 rows,
+  the NVL72 Qwen3 235B rows in MXFP8; :data:`RELEASE_RECIPES`).
 
 Selective recomputation ran in the 25.11 table's runs only where the config sets
 ``recompute_granularity = "selective"`` itself (DeepSeek-V3: ``set_deepseek_v3_common_configs``):
@@ -40,7 +41,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.specs.parallel import FP8_RECIPES, MOE_DISPATCHERS
-from tracesim.specs.textopts import first_last, plan_pairs
+from tracesim.specs.textopts import first_last, layout_chunks, plan_pairs
 
 #: the commits (NVIDIA-NeMo/Megatron-Bridge) the recipes are read from
 COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
@@ -290,6 +291,10 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         cuda_graph=_TE_MOE, dispatcher="hybridep"),
     ("26.02", "DGX-B300", "qwen3-235b-a22b", "fp8-mx"): Recipe(
         f"v0.3.0:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", a2a_overlap=True),
+    # the 26.02 table's NVL72 Qwen3 235B rows, in MXFP8 (25.11 published BF16 there)
+    **{("26.02", f"DGX-{g}", "qwen3-235b-a22b", "fp8-mx"): Recipe(
+        f"v0.3.0:{_QWV2}", f"QWEN3_235B_A22B_PRETRAIN_CONFIG_{g}_FP8_MX_V2",
+        cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep") for g in ("GB300", "GB200")},
 }
 
 
@@ -416,22 +421,6 @@ def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[s
     """The settings of the row's run that the replay cannot express (module docstring)."""
     run = row_run(row, path, k)
     return () if run is None else unmodelled(run)
-
-
-def layout_chunks(layout: str, file: str | Path | None = "pp_layout", where: str | None = None,
-                  ) -> tuple[int, ...]:
-    """Transformer layers per model chunk of a Megatron ``pipeline_model_parallel_layout``
-    string: ``|`` separates chunks, ``t`` is a decoder layer, ``E`` / ``m`` / ``L`` the
-    embedding, an MTP layer and the loss, ``X*N`` and ``(...)*N`` repeat.
-    ``Et*3|(t*4|)*14ttL`` -> (3, 4 x 14, 2)."""
-    text = layout.replace(" ", "").replace(",", "")
-    group = re.compile(r"\(([^()]*)\)\*(\d+)")
-    while group.search(text):
-        text = group.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
-    if set(text) - set("EtmL|"):
-        raise InputError(f"not a pipeline layout: {layout!r}", file, where)
-    return tuple(chunk.count("t") for chunk in text.split("|"))
 
 
 def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,

@@ -1,9 +1,12 @@
 """The text forms of the list-valued replay options (:mod:`tracesim.options`): stage layer
-counts, stragglers and TP plan overrides, each an InputError naming its flag when malformed."""
+counts, stragglers and TP plan overrides, each an InputError naming its flag when malformed,
+and Megatron's pipeline layout strings (:func:`layout_chunks`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
@@ -72,3 +75,19 @@ def first_last(value: Any) -> tuple[int, int]:
     if len(parts) != 2:
         raise InputError(f"expected FIRST,LAST (two layer counts), got {value!r}", "--bf16-layers")
     return (parts[0], parts[1])
+
+
+def layout_chunks(layout: str, file: str | Path | None = "pp_layout", where: str | None = None,
+                  ) -> tuple[int, ...]:
+    """Transformer layers per model chunk of a Megatron ``pipeline_model_parallel_layout``
+    string: ``|`` separates chunks, ``t`` is a decoder layer, ``E`` / ``m`` / ``L`` the
+    embedding, an MTP layer and the loss, ``X*N`` and ``(...)*N`` repeat.
+    ``Et*3|(t*4|)*14ttL`` -> (3, 4 x 14, 2)."""
+    text = layout.replace(" ", "").replace(",", "")
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while group.search(text):
+        text = group.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    if set(text) - set("EtmL|"):
+        raise InputError(f"not a pipeline layout: {layout!r}", file, where)
+    return tuple(chunk.count("t") for chunk in text.split("|"))
