@@ -503,3 +503,18 @@ def test_the_26_02_nvl72_qwen3_235b_rows_run_their_v0_3_0_recipes() -> None:
         assert opts["moe_dispatcher"] == "hybridep" and opts["etp"] == 1
         assert opts["cuda_graphs"] == "attn,moe_router,moe_preprocess"
     assert find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx") is None  # no 25.11 row
+
+
+def test_later_releases_keep_the_nvl72_qwen3_235b_recipes_until_v0_5() -> None:
+    """v0.3.1 and v0.4.x keep HybridEP and the TE graphs for the NVL72 Qwen3 235B MXFP8 runs;
+    GB300's config is then its BF16 one (graphs over router and preprocessing only); 26.06
+    (v0.5.0) runs the fused CuTe DSL MLP, which has no recipe here."""
+    for rel in ("26.02.01", "26.04", "26.04.01"):
+        gb200 = find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx", rel)
+        gb300 = find_recipe("DGX-GB300", "qwen3-235b-a22b", "fp8-mx", rel)
+        assert gb200 is not None and gb200.cuda_graph == "te:attn,moe_router,moe_preprocess"
+        assert gb300 is not None and gb300.cuda_graph == "te:moe_router,moe_preprocess"
+        assert gb200.dispatcher == gb300.dispatcher == "hybridep"
+    assert find_recipe("DGX-GB300", "qwen3-235b-a22b", "fp8-mx", "26.02").cuda_graph == \
+        "te:attn,moe_router,moe_preprocess"
+    assert find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx", "26.06") is None

@@ -291,10 +291,16 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         cuda_graph=_TE_MOE, dispatcher="hybridep"),
     ("26.02", "DGX-B300", "qwen3-235b-a22b", "fp8-mx"): Recipe(
         f"v0.3.0:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", a2a_overlap=True),
-    # the 26.02 table's NVL72 Qwen3 235B rows, in MXFP8 (25.11 published BF16 there)
-    **{("26.02", f"DGX-{g}", "qwen3-235b-a22b", "fp8-mx"): Recipe(
-        f"v0.3.0:{_QWV2}", f"QWEN3_235B_A22B_PRETRAIN_CONFIG_{g}_FP8_MX_V2",
-        cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep") for g in ("GB300", "GB200")},
+    # the NVL72 Qwen3 235B rows in MXFP8 (25.11 published BF16 there): v0.3.0 to v0.4.2 (alike)
+    # set HybridEP and TE graphs; GB300 from v0.3.1 on takes its BF16 config's scopes (the
+    # ``_FP8_CS_V2 = _BF16_V2`` alias); v0.5.0 (26.06) on runs other kernels (CuTe DSL MLP)
+    **{(rel, f"DGX-{g}", "qwen3-235b-a22b", "fp8-mx"): Recipe(
+        f"{tag}:{_QWV2}", f"QWEN3_235B_A22B_PRETRAIN_CONFIG_{g}_FP8_MX_V2",
+        cuda_graph=_TE_MOE if g == "GB300" and rel != "26.02" else _TE_ATTN_MOE,
+        dispatcher="hybridep")
+       for g in ("GB300", "GB200")
+       for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
+                        ("26.04.01", "v0.4.0"))},
 }
 
 
