@@ -31,6 +31,7 @@ from tracesim.pipeline.published import (
     table_rows,
     validate_rows,
 )
+from tracesim.pipeline.published_cells import segment_gpus
 from tracesim.pipeline.recipes import (
     COMMITS,
     INACTIVE_RECOMPUTE,
@@ -38,7 +39,7 @@ from tracesim.pipeline.recipes import (
     Recipe,
     find_recipe,
     layout_chunks,
-    segment_gpus,
+    recipe_options,
     unmodelled,
 )
 
@@ -505,10 +506,11 @@ def test_the_26_02_nvl72_qwen3_235b_rows_run_their_v0_3_0_recipes() -> None:
     assert find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx") is None  # no 25.11 row
 
 
-def test_later_releases_keep_the_nvl72_qwen3_235b_recipes_until_v0_5() -> None:
+def test_later_releases_of_the_nvl72_qwen3_rows_take_their_recipes() -> None:
     """v0.3.1 and v0.4.x keep HybridEP and the TE graphs for the NVL72 Qwen3 235B MXFP8 runs;
     GB300's config is then its BF16 one (graphs over router and preprocessing only); 26.06
-    (v0.5.0) runs the fused CuTe DSL MLP, which has no recipe here."""
+    (v0.5.0) graphs the whole iteration with FP8 attention, and its fused CuTe DSL MLP and
+    EP overlap are named as settings without a mechanism."""
     for rel in ("26.02.01", "26.04", "26.04.01"):
         gb200 = find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx", rel)
         gb300 = find_recipe("DGX-GB300", "qwen3-235b-a22b", "fp8-mx", rel)
@@ -517,4 +519,11 @@ def test_later_releases_keep_the_nvl72_qwen3_235b_recipes_until_v0_5() -> None:
         assert gb200.dispatcher == gb300.dispatcher == "hybridep"
     assert find_recipe("DGX-GB300", "qwen3-235b-a22b", "fp8-mx", "26.02").cuda_graph == \
         "te:attn,moe_router,moe_preprocess"
-    assert find_recipe("DGX-GB200", "qwen3-235b-a22b", "fp8-mx", "26.06") is None
+    for rel in ("26.06", "26.06.01"):
+        for model in ("qwen3-30b-a3b", "qwen3-235b-a22b"):
+            run = find_recipe("DGX-GB200", model, "fp8-mx", rel)
+            assert run is not None and run.cuda_graph == "local:full_iteration"
+            opts = recipe_options(run, {"tp": 1, "pp": 1, "dp": 8}, 48)
+            assert opts["fp8_attention"] is True and opts["cuda_graphs"] == "full_iteration"
+            assert any("CuTe DSL" in u for u in unmodelled(run))
+            assert any("all-to-all overlapped" in u for u in unmodelled(run))

@@ -71,10 +71,11 @@ from tracesim.pipeline.published_cells import (
     int_cell,
     known_cell,
     model_cell,
+    segment_gpus,
     system_cell,
 )
 from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
-from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled, segment_gpus
+from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",

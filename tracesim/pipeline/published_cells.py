@@ -22,8 +22,25 @@ SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-
            "DGX-GB300": "gb300-nvl72", "DGX-A100": "a100-selene", "DGX-H200": "h200x8",
            "DGX-B300": "dgx-b300"}
 #: systems whose shipped spec is one GB200 / GB300 NVL72 rack per node: a job of more than
-#: 18 trays uses the GPUs of its slurm segments per rack (recipes.segment_gpus)
+#: 18 trays uses the GPUs of its slurm segments per rack (:func:`segment_gpus`)
 NVL72_SYSTEMS = ("DGX-GB200", "DGX-GB300")
+#: GPUs one job uses per GB200 / GB300 NVL72 rack: scripts/performance/utils/executors.py
+#: (v0.2.0) passes ``--segment`` = the largest divisor of the node count up to 18 when a
+#: 4-GPU-node job has more than 18 nodes; 64 nodes (256 GPUs) -> segments of 16 trays = 64
+#: GPUs per NVLink domain. Jobs of up to 18 nodes get no segment (placement not constrained).
+NVL72_TRAYS = 18
+
+
+def segment_gpus(gpus: int, gpus_per_tray: int = 4) -> int | None:
+    """GPUs per NVLink domain of a GB200 / GB300 job of ``gpus`` GPUs as the performance
+    scripts place it (``slurm --segment``), or None when they set no segment."""
+    nodes = -(-gpus // gpus_per_tray)
+    if nodes <= NVL72_TRAYS:
+        return None
+    seg = next(s for s in range(NVL72_TRAYS, 0, -1) if nodes % s == 0)
+    return seg * gpus_per_tray
+
+
 #: precision column -> (dtype, FP8 recipe)
 PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
               "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8"), "nvfp4": ("fp8", "nvfp4")}

@@ -49,24 +49,9 @@ COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
            "v2-configs": "e940d997d7bdb7810f621f5b32bf70255b5aa2d9",
            "v0.3.0": "21b02e0cfb2f8ff907e0d8baee0c5205876c6812",
            "v0.3.1": "9c9dd848966322fc3ed7706747ec13219ef49dda",
-           "v0.4.0": "0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e"}
-
-#: GPUs one job uses per GB200 / GB300 NVL72 rack: scripts/performance/utils/executors.py
-#: (v0.2.0) passes ``--segment`` = the largest divisor of the node count up to 18 when a
-#: 4-GPU-node job has more than 18 nodes; 64 nodes (256 GPUs) -> segments of 16 trays = 64
-#: GPUs per NVLink domain. Jobs of up to 18 nodes get no segment (placement not constrained).
-NVL72_TRAYS = 18
-
-
-def segment_gpus(gpus: int, gpus_per_tray: int = 4) -> int | None:
-    """GPUs per NVLink domain of a GB200 / GB300 job of ``gpus`` GPUs as the performance
-    scripts place it (``slurm --segment``), or None when they set no segment."""
-    nodes = -(-gpus // gpus_per_tray)
-    if nodes <= NVL72_TRAYS:
-        return None
-    seg = next(s for s in range(NVL72_TRAYS, 0, -1) if nodes % s == 0)
-    return seg * gpus_per_tray
-
+           "v0.4.0": "0fbfe7d3e970fbd75c1281d71cee586ce1f3df5e",
+           "v0.5.0": "fcbb6031103d0ca845c1a54d4fee55ecfcca17b6",
+           "v0.5.1": "5cb3444c43f7499cf3872b2d46870cf8bc2e00ce"}
 
 @dataclass(frozen=True)
 class Recipe:
@@ -92,7 +77,8 @@ class Recipe:
     Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
     table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`);
     ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan`` and ``--bf16-layers`` (modules and layers
-    kept in another precision; Megatron-Bridge's ``te_quant.cfg``, ``first_last_layers_bf16``).
+    kept in another precision; Megatron-Bridge's ``te_quant.cfg``, ``first_last_layers_bf16``);
+    ``notes``: further settings the replay has no mechanism for (:func:`unmodelled`).
     """
 
     source: str
@@ -114,6 +100,7 @@ class Recipe:
     etp: int | None = None
     fp8_plan: str = ""
     bf16_layers: str = ""
+    notes: str = ""
 
     @property
     def expert_tp(self) -> int | None:
@@ -145,6 +132,7 @@ _DS_MTP_LAYOUT = "Et*4|(t*4|)*14tmL"
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
 _TE_ATTN_MOE = "te:attn,moe_router,moe_preprocess"
+_CUTEDSL = "Transformer Engine's CuTe DSL fused grouped MLP (cutedsl_fused_grouped_mlp)"
 
 #: (system, model, precision column) -> the recipe the row ran
 RECIPES: dict[tuple[str, str, str], Recipe] = {
@@ -301,6 +289,14 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
        for g in ("GB300", "GB200")
        for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
                         ("26.04.01", "v0.4.0"))},
+    # v0.5.0 / v0.5.1 (26.06, 26.06.01; alike): the NVL72 Qwen3 MXFP8 runs graph the whole
+    # iteration, run FP8 attention, the EP overlap and TE's CuTe DSL fused grouped MLP
+    **{(rel, f"DGX-{g}", model, "fp8-mx"): Recipe(
+        f"{tag}:{_QWV2}", f"QWEN3_{size}_PRETRAIN_CONFIG_{g}_FP8_MX_V{v}",
+        cuda_graph="local:full_iteration", dispatcher="hybridep", a2a_overlap=True,
+        options=(("fp8_attention", True),), notes=_CUTEDSL)
+       for g in ("GB300", "GB200") for rel, tag in (("26.06", "v0.5.0"), ("26.06.01", "v0.5.1"))
+       for model, size, v in (("qwen3-30b-a3b", "30B_A3B", 1), ("qwen3-235b-a22b", "235B_A22B", 2))},
 }
 
 
@@ -491,4 +487,6 @@ def unmodelled(recipe: Recipe) -> tuple[str, ...]:
         out.append("EP all-to-all overlapped with the other micro-batch (delay_wgrad_compute)")
     if recipe.fsdp_notes:
         out.append(f"Megatron FSDP settings ({recipe.fsdp_notes})")
+    if recipe.notes:
+        out.append(recipe.notes)
     return tuple(out)
