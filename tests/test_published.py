@@ -527,3 +527,7 @@ def test_later_releases_of_the_nvl72_qwen3_rows_take_their_recipes() -> None:
             assert opts["fp8_attention"] is True and opts["cuda_graphs"] == "full_iteration"
             assert any("CuTe DSL" in u for u in unmodelled(run))
             assert any("all-to-all overlapped" in u for u in unmodelled(run))
+        gb300, gb200 = (find_recipe(f"DGX-{g}", "deepseek-v3", "fp8-mx", rel) for g in ("GB300", "GB200"))
+        assert gb300 is not None and gb200 is not None and gb300.mtp_layers == gb200.mtp_layers == 1
+        assert gb300.recompute == "" and gb200.recompute == "selective:mla_up_proj"
+        assert ("fp8_attention", True) in gb300.options and not gb200.options

@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -118,10 +119,8 @@ _DS = "scripts/performance/configs/deepseek/workload_base_configs.py"
 _OSS = "scripts/performance/configs/gpt_oss/workload_base_configs.py"
 _QW = "scripts/performance/configs/qwen3/workload_base_configs.py"
 _QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
-#: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_
-#: CONFIG, BASE_GPT_OSS_120B_CONFIG, BASE_QWEN3_235B_A22B_CONFIG, BASE_QWEN3_30B_A3B_CONFIG at
-#: all three commits; qwen/qwen3_workload_base_configs.py at v2-configs and v0.3.0;
-#: gpt_oss/gpt_oss_workload_base_configs.py at v0.3.0)
+#: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_,
+#: BASE_GPT_OSS_120B_, BASE_QWEN3_235B_A22B_, BASE_QWEN3_30B_A3B_CONFIG at every commit used)
 _DS3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
 _OSS3 = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
 _ETP1 = (_DS, _DS3, _OSS, _OSS3, _QW, _QWV2)
@@ -132,7 +131,11 @@ _DS_MTP_LAYOUT = "Et*4|(t*4|)*14tmL"
 _FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
 _TE_MOE = "te:moe_router,moe_preprocess"
 _TE_ATTN_MOE = "te:attn,moe_router,moe_preprocess"
-_CUTEDSL = "Transformer Engine's CuTe DSL fused grouped MLP (cutedsl_fused_grouped_mlp)"
+#: the v0.5 MoE configs' common settings (:data:`RELEASE_RECIPES`)
+_v05 = partial(Recipe, cuda_graph="local:full_iteration", dispatcher="hybridep", a2a_overlap=True,
+               notes="Transformer Engine's CuTe DSL fused grouped MLP (cutedsl_fused_grouped_mlp)")
+_FP8_DPA: tuple[tuple[str, object], ...] = (("fp8_attention", True),)
+_V05_TAGS = (("26.06", "v0.5.0"), ("26.06.01", "v0.5.1"))
 
 #: (system, model, precision column) -> the recipe the row ran
 RECIPES: dict[tuple[str, str, str], Recipe] = {
@@ -289,14 +292,17 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
        for g in ("GB300", "GB200")
        for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
                         ("26.04.01", "v0.4.0"))},
-    # v0.5.0 / v0.5.1 (26.06, 26.06.01; alike): the NVL72 Qwen3 MXFP8 runs graph the whole
-    # iteration, run FP8 attention, the EP overlap and TE's CuTe DSL fused grouped MLP
-    **{(rel, f"DGX-{g}", model, "fp8-mx"): Recipe(
-        f"{tag}:{_QWV2}", f"QWEN3_{size}_PRETRAIN_CONFIG_{g}_FP8_MX_V{v}",
-        cuda_graph="local:full_iteration", dispatcher="hybridep", a2a_overlap=True,
-        options=(("fp8_attention", True),), notes=_CUTEDSL)
-       for g in ("GB300", "GB200") for rel, tag in (("26.06", "v0.5.0"), ("26.06.01", "v0.5.1"))
+    # v0.5.0 / v0.5.1 (26.06, 26.06.01; alike): the NVL72 Qwen3 and DeepSeek-V3 MXFP8 runs graph
+    # the whole iteration and run the EP overlap and TE's CuTe DSL fused grouped MLP; FP8
+    # attention but on GB200 DeepSeek-V3, which recomputes mla_up_proj (GB300 nothing)
+    **{(rel, f"DGX-{g}", model, "fp8-mx"): _v05(
+        f"{tag}:{_QWV2}", f"QWEN3_{size}_PRETRAIN_CONFIG_{g}_FP8_MX_V{v}", options=_FP8_DPA)
+       for g in ("GB300", "GB200") for rel, tag in _V05_TAGS
        for model, size, v in (("qwen3-30b-a3b", "30B_A3B", 1), ("qwen3-235b-a22b", "235B_A22B", 2))},
+    **{(rel, f"DGX-{g}", "deepseek-v3", "fp8-mx"): _v05(
+        f"{tag}:{_DS3}", f"DEEPSEEK_V3_PRETRAIN_CONFIG_{g}_FP8_MX_V2", recompute=rc,
+        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1, options=_FP8_DPA if g == "GB300" else ())
+       for g, rc in (("GB300", ""), ("GB200", "selective:mla_up_proj")) for rel, tag in _V05_TAGS},
 }
 
 
