@@ -175,10 +175,12 @@ def test_grace_hosts_hold_a_host_bound_moe_step_up() -> None:
     times): a host-bound MoE step is slower than on the same rack with an x86-speed host; a
     compute-bound dense step is not."""
     import tracesim
-    from tracesim.catalog import load_cluster
+    from tracesim.catalog import load_cluster, shipped
 
     grace = load_cluster("gb200-nvl72")
     assert grace.host_cpu is not None and grace.host_cpu.speed == pytest.approx(13.48 / 37.08, abs=1e-3)
+    listed = {e.name: e for e in shipped("clusters")}
+    assert "NVIDIA Grace" in listed["gb300-nvl72"].summary and "host" not in listed["h100x8"].summary
     x86 = grace.replace(host_cpu=None)
     moe = {**MOE, "fp8_recipe": "mxfp8"}
     moe.pop("cluster")

@@ -196,9 +196,10 @@ def shipped(kind: str) -> list[Entry]:
             c = load_cluster(name)
             net = (f"{c.inter_node.nics_per_node} x {c.inter_node.nic_Gbps:g} Gb/s NICs per node, "
                    f"{c.inter_node.topology}" if c.inter_node else "one node")
+            host = f"; host {c.host_cpu.name}, speed {c.host_cpu.speed:g}" if c.host_cpu else ""
             out.append(Entry(name, f"{c.gpus} x {get_device(c.device).name} ({c.nodes} nodes of "
                                    f"{c.gpus_per_node}; {c.intra_node.kind} "
-                                   f"{c.intra_node.bandwidth_GBps:g} GB/s per GPU); {net}"))
+                                   f"{c.intra_node.bandwidth_GBps:g} GB/s per GPU); {net}{host}"))
         return out
     if kind == "devices":
         out = []
