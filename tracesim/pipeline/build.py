@@ -182,12 +182,13 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
     merged = symmetric or not per_op
     offload = _offload(options, model, par, cluster, template)
+    cpu, speed = _host_cpu(options, cluster)
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell="mxfp8" in device.peak_tflops,
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
                         offload=offload, nccl_ctas=cluster.collectives.max_ctas,
-                        cpu_speed=_host_cpu(options, cluster)[1])
+                        cpu_speed=speed)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
@@ -218,7 +219,6 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
 
         waits = [st.get("host_wait_ns", {}) for st in built.info["stages"]]
         worst = max((sum(w.values()) for w in waits), default=0.0)
-        cpu, speed = _host_cpu(options, cluster)
         info["host"] = {"cpu": cpu, "cpu_speed": speed,
                         "launch_us": {"fwd": LAUNCH_US_FWD / speed, "bwd": LAUNCH_US_BWD / speed},
                         "cuda_graphs": list(par.cuda_graphs),

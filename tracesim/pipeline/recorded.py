@@ -31,6 +31,7 @@ from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.result import Prediction
+from tracesim.specs.cluster import ClusterSpec
 from tracesim.transform.comms import GroupComm, network_comms
 from tracesim.transform.retime import retime
 
@@ -61,7 +62,7 @@ def recorded_device(name: str, given: str | None) -> DeviceProfile:
 GRACE_HOSTED = ("gb200", "gb300", "gh200")
 
 
-def _host_speed(opts: ReplayOptions, cluster: Any, src_dev: DeviceProfile,
+def _host_speed(opts: ReplayOptions, cluster: ClusterSpec | None, src_dev: DeviceProfile,
                 warnings: list[str]) -> float:
     """What divides the recorded host time: ``--host-speed``; else, on a cluster whose spec
     names a slower host CPU (``host_cpu``: Grace on the NVL72 racks), its speed, the
@@ -69,10 +70,8 @@ def _host_speed(opts: ReplayOptions, cluster: Any, src_dev: DeviceProfile,
     (said in a warning); else 1 (as recorded)."""
     if opts.host_speed:
         return float(opts.host_speed)
-    cpu = getattr(cluster, "host_cpu", None)
-    if cpu is None:
-        return 1.0
-    if src_dev.name.lower().startswith(GRACE_HOSTED):
+    cpu = cluster.host_cpu if cluster is not None else None
+    if cpu is None or src_dev.name.lower().startswith(GRACE_HOSTED):
         return 1.0
     warnings.append(f"recorded host time divided by {cpu.speed:g}, the speed of the target's "
                     f"host CPU ({cpu.name}, cluster spec host_cpu) against the x86 server the "
