@@ -78,16 +78,16 @@ def _core(flash: bool, qk: str, v: str, k_elems: str, v_elems: str) -> list[Temp
                    recompute=True, when="cp - 1")]
     probs = f"heads*{T}*s/tp"  # attention probabilities: T = b s / cp queries x s keys
     return [
-        op("attn.scores", "block", "attention", f"2*{T}*s*{qk}/tp",
+        op("attn.scores", "block", "gemm", f"2*{T}*s*{qk}/tp",
            f"eb*({T}*{qk} + {k_elems})/tp + eb*{probs}", probs, part="attn",
-           shard="feature", recompute=True),
+           shard="feature", recompute=True, shape=f"b*heads/tp, s/cp, s, {qk}/heads"),
         op("attn.softmax", "block", "softmax", f"5*{probs}", f"2*eb*{probs}", probs,
            part="attn", shard="feature", recompute=True),
         op("attn.dropout", "block", "elementwise", f"{probs}", f"(2*eb+1)*{probs}", probs,
            part="attn", shard="feature", recompute=True),
-        op("attn.context", "block", "attention", f"2*{T}*s*{v}/tp",
+        op("attn.context", "block", "gemm", f"2*{T}*s*{v}/tp",
            f"eb*({probs} + ({v_elems} + {T}*{v})/tp)", f"{T}*{v}", part="attn",
-           shard="feature", recompute=True),
+           shard="feature", recompute=True, shape=f"b*heads/tp, s/cp, {v}/heads, s"),
     ]
 
 

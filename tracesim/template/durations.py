@@ -104,8 +104,13 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
             def model_ns(f: float, b: float, sh: tuple[float, ...] | None) -> int:
                 return op_time_ns(device, op_class, f, b, dt, units, **({"shape": sh} if sh else {}))
 
-            ns, method = (stream_groups_ns(model_ns, flops, nbytes, shape) if shape and grouped
-                          else model_ns(flops, nbytes, shape)), "model"
+            def gemm_ns(f: float, b: float, sh: tuple[float, ...] | None) -> int:
+                return stream_groups_ns(model_ns, f, b, sh) if sh and grouped else model_ns(f, b, sh)
+
+            if shape and op_class == "gemm" and op.phase == "bwd":
+                ns, method = backward_gemm_ns(gemm_ns, flops, nbytes, shape), "model"
+            else:
+                ns, method = gemm_ns(flops, nbytes, shape), "model"
             if shape and op_class == "attention" and op.phase == "bwd":
                 ns = backward_attention_ns(device, int(ns), shape, dt)
             if op.quant:  # a block-scaled quantization kernel (tracesim.template.fp8)
@@ -115,6 +120,19 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         return int(ns)
 
     return op_time, methods
+
+
+def backward_gemm_ns(time_ns: Callable[[float, float, tuple[float, ...]], int], flops: float,
+                     nbytes: float, shape: tuple[float, ...]) -> int:
+    """Time (ns) of the backward of a GEMM ``Y = X W`` of forward ``shape = (batch, m, n, k)``:
+    its data gradient ``dX = dY W^T`` of shape ``(batch, m, k, n)`` and its weight gradient
+    ``dW = X^T dY`` of shape ``(batch, k, n, m)``, each half of the backward's ``flops`` and
+    ``nbytes``, each priced by ``time_ns`` (one launch each). The two run at other tile and
+    wave fills than the forward: a projection with a short reduction (``k`` = 512 at TP 8)
+    has long ones backward; an expert's weight gradient reduces over its few tokens."""
+    b, m, n, k = shape
+    half_f, half_b = flops / 2.0, nbytes / 2.0
+    return time_ns(half_f, half_b, (b, m, k, n)) + time_ns(half_f, half_b, (b, k, n, m))
 
 
 def backward_attention_ns(device: Any, ns: int, shape: tuple[float, ...],
