@@ -14,7 +14,8 @@ it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 :func:`tracesim.template.resolve.resolve_template`) for the shape-aware path of profiles
 that have one (the routed experts' grouped GEMMs four experts at a time, as Transformer
 Engine's multi-stream grouped GEMM runs them: :mod:`tracesim.template.grouped_gemm`); a
-backward attention op runs at the profile's measured backward / forward rate ratio
+backward GEMM op is its data and weight gradients at their own shapes
+(:func:`backward_gemm_ns`); a backward attention op runs at the profile's measured backward / forward rate ratio
 (:func:`backward_attention_ns`); a block-scaled quantization kernel (``TemplateOp.quant``)
 at the profile's ``quantize`` rate for its recipe. ``methods`` counts each outcome. A template built with
 ``attention: flash2`` times its fused attention with the profile's FlashAttention-2
@@ -86,7 +87,8 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         units = units if op.src_units > 0 else 1.0
         grouped = op_class == "gemm" and is_expert_op(op)
         key = (op_class, flops, nbytes, units, op.measured_ns, op.src_flops, op.src_bytes,
-               op.src_units, op.calls, op.count, op.dtype, op.shape, grouped, op.quant)
+               op.src_units, op.calls, op.count, op.dtype, op.shape, grouped, op.quant,
+               op.phase == "bwd")  # a backward GEMM / attention is priced apart
         if key in cache:
             methods[cache[key][1]] += 1  # type: ignore[index]
             return cache[key][0]  # type: ignore[index]
