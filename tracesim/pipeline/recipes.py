@@ -7,10 +7,9 @@ repository NVIDIA-NeMo/Megatron-Bridge at the commit named in ``source`` (docs/p
 gives every row with its file and config name). Four commits are used:
 
 * ``7af9601c`` = tag v0.2.0 (2025-11-26), the release in the NeMo 25.11 container;
-* ``4a82e165`` = branch ``gaod/r0.2.0_test`` (2025-12-06): r0.2.0 plus the GB200 / GB300
-  DeepSeek-V3 and GPT-OSS configs whose layout and batch are the table's (PP2 x EP32 and
-  GBS 4096 on GB300, no MTP, pipeline layout ``Et*3|(t*4|)*14ttL``; GPT-OSS GBS 1280 at 8192
-  tokens);
+* ``4a82e165`` = branch ``gaod/r0.2.0_test`` (2025-12-06): r0.2.0 plus the GB200 / GB300 DeepSeek-V3
+  and GPT-OSS configs whose layout and batch are the table's (PP2 x EP32 and GBS 4096 on GB300,
+  no MTP, pipeline layout ``Et*3|(t*4|)*14ttL``; GPT-OSS GBS 1280 at 8192 tokens);
 * ``e940d997`` (2026-01-12, "support multiple perf configs"): the ``_V2`` configs, the
   table's larger runs (Llama 3 70B GBS 256, Llama 3.1 405B on 256 GB200/GB300 GPUs with GBS
   1536, Qwen3 235B on 256 GPUs with GBS 8192);
@@ -27,15 +26,15 @@ sets it with the modules, so later releases' runs recompute them. The GPT-OSS co
 ``layernorm, moe_act`` (``Recipe.granularity`` False; :data:`INACTIVE_RECOMPUTE`), which
 :func:`recipe_options` drops for rows of release 25.11.
 
-:func:`recipe_options` turns what tracesim can express into replay options;
-:func:`unmodelled` names, per row, the settings tracesim has no mechanism for.
+:func:`recipe_options` turns what tracesim can express into replay options; :func:`unmodelled`
+names, per row, the settings tracesim has no mechanism for.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -247,6 +246,8 @@ INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
 #: agree (Megatron's FLOP count with one MTP layer, tests/test_megatron_flops.py). The table's
 #: DGX B300 rows of the other models take their v0.3.0 B300 configs (no 25.11 B300 recipe)
 RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
+    ("25.11", "DGX-B200", "gpt-oss-120b", "bf16"): replace(  # its config's EP 64, the row's 8
+        RECIPES[("DGX-B200", "gpt-oss-120b", "bf16")], options=(("ep", 64),)),
     ("26.02", "DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
