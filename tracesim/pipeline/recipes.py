@@ -57,28 +57,27 @@ COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
 class Recipe:
     """What a row's performance recipe sets beyond the table's columns.
 
-    ``config``: the config name in ``source``'s ``workload_base_configs.py``;
-    ``differs``: where that config's layout / batch differs from the table row (the table
-    is replayed as published; the run overrode them on the command line);
-    ``recompute``: ``""`` (none), ``"full-block:N"`` (N layers per stage recomputed whole),
-    or ``"selective:"`` + Megatron recompute modules;
+    ``config``: the config name in ``source``'s ``workload_base_configs.py``; ``differs``: where
+    that config's layout / batch differs from the table row (the table is replayed as published;
+    the run overrode them on the command line); ``recompute``: ``""`` (none), ``"full-block:N"``
+    (N layers per stage recomputed whole), or ``"selective:"`` + Megatron recompute modules;
     ``cpu_offload_layers``: layers whose activations are offloaded to host memory;
     ``cuda_graph``: ``""``, ``"local:full_iteration"`` or ``"te:"`` + TE graph scopes;
-    ``dispatcher``: MoE token dispatcher (``alltoall``, ``hybridep`` or ``deepep``, the
-    last two through Megatron's ``flex`` dispatcher; flex sets moe_shared_expert_overlap
-    off); ``shared_overlap``: moe_shared_expert_overlap (the DeepSeek provider's default,
-    kept with the alltoall dispatcher and without the EP overlap, which both turn it off);
-    ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute;
-    ``tp_comm_overlap`` / ``overlap_param_gather``: None where the recipe keeps the
-    megatron-core default (userbuffers TP overlap with tp > 1; parameter all-gather
-    overlapped); ``pp_layout``: Megatron pipeline_model_parallel_layout; ``mtp_layers``: MTP
-    layers; ``options``: further replay options (name, value); ``granularity``: the config sets
-    ``recompute_granularity`` itself (False: its ``recompute_modules`` ran only from
-    Megatron-Bridge v0.2.1 on, module docstring); ``etp``: the expert tensor-parallel size a
-    table row gives (:func:`row_recipe`; None: the config file's, :attr:`expert_tp`);
-    ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan`` and ``--bf16-layers`` (modules and layers
-    kept in another precision; Megatron-Bridge's ``te_quant.cfg``, ``first_last_layers_bf16``);
-    ``notes``: further settings the replay has no mechanism for (:func:`unmodelled`).
+    ``dispatcher``: MoE token dispatcher (``alltoall``, ``hybridep`` or ``deepep``, the last two
+    through Megatron's ``flex`` dispatcher; flex sets moe_shared_expert_overlap off);
+    ``shared_overlap``: moe_shared_expert_overlap (the DeepSeek provider's default, kept with
+    the alltoall dispatcher and without the EP overlap, which both turn it off);
+    ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute; ``tp_comm_overlap``
+    / ``overlap_param_gather``: None where the recipe keeps the megatron-core default
+    (userbuffers TP overlap with tp > 1; parameter all-gather overlapped); ``pp_layout``:
+    Megatron pipeline_model_parallel_layout; ``mtp_layers``: MTP layers; ``options``: further
+    replay options (name, value); ``granularity``: the config sets ``recompute_granularity``
+    itself (False: its ``recompute_modules`` ran only from Megatron-Bridge v0.2.1 on, module
+    docstring); ``etp``: the expert tensor-parallel size a table row gives (:func:`row_recipe`;
+    None: the config file's, :attr:`expert_tp`); ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan``
+    and ``--bf16-layers`` (modules and layers kept in another precision; Megatron-Bridge's
+    ``te_quant.cfg``, ``first_last_layers_bf16``); ``notes``: further settings the replay has no
+    mechanism for (:func:`unmodelled`).
     """
 
     source: str
@@ -237,14 +236,12 @@ INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
                                if r.recompute.startswith("selective:") and not r.granularity)
 
 
-#: rows of a later release whose recipe differs from the 25.11 one in what tracesim expresses,
-#: by (release, system, model, precision): Megatron-Bridge v0.3.0 (the NeMo 26.02 release)
-#: runs DeepSeek-V3 with the recipe's default of one MTP layer (``deepseek_v3_pretrain_config``,
-#: ``mtp_num_layers=1``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
-#: ``pp_layout``; GB200 pp 4 x vp 4 and B200 pp 16: ``set_deepseek_v3_pipeline_model_parallel_
-#: layout``'s map; B300 pp 16 as B200), HybridEP on all four; the 26.02 table's TFLOP/s per GPU
-#: agree (Megatron's FLOP count with one MTP layer, tests/test_megatron_flops.py). The table's
-#: DGX B300 rows of the other models take their v0.3.0 B300 configs (no 25.11 B300 recipe)
+#: rows whose recipe differs from the 25.11 one in what tracesim expresses, by (release, system,
+#: model, precision): Megatron-Bridge v0.3.0 (NeMo 26.02) runs DeepSeek-V3 with one MTP layer
+#: (``deepseek_v3_pretrain_config``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
+#: ``pp_layout``; GB200 pp 4 x vp 4, B200 and B300 pp 16: ``set_deepseek_v3_pipeline_model_
+#: parallel_layout``'s map), HybridEP on all four (the table's TFLOP/s agree with one MTP layer,
+#: tests/test_megatron_flops.py); DGX B300 rows take their v0.3.0 B300 configs
 RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     ("25.11", "DGX-B200", "gpt-oss-120b", "bf16"): replace(  # its config's EP 64, the row's 8
         RECIPES[("DGX-B200", "gpt-oss-120b", "bf16")], options=(("ep", 64),)),
@@ -260,6 +257,9 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
         pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
+    ("26.02", "DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(  # v0.3.0: the flex dispatcher's
+        f"v0.3.0:{_QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1",  # DeepEP backend
+        a2a_overlap=True, dispatcher="deepep"),
     # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
     # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
     # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
