@@ -15,7 +15,10 @@ gives every row with its file and config name). Four commits are used:
   1536, Qwen3 235B on 256 GPUs with GBS 8192);
 * ``21b02e0c`` = tag v0.3.0, the NeMo 26.02 release: the recipes of the 26.02 table's
   rows whose recipe changed or that 25.11 did not publish (DeepSeek-V3, the DGX B300 rows,
-  the NVL72 Qwen3 235B rows in MXFP8; :data:`RELEASE_RECIPES`).
+  the NVL72 Qwen3 235B rows in MXFP8, H100 Qwen3 30B-A3B, GB200 gpt-oss; :data:`RELEASE_RECIPES`
+  in :mod:`tracesim.pipeline.release_recipes`, with the later releases').
+
+:class:`Recipe` and the config files' paths live in :mod:`tracesim.pipeline.recipe_spec`.
 
 Selective recomputation ran in the 25.11 table's runs only where the config sets
 ``recompute_granularity = "selective"`` itself (DeepSeek-V3: ``set_deepseek_v3_common_configs``):
@@ -34,12 +37,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.pipeline.recipe_spec import (
+    DS,
+    DS_LAYOUT,
+    DS_MTP_LAYOUT,
+    FSDP,
+    L8,
+    L8V2,
+    L405,
+    L405V2,
+    OSS,
+    QW,
+    QWV2,
+    TE_ATTN_MOE,
+    TE_MOE,
+    Recipe,
+)
+from tracesim.pipeline.release_recipes import RELEASE_RECIPES
 from tracesim.specs.parallel import FP8_RECIPES, MOE_DISPATCHERS
 from tracesim.specs.textopts import first_last, layout_chunks, plan_pairs
 
@@ -53,179 +71,97 @@ COMMITS = {"v0.2.0": "7af9601c9da746d21481194356295bfe23df3737",
            "v0.5.0": "fcbb6031103d0ca845c1a54d4fee55ecfcca17b6",
            "v0.5.1": "5cb3444c43f7499cf3872b2d46870cf8bc2e00ce"}
 
-@dataclass(frozen=True)
-class Recipe:
-    """What a row's performance recipe sets beyond the table's columns.
-
-    ``config``: the config name in ``source``'s ``workload_base_configs.py``; ``differs``: where
-    that config's layout / batch differs from the table row (the table is replayed as published;
-    the run overrode them on the command line); ``recompute``: ``""`` (none), ``"full-block:N"``
-    (N layers per stage recomputed whole), or ``"selective:"`` + Megatron recompute modules;
-    ``cpu_offload_layers``: layers whose activations are offloaded to host memory;
-    ``cuda_graph``: ``""``, ``"local:full_iteration"`` or ``"te:"`` + TE graph scopes;
-    ``dispatcher``: MoE token dispatcher (``alltoall``, ``hybridep`` or ``deepep``, the last two
-    through Megatron's ``flex`` dispatcher; flex sets moe_shared_expert_overlap off);
-    ``shared_overlap``: moe_shared_expert_overlap (the DeepSeek provider's default, kept with
-    the alltoall dispatcher and without the EP overlap, which both turn it off);
-    ``a2a_overlap``: overlap_moe_expert_parallel_comm + delay_wgrad_compute; ``tp_comm_overlap``
-    / ``overlap_param_gather``: None where the recipe keeps the megatron-core default
-    (userbuffers TP overlap with tp > 1; parameter all-gather overlapped); ``pp_layout``:
-    Megatron pipeline_model_parallel_layout; ``mtp_layers``: MTP layers; ``options``: further
-    replay options (name, value); ``granularity``: the config sets ``recompute_granularity``
-    itself (False: its ``recompute_modules`` ran only from Megatron-Bridge v0.2.1 on, module
-    docstring); ``etp``: the expert tensor-parallel size a table row gives (:func:`row_recipe`;
-    None: the config file's, :attr:`expert_tp`); ``fp8_plan`` / ``bf16_layers``: ``--fp8-plan``
-    and ``--bf16-layers`` (modules and layers kept in another precision; Megatron-Bridge's
-    ``te_quant.cfg``, ``first_last_layers_bf16``); ``notes``: further settings the replay has no
-    mechanism for (:func:`unmodelled`).
-    """
-
-    source: str
-    config: str
-    differs: str = ""
-    recompute: str = ""
-    cpu_offload_layers: int = 0
-    cuda_graph: str = ""
-    dispatcher: str = "alltoall"
-    shared_overlap: bool = False
-    a2a_overlap: bool = False
-    tp_comm_overlap: bool | None = None
-    overlap_param_gather: bool | None = None
-    pp_layout: str | None = None
-    mtp_layers: int = 0
-    options: tuple[tuple[str, object], ...] = ()
-    fsdp_notes: str = ""
-    granularity: bool = True
-    etp: int | None = None
-    fp8_plan: str = ""
-    bf16_layers: str = ""
-    notes: str = ""
-
-    @property
-    def expert_tp(self) -> int | None:
-        """Expert tensor-parallel degree the config sets (None: Megatron's default, = TP)."""
-        if self.etp is not None:
-            return self.etp
-        return 1 if self.source.split(":", 1)[1] in _ETP1 else None
-
-
-_L8 = "scripts/performance/configs/llama3/workload_base_configs.py"
-_L8V2 = "scripts/performance/configs/llama/llama3_workload_base_configs.py"
-_L405 = "scripts/performance/configs/llama31/workload_base_configs.py"
-_L405V2 = "scripts/performance/configs/llama/llama31_workload_base_configs.py"
-_DS = "scripts/performance/configs/deepseek/workload_base_configs.py"
-_OSS = "scripts/performance/configs/gpt_oss/workload_base_configs.py"
-_QW = "scripts/performance/configs/qwen3/workload_base_configs.py"
-_QWV2 = "scripts/performance/configs/qwen/qwen3_workload_base_configs.py"
-#: config files whose MoE base configs set ``expert_tensor_parallel_size=1`` (BASE_DEEPSEEK_V3_,
-#: BASE_GPT_OSS_120B_, BASE_QWEN3_235B_A22B_, BASE_QWEN3_30B_A3B_CONFIG at every commit used)
-_DS3 = "scripts/performance/configs/deepseek/deepseek_workload_base_configs.py"
-_OSS3 = "scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py"
-_ETP1 = (_DS, _DS3, _OSS, _OSS3, _QW, _QWV2)
-_DS_LAYOUT = "Et*3|(t*4|)*14ttL"  # deepseek_llm_pretrain.py @ r0.2.0-test, GB200 and GB300
-#: DeepSeek-V3's 16-chunk layout with the MTP layer (``m``) on the last stage: the B200 recipe
-#: at v0.2.0 and every 26.02 (v0.3.0) row
-_DS_MTP_LAYOUT = "Et*4|(t*4|)*14tmL"
-_FSDP = "optim_grads_params, fsdp_double_buffer, suggested_communication_unit_size 8e8"
-_TE_MOE = "te:moe_router,moe_preprocess"
-_TE_ATTN_MOE = "te:attn,moe_router,moe_preprocess"
-#: the v0.5 MoE configs' common settings (:data:`RELEASE_RECIPES`)
-_v05 = partial(Recipe, cuda_graph="local:full_iteration", dispatcher="hybridep", a2a_overlap=True,
-               notes="Transformer Engine's CuTe DSL fused grouped MLP (cutedsl_fused_grouped_mlp)")
-_FP8_DPA: tuple[tuple[str, object], ...] = (("fp8_attention", True),)
-_V05_TAGS = (("26.06", "v0.5.0"), ("26.06.01", "v0.5.1"))
-
 #: (system, model, precision column) -> the recipe the row ran
 RECIPES: dict[tuple[str, str, str], Recipe] = {
     # DGX-GB300
     ("DGX-GB300", "llama3-8b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L8}", "LLAMA3_8B_GB300_FP8_CS_BASE_CONFIG", "mbs 4 (table 2)",
+        f"v0.2.0:{L8}", "LLAMA3_8B_GB300_FP8_CS_BASE_CONFIG", "mbs 4 (table 2)",
         cuda_graph="local:full_iteration"),
     ("DGX-GB300", "llama3-70b", "fp8-cs"): Recipe(
-        f"v2-configs:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2",
-        cpu_offload_layers=20, fsdp_notes=_FSDP),
+        f"v2-configs:{L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2",
+        cpu_offload_layers=20, fsdp_notes=FSDP),
     ("DGX-GB300", "llama3.1-405b", "fp8-cs"): Recipe(
-        f"v2-configs:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2"),
+        f"v2-configs:{L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V2"),
     ("DGX-GB300", "deepseek-v3", "bf16"): Recipe(
-        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB300_BF16_BASE_CONFIG",
+        f"r0.2.0-test:{DS}", "DEEPSEEK_V3_GB300_BF16_BASE_CONFIG",
         "16-chunk layout on pp 2: 8 chunks per rank (table vp 4)",
-        recompute="selective:mlp,moe_act", cuda_graph=_TE_MOE, dispatcher="hybridep",
-        pp_layout=_DS_LAYOUT),
+        recompute="selective:mlp,moe_act", cuda_graph=TE_MOE, dispatcher="hybridep",
+        pp_layout=DS_LAYOUT),
     ("DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
-        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB300_FP8_MX_BASE_CONFIG",
+        f"r0.2.0-test:{DS}", "DEEPSEEK_V3_GB300_FP8_MX_BASE_CONFIG",
         "16-chunk layout on pp 2: 8 chunks per rank (table vp 4)",
-        recompute="selective:mlp,moe_act", cuda_graph=_TE_MOE, dispatcher="hybridep",
-        overlap_param_gather=False, pp_layout=_DS_LAYOUT),
+        recompute="selective:mlp,moe_act", cuda_graph=TE_MOE, dispatcher="hybridep",
+        overlap_param_gather=False, pp_layout=DS_LAYOUT),
     ("DGX-GB300", "gpt-oss-120b", "bf16"): Recipe(
-        f"r0.2.0-test:{_OSS}", "GPT_OSS_120B_GB300_BF16_BASE_CONFIG",
-        cuda_graph=_TE_ATTN_MOE),
+        f"r0.2.0-test:{OSS}", "GPT_OSS_120B_GB300_BF16_BASE_CONFIG",
+        cuda_graph=TE_ATTN_MOE),
     ("DGX-GB300", "qwen3-30b-a3b", "fp8-mx"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_GB300_FP8_MX_BASE_CONFIG", "mbs 8 (table 4)",
-        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+        f"v0.2.0:{QW}", "QWEN3_30B_A3B_GB300_FP8_MX_BASE_CONFIG", "mbs 8 (table 4)",
+        cuda_graph=TE_MOE, dispatcher="hybridep"),
     ("DGX-GB300", "qwen3-235b-a22b", "bf16"): Recipe(
-        f"v2-configs:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2",
-        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+        f"v2-configs:{QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2",
+        cuda_graph=TE_MOE, dispatcher="hybridep"),
     # DGX-GB200
     ("DGX-GB200", "llama3-8b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L8}", "LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
+        f"v0.2.0:{L8}", "LLAMA3_8B_GB200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
     ("DGX-GB200", "llama3-70b", "fp8-cs"): Recipe(
-        f"v2-configs:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2",
-        cpu_offload_layers=40, fsdp_notes=_FSDP),
+        f"v2-configs:{L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2",
+        cpu_offload_layers=40, fsdp_notes=FSDP),
     ("DGX-GB200", "llama3.1-405b", "fp8-cs"): Recipe(
-        f"v2-configs:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"),
+        f"v2-configs:{L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"),
     ("DGX-GB200", "deepseek-v3", "bf16"): Recipe(
-        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB200_BF16_BASE_CONFIG",
-        recompute="selective:mla_up_proj", cuda_graph=_TE_MOE, dispatcher="hybridep",
-        pp_layout=_DS_LAYOUT),
+        f"r0.2.0-test:{DS}", "DEEPSEEK_V3_GB200_BF16_BASE_CONFIG",
+        recompute="selective:mla_up_proj", cuda_graph=TE_MOE, dispatcher="hybridep",
+        pp_layout=DS_LAYOUT),
     ("DGX-GB200", "deepseek-v3", "fp8-mx"): Recipe(
-        f"r0.2.0-test:{_DS}", "DEEPSEEK_V3_GB200_FP8_MX_BASE_CONFIG",
+        f"r0.2.0-test:{DS}", "DEEPSEEK_V3_GB200_FP8_MX_BASE_CONFIG",
         "config pp 4 ep 64 (table pp 8 ep 32); 16-chunk layout on pp 8: 2 per rank (table vp 4)",
-        recompute="selective:mla_up_proj", cuda_graph=_TE_MOE, dispatcher="hybridep",
-        overlap_param_gather=False, pp_layout=_DS_LAYOUT),
+        recompute="selective:mla_up_proj", cuda_graph=TE_MOE, dispatcher="hybridep",
+        overlap_param_gather=False, pp_layout=DS_LAYOUT),
     ("DGX-GB200", "gpt-oss-120b", "bf16"): Recipe(
-        f"r0.2.0-test:{_OSS}", "GPT_OSS_120B_GB200_BF16_BASE_CONFIG",
+        f"r0.2.0-test:{OSS}", "GPT_OSS_120B_GB200_BF16_BASE_CONFIG",
         recompute="selective:layernorm,moe_act", dispatcher="hybridep", granularity=False),
     ("DGX-GB200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG",
-        cuda_graph=_TE_MOE, dispatcher="hybridep"),
+        f"v0.2.0:{QW}", "QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG",
+        cuda_graph=TE_MOE, dispatcher="hybridep"),
     ("DGX-GB200", "qwen3-235b-a22b", "bf16"): Recipe(
-        f"v2-configs:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2",
+        f"v2-configs:{QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2",
         "config pp 8 vp 1 ep 8 (table vp 3 ep 32)",
-        cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep"),
+        cuda_graph=TE_ATTN_MOE, dispatcher="hybridep"),
     # DGX-B200
     ("DGX-B200", "llama3-8b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L8}", "LLAMA3_8B_B200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
+        f"v0.2.0:{L8}", "LLAMA3_8B_B200_FP8_CS_BASE_CONFIG", cuda_graph="local:full_iteration"),
     ("DGX-B200", "llama3.1-405b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L405}", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG"),
+        f"v0.2.0:{L405}", "LLAMA31_405B_B200_FP8_CS_BASE_CONFIG"),
     ("DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
-        f"v0.2.0:{_DS}", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG",
-        recompute="selective:mla_up_proj", pp_layout=_DS_MTP_LAYOUT, mtp_layers=1,
+        f"v0.2.0:{DS}", "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG",
+        recompute="selective:mla_up_proj", pp_layout=DS_MTP_LAYOUT, mtp_layers=1,
         shared_overlap=True),
     ("DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
-        f"v0.2.0:{_OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
+        f"v0.2.0:{OSS}", "GPT_OSS_120B_B200_BF16_BASE_CONFIG", "ep 64 (table 8)",
         recompute="selective:layernorm,moe_act", granularity=False),
     ("DGX-B200", "qwen3-30b-a3b", "fp8-mx"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG", cuda_graph=_TE_MOE),
+        f"v0.2.0:{QW}", "QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG", cuda_graph=TE_MOE),
     ("DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", "vp 4 (table 2)",
+        f"v0.2.0:{QW}", "QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG", "vp 4 (table 2)",
         a2a_overlap=True, overlap_param_gather=False),
     # DGX-H100
     ("DGX-H100", "llama3-8b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L8}", "LLAMA3_8B_H100_FP8_CS_BASE_CONFIG",
+        f"v0.2.0:{L8}", "LLAMA3_8B_H100_FP8_CS_BASE_CONFIG",
         "no FSDP in the config (table FSDP; the recipe sets nccl_ub when FSDP is on)",
         recompute="full-block:5"),
     ("DGX-H100", "llama3-70b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L8}", "LLAMA3_70B_H100_FP8_CS_BASE_CONFIG"),
+        f"v0.2.0:{L8}", "LLAMA3_70B_H100_FP8_CS_BASE_CONFIG"),
     ("DGX-H100", "llama3.1-405b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_L405}", "LLAMA31_405B_H100_FP8_CS_BASE_CONFIG"),
+        f"v0.2.0:{L405}", "LLAMA31_405B_H100_FP8_CS_BASE_CONFIG"),
     ("DGX-H100", "gpt-oss-120b", "bf16"): Recipe(
-        f"v0.2.0:{_OSS}", "GPT_OSS_120B_H100_BF16_BASE_CONFIG", "mbs 1 (table 4)",
+        f"v0.2.0:{OSS}", "GPT_OSS_120B_H100_BF16_BASE_CONFIG", "mbs 1 (table 4)",
         recompute="selective:layernorm,moe_act", granularity=False),
     ("DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG", "mbs 1 vp 12 (table 2, 24)",
+        f"v0.2.0:{QW}", "QWEN3_30B_A3B_H100_FP8_CS_BASE_CONFIG", "mbs 1 vp 12 (table 2, 24)",
         a2a_overlap=True),
     ("DGX-H100", "qwen3-235b-a22b", "fp8-cs"): Recipe(
-        f"v0.2.0:{_QW}", "QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG", a2a_overlap=True,
+        f"v0.2.0:{QW}", "QWEN3_235B_A22B_H100_FP8_CS_BASE_CONFIG", a2a_overlap=True,
         tp_comm_overlap=False),
 }
 
@@ -234,120 +170,6 @@ RECIPES: dict[tuple[str, str, str], Recipe] = {
 #: ``recompute_granularity``: no recomputation ran in release 25.11 (module docstring)
 INACTIVE_RECOMPUTE = frozenset(key[:2] for key, r in RECIPES.items()
                                if r.recompute.startswith("selective:") and not r.granularity)
-
-
-#: rows whose recipe differs from the 25.11 one in what tracesim expresses, by (release, system,
-#: model, precision): Megatron-Bridge v0.3.0 (NeMo 26.02) runs DeepSeek-V3 with one MTP layer
-#: (``deepseek_v3_pretrain_config``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
-#: ``pp_layout``; GB200 pp 4 x vp 4, B200 and B300 pp 16: ``set_deepseek_v3_pipeline_model_
-#: parallel_layout``'s map), HybridEP on all four (the table's TFLOP/s agree with one MTP layer,
-#: tests/test_megatron_flops.py); DGX B300 rows take their v0.3.0 B300 configs
-RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
-    ("25.11", "DGX-B200", "gpt-oss-120b", "bf16"): replace(  # its config's EP 64, the row's 8
-        RECIPES[("DGX-B200", "gpt-oss-120b", "bf16")], options=(("ep", 64),)),
-    ("26.02", "DGX-GB300", "deepseek-v3", "fp8-mx"): Recipe(
-        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2",
-        recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
-    ("26.02", "DGX-GB200", "deepseek-v3", "fp8-mx"): Recipe(
-        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2",
-        recompute="selective:mla_up_proj", cuda_graph=_TE_ATTN_MOE, dispatcher="hybridep",
-        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
-    ("26.02", "DGX-B200", "deepseek-v3", "fp8-mx"): Recipe(
-        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
-        recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
-    ("26.02", "DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(  # v0.3.0: the flex dispatcher's
-        f"v0.3.0:{_QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1",  # DeepEP backend
-        a2a_overlap=True, dispatcher="deepep"),
-    # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
-    # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
-    # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
-    ("26.02", "DGX-GB300", "llama3-70b", "nvfp4"): Recipe(
-        f"v0.3.0:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2", tp_comm_overlap=False),
-    ("26.02", "DGX-GB200", "llama3-70b", "nvfp4"): Recipe(
-        f"v0.3.0:{_L8V2}", "LLAMA3_70B_PRETRAIN_CONFIG_GB200_NVFP4_V2", tp_comm_overlap=False),
-    ("26.02", "DGX-GB300", "llama3.1-405b", "nvfp4"): Recipe(
-        f"v0.3.0:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_NVFP4_V2", tp_comm_overlap=False),
-    ("26.02", "DGX-GB200", "llama3.1-405b", "nvfp4"): Recipe(
-        f"v0.3.0:{_L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2", tp_comm_overlap=False),
-    # the 26.02 table's DGX B300 rows (v0.3.0 has B300 configs; 25.11 had no B300 row)
-    ("26.02", "DGX-B300", "deepseek-v3", "fp8-mx"): Recipe(
-        f"v0.3.0:{_DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2",
-        recompute="selective:mla_up_proj", dispatcher="hybridep",
-        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1),
-    ("26.02", "DGX-B300", "gpt-oss-120b", "bf16"): Recipe(
-        f"v0.3.0:{_OSS3}", "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", cuda_graph=_TE_ATTN_MOE),
-    ("26.02", "DGX-B300", "qwen3-30b-a3b", "fp8-mx"): Recipe(
-        f"v0.3.0:{_QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1",
-        cuda_graph=_TE_MOE, dispatcher="hybridep"),
-    ("26.02", "DGX-B300", "qwen3-235b-a22b", "fp8-mx"): Recipe(
-        f"v0.3.0:{_QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", a2a_overlap=True),
-    # the NVL72 Qwen3 235B rows in MXFP8 (25.11 published BF16 there): v0.3.0 to v0.4.2 (alike)
-    # set HybridEP and TE graphs; GB300 from v0.3.1 on takes its BF16 config's scopes (the
-    # ``_FP8_CS_V2 = _BF16_V2`` alias); v0.5.0 (26.06) on runs other kernels (CuTe DSL MLP)
-    **{(rel, f"DGX-{g}", "qwen3-235b-a22b", "fp8-mx"): Recipe(
-        f"{tag}:{_QWV2}", f"QWEN3_235B_A22B_PRETRAIN_CONFIG_{g}_FP8_MX_V2",
-        cuda_graph=_TE_MOE if g == "GB300" and rel != "26.02" else _TE_ATTN_MOE,
-        dispatcher="hybridep")
-       for g in ("GB300", "GB200")
-       for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
-                        ("26.04.01", "v0.4.0"))},
-    # v0.5.0 / v0.5.1 (26.06, 26.06.01; alike): the NVL72 Qwen3 and DeepSeek-V3 MXFP8 runs graph
-    # the whole iteration and run the EP overlap and TE's CuTe DSL fused grouped MLP; FP8
-    # attention but on GB200 DeepSeek-V3, which recomputes mla_up_proj (GB300 nothing)
-    **{(rel, f"DGX-{g}", model, "fp8-mx"): _v05(
-        f"{tag}:{_QWV2}", f"QWEN3_{size}_PRETRAIN_CONFIG_{g}_FP8_MX_V{v}", options=_FP8_DPA)
-       for g in ("GB300", "GB200") for rel, tag in _V05_TAGS
-       for model, size, v in (("qwen3-30b-a3b", "30B_A3B", 1), ("qwen3-235b-a22b", "235B_A22B", 2))},
-    **{(rel, f"DGX-{g}", "deepseek-v3", "fp8-mx"): _v05(
-        f"{tag}:{_DS3}", f"DEEPSEEK_V3_PRETRAIN_CONFIG_{g}_FP8_MX_V2", recompute=rc,
-        pp_layout=_DS_MTP_LAYOUT, mtp_layers=1, options=_FP8_DPA if g == "GB300" else ())
-       for g, rc in (("GB300", ""), ("GB200", "selective:mla_up_proj")) for rel, tag in _V05_TAGS},
-}
-
-
-def _nemotron3() -> dict[tuple[str, str, str, str], Recipe]:
-    """Nemotron 3's runs in every release that published them (26.02.01: Nano, v0.3.1's
-    ``nemotron_3_nano_workload_base_configs.py``; 26.04 on: Nano and Super, v0.4.0's
-    ``nemotron_3_workload_base_configs.py`` and ``nemotron_3_llm_pretrain.py``, unchanged
-    through v0.6.0): HybridEP, ETP 1, no EP overlap, the router unfused; Super two MTP passes
-    of one layer, router padding for MXFP8 / NVFP4, no TP overlap, NVFP4 with ``te_quant.cfg``
-    and the last 14 layers in BF16. Blackwell: TE graphs over attn, mamba, router, preprocess."""
-    g4, base = "te:attn,mamba,moe_router,moe_preprocess", "scripts/performance/configs/nemotronh/"
-    raw = (("moe_router_fusion", False),)  # nemotron_3_nano.py; Super: Megatron's default
-    h100 = {"bf16": ("selective:moe,layernorm", "te:attn,mamba"),
-            "fp8-cs": ("selective:moe,layernorm,core_attn,moe_act", "te:mamba")}
-    out = {}
-    for rel in ("26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08"):
-        tag, name = (("v0.3.1", "nemotron_3_nano_workload_base_configs.py") if rel == "26.02.01"
-                     else ("v0.4.0", "nemotron_3_workload_base_configs.py"))
-        for sysn in ("DGX-GB300", "DGX-GB200", "DGX-B300", "DGX-B200", "DGX-H100"):
-            gpu = sysn.removeprefix("DGX-")
-            for prec in (("bf16", "fp8-cs") if gpu == "H100" else ("bf16", "fp8-mx", "nvfp4")):
-                tail = prec.upper().replace("-", "_")
-                rec, graph = h100.get(prec, ("", g4)) if gpu == "H100" else ("", g4)
-                out[(rel, sysn, "nemotron-3-nano", prec)] = Recipe(
-                    f"{tag}:{base}{name}", f"NEMOTRON_3_NANO_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
-                    recompute=rec, cuda_graph=graph, dispatcher="hybridep", etp=1, options=raw)
-                if rel == "26.02.01" or gpu == "H100":
-                    continue
-                rec = {("B300", "bf16"): "moe_act,layernorm", ("B300", "nvfp4"): "moe_act,layernorm",
-                       ("B200", "bf16"): "moe_act,moe,layernorm,core_attn",
-                       ("B200", "fp8-mx"): "moe_act,layernorm"}.get((gpu, prec), "")
-                nv = prec == "nvfp4"
-                out[(rel, sysn, "nemotron-3-super", prec)] = Recipe(
-                    f"{tag}:{base}{name}", f"NEMOTRON_3_SUPER_PRETRAIN_CONFIG_{gpu}_{tail}_V1",
-                    recompute=f"selective:{rec}" if rec else "",
-                    cuda_graph="" if gpu == "B200" and not nv else g4, dispatcher="hybridep",
-                    etp=1, mtp_layers=2, tp_comm_overlap=False,
-                    options=(*raw, ("mtp_repeated", True), ("moe_router_padding", prec != "bf16")),
-                    fp8_plan="attn.*=bf16,mamba.out_proj=mxfp8" if nv else "",
-                    bf16_layers="0,14" if nv else "")
-    return out
-
-
-RELEASE_RECIPES.update(_nemotron3())
 
 
 def find_recipe(system: str, model: str, precision: str, release: str = "25.11") -> Recipe | None:
