@@ -15,8 +15,8 @@ gives every row with its file and config name). Four commits are used:
   1536, Qwen3 235B on 256 GPUs with GBS 8192);
 * ``21b02e0c`` = tag v0.3.0, the NeMo 26.02 release: the recipes of the 26.02 table's
   rows whose recipe changed or that 25.11 did not publish (DeepSeek-V3, the DGX B300 rows,
-  the NVL72 Qwen3 235B rows in MXFP8, H100 Qwen3 30B-A3B, GB200 gpt-oss; :data:`RELEASE_RECIPES`
-  in :mod:`tracesim.pipeline.release_recipes`, with the later releases').
+  the NVL72 Qwen3 235B rows in MXFP8, B200 Qwen3 235B, H100 Qwen3 30B-A3B, GB200 gpt-oss;
+  :data:`RELEASE_RECIPES` in :mod:`tracesim.pipeline.release_recipes`, with later releases').
 
 :class:`Recipe` and the config files' paths live in :mod:`tracesim.pipeline.recipe_spec`.
 

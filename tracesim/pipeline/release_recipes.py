@@ -54,6 +54,9 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         recompute="selective:layernorm,moe_act")
        for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
                         ("26.04.01", "v0.4.0"))},
+    ("26.02", "DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(  # v0.3.0: no EP overlap, and
+        f"v0.3.0:{QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2"),  # no fp8_mx
+    # exception turning the parameter all-gather overlap off (v0.2.0's qwen3_235b_a22b_b200_config)
     # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
     # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
     # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
