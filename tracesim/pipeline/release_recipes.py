@@ -26,7 +26,8 @@ from tracesim.pipeline.recipe_spec import (
 #: (``deepseek_v3_pretrain_config``) and the layout ``Et*4|(t*4|)*14tmL`` (GB300: the config's
 #: ``pp_layout``; GB200 pp 4 x vp 4, B200 and B300 pp 16: ``set_deepseek_v3_pipeline_model_
 #: parallel_layout``'s map), HybridEP on all four (the table's TFLOP/s agree with one MTP layer,
-#: tests/test_megatron_flops.py); DGX B300 rows take their v0.3.0 B300 configs
+#: tests/test_megatron_flops.py); DGX B300 rows take their v0.3.0 B300 configs; the other
+#: entries say what differs (docs/published_configs.md gives every one with its source)
 RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
     # 25.11's B200 gpt-oss row prints EP 8; it ran its config's EP 64 (docs/published_configs.md)
     ("25.11", "DGX-B200", "gpt-oss-120b", "bf16"): Recipe(
@@ -44,9 +45,10 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         f"v0.3.0:{DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V1",
         recompute="selective:mla_up_proj", dispatcher="hybridep",
         pp_layout=DS_MTP_LAYOUT, mtp_layers=1),
-    ("26.02", "DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(  # v0.3.0: the flex dispatcher's
-        f"v0.3.0:{QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1",  # DeepEP backend
-        a2a_overlap=True, dispatcher="deepep"),
+    # H100 Qwen3 30B-A3B at v0.3.0: the flex dispatcher's DeepEP backend (v0.2.0: alltoall)
+    ("26.02", "DGX-H100", "qwen3-30b-a3b", "fp8-cs"): Recipe(
+        f"v0.3.0:{QWV2}", "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", a2a_overlap=True,
+        dispatcher="deepep"),
     # GB200 gpt-oss from v0.3.0 to v0.4.x: no flex backend, so the alltoall dispatcher (25.11's
     # r0.2.0-test config set HybridEP); its listed modules recomputed (Megatron-Bridge v0.2.1 on)
     **{(rel, "DGX-GB200", "gpt-oss-120b", "bf16"): Recipe(
@@ -54,9 +56,10 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         recompute="selective:layernorm,moe_act")
        for rel, tag in (("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0"),
                         ("26.04.01", "v0.4.0"))},
-    ("26.02", "DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(  # v0.3.0: no EP overlap, and
-        f"v0.3.0:{QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2"),  # no fp8_mx
-    # exception turning the parameter all-gather overlap off (v0.2.0's qwen3_235b_a22b_b200_config)
+    # B200 Qwen3 235B at v0.3.0: no EP overlap, and no fp8_mx exception turning the parameter
+    # all-gather overlap off (v0.2.0's qwen3_235b_a22b_b200_config had one)
+    ("26.02", "DGX-B200", "qwen3-235b-a22b", "fp8-mx"): Recipe(
+        f"v0.3.0:{QWV2}", "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2"),
     # the 26.02 table's NVFP4 rows: the Llama recipes turn the userbuffers TP overlap off for
     # NVFP4 (llama3_llm_pretrain.py / llama31_llm_pretrain.py: ``tp_comm_overlap = False if
     # precision == "nvfp4"``) and run no CUDA graph (``cuda_graph_impl="none"``)
