@@ -287,11 +287,13 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
             else:  # not in Megatron's layers: the reduce-scatter after the whole GEMM
                 u.op(post, layer=layer, phase=phase, prefix=prefix)
         return
-    half = g.dur_ns / 2.0  # data and weight gradient: equal FLOPs
+    # data and weight gradient: equal FLOPs, each at its own shape (ROp.dgrad_share)
+    d_ns = g.dur_ns * g.dgrad_share
+    w_ns = g.dur_ns - d_ns
     if pre is not None and pre.overlap == "ag_next":  # row-parallel: gathered gradient
         _ring_in(u, pre, g, 0.5, ov, ov.tp, ov.ub_method(g.ub, "dgrad")[1],
-                 layer=layer, phase=phase, prefix=prefix, dur=half)
-        _gemm(u, g, half, 0.5, layer, phase, prefix)
+                 layer=layer, phase=phase, prefix=prefix, dur=d_ns)
+        _gemm(u, g, w_ns, 0.5, layer, phase, prefix)
         if post is not None:
             u.op(post, layer=layer, phase=phase, prefix=prefix)
         return
@@ -307,13 +309,13 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
     rs_sms = ov.ub_method(g.ub, "wgrad")[1] if ov.ub else ov.nccl_sms("tp")
     ag_ns = None if ov.ub or pre is None else ov.est(pre.collective, "tp", pre.msg_bytes)
     rs_ns = None if ov.ub or post is None else ov.est(post.collective, "tp", post.msg_bytes)
-    dgrad = _gemm(u, g, ov.slowed(half, ag_sms, ag_ns) if pre is not None else half, 0.5,
+    dgrad = _gemm(u, g, ov.slowed(d_ns, ag_sms, ag_ns) if pre is not None else d_ns, 0.5,
                   layer, phase, prefix)
     rs = -1
     if post is not None:
         rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix, ov)
         u.edge(dgrad, rs)
-    wgrad = _gemm(u, g, ov.slowed(half, rs_sms, rs_ns) if post is not None else half, 0.5,
+    wgrad = _gemm(u, g, ov.slowed(w_ns, rs_sms, rs_ns) if post is not None else w_ns, 0.5,
                   layer, phase, prefix)
     u.edge(ag, wgrad)
     if rs >= 0:

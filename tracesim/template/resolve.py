@@ -335,8 +335,13 @@ def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Map
     if role and par.tp_comm_overlap and par.tp > 1 and op.op_class == "gemm":
         slow = tuple((n, chunk_slowdown(op_time, timed, run_flops, nbytes, units, dur, n))
                      for n in sorted({par.tp, PIPE_SPLITS}))
+    share = 0.5
+    if role and phase == "bwd" and op.op_class == "gemm" and dur > 0 and shape_parts(timed.shape):
+        sb, sm, sn, sk = shape_parts(timed.shape)  # the data gradient alone: (b, m, k, n)
+        dgrad = timed.replace(phase="fwd", shape=",".join((sb, sm, sk, sn)))
+        share = min(max(op_time(op.op_class, run_flops / 2, nbytes / 2, dgrad, units) / dur, 0.0), 1.0)
     return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes, dur, recompute=op.recompute,
-               params=params, ub=role, chunk_slow=slow)
+               params=params, ub=role, chunk_slow=slow, dgrad_share=share)
 
 
 def resolve_template(

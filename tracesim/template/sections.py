@@ -49,6 +49,9 @@ class ROp:
     algorithm: str = ""
     #: on a side stream beside the EP all-to-all before it (:mod:`tracesim.build.shared_overlap`)
     side: bool = False
+    #: a backward GEMM's data-gradient share of ``dur_ns`` (the rest its weight gradient; the
+    #: two at their own shapes, :func:`tracesim.template.durations.backward_gemm_ns`)
+    dgrad_share: float = 0.5
 
     @property
     def is_comm(self) -> bool:
