@@ -15,11 +15,12 @@ it has one (an FP8 GEMM) and its ``shape`` (resolved to numbers by
 that have one (the routed experts' grouped GEMMs four experts at a time, as Transformer
 Engine's multi-stream grouped GEMM runs them: :mod:`tracesim.template.grouped_gemm`); a
 backward GEMM op is its data and weight gradients at their own shapes
-(:func:`backward_gemm_ns`); a backward attention op runs at the profile's measured backward / forward rate ratio
-(:func:`backward_attention_ns`); a block-scaled quantization kernel (``TemplateOp.quant``)
-at the profile's ``quantize`` rate for its recipe. ``methods`` counts each outcome. A template built with
-``attention: flash2`` times its fused attention with the profile's FlashAttention-2
-parameters (``shape_model.attention.flash2``; an InputError where the profile has none).
+(:func:`backward_gemm_ns`); a backward attention op runs at the profile's measured backward /
+forward rate ratio (:func:`backward_attention_ns`); a block-scaled quantization kernel
+(``TemplateOp.quant``) at the profile's ``quantize`` rate for its recipe. ``methods`` counts
+each outcome. A template built with ``attention: flash2`` times its fused attention with the
+profile's FlashAttention-2 parameters (``shape_model.attention.flash2``; an InputError where
+the profile has none).
 
 An op that stands for many host calls (``TemplateOp.calls``, resolved to calls per local
 parameter: the trace-derived optimizer step) is split in two (:func:`split_calls_ns`): the
