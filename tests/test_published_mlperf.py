@@ -122,6 +122,24 @@ def test_what_if_all_rows_at_the_burst_rate() -> None:
     assert bad.returncode == 2 and "sustained_clock" in (bad.stdout + bad.stderr)
 
 
+def test_what_if_every_gpu_at_the_profiles_rate() -> None:
+    """``what_if.py ... sustained_fleet=none`` replays a row with every GPU of the job at the
+    profile's rate (no slowest-GPU factor): a 128-GPU B200 row gets faster; a value other than
+    ``none`` is bad input (exit 2)."""
+    import subprocess
+    import sys
+
+    script = TABLE.with_name("what_if.py")
+    run = [sys.executable, str(script), str(TABLE_8B), "--only", "DGX-B200 llama3-8b fp8-cs 128 GPUs"]
+    ok = subprocess.run(run + ["sustained_fleet=none"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    times = [float(line.split(" iteration ")[1].split()[0]) for line in ok.stdout.splitlines()
+             if line.lstrip().startswith(("as published", "changed"))]
+    assert len(times) == 2 and times[1] < times[0]
+    bad = subprocess.run(run + ["sustained_fleet=0.9"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "sustained_fleet" in (bad.stdout + bad.stderr)
+
+
 def test_nvidia_8b_rows_run_fp8_attention_where_their_configs_do() -> None:
     """NVIDIA's v5.1 Llama 3.1 8B runs: the one-tray-pair NVFP4 runs source
     config_common_fp8attn.sh (FP8_DPA=True) and capture each layer (MCORE_CUDA_GRAPH without

@@ -10,7 +10,8 @@ are printed first); VALUE takes the type of the row's value. ``routing=ecmp`` (o
 change the layout cannot take (``vpp`` on a row whose ``stage_layers`` were set for another)
 is reported, exit 2. ``sustained_clock=VALUE`` runs the row's GPU (its cluster's
 device profile) with that ratio for every dtype, ``sustained_clock=1`` at its kernel
-benchmarks' burst rate (docs/devices.md). Prints the row's predicted iteration time and
+benchmarks' burst rate, ``sustained_fleet=none`` with every GPU of the job at the profile's
+rate (no slowest-GPU factor; docs/devices.md). Prints the row's predicted iteration time and
 metric per GPU (the table's: tokens/s or TFLOP/s) with and without the change; ``--all``
 replays every row whose label contains TEXT (``--only ''``: the whole table) and ends with
 the mean absolute and signed errors against the published values with and without it.
@@ -60,14 +61,23 @@ def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
     return key, raw
 
 
-def _device_at(opts: dict[str, Any], raw: str, tmp: Path) -> str:
-    """A profile YAML of the row's GPU with ``sustained_clock`` ``raw`` (its path)."""
+def _device_at(opts: dict[str, Any], raw: str, tmp: Path, key: str = "sustained_clock") -> str:
+    """A profile YAML of the row's GPU with ``sustained_clock`` ``raw``, or with
+    ``sustained_fleet: null`` (``key`` ``sustained_fleet``, ``raw`` ``none``: every GPU of the
+    job at the profile's rate); its path."""
     dev = load_cluster(opts["cluster"]).device
     if not isinstance(dev, str):
-        raise InputError("the row's cluster has an inline device profile", "sustained_clock")
-    out = tmp / f"{dev}-clock-{raw}.yaml"
+        raise InputError("the row's cluster has an inline device profile", key)
+    if key == "sustained_fleet":
+        if raw != "none":
+            raise ValueError(f"sustained_fleet takes 'none', got {raw!r}")
+        out = tmp / f"{dev}-even.yaml"
+        text = f"base: {dev}\nname: {dev}-even\nsustained_fleet: null\n"
+    else:
+        out = tmp / f"{dev}-clock-{raw}.yaml"
+        text = f"base: {dev}\nname: {dev}-clock-{raw}\nsustained_clock: {float(raw)}\n"
     if not out.exists():  # one per device and value for the whole table
-        out.write_text(f"base: {dev}\nname: {dev}-clock-{raw}\nsustained_clock: {float(raw)}\n")
+        out.write_text(text)
     return str(out)
 
 
@@ -98,11 +108,12 @@ def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts
     """One row as published and changed (printed; its errors appended to ``errs``)."""
     changed = dict(opts)
     for c in changes:
-        if c.startswith("sustained_clock="):
+        if c.startswith(("sustained_clock=", "sustained_fleet=")):
+            key, _, raw = c.partition("=")
             try:
-                changed["device"] = _device_at(opts, c.partition("=")[2], tmp)
+                changed["device"] = _device_at(opts, raw, tmp, key)
             except (InputError, ValueError) as exc:
-                print(f"sustained_clock: {exc}", file=sys.stderr)
+                print(f"{key}: {exc}", file=sys.stderr)
                 return 2
             continue
         if not c.startswith("routing="):
