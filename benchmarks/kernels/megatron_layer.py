@@ -18,15 +18,14 @@ ratios test the GEMM shape model (cuBLAS batched GEMMs included: the unfused att
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.kernels.kernel_eval import trace_groups
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.run import predict
 from tracesim.specs.model import ModelSpec
@@ -75,38 +74,18 @@ def _gemm_dims(name: str, dims: list[list[int]]) -> tuple[int, int, int] | None:
 
 def trace_us(path: Path = TRACE) -> dict[str, float]:
     """Per layer and op of :data:`OPS`: the trace's kernel microseconds (sum of the op's
-    calls over all layers / 40)."""
-    events = json.loads(gzip.open(path).read())["traceEvents"]
-    kernels: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "kernel":
-            kernels[e["args"].get("correlation")].append(e)
-    launches: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""):
-            launches[(e["pid"], e["tid"])].append(e)
-    for v in launches.values():
-        v.sort(key=lambda e: e["ts"])
-    starts = {key: [e["ts"] for e in v] for key, v in launches.items()}
+    calls over all layers / 40), from each host op's kernels
+    (:func:`benchmarks.kernels.kernel_eval.trace_groups`)."""
+    groups = trace_groups(path)
     total: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.get("cat") != "cpu_op":
-            continue
-        dims = _gemm_dims(e["name"], e.get("args", {}).get("Input Dims", []))
-        if dims is None:
-            continue
-        key = (e["pid"], e["tid"])
-        lo = bisect_right(starts.get(key, []), e["ts"] - 1)
-        hi = bisect_right(starts.get(key, []), e["ts"] + e["dur"])
-        us = sum(k["dur"] for r in launches[key][lo:hi] for k in kernels.get(r["args"].get("correlation"), []))
+    for name, shapes, names, durs in zip(groups["name"], groups["shapes"], groups["kernel_names"],
+                                         groups["kernel_durs"], strict=True):
+        dims = _gemm_dims(str(name), json.loads(shapes) if shapes else [])
         for label, how, what, _ in OPS:
-            if how == "gemm" and (e["name"], *dims) == what:
-                total[label] += us
-    for e in events:
-        if e.get("cat") == "kernel":
-            for label, how, what, _ in OPS:
-                if how == "kernel" and e["name"].startswith(what):
-                    total[label] += e["dur"]
+            if how == "gemm" and dims is not None and (name, *dims) == what:
+                total[label] += sum(durs) / 1e3
+            elif how == "kernel":
+                total[label] += sum(d for k, d in zip(names, durs, strict=True) if k.startswith(what)) / 1e3
     layers = MODEL.layers
     return {label: total[label] / layers for label, _, _, _ in OPS}
 

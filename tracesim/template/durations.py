@@ -35,12 +35,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tracesim.errors import InputError
 from tracesim.template.grouped_gemm import stream_groups_ns
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate
 from tracesim.template.moe_ops import is_expert_op
+
+T = TypeVar("T")  # a shape part: a number or an expression
 
 
 @dataclass
@@ -133,9 +135,16 @@ def backward_gemm_ns(time_ns: Callable[[float, float, tuple[float, ...]], int], 
     ``nbytes``, each priced by ``time_ns`` (one launch each). The two run at other tile and
     wave fills than the forward: a projection with a short reduction (``k`` = 512 at TP 8)
     has long ones backward; an expert's weight gradient reduces over its few tokens."""
-    b, m, n, k = shape
+    dgrad, wgrad = gradient_shapes(shape)
     half_f, half_b = flops / 2.0, nbytes / 2.0
-    return time_ns(half_f, half_b, (b, m, k, n)) + time_ns(half_f, half_b, (b, k, n, m))
+    return time_ns(half_f, half_b, dgrad) + time_ns(half_f, half_b, wgrad)
+
+
+def gradient_shapes(shape: tuple[T, ...]) -> tuple[tuple[T, ...], tuple[T, ...]]:
+    """The data- and weight-gradient GEMM shapes ``((b, m, k, n), (b, k, n, m))`` of the
+    backward of a GEMM of forward ``shape = (b, m, n, k)`` (numbers or expressions)."""
+    b, m, n, k = shape
+    return (b, m, k, n), (b, k, n, m)
 
 
 def backward_attention_ns(device: Any, ns: int, shape: tuple[float, ...],

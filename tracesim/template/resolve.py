@@ -40,6 +40,7 @@ from tracesim.ops.dtypes import WIRE_BYTES
 from tracesim.specs import hybrid
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
+from tracesim.template.durations import gradient_shapes
 from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
 from tracesim.template.moe_ops import dispatch_algorithm, is_expert_op
@@ -337,8 +338,8 @@ def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Map
                      for n in sorted({par.tp, PIPE_SPLITS}))
     share = 0.5
     if role and phase == "bwd" and op.op_class == "gemm" and dur > 0 and shape_parts(timed.shape):
-        sb, sm, sn, sk = shape_parts(timed.shape)  # the data gradient alone: (b, m, k, n)
-        dgrad = timed.replace(phase="fwd", shape=",".join((sb, sm, sk, sn)))
+        dgrad_shape, _ = gradient_shapes(shape_parts(timed.shape))  # the data gradient alone
+        dgrad = timed.replace(phase="fwd", shape=",".join(dgrad_shape))
         share = min(max(op_time(op.op_class, run_flops / 2, nbytes / 2, dgrad, units) / dur, 0.0), 1.0)
     return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes, dur, recompute=op.recompute,
                params=params, ub=role, chunk_slow=slow, dgrad_share=share)
