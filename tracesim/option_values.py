@@ -4,6 +4,7 @@ attaches an :class:`Option` to every field of its ``ReplayOptions``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ class Option:
     ``links`` / ``background`` (repeatable link-fault / background specs,
     :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``), ``flag`` (``--x`` alone),
     ``choice`` (``choices``), ``ints`` (integers, ``7,8x14,7`` on the command line), ``plan``
-    (module glob -> style). ``group`` orders help and docs: what, where, layout, stack,
+    (module glob -> style), ``version`` (a dotted version, ``9.13.1``). ``group`` orders help and docs: what, where, layout, stack,
     template, replay.
     """
 
@@ -80,6 +81,11 @@ def checked(opt: Option, value: Any, src: str | Path, where: str | None) -> Any:
         for x in items:  # the form; node and GPU ranges are checked against the cluster
             parse_background(x, 1, 1 << 40, src, where)
         return tuple(x.strip() for x in items)
+    if opt.kind == "version":
+        if not isinstance(value, str) or not re.fullmatch(r"\d+(\.\d+)*", value.strip()):
+            raise InputError(f"expected a version like 9.13 (in YAML a quoted string), got {value!r}",
+                             src, where)
+        return value.strip()
     if opt.kind == "choice":
         if value not in opt.choices:
             raise InputError(f"{value!r} is not one of {', '.join(opt.choices)}", src,

@@ -262,6 +262,12 @@ class ReplayOptions:
         "Layer template: 'analytic' (first principles) or a bundle, trace or workload to take it "
         "from (default: the source, else the model family's stored bundle).", group="template",
         metavar="analytic|PATH")
+    cudnn: str | None = _opt(
+        "cuDNN version the job runs (its container's), for Transformer Engine's fused attention: "
+        "the device profile's attention fitted on the newest cuDNN it has that is not newer "
+        "(its oldest fit for an older one). Blackwell profiles: 9.13 and 9.17 (their default); "
+        "other profiles have one fit (docs/devices.md). Default: the profile's own.", "version",
+        group="template", metavar="VERSION")
     attention: str | None = _opt(
         "Attention kernel of the analytic template: flash (the fused kernel the device profile "
         "was calibrated on), flash2 (FlashAttention-2, as PyTorch SDPA and flash-attn 2 run on "
@@ -375,7 +381,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
               "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
-              "moe_router_fusion", "cpu_offload_layers", "template", "attention", "compile",
+              "moe_router_fusion", "cpu_offload_layers", "template", "attention", "cudnn", "compile",
               "cross_entropy_fusion",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",

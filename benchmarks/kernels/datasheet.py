@@ -405,8 +405,7 @@ def profile(name: str) -> dict[str, Any]:
         "efficiency": eff,
         "shape_model": {"gemm": gemm_model, "attention": {
             "plateau": att["plateau"], "kv_half": att["kv_half"], "backward": att["backward"],
-            **({"backward_fp8": att["backward_fp8"]} if "backward_fp8" in att else {}),
-            **({"unmasked": att["unmasked"]} if "unmasked" in att else {})}},
+            **{k: att[k] for k in ("backward_fp8", "unmasked", "cudnn", "cudnn_versions") if k in att}}},
     }
     fa2, fa2_src = flash2_params(name, att)
     if fa2 is not None:

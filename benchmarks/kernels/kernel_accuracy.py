@@ -40,17 +40,19 @@ class Case:
     label: str
     #: ``fwd``, ``bwd`` (the backward kernel alone) or ``fwd_bwd`` (both, in a training step)
     kind: str = "fwd"
-    #: ``flash``: the profile's fused attention; ``flash2``: its FlashAttention-2 parameters
+    #: ``flash``: the profile's fused attention; ``flash2``: its FlashAttention-2 parameters;
+    #: ``cudnn 9.13``: its fused attention as that cuDNN version runs it (``--cudnn``)
     attention: str = "flash"
 
     def device(self) -> DeviceProfile:
         """The profile as the measurement saw the GPU: kernels timed inside a training step
         (``fwd_bwd``) at its sustained clock, short kernel benchmarks at the burst rate."""
         dev = get_device(self.profile)
-        if self.attention == "flash2":
-            fa2 = dev.with_flash2()
-            assert fa2 is not None, f"{self.profile} has no flash2 parameters"
-            dev = fa2
+        if self.attention != "flash":
+            alt = (dev.with_flash2() if self.attention == "flash2"
+                   else dev.with_cudnn(self.attention.split()[1]))
+            assert alt is not None, f"{self.profile} has no {self.attention} parameters"
+            dev = alt
         return dev if self.kind == "fwd_bwd" else dev.burst()
 
     def predicted_s(self, shaped: bool = True) -> float:
@@ -182,7 +184,23 @@ def attention_cases() -> list[Case]:
         if r["source"].startswith("CUDNN-FE"):
             group, role = _cudnn_role(r)
             out.append(_attn_case(group, role, r, r["causal"] == "true", bwd=r["pass"] == "bwd"))
+        if r["source"] in ("CUDNN-FE-2509-FP8", "CUDNN-FE-2509"):  # at the profile's 9.13 fit
+            group, role = _cudnn913_role(r)
+            out.append(_attn_case(group, role, r, r["causal"] == "true", bwd=r["pass"] == "bwd",
+                                  attention="cudnn 9.13"))
     return out
+
+
+def _cudnn913_role(r: dict[str, str]) -> tuple[str, str]:
+    """(group, role) of a cuDNN 9.13 row timed at the profile's 9.13 fit (``--cudnn 9.13``;
+    kernel_fit.cudnn_attention on the FP8 benchmark's rows, 1k-32k)."""
+    dev, dt, seq = r["device"], r["dtype"].upper(), float(r["seq_len"])
+    if r["source"] == "CUDNN-FE-2509":
+        return f"cuDNN 9.13 through PyTorch SDPA, {dev}, at --cudnn 9.13", "tested (through PyTorch)"
+    what = f"cuDNN 9.13 FP8 benchmark, {dev}, {dt}, at --cudnn 9.13"
+    if kf.CUDNN_913_MIN_SEQ <= seq <= kf.CUDNN_MAX_SEQ:
+        return f"{what}, 1k-32k, {r['pass']}", "calibrated (cudnn_versions 9.13)"
+    return f"{what}, 512 and 64k-128k", "tested (lengths left out)"
 
 
 def predict_bwd_s(c: Case, shaped: bool = True) -> float:

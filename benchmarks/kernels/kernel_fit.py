@@ -104,6 +104,19 @@ FITTED: dict[str, Any] = {
             [256.0, 0.6404], [512.0, 0.6287], [1024.0, 0.5068], [2048.0, 0.6542], [4096.0, 0.6668],
             [8192.0, 0.6754], [16384.0, 0.6728]]},
         "cudnn_gb300_over_gb200": {"fwd": 1.1923, "bwd": 1.1203},
+        # cuDNN 9.13 (CUDNN-FE-2509-FP8, lengths 1k-32k: CUDNN_913_MIN_SEQ), per device's peak
+        "cudnn913_b200": {"kv_half": 880.0, "plateau_d128": 0.7286, "bwd_ratio_d128": [
+            [512.0, 0.6716], [1024.0, 0.6006], [2048.0, 0.7299], [4096.0, 0.7187], [8192.0, 0.7807],
+            [16384.0, 0.7792]]},
+        "cudnn913_b200_fp8": {"kv_half": 1200.0, "plateau_d128": 0.4322, "bwd_ratio_d128": [
+            [512.0, 0.7299], [1024.0, 0.5707], [2048.0, 0.7901], [4096.0, 0.8353], [8192.0, 0.8683],
+            [16384.0, 0.8882]]},
+        "cudnn913_gb300": {"kv_half": 1280.0, "plateau_d128": 0.8515, "bwd_ratio_d128": [
+            [512.0, 0.743], [1024.0, 0.5446], [2048.0, 0.6518], [4096.0, 0.6704], [8192.0, 0.7031],
+            [16384.0, 0.7168]]},
+        "cudnn913_gb300_fp8": {"kv_half": 2008.0, "plateau_d128": 0.566, "bwd_ratio_d128": [
+            [512.0, 0.8663], [1024.0, 0.5565], [2048.0, 0.6902], [4096.0, 0.73], [8192.0, 0.7703],
+            [16384.0, 0.7995]]},
     },
 }
 
@@ -281,7 +294,7 @@ def fit_attention(impl: str, dtype: str, peak_tflops: float = 989.4, sm: int = 1
     data = [r for r in attention_rows(impl=impl, dtype=dtype, causal="true" if causal else "false",
                                       device=device) if r["pass"] == "fwd"]
     best: tuple[float, dict[str, Any]] = (math.inf, {})
-    for kvh in np.arange(0.0, 1500.1, 8.0):
+    for kvh in np.arange(0.0, 4000.1, 8.0):
         unit = AttentionShapeModel({"default": ((1.0, 1.0),)}, {"default": float(kvh)})
         plateau, errs = [], []
         for d in HEAD_DIMS:
@@ -316,6 +329,10 @@ def backward_ratios(impl: str = "FlashAttention-3", dtype: str = "bf16",
 
 #: the cuDNN fit's sequence lengths: those of training (the 64k and 128k rows are left out)
 CUDNN_MAX_SEQ = 32768.0
+#: the cuDNN 9.13 fits start at 1k tokens: that run's 512-token forward runs at 0.43 (B200) and
+#: 0.36 (GB300) of its 1k rate, against 0.56 with cuDNN 9.17 on GB200, a per-call cost the
+#: curve's kv / (kv + kv_half) cannot take (training runs 4k-8k tokens)
+CUDNN_913_MIN_SEQ = 1024.0
 #: SMs of B200, GB200 and GB300
 BLACKWELL_SM = 148
 
@@ -327,19 +344,20 @@ def units(r: dict[str, str]) -> float:
 
 
 def cudnn_attention(source: str = "CUDNN-FE-2511", device: str = "GB200",
-                    peak_tflops: float = 2500.0, dtype: str = "bf16") -> dict[str, Any]:
+                    peak_tflops: float = 2500.0, dtype: str = "bf16",
+                    min_seq: float = 0.0) -> dict[str, Any]:
     """cuDNN's causal ``dtype`` attention on ``device``: ``kv_half`` and the head-dim-128
     plateau (a fraction of ``peak_tflops``, the device's peak in that dtype) fitted on the
     forward rows (as :func:`fit_attention`, mean key length s / 2, lengths up to
     :data:`CUDNN_MAX_SEQ`), and the backward / forward rate per mean key length (both
     counted as the source counts them: backward FLOPs 2.5x the forward's; measured ratios)."""
     sel = [r for r in attention_rows(source=source, device=device, dtype=dtype, causal="true")
-           if float(r["seq_len"]) <= CUDNN_MAX_SEQ]
+           if min_seq <= float(r["seq_len"]) <= CUDNN_MAX_SEQ]
     fwd = {float(r["seq_len"]): r for r in sel if r["pass"] == "fwd"}
     bwd = {float(r["seq_len"]): float(r["tflops"]) for r in sel if r["pass"] == "bwd"}
     meas = np.array([float(r["tflops"]) / peak_tflops for r in fwd.values()])
     best: tuple[float, dict[str, Any]] = (math.inf, {})
-    for kvh in np.arange(0.0, 1500.1, 8.0):
+    for kvh in np.arange(0.0, 4000.1, 8.0):
         unit = AttentionShapeModel({"default": ((1.0, 1.0),)}, {"default": float(kvh)})
         e1 = np.array([unit.efficiency("default", BLACKWELL_SM, np.array(
             [[units(r), s, s / 2, 128.0]]))[0] for s, r in fwd.items()])
@@ -377,7 +395,10 @@ def attention_fits() -> dict[str, Any]:
             "fa2_bwd_ratio": backward_ratios("FlashAttention-2"),
             "cudnn_gb200": cudnn_attention(),
             "cudnn_gb200_fp8": cudnn_attention("CUDNN-FE-2511-FP8", peak_tflops=5000.0, dtype="fp8"),
-            "cudnn_gb300_over_gb200": device_ratio()}
+            "cudnn_gb300_over_gb200": device_ratio(),
+            **{f"cudnn913_{dev.lower()}{'_fp8' if dt == 'fp8' else ''}": cudnn_attention(
+                "CUDNN-FE-2509-FP8", dev, peak * (2 if dt == "fp8" else 1), dt, CUDNN_913_MIN_SEQ)
+               for dev, peak in (("B200", 2250.0), ("GB300", 2500.0)) for dt in ("bf16", "fp8")}}
 
 
 # --------------------------------------------------------------------------- memory

@@ -116,7 +116,7 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
            "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention", "attention",
-           "fp8_param_gather", "segment", "step_s", "release", "note"]
+           "fp8_param_gather", "segment", "step_s", "cudnn", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
 
@@ -223,6 +223,44 @@ def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
     return ""
 
 
+def _sysjson_cudnn(text: str) -> str:
+    """The cuDNN version a run's log records (``:::SYSJSON``'s ``cudnn_version``), or ""."""
+    m = re.search(r'"cudnn_version"\s*:\s*"([\d.]+)"', text)
+    return m.group(1) if m else ""
+
+
+@functools.cache
+def _release_cudnn(repo: Path) -> dict[str, str]:
+    """NGC PyTorch container release (``25.04``) -> the cuDNN version the round's result logs
+    record for it (``:::SYSJSON`` ``framework`` "PyTorch NVIDIA Release 25.04" with its
+    ``cudnn_version``), where every log that names the release agrees."""
+    found: dict[str, set[str]] = {}
+    text = subprocess.run(["git", "--git-dir", str(repo), "grep", "-h", "-o", "-E",
+                           r'"framework":"PyTorch NVIDIA Release [0-9.]+".*"cudnn_version":"[0-9.]+"',
+                           "HEAD", "--", "*/results/*"], capture_output=True, text=True).stdout
+    for line in text.splitlines():
+        rel = re.search(r"Release ([\d.]+)", line)
+        ver = _sysjson_cudnn(line)
+        if rel and ver:
+            found.setdefault(rel.group(1), set()).add(ver)
+    return {rel: vers.pop() for rel, vers in found.items() if len(vers) == 1}
+
+
+def _cudnn(repo: Path, impl: str, log: str) -> str:
+    """The cuDNN version a submission ran: its log's record, else the version its Dockerfile
+    installs (``ENV CUDNN_VERSION``), else the one the round's logs record for the NGC PyTorch
+    container its Dockerfile starts from; "" where none of these says."""
+    ver = _sysjson_cudnn(_git(repo, "show", f"HEAD:{log}"))
+    for folder in (impl, COMMON_FALLBACK.get(impl, "")):
+        if ver or not folder or f"{folder}/Dockerfile" not in _files(repo, folder):
+            continue
+        docker = _git(repo, "show", f"HEAD:{folder}/Dockerfile")
+        pinned = re.search(r"^ENV CUDNN_VERSION=([\d.]+)", docker, re.M)
+        base = re.search(r"^ARG FROM_IMAGE_NAME=nvcr\.io/nvidia/pytorch:([\d.]+)-py3", docker, re.M)
+        ver = pinned.group(1) if pinned else _release_cudnn(repo).get(base.group(1), "") if base else ""
+    return ver
+
+
 def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
     """The global batch and the step times of one run's log after its first two steps. Logs
     without per-step times (v4.0) give one value per training block but the first: the block's
@@ -309,7 +347,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             "fp8_param_gather": ("" if recipe in ("", "nvfp4") else
                                  "true" if on & {"FP8_PARAMS", "FP8_PARAM_GATHER"} else "false"),
             "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
-            "release": f"mlperf-{release}",
+            "cudnn": _cudnn(repo, impl, logs[0]), "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
 
@@ -390,7 +428,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "fp8_attention": "true" if "fp8_dot_product_attention" in on else "", "attention": "",
             "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
-            "segment": "", "step_s": round(step, 6), "release": f"mlperf-{release}",
+            "segment": "", "step_s": round(step, 6), "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")),
+            "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
                     f"{len(logs)} runs"}
 

@@ -35,20 +35,18 @@ peak). Normalised names: lower case, spaces and underscores as ``-``, vendor pre
 (``nvidia-``, ``tesla-``, ``amd-``, ``instinct-``) removed.
 
 ``shape_model`` (optional; :mod:`tracesim.hardware.shapemodel`) gives GEMM and attention
-efficiencies from an op's shape ``(batch, m, n, k)`` where the cost model is given one;
-``calibration`` (free-form) records where each number came from.
+efficiencies from an op's shape ``(batch, m, n, k)``, the attention per cuDNN version where fitted
+on several; ``calibration`` (free-form) records where each number came from.
 
-``compute_size`` says what size the compute curve is read at: ``total`` (default) the op's
-FLOPs; ``unit`` the FLOPs of one of its independent work units (attention: one (batch, head)
-pair, :func:`tracesim.ops.rules.work_units`). On a CPU the units run one after
-another on a few cores, so an attention's efficiency follows the size of one head's problem
-(sequence length and head dim), not the batch times heads (docs/devices.md).
+``compute_size``: the compute curve is read at the op's FLOPs (``total``, default) or at one
+independent work unit's (``unit``; attention: one (batch, head) pair, on a CPU whose cores run
+the units one after another; :func:`tracesim.ops.rules.work_units`, docs/devices.md).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 from importlib import resources
@@ -61,7 +59,7 @@ import numpy as np
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.hardware.fleet import Fleet, parse_fleet
-from tracesim.hardware.shapemodel import ShapeModel, parse_shape_model
+from tracesim.hardware.shapemodel import AttentionShapeModel, ShapeModel, parse_shape_model
 from tracesim.strict import check_keys, get_number, get_str
 
 #: the shipped profiles (package data)
@@ -232,13 +230,21 @@ class DeviceProfile:
         return self.one_gpu if self.one_gpu is not None else self
 
     def with_flash2(self) -> DeviceProfile | None:
-        """This profile with FlashAttention-2's attention parameters in place of its fused
-        attention's (``shape_model.attention.flash2``), None where it has none."""
+        """With FlashAttention-2's parameters (``attention.flash2``), None where it has none."""
+        return self.with_attention(lambda att: att.flash2)
+
+    def with_cudnn(self, version: str) -> DeviceProfile | None:
+        """As cuDNN ``version`` runs its attention (``at_cudnn``), None without cuDNN fits."""
+        return self.with_attention(lambda att: att.at_cudnn(version))
+
+    def with_attention(self, pick: Callable[[AttentionShapeModel], AttentionShapeModel | None]
+                       ) -> DeviceProfile | None:
+        """This profile with ``pick``'s attention parameters (None where it gives none)."""
         sm = self.shape_model
-        if sm is None or sm.attention is None or sm.attention.flash2 is None:
+        if sm is None or sm.attention is None or (att := pick(sm.attention)) is None:
             return None
-        one = self.one_gpu.with_flash2() if self.one_gpu is not None else None
-        return replace(self, shape_model=replace(sm, attention=sm.attention.flash2), one_gpu=one)
+        one = self.one_gpu.with_attention(pick) if self.one_gpu is not None else None
+        return replace(self, shape_model=replace(sm, attention=att), one_gpu=one)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -452,10 +458,8 @@ def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Pat
         spec: ``a100``, ``A100-SXM4-80GB``, ``NVIDIA A100-PG509-200``, ``Tesla V100-SXM2-32GB``,
             ``host-cpu``, a path to a profile YAML (e.g. one written by ``tracesim calibrate``),
             or an inline profile mapping (``base: h100`` fills the keys it leaves out).
-        file, where: where ``spec`` came from, for error messages.
-
-    Raises:
-        InputError: unknown name (the message lists the known profiles) or a bad profile.
+        file, where: where ``spec`` came from, for error messages (an InputError for an
+            unknown name, listing the known profiles, or a bad profile).
     """
     if isinstance(spec, DeviceProfile):
         return spec

@@ -51,6 +51,7 @@ from the rest of ``tracesim.hardware`` (device.py parses profiles with it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -60,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.strict import check_keys, get_number
+from tracesim.strict import check_keys, get_number, get_str
 
 #: the dtype keys a plateau may list (besides ``default``)
 PLATEAU_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
@@ -134,6 +135,26 @@ class AttentionShapeModel:
     #: keys as there are queries, ``kv >= seq_q``: no causal or sliding-window mask) where the
     #: profile measured the kernels apart on it; None: one curve serves every mask
     unmasked: AttentionShapeModel | None = None
+    #: the cuDNN version these parameters were fitted on ("": not said), and other versions'
+    #: own fits (``--cudnn``: :meth:`at_cudnn`)
+    cudnn: str = ""
+    cudnn_versions: Mapping[str, AttentionShapeModel] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+    def at_cudnn(self, version: str) -> AttentionShapeModel | None:
+        """The attention cuDNN ``version`` runs: the fit of the newest version the profile has
+        (its own, ``cudnn``, among them) that is not newer than ``version``, else its oldest
+        fit (a release older than every fit runs kernels at best as fast; not measured); its
+        ``cudnn`` names the version fitted. None where the profile names no cuDNN version."""
+        if not self.cudnn:
+            return None
+        fits = {**self.cudnn_versions, self.cudnn: self}
+        order = sorted(fits, key=version_key)
+        older = [v for v in order if version_key(v) <= version_key(version)]
+        pick = (older or order)[-1 if older else 0]
+        if pick == self.cudnn:
+            return self
+        return replace(fits[pick], tile_q=self.tile_q, cudnn=pick, flash2=self.flash2)
 
     def backward_ratio(self, head_dim: float, kv: float, dtype: str = "default") -> float:
         """The backward kernel's rate over the forward's at ``head_dim`` and mean key length
@@ -193,6 +214,11 @@ class ShapeModel:
         return None
 
 
+def version_key(version: str) -> tuple[int, ...]:
+    """``"9.13.1"`` -> ``(9, 13, 1)`` (a release is newer than its own prefix)."""
+    return tuple(int(x) for x in version.split("."))
+
+
 def _intensity(tm: int, tn: int) -> float:
     return tm * tn / (tm + tn)
 
@@ -239,7 +265,8 @@ def _attention(data: Any, file: str | Path | None, where: str, nested: bool = Tr
                ) -> AttentionShapeModel:
     check_keys(data, ("plateau", "kv_half"),
                ("tile_q", "backward", "backward_fp8", "source")
-               + (("flash2", "unmasked") if nested else ()), file=file, where=where)
+               + (("flash2", "unmasked", "cudnn", "cudnn_versions") if nested else ()),
+               file=file, where=where)
     plat = _plateau_keys(data["plateau"], file, f"{where}.plateau")
     out: dict[str, tuple[tuple[float, float], ...]] = {}
     for key, pts in plat.items():
@@ -269,7 +296,28 @@ def _attention(data: Any, file: str | Path | None, where: str, nested: bool = Tr
         backward=_backward(data.get("backward", []), file, f"{where}.backward"),
         backward_fp8=_backward(data.get("backward_fp8", []), file, f"{where}.backward_fp8"),
         flash2=(_attention(data["flash2"], file, f"{where}.flash2", nested=False)
-                if nested and "flash2" in data else None))
+                if nested and "flash2" in data else None),
+        **(_cudnn_fits(data, file, where) if nested else {}))
+
+
+def _cudnn_fits(data: Any, file: str | Path | None, where: str) -> dict[str, Any]:
+    """``cudnn`` (the version the attention was fitted on) and ``cudnn_versions`` (version ->
+    that version's own plateau, kv_half and backward ratios)."""
+    own = get_str(data, "cudnn", file=file, where=where, default="")
+    versions = data.get("cudnn_versions") or {}
+    if not isinstance(versions, dict):
+        raise InputError(f"expected a mapping of version -> attention, got {versions!r}", file,
+                         f"{where}.cudnn_versions")
+    for v in (own, *versions):
+        if v != "" and not (isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)*", v)):
+            raise InputError(f"expected a quoted version like '9.13', got {v!r}", file,
+                             f"{where}.cudnn")
+    if versions and not own:
+        raise InputError("cudnn_versions needs cudnn (the version of the main fit)", file,
+                         f"{where}.cudnn")
+    return {"cudnn": own, "cudnn_versions": MappingProxyType({
+        str(v): _attention(m, file, f"{where}.cudnn_versions.{v}", nested=False)
+        for v, m in versions.items()})}
 
 
 def _backward(data: Any, file: str | Path | None, where: str

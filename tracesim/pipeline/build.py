@@ -158,6 +158,12 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
         raise InputError("retargeting needs --cluster (a cluster spec)", "--cluster")
     cluster = fabric_cluster(load_cluster(options.cluster), options)
     device = get_device(options.device or cluster.device, where="--device")
+    if options.cudnn:
+        at = device.with_cudnn(options.cudnn)
+        if at is None:
+            warnings.append(f"--cudnn {options.cudnn} not applied: the {device.name} profile has "
+                            "one attention fit, of no named cuDNN version")
+        device = at or device
     par = parallel_from_options(options.given(), model, cluster.gpus)
     if par.world > cluster.gpus:
         raise InputError(
@@ -191,6 +197,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         cpu_speed=speed)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
     info = stack_info(stack, par, device, template)
+    if options.cudnn and device.shape_model and device.shape_model.attention:
+        # the version asked for and the fit it runs (the newest fit not newer than it)
+        info["cudnn"] = {"given": options.cudnn, "fit": device.shape_model.attention.cudnn}
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
         warnings.append(f"--moe-a2a-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_a2a_overlap:

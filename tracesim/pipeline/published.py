@@ -12,7 +12,8 @@ Four table formats are read (the columns decide):
   precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP;
   ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too; ``attention``
   ``flash2``: FlashAttention-2 where the run's Transformer Engine picked it over cuDNN;
-  ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather);
+  ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather;
+  ``cudnn``: the cuDNN version the run's container had, ``--cudnn``);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
   sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
@@ -60,6 +61,7 @@ from typing import Any
 
 from tracesim.catalog import cluster_with_nodes, model_name
 from tracesim.errors import InputError
+from tracesim.options import check_value
 from tracesim.pipeline.mflops import megatron_flops_per_token
 from tracesim.pipeline.published_cells import (
     NVL72_SYSTEMS,
@@ -75,7 +77,8 @@ from tracesim.pipeline.published_cells import (
     system_cell,
 )
 from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
-from tracesim.pipeline.recipes import recipe_options, row_run, row_unmodelled
+from tracesim.pipeline.recipe_spec import nemo_cudnn
+from tracesim.pipeline.recipes import recipe_options, row_recipe, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -196,6 +199,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_attention"] = True
     if (row.get("attention") or "").strip():  # the run's attention kernel, where not the stack's
         opts["attention"] = known_cell(row, "attention", ("flash", "flash2"), path, k)
+    if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
+        opts["cudnn"] = check_value("cudnn", row["cudnn"].strip(), path, f"row {k + 2}: cudnn")
     if vp > 1:
         opts["vpp"] = vp
     split = pipeline_split(spec.layers, pp, max(vp, 1))
@@ -210,6 +215,11 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     release = (row.get("release") or "25.11").strip()
+    # a Megatron-Bridge table's row ran its release's NeMo container and that container's cuDNN
+    # (a table of one's own runs, with its own settings' columns, gives a cudnn column instead)
+    if "cudnn" not in opts and row_recipe(row, path, f"row {k + 2}") is None \
+            and (ver := nemo_cudnn(release)):
+        opts["cudnn"] = ver
     return recipe_options(run, opts, spec.layers, release) if run is not None else opts
 
 

@@ -91,3 +91,15 @@ V05 = partial(Recipe, cuda_graph="local:full_iteration", dispatcher="hybridep", 
               notes="Transformer Engine's CuTe DSL fused grouped MLP (cutedsl_fused_grouped_mlp)")
 FP8_DPA: tuple[tuple[str, object], ...] = (("fp8_attention", True),)
 V05_TAGS = (("26.06", "v0.5.0"), ("26.06.01", "v0.5.1"))
+
+#: NeMo Framework container -> the cuDNN it ships (Megatron-Bridge ``docs/releases/
+#: software-versions.md`` at v0.6.0, 51885cf1): the version a release's rows ran (``--cudnn``)
+NEMO_CUDNN = {"25.09": "9.11.0", "25.11": "9.13.1", "26.02": "9.18.0", "26.04": "9.20.0",
+              "26.06": "9.21.1"}
+
+
+def nemo_cudnn(release: str) -> str | None:
+    """The cuDNN version of a Megatron-Bridge release's NeMo container (a patch release such as
+    ``26.02.01`` taken as its month's container: the file lists months only), None where the
+    file does not list it."""
+    return NEMO_CUDNN.get(".".join(release.split(".")[:2]))

@@ -89,6 +89,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                      + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")
                      + _fp8_exceptions(fp8)
                      + (", fp32 gradient reduction" if st.get("grad_reduce") == "fp32" else "")
+                     + _cudnn(st.get("cudnn"))
                      + (f"; overlapped: {', '.join(short)}" if short else "; no overlaps")))
         par = res.get("parallel")
         rc = par.get("recompute") if isinstance(par, Mapping) else None
@@ -320,6 +321,13 @@ def _perturbation_rows(pt: Mapping[str, Any]) -> list[tuple[str, str]]:
                      f"{o['ranks']}: {fmt_seconds(o['unperturbed_s'])} -> "
                      f"{fmt_seconds(o['perturbed_s'])} in {o['operations']} operation(s)"))
     return rows
+
+
+def _cudnn(cu: Any) -> str:
+    """``, cuDNN 9.13.1 (9.13 fit)``: the version given with ``--cudnn`` and the fit it runs."""
+    if not isinstance(cu, Mapping) or not cu.get("fit"):
+        return ""
+    return f", cuDNN {cu['given']}" + (f" ({cu['fit']} fit)" if cu["fit"] != cu["given"] else "")
 
 
 def _fp8_exceptions(fp8: Any) -> str:

@@ -271,7 +271,9 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
     name = str(getattr(device, "name", ""))
     if attention == "flash2":
         return f"FlashAttention-2 (causal blocks only; the {name} profile's flash2 parameters)"
-    gen = ("FlashAttention-2" if name in ("a100", "a100-40gb") else "cuDNN fused attention"
+    fit = getattr(getattr(getattr(device, "shape_model", None), "attention", None), "cudnn", "")
+    ver = f"cuDNN {fit} " if fit else "cuDNN "
+    gen = ("FlashAttention-2" if name in ("a100", "a100-40gb") else f"{ver}fused attention"
            if name in ("h100", "h200", "b200", "b300", "gb200", "gb300") else "flash")
     return f"{gen} (causal blocks only; the {name} profile's attention curve)"
 
