@@ -40,6 +40,8 @@ A profile that measured unmasked attention apart (``unmasked``: its own ``platea
 ``kv_half``) times the rows with ``kv >= seq_q`` (no causal or sliding-window mask: every query
 sees every key) with them; a masked kernel skips the masked tiles, but its mask handling and
 its uneven work per query tile leave it slower per computed FLOP than the unmasked kernel.
+A profile fitted on several cuDNN versions names its own (``cudnn``) and holds the others' whole
+attention models (``cudnn_versions``); :meth:`AttentionShapeModel.at_cudnn` picks one.
 A backward op runs at ``eff * backward_ratio(head_dim, kv, dtype)`` where the profile lists the
 backward kernel's measured rate over the forward's (``backward``; ``backward_fp8`` for the FP8
 kernels where they were measured apart, else ``backward`` serves every dtype; applied by
