@@ -92,6 +92,9 @@ def test_the_cli_reports_the_version_and_refuses_a_bad_one() -> None:
             "1", "--global-batch", "8", "--seq-len", "4096"]
     code, out, _ = run_cli(*args, "--cudnn", "9.13.1")
     assert code == 0 and "cuDNN 9.13.1 (9.13 fit)" in out
+    code, out, _ = run_cli("list", "devices")
+    b200 = next(ln for ln in out.splitlines() if ln.startswith("b200 "))
+    assert code == 0 and "attention cuDNN 9.17 (--cudnn 9.13)" in b200
     code, out, err = run_cli(*args, "--cudnn", "nine")
     assert code == 2 and "--cudnn" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

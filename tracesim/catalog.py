@@ -210,9 +210,17 @@ def shipped(kind: str) -> list[Entry]:
                                    + (f", {d.hbm_GiB:g} GiB" if d.hbm_GiB else "")
                                    + _clock(d)
                                    + ("; --attention flash2" if d.with_flash2() is not None
-                                      else "")))
+                                      else "") + _cudnn_fits(d)))
         return out
     raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")
+
+
+def _cudnn_fits(d: DeviceProfile) -> str:
+    """The listing's cuDNN part: the attention's own version, then the others' (``--cudnn``)."""
+    att = d.shape_model.attention if d.shape_model is not None else None
+    if att is None or not att.cudnn:
+        return ""
+    return f"; attention cuDNN {att.cudnn} (--cudnn {', '.join(sorted(att.cudnn_versions))})"
 
 
 def _clock(d: DeviceProfile) -> str:
