@@ -130,3 +130,17 @@ def test_tables_give_the_runs_cudnn(tmp_path) -> None:
                    "30000,latest\n")
     code, _, err = run_cli("validate", "published", str(bad))
     assert code == 2 and "t.csv" in err and "row 2: cudnn" in err and "Traceback" not in err
+
+
+def test_the_mlperf_tables_carry_each_runs_cudnn() -> None:
+    # read by benchmarks/published/mlperf_training.py from each run's log, Dockerfile or base
+    # container: the v5.1 runs installed cuDNN 9.13 (9.13.1.26; Lambda's base image 9.13.0)
+    import csv
+
+    for name in ("mlperf_training_llama31_405b.csv", "mlperf_training_llama31_8b.csv"):
+        with open(ROOT / "benchmarks/published" / name, newline="") as fh:
+            for row in csv.DictReader(fh):
+                ver = row["cudnn"]
+                assert ver and all(p.isdigit() for p in ver.split(".")), (name, row["note"])
+                if row["release"] == "mlperf-v5.1" and row["system"] not in ("DGX-H100", "DGX-H200"):
+                    assert ver.startswith("9.13."), (name, row["note"])

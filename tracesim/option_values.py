@@ -27,8 +27,8 @@ class Option:
     ``links`` / ``background`` (repeatable link-fault / background specs,
     :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``), ``flag`` (``--x`` alone),
     ``choice`` (``choices``), ``ints`` (integers, ``7,8x14,7`` on the command line), ``plan``
-    (module glob -> style), ``version`` (a dotted version, ``9.13.1``). ``group`` orders help and docs: what, where, layout, stack,
-    template, replay.
+    (module glob -> style), ``version`` (a dotted version, ``9.13.1``). ``group`` orders help
+    and docs: what, where, layout, stack, template, replay.
     """
 
     help: str

@@ -250,15 +250,19 @@ def _cudnn(repo: Path, impl: str, log: str) -> str:
     """The cuDNN version a submission ran: its log's record, else the version its Dockerfile
     installs (``ENV CUDNN_VERSION``), else the one the round's logs record for the NGC PyTorch
     container its Dockerfile starts from; "" where none of these says."""
-    ver = _sysjson_cudnn(_git(repo, "show", f"HEAD:{log}"))
+    logged = _sysjson_cudnn(_git(repo, "show", f"HEAD:{log}"))
+    if logged:
+        return logged
     for folder in (impl, COMMON_FALLBACK.get(impl, "")):
-        if ver or not folder or f"{folder}/Dockerfile" not in _files(repo, folder):
+        if not folder or f"{folder}/Dockerfile" not in _files(repo, folder):
             continue
         docker = _git(repo, "show", f"HEAD:{folder}/Dockerfile")
         pinned = re.search(r"^ENV CUDNN_VERSION=([\d.]+)", docker, re.M)
         base = re.search(r"^ARG FROM_IMAGE_NAME=nvcr\.io/nvidia/pytorch:([\d.]+)-py3", docker, re.M)
         ver = pinned.group(1) if pinned else _release_cudnn(repo).get(base.group(1), "") if base else ""
-    return ver
+        if ver:
+            return ver
+    return ""
 
 
 def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
@@ -428,8 +432,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "fp8_attention": "true" if "fp8_dot_product_attention" in on else "", "attention": "",
             "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
-            "segment": "", "step_s": round(step, 6), "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")),
-            "release": f"mlperf-{release}",
+            "segment": "", "step_s": round(step, 6),
+            "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")), "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
                     f"{len(logs)} runs"}
 

@@ -153,7 +153,7 @@ class AttentionShapeModel:
         fits = {**self.cudnn_versions, self.cudnn: self}
         order = sorted(fits, key=version_key)
         older = [v for v in order if version_key(v) <= version_key(version)]
-        pick = (older or order)[-1 if older else 0]
+        pick = older[-1] if older else order[0]
         if pick == self.cudnn:
             return self
         return replace(fits[pick], tile_q=self.tile_q, cudnn=pick, flash2=self.flash2)
