@@ -1,7 +1,8 @@
 """The Blackwell profiles' attention (B200, GB200, GB300, B300): cuDNN's fused attention, the
 kernel Transformer Engine runs there, from the fits of :mod:`benchmarks.kernels.kernel_fit`
-(``cudnn_gb200``, ``cudnn_gb200_fp8``, ``cudnn_gb300_over_gb200``, and cuDNN 9.13's own
-``cudnn913_*``); used by :mod:`benchmarks.kernels.datasheet` when it writes the profiles.
+(``cudnn_gb200``, ``cudnn_gb200_fp8``, ``cudnn_gb300_over_gb200``, and cuDNN 9.10's and
+9.13's own ``cudnn910_*``, ``cudnn913_*``); used by :mod:`benchmarks.kernels.datasheet` when
+it writes the profiles.
 """
 
 from __future__ import annotations
@@ -53,14 +54,16 @@ def cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> tu
     Blackwell), fitted on GB200 with cuDNN 9.17 (kernel_fit.cudnn_attention); the other head
     dims keep FA3's shape; B200 takes GB200's fractions of peak (same silicon and kernels);
     GB300 is GB200 times the GB300 / GB200 rate per pass measured with one cuDNN version.
-    ``cudnn_versions`` holds cuDNN 9.13's own fit (``--cudnn``): B200's rows for B200 and
-    GB200, GB300's for GB300 and B300."""
+    ``cudnn_versions`` holds older cuDNN releases' own fits (``--cudnn``): 9.10 and 9.13 from
+    B200's rows for B200 and GB200, 9.13 from GB300's for GB300 and B300."""
     fit = kf.FITTED["attention"]
     ultra = name in ("gb300", "b300")  # Blackwell Ultra
     up = fit["cudnn_gb300_over_gb200"] if ultra else {"fwd": 1.0, "bwd": 1.0}
     main = _model(fa3, fa3_8, fit["cudnn_gb200"], fit["cudnn_gb200_fp8"], up)
     die = "gb300" if ultra else "b200"
-    old = _model(fa3, fa3_8, fit[f"cudnn913_{die}"], fit[f"cudnn913_{die}_fp8"], {"fwd": 1.0, "bwd": 1.0})
+    older = {f"{v[0]}.{v[1:]}": _model(fa3, fa3_8, fit[f"cudnn{v}_{die}"], fit[f"cudnn{v}_{die}_fp8"],
+                                        {"fwd": 1.0, "bwd": 1.0})
+             for v in ("910", "913") if f"cudnn{v}_{die}" in fit}
     src = ("cuDNN fused attention (Transformer Engine's backend on Blackwell): kv_half "
            f"{fit['cudnn_gb200']['kv_half']:g} and plateau {fit['cudnn_gb200']['plateau_d128']:g} "
            "at head dim 128 fitted on cuDNN "
@@ -83,8 +86,9 @@ def cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> tu
     if name == "b300":
         src += "; B300: GB300's (the same Blackwell Ultra die and cuDNN kernels, derived)"
     dev = "GB300" if ultra else "B200"
-    src += (f"; cudnn_versions 9.13: fitted the same way (lengths 1k-32k) on cuDNN 9.13.1's {dev} "
-            "BF16 and FP8 causal rows of the frontend's FP8 benchmark (container nv25.09; source "
-            f"CUDNN-FE-2509-FP8), as fractions of {dev}'s peak"
+    src += (f"; cudnn_versions {', '.join(older)}: fitted the same way (lengths 1k-32k) on "
+            + ("" if ultra else "cuDNN 9.10.2's (container nv25.06; source CUDNN-FE-2506-FP8) and ")
+            + f"cuDNN 9.13.1's (container nv25.09; source CUDNN-FE-2509-FP8) {dev} BF16 and FP8 "
+            f"causal rows of the frontend's FP8 benchmark, as fractions of {dev}'s peak"
             + ("" if name == die else f" (derived: the same die as {dev})"))
-    return {**main, "cudnn": CUDNN, "cudnn_versions": {"9.13": old}}, src
+    return {**main, "cudnn": CUDNN, "cudnn_versions": older}, src

@@ -132,8 +132,8 @@ def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
         if float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
             return f"cuDNN 9.17, GB200, {mask}, 512-32k, {r['pass']}", "calibrated"
         return f"cuDNN 9.17, GB200, {mask}, 64k-128k", "tested (longer)"
-    if src in ("CUDNN-FE-2511-FP8", "CUDNN-FE-2509-FP8"):
-        ver = "9.17" if src.startswith("CUDNN-FE-2511") else "9.13"
+    if src in OLDER_FP8_RUNS or src == "CUDNN-FE-2511-FP8":
+        ver = OLDER_FP8_RUNS.get(src, "9.17")
         what = f"cuDNN {ver} FP8 benchmark, {dev}, {r['dtype'].upper()}, causal"
         if dev == "GB200" and r["dtype"] == "fp8" and float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
             return f"{what}, 512-32k, {r['pass']}", "calibrated (FP8)"
@@ -184,22 +184,28 @@ def attention_cases() -> list[Case]:
         if r["source"].startswith("CUDNN-FE"):
             group, role = _cudnn_role(r)
             out.append(_attn_case(group, role, r, r["causal"] == "true", bwd=r["pass"] == "bwd"))
-        if r["source"] in ("CUDNN-FE-2509-FP8", "CUDNN-FE-2509"):  # at the profile's 9.13 fit
-            group, role = _cudnn913_role(r)
+        ver = {**OLDER_FP8_RUNS, "CUDNN-FE-2509": "9.13"}.get(r["source"])
+        if ver:  # at the profile's own fit of that version (--cudnn)
+            group, role = _cudnn_version_role(r, ver)
             out.append(_attn_case(group, role, r, r["causal"] == "true", bwd=r["pass"] == "bwd",
-                                  attention="cudnn 9.13"))
+                                  attention=f"cudnn {ver}"))
     return out
 
 
-def _cudnn913_role(r: dict[str, str]) -> tuple[str, str]:
-    """(group, role) of a cuDNN 9.13 row timed at the profile's 9.13 fit (``--cudnn 9.13``;
-    kernel_fit.cudnn_attention on the FP8 benchmark's rows, 1k-32k)."""
+#: the frontend FP8 benchmark's runs with an older cuDNN than the profiles' 9.17: the version
+#: of each (the profiles' ``cudnn_versions`` are fitted on them)
+OLDER_FP8_RUNS = {"CUDNN-FE-2509-FP8": "9.13", "CUDNN-FE-2506-FP8": "9.10"}
+
+
+def _cudnn_version_role(r: dict[str, str], ver: str) -> tuple[str, str]:
+    """(group, role) of an older cuDNN's row timed at the profile's fit of that version
+    (``--cudnn``; kernel_fit.cudnn_attention on the FP8 benchmark's rows, 1k-32k)."""
     dev, dt, seq = r["device"], r["dtype"].upper(), float(r["seq_len"])
     if r["source"] == "CUDNN-FE-2509":
-        return f"cuDNN 9.13 through PyTorch SDPA, {dev}, at --cudnn 9.13", "tested (through PyTorch)"
-    what = f"cuDNN 9.13 FP8 benchmark, {dev}, {dt}, at --cudnn 9.13"
+        return f"cuDNN {ver} through PyTorch SDPA, {dev}, at --cudnn {ver}", "tested (through PyTorch)"
+    what = f"cuDNN {ver} FP8 benchmark, {dev}, {dt}, at --cudnn {ver}"
     if kf.CUDNN_913_MIN_SEQ <= seq <= kf.CUDNN_MAX_SEQ:
-        return f"{what}, 1k-32k, {r['pass']}", "calibrated (cudnn_versions 9.13)"
+        return f"{what}, 1k-32k, {r['pass']}", f"calibrated (cudnn_versions {ver})"
     return f"{what}, 512 and 64k-128k", "tested (lengths left out)"
 
 

@@ -104,7 +104,14 @@ FITTED: dict[str, Any] = {
             [256.0, 0.6404], [512.0, 0.6287], [1024.0, 0.5068], [2048.0, 0.6542], [4096.0, 0.6668],
             [8192.0, 0.6754], [16384.0, 0.6728]]},
         "cudnn_gb300_over_gb200": {"fwd": 1.1923, "bwd": 1.1203},
-        # cuDNN 9.13 (CUDNN-FE-2509-FP8, lengths 1k-32k: CUDNN_913_MIN_SEQ), per device's peak
+        # cuDNN 9.10 (CUDNN-FE-2506-FP8, B200) and 9.13 (CUDNN-FE-2509-FP8), lengths 1k-32k
+        # (CUDNN_913_MIN_SEQ), per device's peak
+        "cudnn910_b200": {"kv_half": 1528.0, "plateau_d128": 0.7221, "bwd_ratio_d128": [
+            [512.0, 0.9519], [1024.0, 0.7458], [2048.0, 0.8044], [4096.0, 0.7912], [8192.0, 0.8326],
+            [16384.0, 0.8191]]},
+        "cudnn910_b200_fp8": {"kv_half": 1888.0, "plateau_d128": 0.4277, "bwd_ratio_d128": [
+            [512.0, 0.9043], [1024.0, 0.821], [2048.0, 0.8319], [4096.0, 0.8863], [8192.0, 0.9199],
+            [16384.0, 0.9454]]},
         "cudnn913_b200": {"kv_half": 880.0, "plateau_d128": 0.7286, "bwd_ratio_d128": [
             [512.0, 0.6716], [1024.0, 0.6006], [2048.0, 0.7299], [4096.0, 0.7187], [8192.0, 0.7807],
             [16384.0, 0.7792]]},
@@ -329,9 +336,10 @@ def backward_ratios(impl: str = "FlashAttention-3", dtype: str = "bf16",
 
 #: the cuDNN fit's sequence lengths: those of training (the 64k and 128k rows are left out)
 CUDNN_MAX_SEQ = 32768.0
-#: the cuDNN 9.13 fits start at 1k tokens: that run's 512-token forward runs at 0.43 (B200) and
-#: 0.36 (GB300) of its 1k rate, against 0.56 with cuDNN 9.17 on GB200, a per-call cost the
-#: curve's kv / (kv + kv_half) cannot take (training runs 4k-8k tokens)
+#: the cuDNN 9.10 and 9.13 fits start at 1k tokens: those runs' 512-token forward runs at 0.38
+#: (9.10, B200), 0.43 (9.13, B200) and 0.36 (9.13, GB300) of its 1k rate, against 0.56 with
+#: cuDNN 9.17 on GB200, a per-call cost the curve's kv / (kv + kv_half) cannot take (training
+#: runs 4k-8k tokens)
 CUDNN_913_MIN_SEQ = 1024.0
 #: SMs of B200, GB200 and GB300
 BLACKWELL_SM = 148
@@ -396,9 +404,12 @@ def attention_fits() -> dict[str, Any]:
             "cudnn_gb200": cudnn_attention(),
             "cudnn_gb200_fp8": cudnn_attention("CUDNN-FE-2511-FP8", peak_tflops=5000.0, dtype="fp8"),
             "cudnn_gb300_over_gb200": device_ratio(),
-            **{f"cudnn913_{dev.lower()}{'_fp8' if dt == 'fp8' else ''}": cudnn_attention(
-                "CUDNN-FE-2509-FP8", dev, peak * (2 if dt == "fp8" else 1), dt, CUDNN_913_MIN_SEQ)
-               for dev, peak in (("B200", 2250.0), ("GB300", 2500.0)) for dt in ("bf16", "fp8")}}
+            **{f"cudnn{ver}_{dev.lower()}{'_fp8' if dt == 'fp8' else ''}": cudnn_attention(
+                src, dev, peak * (2 if dt == "fp8" else 1), dt, CUDNN_913_MIN_SEQ)
+               for ver, src, dev, peak in (("913", "CUDNN-FE-2509-FP8", "B200", 2250.0),
+                                           ("913", "CUDNN-FE-2509-FP8", "GB300", 2500.0),
+                                           ("910", "CUDNN-FE-2506-FP8", "B200", 2250.0))
+               for dt in ("bf16", "fp8")}}
 
 
 # --------------------------------------------------------------------------- memory
