@@ -128,6 +128,9 @@ def _cudnn_role(r: dict[str, str]) -> tuple[str, str]:
     """(group, role) of a cuDNN row (kernel_fit.cudnn_attention and device_ratio)."""
     causal, src, dev = r["causal"] == "true", r["source"], r["device"]
     mask = "causal" if causal else "non-causal"
+    if src in ("CUDNN-FE-2511", "CUDNN-FE-2511-FP8") and dev == "GB300":  # the derived GB300
+        bench = "FP8 benchmark" if src.endswith("FP8") else "BF16 benchmark"
+        return f"cuDNN 9.17 {bench}, GB300, {r['dtype'].upper()}, causal", "tested (GB300 / GB200 ratio)"
     if src == "CUDNN-FE-2511":
         if float(r["seq_len"]) <= kf.CUDNN_MAX_SEQ:
             return f"cuDNN 9.17, GB200, {mask}, 512-32k, {r['pass']}", "calibrated"
