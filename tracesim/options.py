@@ -265,8 +265,9 @@ class ReplayOptions:
     cudnn: str | None = _opt(
         "cuDNN version the job runs (its container's), for Transformer Engine's fused attention: "
         "the device profile's attention fitted on the newest cuDNN it has that is not newer "
-        "(its oldest fit for an older one). Blackwell profiles: 9.13 and 9.17 (their default); "
-        "other profiles have one fit (docs/devices.md). Default: the profile's own.", "version",
+        "(its oldest fit for an older one). Blackwell profiles: 9.10 (B200, GB200), 9.13 and 9.17 "
+        "(their default); other profiles have one fit (docs/devices.md). Default: the profile's "
+        "own.", "version",
         group="template", metavar="VERSION")
     attention: str | None = _opt(
         "Attention kernel of the analytic template: flash (the fused kernel the device profile "
