@@ -61,9 +61,9 @@ def cudnn_blackwell(name: str, fa3: dict[str, Any], fa3_8: dict[str, Any]) -> tu
     up = fit["cudnn_gb300_over_gb200"] if ultra else {"fwd": 1.0, "bwd": 1.0}
     main = _model(fa3, fa3_8, fit["cudnn_gb200"], fit["cudnn_gb200_fp8"], up)
     die = "gb300" if ultra else "b200"
-    older = {f"{v[0]}.{v[1:]}": _model(fa3, fa3_8, fit[f"cudnn{v}_{die}"], fit[f"cudnn{v}_{die}_fp8"],
-                                        {"fwd": 1.0, "bwd": 1.0})
-             for v in ("910", "913") if f"cudnn{v}_{die}" in fit}
+    older = {ver: _model(fa3, fa3_8, fit[f"cudnn{key}_{die}"], fit[f"cudnn{key}_{die}_fp8"],
+                         {"fwd": 1.0, "bwd": 1.0})
+             for ver, key in (("9.10", "910"), ("9.13", "913")) if f"cudnn{key}_{die}" in fit}
     src = ("cuDNN fused attention (Transformer Engine's backend on Blackwell): kv_half "
            f"{fit['cudnn_gb200']['kv_half']:g} and plateau {fit['cudnn_gb200']['plateau_d128']:g} "
            "at head dim 128 fitted on cuDNN "

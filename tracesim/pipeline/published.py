@@ -78,7 +78,7 @@ from tracesim.pipeline.published_cells import (
 )
 from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
 from tracesim.pipeline.recipe_spec import nemo_cudnn
-from tracesim.pipeline.recipes import recipe_options, row_recipe, row_run, row_unmodelled
+from tracesim.pipeline.recipes import ROW_RECIPE_COLUMNS, recipe_options, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
@@ -217,8 +217,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     release = (row.get("release") or "25.11").strip()
     # a Megatron-Bridge table's row ran its release's NeMo container and that container's cuDNN
     # (a table of one's own runs, with its own settings' columns, gives a cudnn column instead)
-    if "cudnn" not in opts and row_recipe(row, path, f"row {k + 2}") is None \
-            and (ver := nemo_cudnn(release)):
+    own_settings = any(c in row for c in ROW_RECIPE_COLUMNS)
+    if "cudnn" not in opts and not own_settings and (ver := nemo_cudnn(release)):
         opts["cudnn"] = ver
     return recipe_options(run, opts, spec.layers, release) if run is not None else opts
 
