@@ -51,7 +51,8 @@ def test_default_stack_by_target_and_source() -> None:
     assert default_stack(SimpleNamespace(kind="gpu"), recorded_source=False) == "megatron-core"
     assert default_stack(SimpleNamespace(kind="cpu"), recorded_source=False) == "eager"
     assert default_stack(SimpleNamespace(kind="gpu"), recorded_source=True) == "eager"
-    assert set(STACKS) == {"megatron-core", "megatron-2021", "torchtitan", "deepspeed", "eager"}
+    assert set(STACKS) == {"megatron-core", "megatron-2021", "torchtitan", "deepspeed", "transformers",
+                           "eager"}
 
 
 def test_megatron_core_defaults_and_report_line() -> None:

@@ -41,7 +41,8 @@ RECOMPUTE = ("none", "selective", "full", "op")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 NETWORKS = ("flow", "flow-relays", "estimate")
 ATTENTION = ("flash", "flash2", "unfused")
-STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "eager")
+STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "transformers", "eager")
+OPTIMIZERS = ("adam", "sgd")
 FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
@@ -278,6 +279,11 @@ class ReplayOptions:
         "torch.compile the transformer blocks (torchtitan's --training.compile): Inductor fuses "
         "each eager elementwise chain (RMSNorm, SwiGLU, rotary) into one kernel; nothing changes "
         "for stacks whose kernels are fused. Default: off.", "flag", group="template")
+    optimizer: str | None = _opt(
+        "Optimizer of the analytic template: adam (Adam / AdamW) or sgd (plain SGD, no "
+        "momentum), over fp32 master weights or, with the transformers stack, over the "
+        "compute-dtype weights (docs/stacks.md). Default: adam.", "choice", group="template",
+        choices=OPTIMIZERS)
     cross_entropy_fusion: bool | None = _opt(
         "The fused vocab-parallel cross-entropy (Megatron's --cross-entropy-loss-fusion); off: "
         "fp32 softmax, loss and gradient kernels. Default: the stack's.", "bool", group="template")
@@ -383,7 +389,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
               "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
               "moe_router_fusion", "cpu_offload_layers", "template", "attention", "cudnn", "compile",
-              "cross_entropy_fusion",
+              "cross_entropy_fusion", "optimizer",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",

@@ -43,13 +43,15 @@ expert and a concatenation forward, four per expert backward; and Megatron-Core'
 (``router_kernels``, from the stack's template: 31 kernels per forward with router fusion, the
 gating GEMM ``moe.router`` and the rest ``moe.topk``; backward one kernel each, as no count is
 published); and the Mamba-2 chunked scan, five Triton kernels forward and fourteen backward
-(state-spaces/mamba ``ssd_combined.py``: its backward re-runs four forward kernels).
+(state-spaces/mamba ``ssd_combined.py``: its backward re-runs four forward kernels); and the
+eager chains of the ``transformers`` stack, one launch per PyTorch op of the module
+(``op_kernels`` of its template, :data:`tracesim.template.stacks.HF_KERNELS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracesim.template.fp8 import AMAX_SUFFIX
@@ -95,6 +97,9 @@ class HostModel:
     graphs: tuple[str, ...] = ()
     local_experts: int = 1
     router_kernels: int = 0
+    #: kernels of an op an eager stack runs as a chain of PyTorch ops: op name -> (forward,
+    #: backward), from the stack's template (``meta["op_kernels"]``)
+    op_kernels: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: the host CPU's speed relative to the x86 servers the launch times come from (the
     #: cluster spec's ``host_cpu``): the per-launch times (not the launch call alone, a
     #: graph launch or a sync) are divided by it
@@ -121,6 +126,8 @@ class HostModel:
             return self.local_experts * (2 if phase == "bwd" and ".fp8_cast" not in base else 1)
         if base == "mamba.ssd":  # the chunked scan's Triton kernels (tracesim.template.mamba_ops)
             return SSD_KERNELS_BWD if phase == "bwd" else SSD_KERNELS_FWD
+        if base in self.op_kernels:  # an eager chain (tracesim.template.stacks)
+            return self.op_kernels[base][1 if phase == "bwd" else 0]
         return 1
 
     def issue_ns(self, name: str, phase: str, prev_scope: str, chunk: bool = False) -> tuple[float, str]:
@@ -243,8 +250,10 @@ def host_bound(cols: dict[str, list], chain: list[int], host: HostModel, lockste
 def host_model(model: Any, par: Any, meta: Mapping[str, Any], cpu_speed: float = 1.0) -> HostModel:
     """The host of a replay of ``model`` (a ModelSpec) on layout ``par`` (a ParallelSpec) with
     a template of ``meta``: its CUDA-graph scopes, local experts, router kernels and CPU."""
+    kernels = {str(k): (int(v[0]), int(v[1])) for k, v in (meta.get("op_kernels") or {}).items()}
     return HostModel(graphs=par.cuda_graphs, local_experts=max(1, model.experts // par.ep) if model.is_moe else 1,
-                     router_kernels=router_kernels(meta, par.moe_router_fusion), cpu_speed=cpu_speed)
+                     router_kernels=router_kernels(meta, par.moe_router_fusion), op_kernels=kernels,
+                     cpu_speed=cpu_speed)
 
 
 def router_kernels(meta: Mapping[str, Any], fused: bool) -> int:

@@ -269,13 +269,15 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         unused = [f"--attention {options.attention}"] if options.attention else []
         unused += ["--compile"] if options.compile else []
         unused += ["--cross-entropy-fusion"] if options.cross_entropy_fusion is not None else []
+        unused += ["--optimizer"] if options.optimizer is not None else []
         if unused and template.meta.get("source") != "first-principles":
             verb = "are" if len(unused) > 1 else "is"
             warnings.append(f"{' and '.join(unused)} {verb} not used: the template's ops are "
                             f"recorded ({src}); {'they apply' if len(unused) > 1 else 'it applies'} "
                             "to the analytic template")
     else:
-        template = stack_template(model, stack, options.attention, bool(options.compile))
+        template = stack_template(model, stack, options.attention, bool(options.compile),
+                                  options.optimizer)
     if par.dtype == "fp8":
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
                                 par.fp8_plan, par.fp8_attention)

@@ -35,6 +35,8 @@ from tracesim.report.breakdown import mean_breakdown, rank_breakdowns
 from tracesim.report.result import Prediction
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.collectives import MEGATRON_NAME
+from tracesim.specs.model import DTYPE_BYTES
+from tracesim.template.optimizer import state_bytes
 
 #: progress callback: (stage, done, total)
 ProgressFn = Callable[[str, int, int], None]
@@ -230,7 +232,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     mem = estimate_memory(model, par, b.built.stage_params, b.built.stage_expert_params,
                           flash=b.template.meta.get("attention", "flash") != "unfused",
                           capacity_gib=float(getattr(device, "hbm_GiB", 0.0) or 0.0),
-                          offloaded_layers=opts.cpu_offload_layers or 0)
+                          offloaded_layers=opts.cpu_offload_layers or 0,
+                          optimizer_bytes=_optimizer_bytes(b.template.meta, par.dtype))
     if not mem.fits:
         msg = (f"the layout needs {mem.total_gib:.1f} GiB per GPU on pipeline stage "
                f"{mem.worst_stage}, more than the device's {mem.capacity_gib:.0f} GiB")
@@ -269,6 +272,15 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         start_ns=result.start_ns, end_ns=result.end_ns,
         methods=b.task_methods(network) if detail else None,
         per_rank=per_rank, links=recorder, topology=net.topology)
+
+
+def _optimizer_bytes(meta: Any, dtype: str) -> float | None:
+    """Optimizer states per parameter of an analytic template's optimizer (None: Adam over
+    master weights, the memory estimate's default, and every recorded template)."""
+    opt, master = meta.get("optimizer"), meta.get("master_weights", True)
+    if opt is None or (opt == "adam" and master):
+        return None
+    return state_bytes(str(opt), bool(master), DTYPE_BYTES[dtype])
 
 
 def self_replay(source: str | Path, detail: bool = False) -> Prediction:

@@ -186,6 +186,7 @@ def estimate_memory(
     flash: bool = True,
     capacity_gib: float = 0.0,
     offloaded_layers: int = 0,
+    optimizer_bytes: float | None = None,
 ) -> MemoryEstimate:
     """Memory per GPU of every pipeline stage; the worst one is reported.
 
@@ -196,12 +197,14 @@ def estimate_memory(
         capacity_gib: device memory (0: unknown).
         offloaded_layers: the first N layers' activations live in host memory (one stage,
             one micro-batch in flight); one layer's stay, the copy under way.
+        optimizer_bytes: optimizer states per parameter (default: Adam's, module docstring;
+            :func:`tracesim.template.optimizer.state_bytes` for another optimizer or weights).
     """
     eb = DTYPE_BYTES[par.dtype]
     wb = gb = max(eb, 2)
     if par.grad_reduce_fp32:  # the gradient buffer in fp32 (Megatron's main_grad)
         gb = 4
-    ob = 8 if par.dtype == "fp32" else 12
+    ob = optimizer_bytes if optimizer_bytes is not None else 8 if par.dtype == "fp32" else 12
     dpcp = par.dp * par.cp
     edp = par.edp
     split = stage_split(model, par)

@@ -30,6 +30,7 @@ from tracesim.template.attention_ops import CP_MERGE, attention_ops, cp_merge_ba
 from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.mamba_ops import mamba_ops
 from tracesim.template.moe_ops import FORWARD_ONLY, moe_ops
+from tracesim.template.optimizer import optimizer_op
 from tracesim.template.primitives import T, backward_of, mlp, norm_op, op, residual
 
 ATTENTION_IMPLS = ("flash", "flash2", "unfused")
@@ -113,8 +114,7 @@ def first_principles_template(model: ModelSpec, attention: str = "flash") -> Lay
             if o.name == CP_MERGE:  # the gradients the ring accumulates, not the output
                 bwd = bwd.replace(bytes=cp_merge_backward_bytes(model))
             ops.append(bwd)
-    ops.append(TemplateOp("optimizer.step", "optimizer", "opt", "optimizer", flops="12*params",
-                          bytes="params*(28+eb)"))
+    ops.append(optimizer_op("adam", master=True))
     meta = {"source": "first-principles", "family": model.family, "attention": attention}
     tpl = LayerTemplate(tuple(ops), meta)
     tpl.check()

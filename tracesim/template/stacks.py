@@ -22,6 +22,10 @@ Stacks, registered by :func:`register_stack`:
 * ``deepspeed``: Megatron-DeepSpeed with ZeRO-1: flash attention, fused norms, eager SwiGLU
   and rotary, gradient reduction overlapped (``overlap_comm``), parameter all-gather after
   the step;
+* ``transformers``: Hugging Face transformers' modules in eager PyTorch (``modeling_llama``:
+  RMSNorm computed in fp32, unfused SwiGLU, ``rotate_half`` rotary, SDPA attention, logits
+  cast to fp32 for the loss), the parameters in the compute dtype (no fp32 master copy,
+  ``torch.optim.AdamW``), DDP's overlapped gradient all-reduce; dense models only;
 * ``eager``: the op list recorded on the host CPU (the model family's stored bundle, fp32,
   one kernel per PyTorch op, per-tensor Adam) with DDP's overlapped gradient all-reduce:
   what tracesim replayed before stacks existed, and the default on a CPU target.
@@ -39,6 +43,8 @@ from tracesim.specs.model import ModelSpec
 from tracesim.template.analytic import first_principles_template
 from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.moe_ops import expert_bias_ops
+from tracesim.template.optimizer import SUMMARY as OPTIMIZER_SUMMARY
+from tracesim.template.optimizer import optimizer_op
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Stack:
         norm_passes, act_passes, rope_passes: memory traffic of the RMSNorm, the SwiGLU
             activation and the rotary embedding over that of one fused kernel (1: fused;
             eager PyTorch runs them as several kernels, each a pass over the tensor).
+        bwd_passes: the backward's passes where they differ from the forward's, by kernel
+            (``norm``, ``act``, ``rope``).
+        master_weights: the optimizer updates fp32 master weights (mixed precision); False:
+            the parameters themselves, in the compute dtype (:mod:`tracesim.template.optimizer`).
+        dense_only: its templates cover dense transformer blocks only (no MoE, MLA or Mamba).
         fused_ce: cross-entropy as one fused kernel pair (Transformer Engine / Megatron's
             fused vocab-parallel cross-entropy) instead of an fp32 softmax, loss and backward.
         megatron_ce: unfused, Megatron's ``VocabParallelCrossEntropy`` (:func:`_kernel`);
@@ -62,6 +73,8 @@ class Stack:
             sharding it sets up unless the user says otherwise.
         kernels: the kernels, in words, for the report and the docs.
         recorded: its template is the family's stored bundle (``eager``).
+        chain_kernels: kernel launches of its eager chains, (forward, backward) by kernel
+            (``norm``, ``act``, ``rope``), for the host launch model (one launch where absent).
         mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_unfused`):
             a YaRN rotary embedding unfused, a clamped SwiGLU's clamp and concatenation
             eagerly, the routed experts' bias added expert by expert.
@@ -73,6 +86,10 @@ class Stack:
     norm_passes: float = 1.0
     act_passes: float = 1.0
     rope_passes: float = 1.0
+    bwd_passes: Mapping[str, float] = field(default_factory=dict)
+    master_weights: bool = True
+    dense_only: bool = False
+    chain_kernels: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     fused_ce: bool = False
     megatron_ce: bool = False
     sp_regather: bool = False
@@ -134,6 +151,11 @@ def _deepspeed(par: Any, dev: Any) -> dict[str, Any]:
             "host_launch": True}
 
 
+def _transformers(par: Any, dev: Any) -> dict[str, Any]:
+    # DistributedDataParallel: bucketed all-reduce during the backward, no sharding
+    return {"dp_overlap": True, "p2p_blocking": True, "comm_interference": True, "host_launch": True}
+
+
 def _eager(par: Any, dev: Any) -> dict[str, Any]:
     # recorded kernel times already hold the slowdown of the communication that overlapped
     # them: charging it again would count it twice
@@ -171,6 +193,37 @@ register_stack(Stack(
     kernels={"norm": "fused LayerNorm/RMSNorm", "activation": "eager SwiGLU (fused bias-GeLU)",
              "rotary": "eager rotary", "cross_entropy": "vocab-parallel cross-entropy",
              "optimizer": "DeepSpeed FusedAdam over ZeRO-1 shards"}))
+#: Hugging Face transformers' Llama modules (src/transformers/models/llama/modeling_llama.py)
+#: in eager PyTorch, bytes per element (bf16 input, fp32 intermediates) against the fused
+#: kernels the template prices (RMSNorm 2 eb forward, 4 eb backward; SwiGLU 3 eb forward,
+#: 4.5 eb backward; rotary 2 eb both ways). ``LlamaRMSNorm`` forward: cast to fp32 (6), pow
+#: (8), mean (4), the product with rsqrt (8), cast back (6), the weight's product (4) = 36 =
+#: 9 passes; backward: the weight's product (its gradient and the weight's: 12), the casts'
+#: gradients (6 + 6), the rsqrt product's (24), mean's (4), pow's (28), the two paths summed
+#: (12) = 92 = 11.5 passes. ``act_fn(gate) * up``: SiLU (2) and the product (3) = 5 eb for 3;
+#: backward the product's two gradients (3 + 3) and SiLU's (3) = 9 for 4.5. ``q * cos +
+#: rotate_half(q) * sin``: negation (1), concatenation (2), two products (2 + 2), the sum (3) =
+#: 10 for 2; backward the products' gradients (2 + 2), the negation's (1), the two slices'
+#: zero-filled gradients (2 + 2) and three gradients summed (6) = 15 for 3.
+#: Kernels launched (the host launch model): RMSNorm forward 8 (the casts, pow, mean, the
+#: epsilon, rsqrt and two products), backward 15 (the products' gradients and the weight's
+#: sum 3 + 3, the casts' 1 + 1, rsqrt's 2, mean's 1, pow's 3, the sum of the two paths 1);
+#: SwiGLU 2 and 3; rotary 10 and 18 (query and key, each forward two products, negation,
+#: concatenation and the sum, backward two products, the negation, two zero-filled slices
+#: of 2 and two sums)
+HF_KERNELS = {"norm": (8, 15), "act": (2, 3), "rope": (10, 18)}
+register_stack(Stack(
+    "transformers", "Hugging Face transformers, eager PyTorch (SDPA attention, DDP)",
+    norm_passes=9.0, act_passes=5 / 3, rope_passes=5.0,
+    bwd_passes={"norm": 11.5, "act": 2.0, "rope": 5.0}, master_weights=False, dense_only=True,
+    chain_kernels=HF_KERNELS, defaults=_transformers,
+    kernels={"norm": "eager RMSNorm in fp32 (cast, pow, mean, rsqrt, mul, cast back, weight: "
+             "9x the fused kernel's traffic forward, 11.5x backward)",
+             "activation": "eager SiLU x up (5 passes for the fused 3; backward 9 for 4.5)",
+             "rotary": "eager rotate_half rotary (negation, concatenation, two products, sum: 5x "
+             "the fused traffic)",
+             "cross_entropy": "torch cross_entropy on logits cast to fp32 (ForCausalLMLoss)",
+             "optimizer": "torch.optim.AdamW (foreach) over the compute-dtype weights"}))
 register_stack(Stack(
     "eager", "eager PyTorch op list recorded on the host CPU (the family's stored bundle)",
     recorded=True, defaults=_eager,
@@ -279,26 +332,41 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
 
 
 def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
-                   compiled: bool = False) -> LayerTemplate:
+                   compiled: bool = False, optimizer: str | None = None) -> LayerTemplate:
     """The first-principles template with ``stack``'s kernels (``attention`` overrides the
     stack's attention kernel; ``compiled``: torch.compile fuses the eager elementwise
-    chains, each one kernel as the fused stacks run it)."""
+    chains, each one kernel as the fused stacks run it; ``optimizer``: ``adam`` (the
+    default) or ``sgd``, over the stack's master weights or its compute-dtype weights,
+    :mod:`tracesim.template.optimizer`)."""
+    if stack.dense_only and (model.is_moe or model.is_mla or model.is_hybrid):
+        raise InputError(f"stack {stack.name} models dense transformer blocks; {model.name} has "
+                         "MoE, MLA or Mamba layers (use megatron-core or torchtitan)", "--stack")
     att = attention or stack.attention
     base = first_principles_template(model, att)
     swiglu = model.activation == "swiglu"
     rms = model.norm == "rmsnorm"
     if compiled:
-        stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0)
+        stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0,
+                                    bwd_passes={}, chain_kernels={})
     unfused = _unfused(stack, model)
-    ops = [_variant(_kernel(o, stack, swiglu, rms), unfused) for o in base.ops]
+    opt = optimizer or "adam"
+    ops = [optimizer_op(opt, stack.master_weights) if o.section == "optimizer"
+           and o.name == "optimizer.step" else _variant(_kernel(o, stack, swiglu, rms), unfused)
+           for o in base.ops]
     if "expert_bias" in unfused:
         fwd, bwd = expert_bias_ops()
         i = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "fwd")
         ops.insert(i + 1, fwd)
         j = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "bwd")
         ops.insert(j, bwd)
+    if stack.chain_kernels:
+        meta_kernels = {o.name: stack.chain_kernels[kind] for o in ops if o.phase == "fwd"
+                        and (kind := _chain(o, swiglu, rms)) in stack.chain_kernels}
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
-            "attention": att, "compiled": compiled, "unfused": unfused}
+            "attention": att, "compiled": compiled, "unfused": unfused, "optimizer": opt,
+            "master_weights": stack.master_weights}
+    if stack.chain_kernels:
+        meta["op_kernels"] = meta_kernels
     if stack.mcore_paths and model.is_moe:
         meta["router_kernels"] = MCORE_ROUTER_KERNELS
     tpl = LayerTemplate(tuple(ops), meta)
@@ -348,19 +416,26 @@ def _times(expr: str, k: float) -> str:
     return expr if k == 1 or expr in ("", "0") else f"{k:g}*({expr})"
 
 
+def _chain(o: TemplateOp, swiglu: bool, rms: bool) -> str:
+    """Which eager chain ``o`` is (``norm``, ``act``, ``rope``), or ""."""
+    if o.op_class == "norm" and rms:
+        return "norm"
+    if o.module.endswith(".act") and swiglu:
+        return "act"
+    return "rope" if o.module.endswith(".rope") else ""
+
+
 def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
     """``o`` as ``stack`` runs it (memory passes of eager kernels, the fused cross-entropy)."""
-    if o.op_class == "norm" and rms and stack.norm_passes != 1:
-        return o.replace(bytes=_times(o.bytes, stack.norm_passes))
-    if o.module.endswith(".act") and swiglu and stack.act_passes != 1:
-        return o.replace(bytes=_times(o.bytes, stack.act_passes))
-    if o.module.endswith(".rope") and stack.rope_passes != 1:
-        return o.replace(bytes=_times(o.bytes, stack.rope_passes))
+    if kind := _chain(o, swiglu, rms):
+        fwd = {"norm": stack.norm_passes, "act": stack.act_passes, "rope": stack.rope_passes}[kind]
+        return o.replace(bytes=_times(o.bytes, stack.bwd_passes.get(kind, fwd)
+                                      if o.phase == "bwd" else fwd))
     if o.module == "loss" and o.kind == "compute" and stack.fused_ce:
         # one pass for max and sum-exp, one that writes the gradient in place (forward);
         # the backward scales that gradient by the loss's (a read and a write)
-        passes = 3 if o.phase == "fwd" else 2
-        return o.replace(bytes=f"{passes}*eb*(b*s/cp)*vocab/tp")
+        ce_passes = 3 if o.phase == "fwd" else 2
+        return o.replace(bytes=f"{ce_passes}*eb*(b*s/cp)*vocab/tp")
     if o.module == "loss" and o.kind == "compute" and stack.megatron_ce:
         # VocabParallelCrossEntropy on fp32 logits, bytes per logit: forward the cast (eb in,
         # 4 out), the max (4), the max subtracted in place (8), exp in place (8), the sum (4)
@@ -379,6 +454,9 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
                else {**dict(stack.kernels), "attention": attention_kernel(stack, att, device)})
     if not recorded:
         kernels.update(template.meta.get("unfused") or {})
+        opt = str(template.meta.get("optimizer", "adam"))
+        if opt != "adam":
+            kernels["optimizer"] = OPTIMIZER_SUMMARY[(opt, bool(template.meta.get("master_weights", True)))]
     if template.meta.get("compiled") and not recorded:
         for key, passes in (("norm", stack.norm_passes), ("activation", stack.act_passes),
                             ("rotary", stack.rope_passes)):
