@@ -33,8 +33,9 @@ Four table formats are read (the columns decide):
   the table gives neither micro-batch nor chunks, and its overlapped pipeline transfers are
   the interleaved schedule's.
 * **torchtitan runs** (``system, model, gpus, precision, local_batch, seq_len, tp, ac,
-  compile, tokens_per_s_per_gpu``, optional ``attention`` and ``fsdp_fp8_all_gather``):
-  compared on tokens/s per GPU, replayed with the torchtitan stack, FSDP over the GPUs TP
+  compile, tokens_per_s_per_gpu``, optional ``attention``, ``fsdp_fp8_all_gather``,
+  ``stack``, ``optimizer`` and ``cudnn``): compared on tokens/s per GPU, replayed with the
+  torchtitan stack (or the row's ``stack``: ``transformers``, with DDP), FSDP over the GPUs TP
   leaves, one micro-batch of the local batch, the row's activation checkpointing
   (``none``, ``op``, ``full``), torch.compile and attention kernel, torchao float8
   (``fp8-cs``) as FP8 current scaling (:func:`titan_options`).
@@ -90,6 +91,8 @@ MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
 TOKEN_FORMATS = ("bridge", "titan")
 TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
                  "compile", "tokens_per_s_per_gpu")
+#: stacks a torchtitan-format row may name in its ``stack`` column
+TITAN_STACKS = ("torchtitan", "transformers")
 @dataclass(frozen=True)
 class PublishedRow:
     """One published row, its replay and the comparison.
@@ -227,8 +230,11 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     """The replay options of a torchtitan row (module docstring): FSDP over the GPUs TP leaves,
     the row's local batch as one micro-batch, its activation checkpointing (``ac``: none,
     op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
-    (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered)."""
+    (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered). Optional ``stack``
+    (``transformers``: Hugging Face modules in eager PyTorch with DDP instead of FSDP),
+    ``optimizer`` (``adam``, ``sgd``) and ``cudnn`` (the run's cuDNN version) cells."""
     system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
+    stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
     gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
     if tp < 1 or gpus % tp:
         raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
@@ -239,11 +245,16 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
         "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
-        "tp": tp, "dp": dp, "fsdp": dp > 1, "micro_batch": lb, "global_batch": lb * dp,
-        "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype, "stack": "torchtitan",
-        "template": "analytic", "recompute": ac, "compile": flag_cell(row, "compile", path, k)}
+        "tp": tp, "dp": dp, "fsdp": dp > 1 and stack == "torchtitan", "micro_batch": lb,
+        "global_batch": lb * dp, "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype,
+        "stack": stack, "template": "analytic", "recompute": ac,
+        "compile": flag_cell(row, "compile", path, k)}
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
+    if (row.get("optimizer") or "").strip():
+        opts["optimizer"] = known_cell(row, "optimizer", ("adam", "sgd"), path, k)
+    if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
+        opts["cudnn"] = check_value("cudnn", row["cudnn"].strip(), path, f"row {k + 2}: cudnn")
     if recipe:
         opts.update(fp8_recipe=recipe, fp8_param_gather=flag_cell(row, "fsdp_fp8_all_gather", path, k))
     return opts
@@ -281,6 +292,10 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
                       f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row, p, k)
     if fmt == "titan":
         opts = titan_options(row, p, k)
+        if opts["stack"] != "torchtitan":
+            return opts, (f"{row['system']} {row['model']} {row['precision']} {opts['stack']} "
+                          f"{row['gpus']} GPUs {opts['micro_batch']}x{opts['seq_len']} "
+                          f"{opts.get('attention', 'flash')}"), ()
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
                       f"tp{opts['tp']} fsdp{opts['dp']} ac {opts['recompute']}"
                       f"{' compiled' if opts['compile'] else ''}"), ()
