@@ -15,9 +15,10 @@ from tracesim.catalog import load_model
 from tracesim.errors import InputError
 from tracesim.pipeline.published import table_rows, validate_rows
 from tracesim.report.memory import GiB
+from tracesim.template.eager_chains import HF_KERNELS, HF_PASSES, TORCH_CE_PASSES
 from tracesim.template.layer import evaluate
 from tracesim.template.optimizer import optimizer_op, state_bytes
-from tracesim.template.stacks import get_stack, stack_template
+from tracesim.template.stacks import Stack, get_stack, stack_template
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "benchmarks/published/cudnn_frontend_llama32_1b.csv"
@@ -33,16 +34,31 @@ def test_transformers_kernels_are_the_eager_modules_passes() -> None:
     model = load_model("llama3.2-1b")
     fused = stack_template(model, get_stack("megatron-core"))
     hf = stack_template(model, get_stack("transformers"))
-    for name, fwd, bwd in (("ln1", 9.0, 11.5), ("mlp.act", 5 / 3, 2.0), ("attn.rope", 5.0, 5.0)):
-        for phase, k in (("fwd", fwd), ("bwd", bwd)):
+    for name, chain in (("ln1", "norm"), ("mlp.act", "act"), ("attn.rope", "rope")):
+        for phase, k in zip(("fwd", "bwd"), HF_PASSES[chain], strict=True):
             assert _op(hf, name, phase).bytes == f"{k:g}*({_op(fused, name, phase).bytes})"
+    # torch's cross_entropy on fp32 logits over the template's fp32 loss ops
+    plain = stack_template(model, Stack("plain", "the template's fp32 loss"))
+    for phase, k in zip(("fwd", "bwd"), TORCH_CE_PASSES, strict=True):
+        assert _op(hf, "loss", phase).bytes == f"{k:g}*({_op(plain, 'loss', phase).bytes})"
     # the GEMMs and attention are the same kernels' work
     for name in ("attn.qkv", "mlp.fc1", "attn.core", "head"):
         assert _op(hf, name, "fwd") == _op(fused, name, "fwd")
     # torch.compile fuses the chains again, both ways
     comp = stack_template(model, get_stack("transformers"), compiled=True)
     assert _op(comp, "ln1", "bwd").bytes == _op(fused, "ln1", "bwd").bytes
+    assert _op(comp, "loss", "bwd").bytes == _op(plain, "loss", "bwd").bytes
+    assert hf.meta["op_kernels"]["ln1"] == HF_KERNELS["norm"] and "op_kernels" not in comp.meta
     assert hf.meta["optimizer"] == "adam" and hf.meta["master_weights"] is False
+
+
+def test_the_calibrated_passes_match_the_kernel_data() -> None:
+    from benchmarks.kernels.eager_chains import calibrated
+
+    cal = calibrated()
+    for chain, kernel in (("norm", "rms_norm"), ("rope", "rope")):
+        assert HF_PASSES[chain] == (cal[(kernel, "fwd")], cal[(kernel, "bwd")])
+    assert TORCH_CE_PASSES == (cal[("cross_entropy", "fwd")], cal[("cross_entropy", "bwd")])
 
 
 def test_transformers_stack_is_dense_only() -> None:

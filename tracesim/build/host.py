@@ -45,7 +45,7 @@ gating GEMM ``moe.router`` and the rest ``moe.topk``; backward one kernel each, 
 published); and the Mamba-2 chunked scan, five Triton kernels forward and fourteen backward
 (state-spaces/mamba ``ssd_combined.py``: its backward re-runs four forward kernels); and the
 eager chains of the ``transformers`` stack, one launch per PyTorch op of the module
-(``op_kernels`` of its template, :data:`tracesim.template.stacks.HF_KERNELS`).
+(``op_kernels`` of its template, :data:`tracesim.template.eager_chains.HF_KERNELS`).
 """
 
 from __future__ import annotations

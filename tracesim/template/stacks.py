@@ -41,6 +41,7 @@ from typing import Any
 from tracesim.errors import InputError
 from tracesim.specs.model import ModelSpec
 from tracesim.template.analytic import first_principles_template
+from tracesim.template.eager_chains import HF_KERNELS, HF_PASSES, TORCH_CE_PASSES
 from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.moe_ops import expert_bias_ops
 from tracesim.template.optimizer import SUMMARY as OPTIMIZER_SUMMARY
@@ -59,6 +60,9 @@ class Stack:
             eager PyTorch runs them as several kernels, each a pass over the tensor).
         bwd_passes: the backward's passes where they differ from the forward's, by kernel
             (``norm``, ``act``, ``rope``).
+        ce_passes: PyTorch's cross_entropy over the template's fp32 loss ops, (forward,
+            backward), where neither fused nor Megatron's cross-entropy runs
+            (:mod:`tracesim.template.eager_chains`).
         master_weights: the optimizer updates fp32 master weights (mixed precision); False:
             the parameters themselves, in the compute dtype (:mod:`tracesim.template.optimizer`).
         dense_only: its templates cover dense transformer blocks only (no MoE, MLA or Mamba).
@@ -87,6 +91,7 @@ class Stack:
     act_passes: float = 1.0
     rope_passes: float = 1.0
     bwd_passes: Mapping[str, float] = field(default_factory=dict)
+    ce_passes: tuple[float, float] = (1.0, 1.0)
     master_weights: bool = True
     dense_only: bool = False
     chain_kernels: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -180,7 +185,8 @@ register_stack(Stack(
              "optimizer": "apex FusedAdam (multi-tensor)"}))
 register_stack(Stack(
     "torchtitan", "torchtitan (FSDP2, SDPA, eager BF16 kernels, torchao float8)",
-    norm_passes=2.5, act_passes=5 / 3, rope_passes=3.0, fp8_recipes=("current", "mxfp8"),
+    norm_passes=2.5, act_passes=5 / 3, rope_passes=3.0, ce_passes=TORCH_CE_PASSES,
+    fp8_recipes=("current", "mxfp8"),
     defaults=_torchtitan,
     kernels={"norm": "eager RMSNorm (pow, mean, rsqrt, mul, mul: 5 passes for the fused 2)",
              "activation": "eager SiLU x up (5 passes for the fused 3)",
@@ -193,35 +199,17 @@ register_stack(Stack(
     kernels={"norm": "fused LayerNorm/RMSNorm", "activation": "eager SwiGLU (fused bias-GeLU)",
              "rotary": "eager rotary", "cross_entropy": "vocab-parallel cross-entropy",
              "optimizer": "DeepSpeed FusedAdam over ZeRO-1 shards"}))
-#: Hugging Face transformers' Llama modules (src/transformers/models/llama/modeling_llama.py)
-#: in eager PyTorch, bytes per element (bf16 input, fp32 intermediates) against the fused
-#: kernels the template prices (RMSNorm 2 eb forward, 4 eb backward; SwiGLU 3 eb forward,
-#: 4.5 eb backward; rotary 2 eb both ways). ``LlamaRMSNorm`` forward: cast to fp32 (6), pow
-#: (8), mean (4), the product with rsqrt (8), cast back (6), the weight's product (4) = 36 =
-#: 9 passes; backward: the weight's product (its gradient and the weight's: 12), the casts'
-#: gradients (6 + 6), the rsqrt product's (24), mean's (4), pow's (28), the two paths summed
-#: (12) = 92 = 11.5 passes. ``act_fn(gate) * up``: SiLU (2) and the product (3) = 5 eb for 3;
-#: backward the product's two gradients (3 + 3) and SiLU's (3) = 9 for 4.5. ``q * cos +
-#: rotate_half(q) * sin``: negation (1), concatenation (2), two products (2 + 2), the sum (3) =
-#: 10 for 2; backward the products' gradients (2 + 2), the negation's (1), the two slices'
-#: zero-filled gradients (2 + 2) and three gradients summed (6) = 15 for 3.
-#: Kernels launched (the host launch model): RMSNorm forward 8 (the casts, pow, mean, the
-#: epsilon, rsqrt and two products), backward 15 (the products' gradients and the weight's
-#: sum 3 + 3, the casts' 1 + 1, rsqrt's 2, mean's 1, pow's 3, the sum of the two paths 1);
-#: SwiGLU 2 and 3; rotary 10 and 18 (query and key, each forward two products, negation,
-#: concatenation and the sum, backward two products, the negation, two zero-filled slices
-#: of 2 and two sums)
-HF_KERNELS = {"norm": (8, 15), "act": (2, 3), "rope": (10, 18)}
 register_stack(Stack(
     "transformers", "Hugging Face transformers, eager PyTorch (SDPA attention, DDP)",
-    norm_passes=9.0, act_passes=5 / 3, rope_passes=5.0,
-    bwd_passes={"norm": 11.5, "act": 2.0, "rope": 5.0}, master_weights=False, dense_only=True,
-    chain_kernels=HF_KERNELS, defaults=_transformers,
+    norm_passes=HF_PASSES["norm"][0], act_passes=HF_PASSES["act"][0],
+    rope_passes=HF_PASSES["rope"][0], bwd_passes={k: v[1] for k, v in HF_PASSES.items()},
+    ce_passes=TORCH_CE_PASSES, master_weights=False, dense_only=True, chain_kernels=HF_KERNELS,
+    defaults=_transformers,
     kernels={"norm": "eager RMSNorm in fp32 (cast, pow, mean, rsqrt, mul, cast back, weight: "
-             "9x the fused kernel's traffic forward, 11.5x backward)",
+             "7.1x the fused kernel's time forward, 9.4x backward)",
              "activation": "eager SiLU x up (5 passes for the fused 3; backward 9 for 4.5)",
-             "rotary": "eager rotate_half rotary (negation, concatenation, two products, sum: 5x "
-             "the fused traffic)",
+             "rotary": "eager rotate_half rotary (negation, concatenation, two products, sum: "
+             "8.8x the fused kernel's time forward, 7.0x backward)",
              "cross_entropy": "torch cross_entropy on logits cast to fp32 (ForCausalLMLoss)",
              "optimizer": "torch.optim.AdamW (foreach) over the compute-dtype weights"}))
 register_stack(Stack(
@@ -347,7 +335,7 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
     rms = model.norm == "rmsnorm"
     if compiled:
         stack = dataclasses.replace(stack, norm_passes=1.0, act_passes=1.0, rope_passes=1.0,
-                                    bwd_passes={}, chain_kernels={})
+                                    bwd_passes={}, ce_passes=(1.0, 1.0), chain_kernels={})
     unfused = _unfused(stack, model)
     opt = optimizer or "adam"
     ops = [optimizer_op(opt, stack.master_weights) if o.section == "optimizer"
@@ -443,6 +431,8 @@ def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
         # gradient in place (8) and its cast back (4 in, eb out)
         per = "(eb + 36)" if o.phase == "fwd" else "(eb + 12)"
         return o.replace(bytes=f"{per}*(b*s/cp)*vocab/tp")
+    if o.module == "loss" and o.kind == "compute" and stack.ce_passes != (1.0, 1.0):
+        return o.replace(bytes=_times(o.bytes, stack.ce_passes[o.phase == "bwd"]))
     return o
 
 
