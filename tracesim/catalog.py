@@ -19,10 +19,11 @@ from importlib import resources
 from pathlib import Path
 
 from tracesim.errors import InputError
-from tracesim.fileio import read_yaml
+from tracesim.fileio import read_json, read_yaml
 from tracesim.hardware.device import DeviceProfile, get_device, known_devices
 from tracesim.network.collectives import check_collectives
 from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
+from tracesim.specs.hf_config import is_hf_config, spec_from_hf_config
 from tracesim.specs.model import ModelSpec, model_from_dict
 
 KINDS = ("models", "clusters", "devices")
@@ -94,11 +95,17 @@ def model_name(name_or_path: str) -> str:
 
 
 def load_model(name_or_path: str | Path | ModelSpec, flag: str = "--model") -> ModelSpec:
-    """A model spec from a shipped name or a YAML path (checked strictly)."""
+    """A model spec from a shipped name, a YAML path, or a Hugging Face ``config.json`` (or
+    the checkpoint folder holding one: :mod:`tracesim.specs.hf_config`), checked strictly."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     path = model_path(name_or_path, flag)
-    return model_from_dict(read_yaml(path), path)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    data = read_json(path) if path.suffix == ".json" else read_yaml(path)
+    if is_hf_config(data):
+        return model_from_dict(spec_from_hf_config(data, path), path)
+    return model_from_dict(data, path)
 
 
 def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:

@@ -79,6 +79,25 @@ def write_yaml(path: str | Path, obj: Any) -> None:
         yaml.safe_dump(obj, fh, sort_keys=False)
 
 
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file; missing files and syntax errors are InputError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError("file not found", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a JSON file", path) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file", path) from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError("JSON nested too deeply", path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path, f"line {exc.lineno}") from None
+
+
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file with ``safe_load``; missing files and syntax errors are InputError."""
     path = Path(path)

@@ -59,7 +59,8 @@ class ReplayOptions:
 
     # what runs
     model: str | ModelSpec | None = _opt(
-        "Model spec: a shipped name (`tracesim list models`) or a YAML file.", "spec",
+        "Model spec: a shipped name (`tracesim list models`), a YAML file, or a Hugging Face "
+        "config.json (or its checkpoint folder; docs/formats.md).", "spec",
         group="what", metavar="NAME|YAML")
     # where it runs
     cluster: str | ClusterSpec | None = _opt(

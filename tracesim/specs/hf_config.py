@@ -1,0 +1,190 @@
+"""Model specs from a Hugging Face ``config.json``: ``--model path/to/config.json`` (or the
+checkpoint folder that holds it).
+
+A transformers model's ``config.json`` names its architecture (``model_type``) and sizes;
+:func:`spec_from_hf_config` turns it into the mapping a model spec YAML would hold, which
+:func:`tracesim.specs.model.model_from_dict` then checks like any spec. The architectures
+read, by ``model_type``, with the keys each takes (transformers' configuration classes):
+
+* dense, gated SiLU MLP, RMSNorm (family ``llama``): ``llama``, ``mistral``, ``qwen2``,
+  ``qwen3`` (RMSNorm over each query and key head: ``qk_norm``): ``num_hidden_layers``,
+  ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
+  ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral;
+  Qwen only with ``use_sliding_window``);
+* mixture of experts (family ``moe``): ``mixtral`` (``num_local_experts``,
+  ``num_experts_per_tok``, every expert ``intermediate_size`` wide), ``qwen2_moe`` /
+  ``qwen3_moe`` (``num_experts``, ``moe_intermediate_size``, ``decoder_sparse_step``, the
+  shared expert's ``shared_expert_intermediate_size`` as whole experts), ``deepseek_v2`` /
+  ``deepseek_v3`` (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+  ``moe_layer_freq``, ``n_group`` / ``topk_group``, multi-head latent attention from
+  ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
+  ``v_head_dim``), ``gpt_oss`` (``num_local_experts``, ``experts_per_token``,
+  ``sliding_window`` on alternate layers by ``layer_types``, ``swiglu_limit``, expert biases);
+* GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``.
+
+Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
+``yarn`` as ``rope_scaling: yarn``, and as the default sequence length the rotary scaling's
+``original_max_position_embeddings`` where it has one, else ``max_position_embeddings``
+(``--seq-len`` sets the run's). The spec's name is the checkpoint folder's (the folder of
+``config.json``), else ``_name_or_path``'s last part. A ``model_type`` outside these, or a
+key these models need that is missing or not a positive integer: exit 2, naming the file
+and key. Not read: multi-token prediction layers (``num_nextn_predict_layers``: the replay's
+``--mtp-layers``), dense layers inside a MoE stack other than the first ones
+(``mlp_only_layers``: refused), attention biases and dropout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tracesim.errors import InputError
+
+DENSE = ("llama", "mistral", "qwen2", "qwen3")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+MODEL_TYPES = (*DENSE, *MOE, "gpt2")
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def is_hf_config(data: Any) -> bool:
+    """Whether a parsed file is a transformers ``config.json`` (it names a ``model_type``)."""
+    return isinstance(data, Mapping) and "model_type" in data
+
+
+def _int(data: Mapping[str, Any], key: str, file: Path, default: int | None = None) -> int:
+    value = data.get(key)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"expected a positive integer, got {value!r}", file, key)
+    return value
+
+
+def _name(data: Mapping[str, Any], file: Path) -> str:
+    if file.name == "config.json" and file.parent.name not in ("", "."):
+        return file.parent.name
+    path = str(data.get("_name_or_path") or "").rstrip("/")
+    return path.rsplit("/", 1)[-1] if path else file.stem
+
+
+def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
+    """The model-spec mapping of a transformers ``config.json`` (module docstring)."""
+    mtype = data.get("model_type")
+    if mtype not in MODEL_TYPES:
+        raise InputError(f"model_type {mtype!r} is not one tracesim reads (known: "
+                         f"{', '.join(MODEL_TYPES)}); write a model spec YAML instead", file,
+                         "model_type")
+    if mtype == "gpt2":
+        return _gpt2(data, file)
+    heads = _int(data, "num_attention_heads", file)
+    out: dict[str, Any] = {
+        "name": _name(data, file), "family": "moe" if mtype in MOE else "llama",
+        "description": f"{mtype} from {file.name}", "source": f"Hugging Face config {file}",
+        "layers": _int(data, "num_hidden_layers", file), "hidden": _int(data, "hidden_size", file),
+        "heads": heads, "kv_heads": _int(data, "num_key_value_heads", file, default=heads),
+        "ffn_hidden": _int(data, "intermediate_size", file), "vocab": _int(data, "vocab_size", file),
+        "seq_len": _seq_len(data, file), "activation": "swiglu", "norm": "rmsnorm",
+        "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "dtype": _dtype(data, file),
+    }
+    if data.get("head_dim") is not None:
+        head_dim = _int(data, "head_dim", file)
+        if head_dim * heads != out["hidden"]:
+            out["head_dim"] = head_dim
+    scaling = data.get("rope_scaling") or {}
+    if isinstance(scaling, Mapping) and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
+        out["rope_scaling"] = "yarn"
+    if mtype == "qwen3" or mtype == "qwen3_moe":
+        out["qk_norm"] = True
+    window = data.get("sliding_window")
+    if window and (mtype == "mistral" or data.get("use_sliding_window")):
+        out["sliding_window"] = _int(data, "sliding_window", file)
+    if mtype in MOE:
+        _moe(out, mtype, data, file)
+    return out
+
+
+def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -> None:
+    if mtype in ("mixtral", "gpt_oss"):
+        out["experts"] = _int(data, "num_local_experts", file)
+        key = "experts_per_token" if "experts_per_token" in data else "num_experts_per_tok"
+        out["top_k"] = _int(data, key, file)
+        out["moe_ffn_hidden"] = out["ffn_hidden"]
+    elif mtype in ("qwen2_moe", "qwen3_moe"):
+        out["experts"] = _int(data, "num_experts", file)
+        out["top_k"] = _int(data, "num_experts_per_tok", file)
+        out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
+        out["moe_every"] = _int(data, "decoder_sparse_step", file, default=1)
+        if data.get("mlp_only_layers"):
+            raise InputError("dense layers inside the MoE stack are not modelled (only the first "
+                             "k layers can be dense)", file, "mlp_only_layers")
+        shared = int(data.get("shared_expert_intermediate_size") or 0)
+        if shared:
+            if shared % out["moe_ffn_hidden"]:
+                raise InputError(f"{shared} is not a whole number of experts of "
+                                 f"{out['moe_ffn_hidden']}", file, "shared_expert_intermediate_size")
+            out["shared_experts"] = shared // out["moe_ffn_hidden"]
+    else:  # deepseek_v2 / deepseek_v3
+        out["experts"] = _int(data, "n_routed_experts", file)
+        out["top_k"] = _int(data, "num_experts_per_tok", file)
+        out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
+        out["moe_every"] = _int(data, "moe_layer_freq", file, default=1)
+        for key, spec_key in (("n_shared_experts", "shared_experts"),
+                              ("first_k_dense_replace", "first_k_dense")):
+            if data.get(key):
+                out[spec_key] = _int(data, key, file)
+        if int(data.get("n_group") or 1) > 1:
+            out["router_groups"] = _int(data, "n_group", file)
+            out["router_group_topk"] = _int(data, "topk_group", file)
+        out["q_lora_rank"] = int(data.get("q_lora_rank") or 0)
+        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            out[key] = _int(data, key, file)
+        out.pop("head_dim", None)
+        out["kv_heads"] = out["heads"]  # latent attention: every head has its own keys
+    if mtype == "gpt_oss":
+        _gpt_oss(out, data, file)
+
+
+def _gpt_oss(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
+    """gpt-oss: windowed attention on alternate layers, the clamped SwiGLU, expert biases."""
+    types = list(data.get("layer_types") or [])
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if data.get("sliding_window") and full:
+        every = full[0] + 1
+        if full != list(range(every - 1, len(types), every)):
+            raise InputError("full-attention layers must fall every n-th layer", file, "layer_types")
+        out["sliding_window"] = _int(data, "sliding_window", file)
+        out["full_attention_every"] = every
+    if data.get("swiglu_limit"):
+        out["glu_clamp"] = float(data["swiglu_limit"])
+    out["expert_bias"] = True
+
+
+def _gpt2(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
+    hidden = _int(data, "n_embd", file)
+    return {
+        "name": _name(data, file), "family": "gpt", "description": f"gpt2 from {file.name}",
+        "source": f"Hugging Face config {file}", "layers": _int(data, "n_layer", file),
+        "hidden": hidden, "heads": _int(data, "n_head", file),
+        "ffn_hidden": _int(data, "n_inner", file, default=4 * hidden),
+        "vocab": _int(data, "vocab_size", file), "seq_len": _int(data, "n_positions", file),
+        "activation": "gelu", "norm": "layernorm",
+        "tied_embeddings": bool(data.get("tie_word_embeddings", True)),
+        "dtype": _dtype(data, file),
+    }
+
+
+def _seq_len(data: Mapping[str, Any], file: Path) -> int:
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, Mapping) and scaling.get("original_max_position_embeddings"):
+        return _int(scaling, "original_max_position_embeddings", file)
+    return _int(data, "max_position_embeddings", file)
+
+
+def _dtype(data: Mapping[str, Any], file: Path) -> str:
+    key = "torch_dtype" if data.get("torch_dtype") is not None else "dtype"
+    value = data.get(key) or "bfloat16"
+    if value not in _DTYPES:
+        raise InputError(f"expected one of {', '.join(_DTYPES)}, got {value!r}", file, key)
+    return _DTYPES[value]
