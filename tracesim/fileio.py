@@ -79,17 +79,25 @@ def write_yaml(path: str | Path, obj: Any) -> None:
         yaml.safe_dump(obj, fh, sort_keys=False)
 
 
-def read_json(path: str | Path) -> Any:
-    """Read a JSON file; missing files and syntax errors are InputError."""
+def read_text(path: str | Path, kind: str = "text") -> str:
+    """A text file's contents; a missing file, a directory or a binary file is InputError
+    (``kind``: what the file should be, for the message)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
         raise InputError("file not found", path) from None
     except IsADirectoryError:
-        raise InputError("is a directory, expected a JSON file", path) from None
+        raise InputError(f"is a directory, expected a {kind} file", path) from None
     except UnicodeDecodeError:
         raise InputError("not a text file", path) from None
+    except OSError as exc:
+        raise InputError(f"not a readable {kind} file ({exc})", path) from None
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file; missing files and syntax errors are InputError."""
+    text = read_text(path, "JSON")
     try:
         return json.loads(text)
     except RecursionError:
@@ -101,14 +109,7 @@ def read_json(path: str | Path) -> Any:
 def read_yaml(path: str | Path) -> Any:
     """Read a YAML file with ``safe_load``; missing files and syntax errors are InputError."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a YAML file", path) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file", path) from None
+    text = read_text(path, "YAML")
     try:
         return _safe_load(text, path)
     except RecursionError:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.fileio import atomic_open
+from tracesim.fileio import atomic_open, read_text
 
 POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER")
 #: AICB base comm type -> tracesim collective
@@ -256,13 +256,7 @@ def parse_aicb(text: str, file: str | Path | None = None) -> AicbWorkload:
 def read_aicb(path: str | Path) -> AicbWorkload:
     """Read an AICB workload file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise InputError("file not found", p) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"not a readable text file ({exc})", p) from None
-    return parse_aicb(text, p)
+    return parse_aicb(read_text(p), p)
 
 
 # ------------------------------------------------------------------------------ writing
