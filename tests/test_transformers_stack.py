@@ -108,8 +108,8 @@ def test_the_cudnn_frontend_llama_table() -> None:
     rows = list(table_rows([TABLE]))
     assert len(rows) == 24 and {r[2] for r in rows} == {"titan"}
     opts = rows[0][4]
-    assert (opts["stack"], opts["optimizer"], opts["cudnn"], opts["dp"], opts["fsdp"]) == (
-        "transformers", "sgd", "9.9.0", 1, False)
+    assert (opts["stack"], opts["optimizer"], opts["cudnn"], opts["dp"], opts["fsdp"],
+            opts["loss_fp32"]) == ("transformers", "sgd", "9.9.0", 1, False, False)
     got = list(validate_rows([TABLE]))
     # the B200 profile has no FlashAttention-2 rates: those six rows are reported, not replayed
     skipped = [r for r in got if r.error]
@@ -127,3 +127,20 @@ def test_a_bad_stack_cell_is_bad_input(tmp_path) -> None:
     bad.write_text(TABLE.read_text().replace(",transformers,", ",keras,", 1))
     with pytest.raises(InputError, match="row 2: stack"):
         list(table_rows([bad]))
+
+
+def test_the_loss_on_compute_dtype_logits() -> None:
+    model = load_model("llama3.2-1b")
+    hf = stack_template(model, get_stack("transformers"))
+    bf16 = stack_template(model, get_stack("transformers"), loss_fp32=False)
+    for phase in ("fwd", "bwd"):
+        k = TORCH_CE_PASSES[phase == "bwd"]
+        plain = _op(stack_template(model, Stack("plain", "fp32 loss")), "loss", phase).bytes
+        assert _op(bf16, "loss", phase).bytes == f"{k:g}*(eb/4*({plain}))"
+        assert _op(hf, "loss", phase).bytes == f"{k:g}*({plain})"
+    fp32 = retarget({**ONE, "stack": "transformers"})
+    half = retarget({**ONE, "stack": "transformers", "loss_fp32": False})
+    assert half.iteration_time_s < fp32.iteration_time_s
+    assert half.to_dict()["stack"]["kernels"]["cross_entropy"].endswith("compute-dtype logits")
+    fused = retarget({**ONE, "loss_fp32": False})  # megatron-core: its fused cross-entropy
+    assert any("--no-loss-fp32 is not used" in w for w in fused.warnings)

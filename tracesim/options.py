@@ -285,6 +285,11 @@ class ReplayOptions:
         "momentum), over fp32 master weights or, with the transformers stack, over the "
         "compute-dtype weights (docs/stacks.md). Default: adam.", "choice", group="template",
         choices=OPTIMIZERS)
+    loss_fp32: bool | None = _opt(
+        "PyTorch's cross-entropy (the torchtitan and transformers stacks) on logits cast to fp32, "
+        "as transformers' and torchtitan's losses do; off: on the compute-dtype logits, a loss "
+        "computed outside the model on its BF16 output (half the memory traffic). Default on.",
+        "bool", group="template")
     cross_entropy_fusion: bool | None = _opt(
         "The fused vocab-parallel cross-entropy (Megatron's --cross-entropy-loss-fusion); off: "
         "fp32 softmax, loss and gradient kernels. Default: the stack's.", "bool", group="template")
@@ -390,7 +395,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
               "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
               "moe_router_fusion", "cpu_offload_layers", "template", "attention", "cudnn", "compile",
-              "cross_entropy_fusion", "optimizer",
+              "cross_entropy_fusion", "optimizer", "loss_fp32",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",

@@ -3,7 +3,9 @@
 NVIDIA/cudnn-frontend ``benchmark/Llama-3.2-1B-Training`` (commit 9793df5) trains Hugging Face
 transformers' ``LlamaForCausalLM`` (Llama 3.2 1B, randomly initialised, parameters in BF16:
 ``torch.set_default_dtype(torch.bfloat16)``) eagerly on one GPU with ``torch.optim.SGD`` and
-times 100 iterations of forward, ``CrossEntropyLoss``, backward and step per (batch, sequence)
+times 100 iterations of forward, ``CrossEntropyLoss`` (on the model's BF16 logits: it passes
+no labels, so transformers' own fp32 loss does not run; ``loss_fp32`` false), backward and
+step per (batch, sequence)
 point and PyTorch SDPA backend, on one B200 and one H200 (container nv25.04: PyTorch 2.7,
 cuDNN 9.9.0; ``artifacts/{b200,h200}_training_timing.csv``, seconds per iteration). This
 script writes its rows in the torchtitan table format with the ``transformers`` stack:
@@ -34,7 +36,8 @@ GPUS = {"b200": "DGX-B200", "h200": "DGX-H200"}
 #: SDPA backend -> the table's attention cell (EFFICIENT_ATTENTION: not modelled)
 BACKENDS = {"CUDNN_ATTENTION": "flash", "FLASH_ATTENTION": "flash2"}
 COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac", "compile",
-           "attention", "stack", "optimizer", "cudnn", "tokens_per_s_per_gpu", "step_s", "note")
+           "attention", "stack", "optimizer", "loss_fp32", "cudnn", "tokens_per_s_per_gpu", "step_s",
+           "note")
 
 
 def rows(repo: Path) -> list[dict[str, str]]:
@@ -52,7 +55,7 @@ def rows(repo: Path) -> list[dict[str, str]]:
                 "system": system, "model": "llama3.2-1b", "gpus": "1", "precision": "bf16",
                 "local_batch": str(b), "seq_len": str(s), "tp": "1", "ac": "none",
                 "compile": "false", "attention": BACKENDS[r["backend"]], "stack": "transformers",
-                "optimizer": "sgd", "cudnn": "9.9.0", "tokens_per_s_per_gpu": f"{b * s / t:.1f}",
+                "optimizer": "sgd", "loss_fp32": "false", "cudnn": "9.9.0", "tokens_per_s_per_gpu": f"{b * s / t:.1f}",
                 "step_s": f"{t:.6f}",
                 "note": (f"NVIDIA/cudnn-frontend@{COMMIT} {ARTIFACTS}/{gpu}_training_timing.csv "
                          f"{r['backend']}: mean of 100 iterations")})

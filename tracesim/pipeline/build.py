@@ -270,6 +270,7 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         unused += ["--compile"] if options.compile else []
         unused += ["--cross-entropy-fusion"] if options.cross_entropy_fusion is not None else []
         unused += ["--optimizer"] if options.optimizer is not None else []
+        unused += ["--no-loss-fp32"] if options.loss_fp32 is False else []
         if unused and template.meta.get("source") != "first-principles":
             verb = "are" if len(unused) > 1 else "is"
             warnings.append(f"{' and '.join(unused)} {verb} not used: the template's ops are "
@@ -277,7 +278,10 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
                             "to the analytic template")
     else:
         template = stack_template(model, stack, options.attention, bool(options.compile),
-                                  options.optimizer)
+                                  options.optimizer, options.loss_fp32 is not False)
+        if options.loss_fp32 is False and (stack.fused_ce or stack.megatron_ce):
+            warnings.append(f"--no-loss-fp32 is not used: the {stack.name} stack's cross-entropy "
+                            "is not PyTorch's (--no-cross-entropy-fusion for Megatron's)")
     if par.dtype == "fp8":
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
                                 par.fp8_plan, par.fp8_attention)

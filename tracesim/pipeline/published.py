@@ -34,7 +34,7 @@ Four table formats are read (the columns decide):
   the interleaved schedule's.
 * **torchtitan runs** (``system, model, gpus, precision, local_batch, seq_len, tp, ac,
   compile, tokens_per_s_per_gpu``, optional ``attention``, ``fsdp_fp8_all_gather``,
-  ``stack``, ``optimizer`` and ``cudnn``): compared on tokens/s per GPU, replayed with the
+  ``stack``, ``optimizer``, ``loss_fp32`` and ``cudnn``): compared on tokens/s per GPU, replayed with the
   torchtitan stack (or the row's ``stack``: ``transformers``, with DDP), FSDP over the GPUs TP
   leaves, one micro-batch of the local batch, the row's activation checkpointing
   (``none``, ``op``, ``full``), torch.compile and attention kernel, torchao float8
@@ -232,7 +232,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
     (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered). Optional ``stack``
     (``transformers``: Hugging Face modules in eager PyTorch with DDP instead of FSDP),
-    ``optimizer`` (``adam``, ``sgd``) and ``cudnn`` (the run's cuDNN version) cells."""
+    ``optimizer`` (``adam``, ``sgd``), ``loss_fp32`` (true / false) and ``cudnn`` (the run's
+    cuDNN version) cells."""
     system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
     stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
     gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
@@ -253,6 +254,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["attention"] = row["attention"].strip()
     if (row.get("optimizer") or "").strip():
         opts["optimizer"] = known_cell(row, "optimizer", ("adam", "sgd"), path, k)
+    if (row.get("loss_fp32") or "").strip():  # the loss on fp32 or on the compute-dtype logits
+        opts["loss_fp32"] = flag_cell(row, "loss_fp32", path, k)
     if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
         opts["cudnn"] = check_value("cudnn", row["cudnn"].strip(), path, f"row {k + 2}: cudnn")
     if recipe:

@@ -320,12 +320,14 @@ def attention_kernel(stack: Stack, attention: str, device: Any) -> str:
 
 
 def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
-                   compiled: bool = False, optimizer: str | None = None) -> LayerTemplate:
+                   compiled: bool = False, optimizer: str | None = None,
+                   loss_fp32: bool = True) -> LayerTemplate:
     """The first-principles template with ``stack``'s kernels (``attention`` overrides the
     stack's attention kernel; ``compiled``: torch.compile fuses the eager elementwise
     chains, each one kernel as the fused stacks run it; ``optimizer``: ``adam`` (the
     default) or ``sgd``, over the stack's master weights or its compute-dtype weights,
-    :mod:`tracesim.template.optimizer`)."""
+    :mod:`tracesim.template.optimizer`; ``loss_fp32`` False: PyTorch's cross-entropy on the
+    compute-dtype logits, ``eb / 4`` of the fp32 loss's bytes)."""
     if stack.dense_only and (model.is_moe or model.is_mla or model.is_hybrid):
         raise InputError(f"stack {stack.name} models dense transformer blocks; {model.name} has "
                          "MoE, MLA or Mamba layers (use megatron-core or torchtitan)", "--stack")
@@ -339,7 +341,8 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
     unfused = _unfused(stack, model)
     opt = optimizer or "adam"
     ops = [optimizer_op(opt, stack.master_weights) if o.section == "optimizer"
-           and o.name == "optimizer.step" else _variant(_kernel(o, stack, swiglu, rms), unfused)
+           and o.name == "optimizer.step" else _variant(_kernel(o, stack, swiglu, rms, loss_fp32),
+                                                        unfused)
            for o in base.ops]
     if "expert_bias" in unfused:
         fwd, bwd = expert_bias_ops()
@@ -352,7 +355,7 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
                         and (kind := _chain(o, swiglu, rms)) in stack.chain_kernels}
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
             "attention": att, "compiled": compiled, "unfused": unfused, "optimizer": opt,
-            "master_weights": stack.master_weights}
+            "master_weights": stack.master_weights, "loss_fp32": loss_fp32}
     if stack.chain_kernels:
         meta["op_kernels"] = meta_kernels
     if stack.mcore_paths and model.is_moe:
@@ -413,7 +416,8 @@ def _chain(o: TemplateOp, swiglu: bool, rms: bool) -> str:
     return "rope" if o.module.endswith(".rope") else ""
 
 
-def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
+def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool, loss_fp32: bool = True
+            ) -> TemplateOp:
     """``o`` as ``stack`` runs it (memory passes of eager kernels, the fused cross-entropy)."""
     if kind := _chain(o, swiglu, rms):
         fwd = {"norm": stack.norm_passes, "act": stack.act_passes, "rope": stack.rope_passes}[kind]
@@ -431,8 +435,9 @@ def _kernel(o: TemplateOp, stack: Stack, swiglu: bool, rms: bool) -> TemplateOp:
         # gradient in place (8) and its cast back (4 in, eb out)
         per = "(eb + 36)" if o.phase == "fwd" else "(eb + 12)"
         return o.replace(bytes=f"{per}*(b*s/cp)*vocab/tp")
-    if o.module == "loss" and o.kind == "compute" and stack.ce_passes != (1.0, 1.0):
-        return o.replace(bytes=_times(o.bytes, stack.ce_passes[o.phase == "bwd"]))
+    if o.module == "loss" and o.kind == "compute":  # PyTorch's cross_entropy
+        nbytes = o.bytes if loss_fp32 else f"eb/4*({o.bytes})"
+        return o.replace(bytes=_times(nbytes, stack.ce_passes[o.phase == "bwd"]))
     return o
 
 
@@ -444,6 +449,8 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
                else {**dict(stack.kernels), "attention": attention_kernel(stack, att, device)})
     if not recorded:
         kernels.update(template.meta.get("unfused") or {})
+        if template.meta.get("loss_fp32") is False and "cross_entropy" in kernels:
+            kernels["cross_entropy"] = "torch cross_entropy on the compute-dtype logits"
         opt = str(template.meta.get("optimizer", "adam"))
         if opt != "adam":
             kernels["optimizer"] = OPTIMIZER_SUMMARY[(opt, bool(template.meta.get("master_weights", True)))]
