@@ -9,8 +9,8 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
 * dense, gated SiLU MLP, RMSNorm (family ``llama``): ``llama``, ``mistral``, ``qwen2``,
   ``qwen3`` (RMSNorm over each query and key head: ``qk_norm``): ``num_hidden_layers``,
   ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
-  ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral;
-  Qwen only with ``use_sliding_window``);
+  ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral
+  and Mixtral; Qwen only with ``use_sliding_window``);
 * mixture of experts (family ``moe``): ``mixtral`` (``num_local_experts``,
   ``num_experts_per_tok``, every expert ``intermediate_size`` wide), ``qwen2_moe`` /
   ``qwen3_moe`` (``num_experts``, ``moe_intermediate_size``, ``decoder_sparse_step``, the
@@ -98,7 +98,7 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
     if mtype == "qwen3" or mtype == "qwen3_moe":
         out["qk_norm"] = True
     window = data.get("sliding_window")
-    if window and (mtype == "mistral" or data.get("use_sliding_window")):
+    if window and (mtype in ("mistral", "mixtral") or data.get("use_sliding_window")):
         out["sliding_window"] = _int(data, "sliding_window", file)
     if mtype in MOE:
         _moe(out, mtype, data, file)
