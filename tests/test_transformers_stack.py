@@ -13,11 +13,12 @@ import pytest
 from tests.helpers import retarget
 from tracesim.catalog import load_model
 from tracesim.errors import InputError
+from tracesim.options import OPTIMIZERS as OPTION_CHOICES
 from tracesim.pipeline.published import table_rows, validate_rows
 from tracesim.report.memory import GiB
 from tracesim.template.eager_chains import HF_KERNELS, HF_PASSES, TORCH_CE_PASSES
 from tracesim.template.layer import evaluate
-from tracesim.template.optimizer import optimizer_op, state_bytes
+from tracesim.template.optimizer import OPTIMIZERS, optimizer_op, state_bytes
 from tracesim.template.stacks import Stack, get_stack, stack_template
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +79,7 @@ def test_optimizer_costs_and_states() -> None:
             state_bytes("adam", False, 2), state_bytes("sgd", False, 2)] == [12, 8, 4, 4, 0]
     with pytest.raises(ValueError):
         optimizer_op("lion", True)
+    assert OPTION_CHOICES == OPTIMIZERS  # the option's choices are the template's optimizers
 
 
 def test_sgd_is_a_cheaper_step_and_smaller_states() -> None:

@@ -81,6 +81,7 @@ from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flo
 from tracesim.pipeline.recipe_spec import nemo_cudnn
 from tracesim.pipeline.recipes import ROW_RECIPE_COLUMNS, recipe_options, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
+from tracesim.template.optimizer import OPTIMIZERS
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
@@ -253,7 +254,7 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
     if (row.get("optimizer") or "").strip():
-        opts["optimizer"] = known_cell(row, "optimizer", ("adam", "sgd"), path, k)
+        opts["optimizer"] = known_cell(row, "optimizer", OPTIMIZERS, path, k)
     if (row.get("loss_fp32") or "").strip():  # the loss on fp32 or on the compute-dtype logits
         opts["loss_fp32"] = flag_cell(row, "loss_fp32", path, k)
     if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
