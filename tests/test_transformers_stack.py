@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,11 @@ def test_the_loss_on_compute_dtype_logits() -> None:
     assert half.to_dict()["stack"]["kernels"]["cross_entropy"].endswith("compute-dtype logits")
     fused = retarget({**ONE, "loss_fp32": False})  # megatron-core: its fused cross-entropy
     assert any("--no-loss-fp32 is not used" in w for w in fused.warnings)
+
+
+def test_list_stacks() -> None:
+    r = subprocess.run([sys.executable, "-m", "tracesim.cli", "list", "stacks", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    names = [e["name"] for e in json.loads(r.stdout)["stacks"]]
+    assert names[:5] == ["megatron-core", "megatron-2021", "torchtitan", "deepspeed", "transformers"]

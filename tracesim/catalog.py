@@ -26,7 +26,7 @@ from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
 from tracesim.specs.hf_config import is_hf_config, spec_from_hf_config
 from tracesim.specs.model import ModelSpec, model_from_dict
 
-KINDS = ("models", "clusters", "devices")
+KINDS = ("models", "clusters", "devices", "stacks")
 
 
 def _data_dir(package: str) -> Path:
@@ -219,6 +219,11 @@ def shipped(kind: str) -> list[Entry]:
                                    + ("; --attention flash2" if d.with_flash2() is not None
                                       else "") + _cudnn_fits(d)))
         return out
+    if kind == "stacks":
+        from tracesim.template.stacks import STACKS
+
+        return [Entry(name, f"{st.summary}; FP8 recipes: {', '.join(st.fp8_recipes) or 'none'}")
+                for name, st in STACKS.items()]
     raise InputError(f"expected one of {', '.join(KINDS)}, got {kind!r}", "KIND")
 
 

@@ -1,4 +1,4 @@
-"""``tracesim list models|clusters|devices``: what ships with tracesim (usable by name)."""
+"""``tracesim list models|clusters|devices|stacks``: what ships with tracesim (usable by name)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from tracesim.catalog import KINDS, shipped
 @click.argument("kind", type=click.Choice(KINDS))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def command(kind: str, as_json: bool) -> None:
-    """List the shipped model specs, cluster specs or device profiles (KIND).
+    """List the shipped model specs, cluster specs, device profiles or software stacks (KIND).
 
     Each is usable by its name wherever a file is accepted (``--model``, ``--cluster``, a
-    cluster spec's ``device:``); your own YAML files are accepted by path.
+    cluster spec's ``device:``; a stack by ``--stack``); your own YAML files are accepted by
+    path.
     """
     entries = shipped(kind)
     if as_json:
