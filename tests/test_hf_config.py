@@ -68,6 +68,8 @@ def test_gpt2_and_qwen2_moe_shared_experts(tmp_path: Path) -> None:
     ({"num_hidden_layers": 0}, "num_hidden_layers"),
     ({"mlp_only_layers": [3]}, "mlp_only_layers"),
     ({"torch_dtype": "int8"}, "torch_dtype"),
+    ({"model_type": "gpt_oss", "num_local_experts": 8, "layer_types": "sliding_attention"},
+     "layer_types"),
     ({"shared_expert_intermediate_size": 1000, "model_type": "qwen2_moe"},
      "shared_expert_intermediate_size"),
 ])

@@ -148,7 +148,9 @@ def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -
 
 def _gpt_oss(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
     """gpt-oss: windowed attention on alternate layers, the clamped SwiGLU, expert biases."""
-    types = list(data.get("layer_types") or [])
+    types = data.get("layer_types") or []
+    if not isinstance(types, list):
+        raise InputError(f"expected a list of layer types, got {types!r}", file, "layer_types")
     full = [i for i, t in enumerate(types) if t == "full_attention"]
     if data.get("sliding_window") and full:
         every = full[0] + 1
