@@ -251,6 +251,23 @@ def test_a_signal_inside_a_finaliser_still_unwinds(exc):
     assert "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_signal_in_a_finaliser_during_shutdown_starts_no_thread(monkeypatch):
+    # at interpreter shutdown the command has returned: a re-posting thread would run without
+    # an interpreter ("Fatal Python error: PyThreadState_Get"), so the signal is dropped
+    import _thread
+    from types import SimpleNamespace
+
+    from tracesim import cli
+
+    def no_thread(*args):
+        raise AssertionError("a thread was started during finalization")
+
+    monkeypatch.setattr(_thread, "start_new_thread", no_thread)
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    for exc in (KeyboardInterrupt(), SystemExit(143)):
+        cli._unraisable(SimpleNamespace(exc_value=exc))  # type: ignore[arg-type]
+
+
 _SWALLOWING_SCRIPT = """
 import os, signal, sys, time
 from tracesim import cli

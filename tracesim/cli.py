@@ -129,7 +129,9 @@ def _unraisable(info: sys.UnraisableHookArgs) -> None:
 
     Python cannot raise from those callbacks: it prints "Exception ignored" with a traceback
     and carries on. The interrupt is re-posted to the main thread instead, so it unwinds the
-    command like any other Ctrl-C or SIGTERM.
+    command like any other Ctrl-C or SIGTERM. While the interpreter is finalizing (the
+    command has returned and its files are complete) it is dropped: a thread started then
+    runs without an interpreter to run in and aborts the process.
     """
     exc = info.exc_value
     if isinstance(exc, KeyboardInterrupt):
@@ -138,6 +140,8 @@ def _unraisable(info: sys.UnraisableHookArgs) -> None:
         signum = signal.SIGTERM
     else:
         sys.__unraisablehook__(info)
+        return
+    if sys.is_finalizing():
         return
     # posted from another thread a moment later, so it is not handled inside this hook
     _thread.start_new_thread(_repost, (signum,))
