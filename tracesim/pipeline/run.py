@@ -275,12 +275,12 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
 
 
 def _optimizer_bytes(meta: Any, dtype: str) -> float | None:
-    """Optimizer states per parameter of an analytic template's optimizer (None: Adam over
-    master weights, the memory estimate's default, and every recorded template)."""
-    opt, master = meta.get("optimizer"), meta.get("master_weights", True)
-    if opt is None or (opt == "adam" and master):
+    """Optimizer states per parameter of an analytic template's optimizer (None for a
+    recorded template: the memory estimate's default, Adam over master weights)."""
+    opt = meta.get("optimizer")
+    if opt is None:
         return None
-    return state_bytes(str(opt), bool(master), DTYPE_BYTES[dtype])
+    return state_bytes(str(opt), bool(meta.get("master_weights", True)), DTYPE_BYTES[dtype])
 
 
 def self_replay(source: str | Path, detail: bool = False) -> Prediction:

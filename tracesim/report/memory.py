@@ -56,6 +56,7 @@ from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner, in_width
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split
 from tracesim.template.moe_padding import moe_padding
+from tracesim.template.optimizer import state_bytes
 
 GiB = float(1 << 30)
 
@@ -197,14 +198,14 @@ def estimate_memory(
         capacity_gib: device memory (0: unknown).
         offloaded_layers: the first N layers' activations live in host memory (one stage,
             one micro-batch in flight); one layer's stay, the copy under way.
-        optimizer_bytes: optimizer states per parameter (default: Adam's, module docstring;
-            :func:`tracesim.template.optimizer.state_bytes` for another optimizer or weights).
+        optimizer_bytes: optimizer states per parameter (default: Adam's over master weights,
+            :func:`tracesim.template.optimizer.state_bytes`).
     """
     eb = DTYPE_BYTES[par.dtype]
     wb = gb = max(eb, 2)
     if par.grad_reduce_fp32:  # the gradient buffer in fp32 (Megatron's main_grad)
         gb = 4
-    ob = optimizer_bytes if optimizer_bytes is not None else 8 if par.dtype == "fp32" else 12
+    ob = optimizer_bytes if optimizer_bytes is not None else state_bytes("adam", True, eb)
     dpcp = par.dp * par.cp
     edp = par.edp
     split = stage_split(model, par)

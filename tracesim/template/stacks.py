@@ -350,14 +350,12 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
         ops.insert(i + 1, fwd)
         j = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "bwd")
         ops.insert(j, bwd)
-    if stack.chain_kernels:
-        meta_kernels = {o.name: stack.chain_kernels[kind] for o in ops if o.phase == "fwd"
-                        and (kind := _chain(o, swiglu, rms)) in stack.chain_kernels}
     meta = {**dict(base.meta), "stack": stack.name, "sp_regather": stack.sp_regather,
             "attention": att, "compiled": compiled, "unfused": unfused, "optimizer": opt,
             "master_weights": stack.master_weights, "loss_fp32": loss_fp32}
     if stack.chain_kernels:
-        meta["op_kernels"] = meta_kernels
+        meta["op_kernels"] = {o.name: stack.chain_kernels[kind] for o in ops if o.phase == "fwd"
+                              and (kind := _chain(o, swiglu, rms)) in stack.chain_kernels}
     if stack.mcore_paths and model.is_moe:
         meta["router_kernels"] = MCORE_ROUTER_KERNELS
     tpl = LayerTemplate(tuple(ops), meta)
