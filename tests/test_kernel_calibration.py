@@ -67,7 +67,11 @@ def test_gemm_predicts_held_out_shapes_and_devices(gemm: dict[str, np.ndarray]) 
               "cuBLAS ordinary shapes (pyptx), B200 and H100|tested": 0.10,  # 6.9% (2048^3)
               "TileLang FP16": 0.06,                              # 3.2% (k 256-16k)
               "TileLang FP8, H800, 8192 x 8192, k 256-16k, fork run": 0.13,      # 9.5%
-              "TileLang FP8, H800, 8192 x 8192, k 256-16k, upstream run": 0.20}  # 15.8%
+              "TileLang FP8, H800, 8192 x 8192, k 256-16k, upstream run": 0.20,  # 15.8%
+              # Azure's cuBLASLt sweeps at the sustained clock (FP8: fast accumulation)
+              "Azure cuBLASLt h100 fp8": 0.09,                    # 6.6%
+              "Azure cuBLASLt h200 fp8": 0.09,                    # 6.3%
+              "Azure cuBLASLt a100 fp16": 0.13}                   # 9.8%
     for prefix, bound in bounds.items():
         r = _group(gemm, prefix)
         assert _mape(r) < bound, (prefix, _mape(r))

@@ -38,7 +38,8 @@ class Case:
     shape: tuple[float, float, float, float]
     measured_s: float
     label: str
-    #: ``fwd``, ``bwd`` (the backward kernel alone) or ``fwd_bwd`` (both, in a training step)
+    #: ``fwd``, ``bwd`` (the backward kernel alone), ``fwd_bwd`` (both, in a training step) or
+    #: ``sustained`` (a forward kernel timed after a warm-up long enough to hold the power limit)
     kind: str = "fwd"
     #: ``flash``: the profile's fused attention; ``flash2``: its FlashAttention-2 parameters;
     #: ``cudnn 9.13``: its fused attention as that cuDNN version runs it (``--cudnn``)
@@ -46,26 +47,28 @@ class Case:
 
     def device(self) -> DeviceProfile:
         """The profile as the measurement saw the GPU: kernels timed inside a training step
-        (``fwd_bwd``) at its sustained clock, short kernel benchmarks at the burst rate."""
+        (``fwd_bwd``) or after a long warm-up (``sustained``) at its sustained clock, short
+        kernel benchmarks at the burst rate."""
         dev = get_device(self.profile)
         if self.attention != "flash":
             alt = (dev.with_flash2() if self.attention == "flash2"
                    else dev.with_cudnn(self.attention.split()[1]))
             assert alt is not None, f"{self.profile} has no {self.attention} parameters"
             dev = alt
-        return dev if self.kind == "fwd_bwd" else dev.burst()
+        return dev if self.kind in ("fwd_bwd", "sustained") else dev.burst()
 
     def predicted_s(self, shaped: bool = True) -> float:
         return op_time_ns(self.device(), self.op_class, self.flops, self.nbytes, self.dtype,
                           self.units, self.shape if shaped else None) * 1e-9
 
 
-def _gemm_case(group: str, role: str, r: dict[str, str], profile: str | None = None) -> Case:
+def _gemm_case(group: str, role: str, r: dict[str, str], profile: str | None = None,
+               kind: str = "fwd") -> Case:
     b, m, n, k = (float(r[c]) for c in ("batch", "m", "n", "k"))
     elt = {"fp8": 1.0, "nvfp4": 0.5625}.get(r["dtype"], 2.0)
     return Case(group, role, profile or r["profile"], "gemm", r["dtype"], 2 * b * m * n * k,
                 b * (m * k + k * n) * elt + b * m * n * 2.0, 1.0, (b, m, n, k), kf.measured_s(r),
-                f"{r['device']} {r['dtype']} {int(b)}x{int(m)}x{int(n)}x{int(k)}")
+                f"{r['device']} {r['dtype']} {int(b)}x{int(m)}x{int(n)}x{int(k)}", kind)
 
 
 def gemm_cases() -> list[Case]:
@@ -89,6 +92,11 @@ def gemm_cases() -> list[Case]:
         big = min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM
         out.append(_gemm_case("cuBLAS ordinary shapes (pyptx), B200 and H100",
                               "calibrated (typical level q)" if big else "tested (smaller shape)", r))
+    # 10,000 warm-up iterations before the timed 1,000: the GPU at its power limit
+    out += [_gemm_case(f"Azure cuBLASLt {r['profile']} {r['dtype']}, square and three shapes",
+                       "tested (other benchmark; FP8 fast accumulation)" if r["dtype"] == "fp8"
+                       else "tested (other benchmark)", r, kind="sustained")
+            for r in kf.gemm_rows(source="AZ-ABG")]
     out += [_gemm_case("NVFP4 torch._scaled_mm, B200, square 1024-8192 (pytorch/ao #2427)",
                        "calibrated (nvfp4 plateau and level)", r)
             for r in kf.gemm_rows(source="TORCHAO-NVFP4")]
