@@ -391,6 +391,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
         if own:
             _gemm(u, g, chunk * own, own / splits, layer, phase, prefix, chunks=own)
         u.joins.append(last)
+        _ring_reduce(u, g, last, method, layer=layer, phase=phase, prefix=prefix)
         return
     last_c = -1
     for k in range(splits):
@@ -399,6 +400,19 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
             last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix, ov)
             u.edge(t, last_c)
     u.joins.append(last_c)
+    _ring_reduce(u, g, last_c, method, layer=layer, phase=phase, prefix=prefix)
+
+
+def _ring_reduce(u: Unit, g: ROp, last: int, method: str, *, layer: int, phase: str,
+                 prefix: str) -> None:
+    """A ring-exchange reduce-scatter ends with the reduction of the received chunks on the
+    GEMM's stream, after its own chunk and the last transfer (``ROp.ub_reduce_ns``; a
+    chunk of the same C++ call for the host, ``name#reduce``)."""
+    if method != "ring" or g.ub_reduce_ns <= 0:
+        return
+    t = u.compute_task(f"{prefix}{g.name}#reduce", layer=layer, phase=phase,
+                       op_class="elementwise", dur_ns=int(g.ub_reduce_ns))
+    u.edge(last, t)
 
 
 def spread(dur: np.ndarray, extra_ns: float) -> np.ndarray:

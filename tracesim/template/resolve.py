@@ -341,8 +341,27 @@ def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Map
         dgrad_shape, _ = gradient_shapes(shape_parts(timed.shape))  # the data gradient alone
         dgrad = timed.replace(phase="fwd", shape=",".join(dgrad_shape))
         share = min(max(op_time(op.op_class, run_flops / 2, nbytes / 2, dgrad, units) / dur, 0.0), 1.0)
+    reduce = 0
+    if (role in ("proj", "fc2") and phase == "fwd" and par.tp_comm_overlap and par.sp
+            and par.tp > 1 and op.op_class == "gemm"):
+        reduce = ub_reduce_ns(op, evaluate(op.out, env), par.tp, op_time)
     return ROp(op.name, "gpu", op.op_class, phase, flops, nbytes, dur, recompute=op.recompute,
-               params=params, ub=role, chunk_slow=slow, dgrad_share=share)
+               params=params, ub=role, chunk_slow=slow, dgrad_share=share, ub_reduce_ns=reduce)
+
+
+def ub_reduce_ns(op: TemplateOp, out_elems: float, tp: int, op_time: OpTimeFn) -> int:
+    """The reduction kernel that ends Transformer Engine's ring-exchange reduce-scatter of a
+    row-parallel GEMM's ``out_elems`` partial sums (``CommOverlapP2PBase::split_overlap_rs``:
+    each GEMM chunk's partial sums of one rank's tokens go to that rank, then ``reduce_bf16``
+    on the main stream adds the ``tp`` chunks into the rank's ``out_elems / tp`` outputs). The
+    reduce-scatter's buffers are BF16 whatever the GEMM's precision (``fp8_buf`` is set for
+    the all-gather overlaps only, ``transformer_engine/pytorch/module/base.py``): it reads
+    ``tp`` chunks and writes one, 2 bytes an element, a memory-bound kernel."""
+    n = out_elems / tp
+    kernel = op.replace(name=f"{op.name}#reduce", op_class="elementwise", shape="", dtype="bf16",
+                        measured_ns=0.0, src_flops=0.0, src_bytes=0.0, src_units=0.0, calls="0",
+                        quant="", leaves="", phase="fwd")
+    return int(op_time("elementwise", n * (tp - 1), n * (tp + 1) * 2.0, kernel, 1.0))
 
 
 def resolve_template(

@@ -52,6 +52,10 @@ class ROp:
     #: a backward GEMM's data-gradient share of ``dur_ns`` (the rest its weight gradient; the
     #: two at their own shapes, :func:`tracesim.template.durations.backward_gemm_ns`)
     dgrad_share: float = 0.5
+    #: a row-parallel forward GEMM under the userbuffers overlap: the time of the reduction
+    #: kernel that ends a ring-exchange reduce-scatter of its output
+    #: (:func:`tracesim.template.resolve.ub_reduce_ns`; 0: none)
+    ub_reduce_ns: int = 0
 
     @property
     def is_comm(self) -> bool:
