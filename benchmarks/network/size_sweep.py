@@ -88,8 +88,12 @@ def band_ratios(points: list[Point]) -> dict[tuple[str, str], tuple[float, float
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DATA
-    points = sweep(path)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sweeps", nargs="?", type=Path, default=DATA,
+                    help="nccl-tests sweep CSV (default: benchmarks/network/data/nccl_sweeps.csv)")
+    points = sweep(ap.parse_args().sweeps)
     print("| system | collective (algorithm) | size | measured us | simulated us | measured busbw | "
           "simulated busbw | simulated / measured time |")
     print("|---|---|---|---|---|---|---|---|")
