@@ -204,12 +204,50 @@ def test_fp8_template_casts(recipe: str, per_elem: float) -> None:
     gemms = [o for o in tpl.ops if is_fp8_gemm(o) and o.kind == "compute"]
     casts = [o for o in tpl.ops if o.name.endswith(".fp8_cast")]
     assert gemms and all(o.dtype == "fp8" for o in gemms) and len(casts) == len(gemms)
-    assert all(o.bytes.startswith(f"{per_elem:g}*") for o in casts)
+    # what sequence parallelism gathers (a column-parallel input, a row-parallel output
+    # gradient) is cast on the shard; on Hopper its transpose waits for the gather
+    gathered = [o for o in casts if o.shard == "sequence"]
+    assert len(gathered) == 4 and all(o.bytes.endswith("/tps") for o in gathered)
+    head = f"({per_elem:g}-min(tps-1,1))*" if recipe in ("current", "delayed") else f"{per_elem:g}*"
+    assert all(o.bytes.startswith(head) for o in gathered)
+    assert all(o.bytes.startswith(f"{per_elem:g}*") for o in casts if o not in gathered)
     assert not any(o.dtype == "fp8" for o in tpl.ops if o.op_class == "attention")
     weight = [o for o in tpl.ops if o.name == "fp8.weight_cast"]
     assert [o.bytes for o in weight] == ["4*params"]
     assert [o.bytes for o in fp8_template(base, recipe, True).ops
             if o.name == "fp8.weight_cast"] == ["2*params"]
+
+
+@pytest.mark.parametrize("recipe,cast", [("current", 5.0), ("delayed", 3.0)])
+def test_fp8_transposes_by_gpu(recipe: str, cast: float) -> None:
+    """Hopper's FP8 GEMMs take one layout: the per-tensor recipes write transposed copies,
+    of a gathered tensor after the gather (Transformer Engine ``update_usage``); Blackwell's
+    take either, so no transposes at all (``is_non_tn_fp8_gemm_supported``)."""
+    base = first_principles_template(load_model("gpt3-1.7b"))
+    hopper = fp8_template(base, recipe, param_gather=False)
+    tr = [o for o in hopper.ops if o.name.endswith(".fp8_transpose")]
+    assert sorted(o.name for o in tr) == ["attn.proj.fp8_transpose", "attn.qkv.fp8_transpose",
+                                          "mlp.fc1.fp8_transpose", "mlp.fc2.fp8_transpose"]
+    assert all(o.phase == "bwd" and o.when == "tps-1" and o.bytes.startswith("2*") for o in tr)
+    blackwell = fp8_template(base, recipe, param_gather=False, transposes=False)
+    assert not any(o.name.endswith(".fp8_transpose") for o in blackwell.ops)
+    assert all(o.bytes.startswith(f"{cast:g}*") for o in blackwell.ops if o.name.endswith(".fp8_cast"))
+    assert [o.bytes for o in blackwell.ops if o.name == "fp8.weight_cast"] == ["3*params"]
+    assert [o.bytes for o in fp8_template(base, recipe, True, transposes=False).ops
+            if o.name == "fp8.weight_cast"] == []
+    # block-scaled recipes quantize both layouts on every GPU
+    mx = fp8_template(base, "mxfp8", param_gather=False, gemm_dtype="mxfp8", transposes=False)
+    assert not any(o.name.endswith(".fp8_transpose") for o in mx.ops)
+    assert all(o.bytes.startswith("4.0625*") for o in mx.ops if o.name.endswith(".fp8_cast"))
+
+
+def test_fp8_transposes_in_the_replay() -> None:
+    def transposes(**kw: object) -> int:
+        t = _built(dtype="fp8", **kw).graph.tasks
+        return int(t["name"].astype(str).str.contains("fp8_transpose").sum())
+
+    assert transposes(tp=2, dp=1) > 0  # h100x8, TP 2 with SP: the gathered tensors
+    assert transposes(tp=1, dp=2) == 0  # nothing gathered: cast and transpose together
 
 
 def test_fp8_gemms_run_at_the_fp8_rate() -> None:

@@ -283,8 +283,14 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
             warnings.append(f"--no-loss-fp32 is not used: the {stack.name} stack's cross-entropy "
                             "is not PyTorch's (--no-cross-entropy-fusion for Megatron's)")
     if par.dtype == "fp8":
+        # Hopper's FP8 GEMMs take one operand layout (TN) and Transformer Engine writes
+        # transposed copies for the others; Blackwell's take either (the `mxfp8` peak marks
+        # it; TE's is_non_tn_fp8_gemm_supported). torchao's float8 (torchtitan) transposes
+        # on every GPU: torch._scaled_mm wants its second operand column-major
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
-                                par.fp8_plan, par.fp8_attention)
+                                par.fp8_plan, par.fp8_attention,
+                                transposes=("mxfp8" not in device.peak_tflops
+                                            or stack.name == "torchtitan"))
     return par, stack, template, warnings
 
 

@@ -27,6 +27,14 @@ are low precision and what the scaling costs.
              the gradients' stochastic rounding fused in)
   ========== ==================================================== ===========
 
+  The transposed copy of the per-tensor recipes (``current``, ``delayed``) is Hopper's:
+  its FP8 GEMMs take one operand layout, Blackwell's take either (Transformer Engine
+  ``is_non_tn_fp8_gemm_supported``), so on Blackwell their casts write one copy (5 n, 3 n).
+  On Hopper a tensor that sequence parallelism gathers (a column-parallel linear's input,
+  a row-parallel one's output gradient) is cast on the rank's shard without the transpose
+  and transposed after the gather, in the backward before the weight gradient (read and
+  write one byte per element of the gathered tensor; :func:`_transposed`).
+
   (NVFP4: E2M1 values with an E4M3 scale per 16 elements and a per-tensor FP32 scale; both
   layouts are quantized from the high-precision tensor; the wgrad GEMM's operands get a 16 x
   16 random Hadamard transform, gradients stochastic rounding, weights 16 x 16 2D blocks:
@@ -36,10 +44,11 @@ are low precision and what the scaling costs.
 
 * the weights are cast once per step (Transformer Engine caches them over the
   micro-batches): read 2, write 1 and its transpose 1 byte per parameter (NVFP4: read 2,
-  write 2 x (1/2 + 1/256), 3 bytes); with
+  write 2 x (1/2 + 1/256), 3 bytes; Blackwell without the transpose: 3); with
   ``fp8_param_gather`` the optimizer step writes FP8 parameters itself and only the transpose
-  of the gathered weights is left (2 bytes per parameter), and the data-parallel parameter
-  all-gather moves one byte per parameter (the builder; not with NVFP4).
+  of the gathered weights is left (2 bytes per parameter; Blackwell: nothing), and the
+  data-parallel parameter all-gather moves one byte per parameter (the builder; not with
+  NVFP4).
 
 * with sequence parallelism, the tensor-parallel all-gathers that feed an FP8 GEMM move the
   quantized tensor, as Transformer Engine runs them (``LayerNormLinear`` / ``Linear``: the
@@ -94,6 +103,27 @@ _TENSOR_AMAX = ("current", "nvfp4")
 _GEMM_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 #: bytes per parameter of the once-per-step weight cast (module docstring)
 _WEIGHT_CAST_BYTES = {"nvfp4": "3"}
+#: the per-tensor scaling recipes: one FP8 copy of a tensor, plus its transpose where the
+#: device's FP8 GEMMs need it (module docstring)
+_PER_TENSOR = ("current", "delayed")
+
+
+def _transposed(o: TemplateOp) -> list[TemplateOp]:
+    """The FP8 transpose of what sequence parallelism gathered for the backward GEMM ``o``
+    (Hopper, per-tensor recipes): the re-gathered input of a column-parallel linear, the
+    gathered output gradient of a row-parallel one, each quantized rowwise on its shard and
+    transposed after the gather for the weight gradient (Transformer Engine
+    ``update_usage(columnwise_usage=True)`` on the gathered ``Float8Tensor``: read and write
+    one byte an element); only where sequence parallelism splits the tensor (``tps`` > 1)."""
+    if is_expert_op(o) or o.tp_style not in ("colwise", "rowwise"):
+        return []
+    n = _elems(o, "a" if o.tp_style == "colwise" else "c")
+    if not n:
+        return []
+    return [TemplateOp(
+        name=f"{o.module}.fp8_transpose", section=o.section, phase="bwd", op_class="elementwise",
+        bytes=f"2*{n}", part=o.part, shard=o.shard, fwd=o.fwd or o.name, out="0",
+        when="tps-1")]
 
 
 def is_fp8_gemm(op: TemplateOp) -> bool:
@@ -134,12 +164,14 @@ def _fp8_attention(o: TemplateOp, fwd_op: TemplateOp, recipe: str) -> list[Templ
 
 def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
                  gemm_dtype: str = "fp8", plan: tuple[tuple[str, str], ...] = (),
-                 attention: bool = False) -> LayerTemplate:
+                 attention: bool = False, transposes: bool = True) -> LayerTemplate:
     """``template`` with its transformer-layer GEMMs in FP8 (``gemm_dtype``) and the
     quantization kernels of ``recipe`` (module docstring); ``plan``: (module glob, recipe)
     pairs, the first a linear's module matches giving its own recipe (``bf16``: left as it
-    is); ``attention``: the fused attention core in FP8 too. The result keeps ``template``
-    as its ``plain`` (the layers kept in BF16)."""
+    is); ``attention``: the fused attention core in FP8 too; ``transposes``: the device's
+    per-tensor FP8 GEMMs take one operand layout only (Hopper), so the recipes ``current``
+    and ``delayed`` write transposed copies (:func:`_transposed`). The result keeps
+    ``template`` as its ``plain`` (the layers kept in BF16)."""
     ops: list[TemplateOp] = []
     fwd_attn = {o.module: o for o in template.ops if o.phase == "fwd" and is_fused_attention(o)}
     for o in template.ops:
@@ -152,30 +184,41 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
             continue
         per_elem = CAST_BYTES_PER_ELEM[rec]
         n = _elems(o, "a" if o.phase == "fwd" else "c")
-        if n and rec in _TENSOR_AMAX and not is_expert_op(o) and (
-                o.tp_style == ("colwise" if o.phase == "fwd" else "rowwise")):
-            # the tensor sequence parallelism gathers: its scale needs the TP group's amax
+        # the tensor sequence parallelism gathers over TP: a column-parallel linear's input,
+        # a row-parallel one's output gradient
+        gathered = not is_expert_op(o) and o.tp_style == ("colwise" if o.phase == "fwd" else "rowwise")
+        if n and rec in _TENSOR_AMAX and gathered:  # its scale needs the TP group's amax
             ops.append(TemplateOp(
                 name=f"{o.module}{AMAX_SUFFIX}", section=o.section, phase=o.phase,
                 op_class="comm", kind="comm", collective="all_reduce", group_kind="tp",
                 msg_bytes="4", out="0", part=o.part,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else ""))
         if n:
-            # a column-parallel linear's input is quantized on the rank's sequence shard,
-            # before the (FP8) all-gather; the backward's cast sits with its GEMM
-            seq = o.phase == "fwd" and o.tp_style == "colwise"
-            local = f"{n}/tps" if seq else n
+            # a gathered tensor is quantized on the rank's sequence shard, before the (FP8)
+            # all-gather
+            local = f"{n}/tps" if gathered else n
+            bytes_ = f"{per_elem}*{local}"
+            if rec in _PER_TENSOR:
+                if not transposes:
+                    bytes_ = f"{float(per_elem) - 1:g}*{local}"
+                elif gathered:  # transposed after the gather where SP gathers it
+                    bytes_ = f"({per_elem}-min(tps-1,1))*{local}"
             fwd = o.phase == "fwd"  # its output, the GEMM's whole input, is what TP gathers
             ops.append(TemplateOp(
                 name=f"{o.module}.fp8_cast", section=o.section, phase=o.phase,
-                op_class="elementwise", flops=f"2*{local}", bytes=f"{per_elem}*{local}",
-                part=o.part, shard="sequence" if seq else o.shard,
+                op_class="elementwise", flops=f"2*{local}", bytes=bytes_,
+                part=o.part, shard="sequence" if gathered else o.shard,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
                 out_dtype=_WIRE_DTYPE[rec] if fwd else "", quant=rec if rec in _BLOCK_SCALED else ""))
+        if o.phase == "bwd" and transposes and rec in _PER_TENSOR:
+            ops += _transposed(o)
         ops.append(o.replace(dtype=gemm_dtype if rec == recipe else _GEMM_DTYPE[rec]))
-    per_param = _WEIGHT_CAST_BYTES.get(recipe) or ("2" if param_gather else "4")
-    ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
-                          flops="params", bytes=f"{per_param}*params"))
+    per_param = _WEIGHT_CAST_BYTES.get(recipe) or (
+        ("2" if param_gather else "4") if transposes or recipe not in _PER_TENSOR
+        else ("0" if param_gather else "3"))
+    if per_param != "0":  # Blackwell with FP8 parameters: the optimizer wrote them, no transpose
+        ops.append(TemplateOp("fp8.weight_cast", "optimizer", "opt", "elementwise",
+                              flops="params", bytes=f"{per_param}*params"))
     meta = {**dict(template.meta), "fp8_recipe": recipe, "fp8_param_gather": param_gather,
             "fp8_attention": attention}
     tpl = LayerTemplate(tuple(ops), meta, plain=template)
