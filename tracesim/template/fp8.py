@@ -74,9 +74,10 @@ are low precision and what the scaling costs.
   curve (the profile's ``attention.plateau.fp8``), after casts of its FP8 operands: the
   forward quantizes Q, K and V, the backward the output and its gradient (O and dO; the
   results, O forward and dQ, dK, dV backward, stay BF16, as ``NVTE_DPA_FP8CS_O_in_F16``
-  keeps O). The casts cost the bytes per element of the run's recipe above, current
-  scaling's where the linears run a block-scaled recipe (MXFP8, NVFP4: Transformer Engine
-  quantizes the attention per tensor, ``NVTE_DPA_FP8_RECIPE``).
+  keeps O). The casts cost the bytes per element of the run's recipe above without the
+  transpose (every attention quantizer is row-wise only), current scaling's where the
+  linears run a block-scaled recipe (MXFP8, NVFP4: Transformer Engine quantizes the
+  attention per tensor, ``NVTE_DPA_FP8_RECIPE``).
 
 Not modelled: the amax-history update of delayed scaling (one small kernel per step) and FP8
 all-to-all of MoE tokens.
@@ -150,7 +151,10 @@ def is_fused_attention(op: TemplateOp) -> bool:
 def _fp8_attention(o: TemplateOp, fwd_op: TemplateOp, recipe: str) -> list[TemplateOp]:
     """The fused attention ``o`` in FP8 after the casts of its FP8 operands (module
     docstring); ``fwd_op``: its forward op, whose bytes (Q, K, V and O per rank) size them."""
-    per_elem = CAST_BYTES_PER_ELEM[recipe if recipe in ("current", "delayed") else "current"]
+    # one row-wise copy, no transpose on any GPU: Transformer Engine sets every attention
+    # quantizer to row-wise usage (dot_product_attention/utils.py, ``set_usage(rowwise=True,
+    # columnwise=False)``)
+    per_elem = f"{float(CAST_BYTES_PER_ELEM[recipe if recipe in _PER_TENSOR else 'current']) - 1:g}"
     q = f"({fwd_op.out})/tp"  # Q and O per rank; the op's bytes hold Q, O and every key and
     # value the kernel reads (all cp ranks' over the ring): the rank casts its own shard
     n = f"({q} + (({fwd_op.bytes})/eb - 2*{q})/cp)" if o.phase == "fwd" else f"2*{q}"
