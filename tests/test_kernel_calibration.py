@@ -71,7 +71,8 @@ def test_gemm_predicts_held_out_shapes_and_devices(gemm: dict[str, np.ndarray]) 
               # Azure's cuBLASLt sweeps at the sustained clock (FP8: fast accumulation)
               "Azure cuBLASLt h100 fp8": 0.09,                    # 6.6%
               "Azure cuBLASLt h200 fp8": 0.09,                    # 6.3%
-              "Azure cuBLASLt a100 fp16": 0.13}                   # 9.8%
+              "Azure cuBLASLt a100 fp16": 0.13,                   # 9.8%
+              "Azure cuBLASLt gb200 fp8": 0.19}                   # 16.3% (1024^3, 2048^3 slow)
     for prefix, bound in bounds.items():
         r = _group(gemm, prefix)
         assert _mape(r) < bound, (prefix, _mape(r))
