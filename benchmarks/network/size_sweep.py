@@ -36,6 +36,7 @@ class Point:
 
     system: str
     cluster: str
+    ranks: int
     collective: str
     algo: str
     size_label: str
@@ -45,7 +46,7 @@ class Point:
 
     @property
     def factor(self) -> float:
-        return bus_factor(self.collective, 8)
+        return bus_factor(self.collective, self.ranks)
 
     @property
     def measured_us(self) -> float:
@@ -71,7 +72,7 @@ def sweep(path: str | Path = DATA) -> list[Point]:
             t_ns = collective_time_ns(load_cluster(row["cluster"]), row["collective"], ranks, size,
                                       row["algo"] or None)
             sim = size / t_ns * bus_factor(row["collective"], len(ranks))
-            out.append(Point(row["system"], row["cluster"], row["collective"], row["algo"],
+            out.append(Point(row["system"], row["cluster"], len(ranks), row["collective"], row["algo"],
                              row["size_label"], size, float(row["busbw_GBps"]), sim))
     return out
 
