@@ -20,8 +20,8 @@ DOCUMENTED = {
     (H200, "1-32 MiB"): (0.69, 0.83), (H200, "64-512 MiB"): (0.84, 0.93),
     (H200, "1-8 GiB"): (0.98, 1.00),
     (GB200, "1-64 KiB (latency)"): (0.64, 0.69), (GB200, "128 KiB-512 KiB"): (0.66, 0.73),
-    (GB200, "1-32 MiB"): (0.75, 0.91), (GB200, "64-512 MiB"): (0.87, 0.92),
-    (GB200, "1-8 GiB"): (0.91, 0.95),
+    (GB200, "1-32 MiB"): (0.75, 0.92), (GB200, "64-512 MiB"): (0.92, 0.97),
+    (GB200, "1-8 GiB"): (0.96, 1.00),
 }
 
 
@@ -43,10 +43,9 @@ def test_the_bands_are_as_documented(points) -> None:
         assert got[key] == pytest.approx((lo, hi), abs=0.006), key
 
 
-def test_nvls_holds_at_the_large_end_and_the_ring_does_not(points) -> None:
-    # NVLS: the efficiency fitted at 8 GiB on H100 (docs/network.md, "Calibration"); the
-    # 4-GPU GB200 ring: NVLink 5 at the ring efficiency fitted on A100 / H100 runs 5-9% fast
+def test_the_large_end_holds(points) -> None:
+    # the efficiencies fitted at 8 GiB: NVLS on H100 (nccl_busbw.csv), NVLink 5's ring on
+    # this GB200 sweep (docs/network.md, "Calibration")
     for p in points:
         if p.size_bytes >= 1 << 30:
-            ratio = p.time_ratio
-            assert (0.97 < ratio < 1.03) if p.algo == "nvls" else (0.9 < ratio < 0.96), p
+            assert 0.95 < p.time_ratio < 1.03, p
