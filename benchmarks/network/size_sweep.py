@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tracesim.catalog import load_cluster  # noqa: E402
 from tracesim.network.ctas import bus_factor  # noqa: E402
 from tracesim.network.model import collective_time_ns  # noqa: E402
+from tracesim.specs.cluster import ClusterSpec  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "nccl_sweeps.csv"
 
@@ -65,11 +66,14 @@ class Point:
 def sweep(path: str | Path = DATA) -> list[Point]:
     """Every row of the sweep file, simulated on its cluster spec with its algorithm."""
     out = []
+    clusters: dict[str, ClusterSpec] = {}  # one spec read per cluster, not per size
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             ranks = tuple(range(int(row["ranks"])))
             size = int(row["size_bytes"])
-            t_ns = collective_time_ns(load_cluster(row["cluster"]), row["collective"], ranks, size,
+            if row["cluster"] not in clusters:
+                clusters[row["cluster"]] = load_cluster(row["cluster"])
+            t_ns = collective_time_ns(clusters[row["cluster"]], row["collective"], ranks, size,
                                       row["algo"] or None)
             sim = size / t_ns * bus_factor(row["collective"], len(ranks))
             out.append(Point(row["system"], row["cluster"], len(ranks), row["collective"], row["algo"],

@@ -191,7 +191,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     cpu, speed = _host_cpu(options, cluster)
     built = build_graph(model, par, template, op_time, representatives=symmetric,
                         merge_compute=merged, sm_count=device.sm_count,
-                        blackwell="mxfp8" in device.peak_tflops,
+                        blackwell=_blackwell(device),
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
                         offload=offload, nccl_ctas=cluster.collectives.max_ctas,
                         cpu_speed=speed)
@@ -247,6 +247,11 @@ def _host_cpu(options: ReplayOptions, cluster: ClusterSpec) -> tuple[str, float]
     return "x86 server CPU", 1.0
 
 
+def _blackwell(device: DeviceProfile) -> bool:
+    """A Blackwell GPU: its profile has an ``mxfp8`` peak (block-scaled FP8 tensor cores)."""
+    return "mxfp8" in device.peak_tflops
+
+
 def _stack_and_template(source: str | Path | None, options: ReplayOptions, model: ModelSpec,
                         par: ParallelSpec, device: DeviceProfile
                         ) -> tuple[ParallelSpec, Stack, LayerTemplate, list[str]]:
@@ -284,13 +289,12 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
                             "is not PyTorch's (--no-cross-entropy-fusion for Megatron's)")
     if par.dtype == "fp8":
         # Hopper's FP8 GEMMs take one operand layout (TN) and Transformer Engine writes
-        # transposed copies for the others; Blackwell's take either (the `mxfp8` peak marks
-        # it; TE's is_non_tn_fp8_gemm_supported). torchao's float8 (torchtitan) transposes
-        # on every GPU: torch._scaled_mm wants its second operand column-major
+        # transposed copies for the others; Blackwell's take either (TE's
+        # is_non_tn_fp8_gemm_supported). torchao's float8 (torchtitan) transposes on every
+        # GPU: torch._scaled_mm wants its second operand column-major
         template = fp8_template(template, par.fp8_recipe, par.fp8_param_gather, par.gemm_dtype,
                                 par.fp8_plan, par.fp8_attention,
-                                transposes=("mxfp8" not in device.peak_tflops
-                                            or stack.name == "torchtitan"))
+                                transposes=not _blackwell(device) or stack.name == "torchtitan")
     return par, stack, template, warnings
 
 
