@@ -57,17 +57,22 @@ def test_shipped_clusters_load_with_expected_shapes():
 NVLINK5 = ("dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72")
 NVLINK5_INTRA = {"ring": 0.755, "tree": 0.695, "hierarchical": 0.755, "direct": 0.755,
                  "p2p": 0.755, "nvls": 0.61}
+#: one Infinity Fabric link's efficiency (a 2-GPU all-reduce on MI300X; docs/network.md)
+XGMI = ("mi300x-platform",)
+XGMI_INTRA = {"ring": 0.745, "tree": 0.685, "hierarchical": 0.745, "direct": 0.745,
+              "p2p": 0.745}
 
 
 def test_shipped_calibration_is_set_once():
-    """Every shipped spec carries the algorithm defaults, but inside an NVLink 5 node the
-    one measured there."""
-    for name in SHIPPED + NVLINK5:
+    """Every shipped spec carries the algorithm defaults, but inside an NVLink 5 node and an
+    Infinity Fabric mesh the ones measured there."""
+    for name in SHIPPED + NVLINK5 + XGMI:
         c = load_cluster(name)
         for algo_name, p in c.collectives.algorithms:
             d = ALGORITHMS[algo_name].defaults
             if p.efficiency_intra is not None:
-                want = NVLINK5_INTRA[algo_name] if name in NVLINK5 else d.efficiency_intra
+                want = (NVLINK5_INTRA[algo_name] if name in NVLINK5 else
+                        XGMI_INTRA[algo_name] if name in XGMI else d.efficiency_intra)
                 assert p.efficiency_intra == want, (name, algo_name)
             if p.efficiency_inter is not None:
                 assert p.efficiency_inter == d.efficiency_inter, (name, algo_name)

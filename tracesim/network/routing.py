@@ -12,7 +12,9 @@
 * Rail alignment (``rail_optimized`` fabrics): traffic leaves the source node on the NIC of
   the destination's rail, relayed over NVLink to the GPU owning that NIC when needed (what
   NCCL's PXN does), so it never has to cross rails in the fabric. A caller (a ring channel)
-  may also pin the rail explicitly.
+  may also pin the rail explicitly, or ask for each end's own NIC (:data:`OWN_NICS`: the
+  ring channels of a full-mesh node, which leave a node from the GPU that ends the channel's
+  path there and enter the next at the GPU that starts it, as RCCL's rings do).
 
 * Failed links (a cluster's ``degraded_links`` at factor 0) are routed around: the ECMP
   hash picks among the uplinks / spines left; a failed NIC's traffic leaves on the next
@@ -31,6 +33,9 @@ from tracesim.errors import InputError
 from tracesim.network.topology import KIND_INTRA, KIND_NIC, Topology
 
 _MASK = (1 << 64) - 1
+#: ``rail`` value of :meth:`Router.route`: leave on the source GPU's own NIC and arrive on the
+#: destination GPU's own NIC (no relay; the two may be on different rails)
+OWN_NICS = -1
 
 
 def ecmp_hash(*keys: int) -> int:
@@ -57,9 +62,10 @@ class Router:
     def route(self, src: int, dst: int, rail: int | None = None) -> np.ndarray:
         """Link ids from GPU ``src`` to GPU ``dst`` (empty when equal).
 
-        ``rail`` pins the NIC index used on both nodes for inter-node traffic.
+        ``rail`` pins the NIC index used on both nodes for inter-node traffic;
+        :data:`OWN_NICS` takes each GPU's own (first) NIC.
         """
-        key = (src, dst, -1 if rail is None else rail)
+        key = (src, dst, -2 if rail is None else rail)
         r = self._cache.get(key)
         if r is None:
             r = np.asarray(self._compute(src, dst, rail), dtype=np.int64)
@@ -121,7 +127,9 @@ class Router:
             return self._intra(src, dst)
         k = t.nics_per_node
         h = ecmp_hash(src, dst)
-        if rail is not None:
+        if rail == OWN_NICS and t.nics_of_gpu(src) and t.nics_of_gpu(dst):
+            s_nic, d_nic = t.nics_of_gpu(src)[0], t.nics_of_gpu(dst)[0]
+        elif rail is not None and rail != OWN_NICS:
             if not 0 <= rail < k:
                 raise ValueError(f"rail {rail} out of range 0..{k - 1}")
             s_nic = (src // g) * k + rail

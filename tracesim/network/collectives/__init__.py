@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tracesim.errors import InputError
-from tracesim.network.routing import Router
+from tracesim.network.routing import OWN_NICS, Router
 from tracesim.network.topology import Topology
 from tracesim.specs.collectives import AlgorithmParams, CollectivesSpec
 
@@ -52,6 +52,17 @@ class Phase:
     def add(self, route: np.ndarray, weight: float) -> None:
         self.routes.append(route)
         self.weights.append(weight)
+
+
+def zigzag(start: int, k: int) -> list[int]:
+    """The path ``start, start+1, start-1, start+2, start-2, ..., start+k/2`` (mod ``k``, ``k``
+    even): the paths from ``0 .. k/2-1`` with their reverses use every arc of the complete
+    directed graph on ``k`` vertices exactly once, one path starting at each vertex."""
+    out = [start % k]
+    for j in range(1, k // 2):
+        out += [(start + j) % k, (start - j) % k]
+    out.append((start + k // 2) % k)
+    return out
 
 
 class Group:
@@ -102,6 +113,11 @@ class Group:
     def route(self, src: int, dst: int, rail: int | None = None) -> np.ndarray:
         return self.router.route(src, dst, rail)
 
+    @property
+    def full_mesh(self) -> bool:
+        """Whether the group's GPUs talk over direct links to each other (``nvlink_mesh``)."""
+        return self.topo.cluster.intra_node.kind == "nvlink_mesh"
+
     def channels(self) -> list[tuple[list[int], int | None]]:
         """Ring channels: (rank order, rail) pairs, rail-aligned across nodes.
 
@@ -112,10 +128,14 @@ class Group:
         and the edges still cross on the channel's rail: relayed over NVLink to the GPU
         owning that NIC, as NCCL's PXN does (:mod:`tracesim.network.routing`), so the
         channels spread a node's traffic over its NICs however few of the group's GPUs it
-        holds. A single-node group: one channel in sorted order.
+        holds. On full-mesh nodes see :meth:`_mesh_channels`. A single-node group: one
+        channel in sorted order.
         """
         if not self.rails:
             return [(list(self.ranks), None)]
+        mesh = self._mesh_channels()
+        if mesh:
+            return mesh
         out: list[tuple[list[int], int | None]] = []
         k = self.topo.nics_per_node
         for c, rail in enumerate(self.rails):
@@ -128,8 +148,49 @@ class Group:
             out.append((order, rail))
         return out
 
+    def _mesh_channels(self) -> list[tuple[list[int], int | None]]:
+        """Ring channels of a multi-node group on full-mesh nodes (RCCL's rings on 8 x MI300X
+        with a NIC per GPU, ``rome_model_81`` in ROCm/rccl ``src/graph/rome_models.cc``): one
+        per local GPU, entering a node at that GPU's NIC, visiting the node's GPUs along a
+        path and leaving from the path's last GPU on its own NIC (:data:`OWN_NICS`), with the
+        paths chosen so that together they use every direct link of the node once. The
+        paths are zigzags (``p, p+1, p-1, p+2, ...``, and their reverses), which decompose
+        the complete directed graph for an even number of GPUs per node; otherwise (an odd
+        count, an uneven group, GPUs sharing a NIC) the rail-aligned rotation is kept.
+        """
+        per = self.per_node
+        if not (self.full_mesh and self.uniform and per >= 2 and per % 2 == 0):
+            return []
+        own = [self.topo.nics_of_gpu(r) for r in self.by_node[0]]
+        if any(len(n) != 1 for n in own) or len({n[0] for n in own}) != per \
+                or len(self.rails) != per:
+            return []
+        out: list[tuple[list[int], int | None]] = []
+        for start in range(per):
+            path = zigzag(start % (per // 2), per)
+            if start >= per // 2:
+                path = path[::-1]
+            out.append(([rs[i] for rs in self.by_node for i in path], OWN_NICS))
+        return out
+
+    def add_node_ring(self, ph: Phase, seq: Sequence[int], weight: float) -> None:
+        """Add to ``ph`` a ring over the ranks ``seq`` of one node, ``weight`` bytes per byte
+        on each ring edge; on a full-mesh node spread over every ordered pair instead (the
+        same bytes per rank, ``weight / (len(seq) - 1)`` per pair: RCCL's rings there load
+        every link alike, :mod:`tracesim.network.collectives.ring`)."""
+        k = len(seq)
+        if self.full_mesh and k > 2:
+            for a in seq:
+                for b in seq:
+                    if a != b:
+                        ph.add(self.route(a, b), weight / (k - 1))
+            return
+        for i in range(k):
+            ph.add(self.route(seq[i], seq[(i + 1) % k]), weight)
+
     def edge_route(self, a: int, b: int, rail: int | None) -> np.ndarray:
-        """Route of a ring / chain edge: pinned to the channel's rail when it leaves a node."""
+        """Route of a ring / chain edge: pinned to the channel's rail when it leaves a node
+        (or to each end's own NIC: :data:`~tracesim.network.routing.OWN_NICS`)."""
         g = self.topo.cluster.gpus_per_node
         if rail is not None and a // g != b // g:
             return self.router.route(a, b, rail)

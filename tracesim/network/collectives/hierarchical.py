@@ -5,6 +5,7 @@ node (every node at once), then for each local index j a ring all-reduce of S/g 
 the j-th ranks of all m nodes (rail-aligned: rank j's NIC), then a ring all-gather in each
 node. Uncongested: (g-1)(a_i + S/(g B_i)) + 2(m-1)(a_n + S/(g m B_n)) + (g-1)(a_i + S/(g B_i)).
 Needs a multi-node group with the same local ranks on every node and more than one of them.
+On full-mesh nodes the in-node rings spread over every link (:meth:`Group.add_node_ring`).
 Default calibration as the ring. Not considered by automatic selection (NCCL does not use
 it); choose it explicitly.
 """
@@ -38,10 +39,8 @@ class Hierarchical(Algorithm):
         rs = Phase(g - 1)
         ag = Phase(g - 1)
         for seq in group.by_node:
-            for i in range(g):
-                a, b = seq[i], seq[(i + 1) % g]
-                rs.add(group.route(a, b), intra_w)
-                ag.add(group.route(a, b), intra_w)
+            group.add_node_ring(rs, seq, intra_w)
+            group.add_node_ring(ag, seq, intra_w)
         ar = Phase(2 * (m - 1), 2 * (m - 1))
         w = 2 * (m - 1) / (m * g)
         for j in range(g):

@@ -7,6 +7,15 @@ steps. Uncongested, with per-rank bandwidth B and step latency a, all-reduce the
 is split over one ring per rail (NCCL's channels), each rail-aligned. Broadcast and reduce
 pipeline the whole buffer along the ring from (to) the root: (n-1) a + S/B.
 
+On a full-mesh node (``nvlink_mesh``: direct links, no switch) a single ring would use one
+link per GPU. RCCL runs many rings there, chosen so that together they load every link
+alike: on 8 x MI300X its 14 rings (``rome_model_79`` in ROCm/rccl
+``src/graph/rome_models.cc``, run twice over for 28 channels) use each of the 56 directed
+xGMI links exactly twice. Inside one node the ring's steps therefore spread each rank's
+bytes evenly over its n-1 links: the phase carries every ordered pair at steps / (n (n-1))
+bytes per byte, with the ring's step count (its latency is the ring's). Across nodes the
+channels follow RCCL's NIC-per-GPU rings (:meth:`Group.channels`).
+
 Default calibration (docs/network.md): efficiency 0.80 inside a node (NVLink), fitted
 between the 8-GPU A100 (232.5 GB/s busbw of 300) and H100 (~370 of 450) nccl-tests figures;
 0.94 across nodes, from 46-48 GB/s busbw per 400 Gb/s NIC and 24 per 200 Gb/s.
@@ -36,6 +45,9 @@ class Ring(Algorithm):
             weight = steps / (n * c)
             m = len(group.nodes)
             ph = Phase(steps, (2 * (m - 1) if collective == "all_reduce" else m - 1))
+            if group.single_node and group.full_mesh:
+                group.add_node_ring(ph, group.ranks, steps / n)
+                return [ph]
             for order, rail in chans:
                 for i in range(n):
                     ph.add(group.edge_route(order[i], order[(i + 1) % n], rail), weight)
