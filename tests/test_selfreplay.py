@@ -173,3 +173,17 @@ def test_a_jobs_breakdown_sums_to_its_iteration(public_traces):
     parts = (bd["compute_s"] + sum(bd["exposed_comm_s"].values()) + bd["host_s"]
              + bd["bubble_s"] + bd["idle_s"])
     assert parts == pytest.approx(res["iteration_time_s"], rel=1e-9)
+
+
+def test_mfu_is_against_the_peak_of_the_dtype_the_flops_ran_in(public_traces):
+    """A trace without a bundle's model dtype: the FLOPs' own dtype (BF16 here) names the peak,
+    the same in a self-replay and in a replay on a cluster of the recorded GPU."""
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+
+    trace = public_traces / "tracelens-mi300x-resnet-actckpt" / "resnet_act_checkpoint.json.gz"
+    own = predict(trace)
+    on_cluster = predict(trace, ReplayOptions(cluster="mi300x-platform"))
+    assert own.details["mfu_dtype"] == "bf16"
+    assert own.mfu == pytest.approx(own.tflops_per_gpu / 1307.4)  # MI300X dense BF16
+    assert on_cluster.mfu == pytest.approx(on_cluster.tflops_per_gpu / 1307.4)

@@ -191,7 +191,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     it = res["iteration_time_s"]
     tokens = res["tokens_per_s"] * grow if res["tokens_per_s"] else None
     tflops = res["tflops_per_gpu"]
-    peak = dst_dev.peak_flops(_dtype(src.meta)) / 1e12
+    peak = dst_dev.peak_flops(str(res.get("mfu_dtype") or _dtype(src.meta))) / 1e12
     details: dict[str, Any] = {
         "source": str(source),
         "recorded": {"device": src_dev.name,

@@ -14,18 +14,23 @@ from tracesim.report.steps import steady_windows, step_times
 from tracesim.trace.sources import Source
 
 
-def model_flops_per_step(source: Source, rank: int, step: str) -> float:
-    """FLOPs of the outermost host ops with FLOPs in one step (nested ops counted once)."""
+def _flops_by_dtype(source: Source, rank: int, step: str) -> dict[str, float]:
+    """FLOPs of the outermost host ops with FLOPs in one step (nested ops counted once), by
+    the dtype of each op's inputs ("" where the trace does not say)."""
     ops = source.op_table
     sel = ops[(ops["rank"] == rank) & (ops["step"] == step)]
     if sel.empty:
-        return 0.0
+        return {}
     has = sel["flops"].to_numpy() > 0
     host = sel["cat"].isin(["cpu_op", "annotation"]).to_numpy()
     flop_ids = set(sel["event_id"].to_numpy()[has & host].tolist())
     parent = dict(zip(sel["event_id"].tolist(), sel["parent_id"].tolist(), strict=True))
-    total = 0.0
-    for eid, fl in zip(sel["event_id"].to_numpy()[has & host], sel["flops"].to_numpy()[has & host], strict=True):
+    dtypes = (sel["dtype"].fillna("").astype(str).to_numpy() if "dtype" in sel
+              else np.full(len(sel), "", dtype=object))
+    out: dict[str, float] = {}
+    pick = has & host
+    for eid, fl, dt in zip(sel["event_id"].to_numpy()[pick], sel["flops"].to_numpy()[pick],
+                           dtypes[pick], strict=True):
         p = parent.get(int(eid), -1)
         nested = False
         hops = 0
@@ -36,8 +41,22 @@ def model_flops_per_step(source: Source, rank: int, step: str) -> float:
             p = parent.get(int(p), -1)
             hops += 1
         if not nested:
-            total += float(fl)
-    return total
+            out[str(dt)] = out.get(str(dt), 0.0) + float(fl)
+    return out
+
+
+def model_flops_per_step(source: Source, rank: int, step: str) -> float:
+    """FLOPs of the outermost host ops with FLOPs in one step (nested ops counted once)."""
+    return sum(_flops_by_dtype(source, rank, step).values())
+
+
+def flops_dtype(source: Source, rank: int, step: str, default: str) -> str:
+    """The dtype that carries most of a step's counted FLOPs (the peak MFU is taken against),
+    ``default`` when the trace names none of ``fp32 / tf32 / bf16 / fp16 / fp8``: a recorded
+    model's dtype (bundles say it) is the better default."""
+    by = {k: v for k, v in _flops_by_dtype(source, rank, step).items()
+          if k in ("fp32", "tf32", "bf16", "fp16", "fp8")}
+    return max(by, key=lambda k: by[k]) if by else default
 
 
 def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
@@ -102,11 +121,12 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     tflops = flops / (it_ns / 1e9) / 1e12 if flops else None
     mfu = None
     device_name = source.device or str(meta.get("device", ""))
+    recorded = (model or {}).get("dtype") if isinstance(model, dict) else None
+    dtype = str(recorded) if recorded else flops_dtype(source, r0, last[1], "fp32")
     try:
         from tracesim.hardware.device import get_device
 
         dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name)
-        dtype = (model or {}).get("dtype", "fp32") if isinstance(model, dict) else "fp32"
         peak = dev.peak_tflops.get(dtype) or dev.peak_tflops.get("fp32")
         if tflops and peak:
             mfu = tflops / peak
@@ -122,6 +142,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         "tokens_per_s": tokens / (it_ns / 1e9) if tokens else None,
         "tflops_per_gpu": tflops,
         "mfu": mfu,
+        "mfu_dtype": dtype,
         "gpus": len(ranks),
         "device": device_name,
         "model": model,
