@@ -133,6 +133,20 @@ def test_device_from_properties() -> None:
     assert device_from_properties({"name": "Some GPU"}) is None
 
 
+def test_a_generic_amd_name_in_a_trace_names_its_profile(public_traces) -> None:
+    """ROCm records "AMD Radeon Graphics"; the trace's CU count says MI250, so the trace
+    replays on another device without --source-device."""
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+    from tracesim.trace.sources import load_source
+
+    trace = public_traces / "mi250_minitoy.json.gz"
+    assert load_source(trace).device == "mi250"
+    res = predict(trace, ReplayOptions(device="mi300x"))
+    assert res.details["recorded"]["device"] == "mi250"
+    assert res.device == "mi300x" and res.iteration_time_s > 0
+
+
 def test_normalize_name() -> None:
     assert normalize_name("NVIDIA  A100_SXM4 80GB") == "a100-sxm4-80gb"
     assert normalize_name("AMD Instinct MI250") == "mi250"

@@ -157,7 +157,10 @@ def _rank_of(data: Mapping[str, Any], default: int) -> int:
 
 
 def trace_device(data: Mapping[str, Any]) -> str:
-    """The GPU name recorded in ``deviceProperties`` ("" if none, e.g. CPU traces)."""
+    """The GPU name recorded in ``deviceProperties`` ("" if none, e.g. CPU traces). A name
+    no device profile knows, such as ROCm's generic "AMD Radeon Graphics", becomes the name
+    of the profile its properties identify (compute capability and CU count:
+    :func:`tracesim.hardware.device.device_from_properties`), else stays as recorded."""
     props = data.get("deviceProperties")
     if isinstance(props, str):
         try:
@@ -165,7 +168,12 @@ def trace_device(data: Mapping[str, Any]) -> str:
         except (ValueError, SyntaxError):
             props = None
     if isinstance(props, list) and props and isinstance(props[0], Mapping):
-        return str(props[0].get("name", ""))
+        name = str(props[0].get("name", ""))
+        from tracesim.hardware.device import device_from_properties, known_device_name
+
+        if name and not known_device_name(name):
+            return device_from_properties(props[0]) or name
+        return name
     return ""
 
 
