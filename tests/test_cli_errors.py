@@ -54,10 +54,17 @@ def test_non_trace_json(tmp_path):
     check_error(run("validate", "self-replay", str(p)), "config.json", "traceEvents")
 
 
-def test_trace_without_steps(public_traces, tmp_path):
+def test_op_table_without_steps(public_traces, tmp_path):
+    """A single trace file without steps replays its whole window (docs/replay-trace.md); an
+    op table without steps has none to replay."""
+    from tracesim.trace.kineto import load_trace_json, op_table_from_events
+    from tracesim.trace.schema import write_op_table
+
+    trace = public_traces / "a100_simple_add.trace.json.gz"
+    table = tmp_path / "simple_add.parquet"
+    write_op_table(op_table_from_events(load_trace_json(trace), trace), table)
     out = tmp_path / "o"
-    check_error(run("replay", str(public_traces / "a100_simple_add.trace.json.gz"), "-o", str(out)),
-                "a100_simple_add.trace.json.gz", "ProfilerStep")
+    check_error(run("replay", str(table), "-o", str(out)), "simple_add.parquet", "ProfilerStep")
     assert not out.exists()
 
 

@@ -77,25 +77,53 @@ def test_every_step_of_the_added_traces(name):
 
 
 @pytest.mark.parametrize("name", NO_STEP_TRACES)
-def test_traces_without_steps_replay(name):
-    """Inference traces (CUDA / HIP graphs, vLLM, SGLang) have no step to compare; they
-    extract and replay without an error, and self-replay says why it has no steps."""
+def test_traces_without_steps_replay_their_whole_window(name):
+    """Inference traces (CUDA / HIP graphs, vLLM, SGLang) mark no ProfilerStep#N: their whole
+    window, first to last host event, is one step (ProfilerStep#0), replayed like any other."""
     src = load_source(DATA / name)
+    assert src.meta == {"whole_trace_step": True}
     g = extract_source(src)
     g.validate()
     r = replay(g)
     assert r.makespan_ns > 0 and (r.end_ns >= r.start_ns).all()
-    with pytest.raises(InputError, match="no ProfilerStep"):
-        self_replay(src)
+    (step,) = self_replay(src)
+    assert step.step == "ProfilerStep#0" and abs(step.rel_error) < BOUND
 
 
 @pytest.mark.parametrize("fname", [
     "a100_alexnet_cuda_sync.json.gz", "a100_event_sync_multi_stream.json.gz",
     "a100_simple_add.trace.json.gz",
 ])
-def test_traces_without_steps_say_why(public_traces, fname):
+def test_public_traces_without_steps_replay_as_one_step(public_traces, fname, tmp_path):
+    """The window is the host's: the step's measured time is its first host event to its
+    last; an op table of the same trace (no whole-trace step added) still says why it has
+    none, and a trace with steps gets no extra one."""
+    src = load_source(public_traces / fname)
+    (step,) = self_replay(src)
+    host = src.op_table[~src.op_table["cat"].isin(["kernel", "memcpy", "memset", "sync",
+                                                   "gpu_annotation"])]
+    host = host[host["name"] != "ProfilerStep#0"]
+    span = (host["ts_ns"] + host["dur_ns"]).max() - host["ts_ns"].min()
+    assert step.measured_s == pytest.approx(span / 1e9)
+    assert abs(step.rel_error) < BOUND
+    from tracesim.trace.kineto import load_trace_json, op_table_from_events
+    from tracesim.trace.schema import write_op_table
+
+    table = op_table_from_events(load_trace_json(public_traces / fname), fname)
+    write_op_table(table, tmp_path / "ops.parquet")
     with pytest.raises(InputError, match="no ProfilerStep"):
-        self_replay(load_source(public_traces / fname))
+        self_replay(load_source(tmp_path / "ops.parquet"))
+    with_steps = load_source(public_traces / "v100_1rank.json.gz")
+    assert with_steps.meta == {} and "ProfilerStep#0" not in set(with_steps.op_table["name"])
+
+
+def test_a_whole_window_replay_says_so(public_traces):
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+
+    trace = public_traces / "a100_event_sync_multi_stream.json.gz"
+    for res in (predict(trace), predict(trace, ReplayOptions(device="h100"))):
+        assert any("no ProfilerStep#N" in w for w in res.warnings)
 
 
 def test_a_trace_that_deadlocked_replays_without_falling_back():

@@ -477,11 +477,6 @@ def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Pat
     return _builtin(name)
 
 
-def known_device_name(name: str) -> bool:
-    """Whether a device name resolves to a shipped profile (names, aliases, patterns)."""
-    return _lookup_name(name) is not None
-
-
 def device_from_properties(props: Mapping[str, Any]) -> str | None:
     """Profile name for a Kineto ``deviceProperties`` entry (name, memory, SM count), or None.
 

@@ -42,8 +42,8 @@ from tracesim.trace.kineto import (
     load_json_file,
     load_trace_json,
     op_table_from_events,
-    trace_device,
 )
+from tracesim.trace.traceinfo import trace_device
 
 #: two ranks' first common step windows this close (or overlapping) share a clock
 CLOCK_TOLERANCE_NS = 1_000_000

@@ -144,37 +144,13 @@ def _int(value: Any, default: int = -1) -> int:
 
 
 def _rank_of(data: Mapping[str, Any], default: int) -> int:
-    info = data.get("distributedInfo")
-    if isinstance(info, str):
-        try:
-            info = ast.literal_eval(info)
-        except (ValueError, SyntaxError):
-            info = None
+    from tracesim.trace.traceinfo import trace_field
+
+    info = trace_field(data, "distributedInfo")
     if isinstance(info, Mapping):
         r = _int(info.get("rank"), default)
         return r if r >= 0 else default
     return default
-
-
-def trace_device(data: Mapping[str, Any]) -> str:
-    """The GPU name recorded in ``deviceProperties`` ("" if none, e.g. CPU traces). A name
-    no device profile knows, such as ROCm's generic "AMD Radeon Graphics", becomes the name
-    of the profile its properties identify (compute capability and CU count:
-    :func:`tracesim.hardware.device.device_from_properties`), else stays as recorded."""
-    props = data.get("deviceProperties")
-    if isinstance(props, str):
-        try:
-            props = ast.literal_eval(props)
-        except (ValueError, SyntaxError):
-            props = None
-    if isinstance(props, list) and props and isinstance(props[0], Mapping):
-        name = str(props[0].get("name", ""))
-        from tracesim.hardware.device import device_from_properties, known_device_name
-
-        if name and not known_device_name(name):
-            return device_from_properties(props[0]) or name
-        return name
-    return ""
 
 
 def read_kineto(path: str | Path, rank: int | None = None) -> pd.DataFrame:
@@ -196,9 +172,8 @@ _BIG = 2**62  # an int column value must fit an int64
 _OBJECT_KEYS = ("name", "cat", "lane", "device", "sync_kind", "_dims", "_types", "_args")
 
 
-def op_table_from_events(
-    data: Mapping[str, Any], path: str | Path, rank: int | None = None
-) -> pd.DataFrame:
+def op_table_from_events(data: Mapping[str, Any], path: str | Path, rank: int | None = None,
+                         whole_window: bool = False) -> pd.DataFrame:
     events = data["traceEvents"]
     rank = _rank_of(data, 0) if rank is None else rank
     cols: dict[str, list[Any]] = {k: [] for k in _ROW_KEYS}
@@ -272,8 +247,11 @@ def op_table_from_events(
             c_types.append(None)
         c_args.append(args)
     if not c_event:
-        df = empty_table()
-        return df
+        return empty_table()
+    if whole_window:  # no ProfilerStep#N: one step over the trace (tracesim.trace.traceinfo)
+        from tracesim.trace.traceinfo import whole_trace_step
+
+        whole = whole_trace_step(cols, _GPU_CATS, _STEP_RE.match, len(events))
     df = pd.DataFrame({k: (np.array(v, dtype=object) if k in _OBJECT_KEYS else np.array(v))
                        for k, v in cols.items()})
     df["rank"] = rank
@@ -282,8 +260,9 @@ def op_table_from_events(
         ids = sorted({int(d) for d in df.loc[gpu, "device"]})
         df.loc[gpu, "device"] = df.loc[gpu, "device"].map({str(d): str(k) for k, d in enumerate(ids)})
     dist = comms.dist_info(data)
-    df = _annotate(df, path, dist, rank, flow_starts(events))
-    return conform(df)
+    df = conform(_annotate(df, path, dist, rank, flow_starts(events)))
+    df.attrs["whole_trace_step"] = whole_window and whole
+    return df
 
 
 def _is_hip(data: Mapping[str, Any], df: pd.DataFrame) -> bool:

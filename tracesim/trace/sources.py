@@ -75,8 +75,9 @@ def load_source(path: str | Path) -> Source:
     """Load a bundle, trace, op table or trace folder into one op table (rank column set per
     file; a bundle's ``clock_shift_ns`` and a folder's clock alignment applied to ``ts_ns``)."""
     from tracesim.trace.et import read_et
-    from tracesim.trace.kineto import load_trace_json, op_table_from_events, trace_device
+    from tracesim.trace.kineto import load_trace_json, op_table_from_events
     from tracesim.trace.schema import read_op_table
+    from tracesim.trace.traceinfo import trace_device
 
     p = Path(path)
     kind = source_kind(p)
@@ -101,12 +102,13 @@ def load_source(path: str | Path) -> Source:
         return Source(p, kind, pd.concat(tables, ignore_index=True), dict(b.meta), device, ets)
     if kind == "trace":
         data = load_trace_json(p)
-        table = op_table_from_events(data, p)
+        table = op_table_from_events(data, p, whole_window=True)
+        meta = {"whole_trace_step": True} if table.attrs.get("whole_trace_step") else {}
         ets = {}
         sibling = _et_sibling(p)
         if sibling is not None:
             ets[int(table["rank"].iat[0]) if len(table) else 0] = read_et(sibling)
-        return Source(p, kind, table, {}, trace_device(data), ets)
+        return Source(p, kind, table, meta, trace_device(data), ets)
     if kind == "optable":
         return Source(p, kind, read_op_table(p), {}, "")
     if kind == "folder":
