@@ -88,6 +88,7 @@ def test_traces_without_steps_replay_their_whole_window(name):
     assert r.makespan_ns > 0 and (r.end_ns >= r.start_ns).all()
     (step,) = self_replay(src)
     assert step.step == "ProfilerStep#0" and abs(step.rel_error) < BOUND
+    assert step.whole_trace and step.to_dict()["whole_trace"] is True
 
 
 @pytest.mark.parametrize("fname", [
@@ -115,6 +116,7 @@ def test_public_traces_without_steps_replay_as_one_step(public_traces, fname, tm
         self_replay(load_source(tmp_path / "ops.parquet"))
     with_steps = load_source(public_traces / "v100_1rank.json.gz")
     assert with_steps.meta == {} and "ProfilerStep#0" not in set(with_steps.op_table["name"])
+    assert all(r.whole_trace is None for r in self_replay(with_steps))
 
 
 def test_a_whole_window_replay_says_so(public_traces):

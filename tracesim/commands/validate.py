@@ -9,6 +9,7 @@ import click
 
 from tracesim.api import validate_self_replay
 from tracesim.options import NETWORKS
+from tracesim.trace.traceinfo import WHOLE_TRACE_WARNING
 
 
 @click.group("validate")
@@ -45,6 +46,8 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
             click.echo(f"{'  unprofiled (median of measured)':<34} {'':>4} {'':<18} "
                        f"{r.measured_unprofiled_s * 1e3:>12.3f} {r.predicted_unprofiled_s * 1e3:>13.3f} "
                        f"{r.rel_error_unprofiled * 100:>+7.2f}%")
+    for src in dict.fromkeys(r.source for r in results if r.whole_trace):
+        click.echo(f"note: {Path(src).name}: {WHOLE_TRACE_WARNING}")
     for src in dict.fromkeys(r.source for r in results if r.fallbacks):
         fb = next(r.fallbacks for r in results if r.source == src and r.fallbacks) or {}
         click.echo(f"note: {Path(src).name}: {sum(fb.values())} dependencies fell back to the "

@@ -46,6 +46,9 @@ class StepResult:
     rel_error_unprofiled: float | None = None
     #: dependencies of the replay that fell back to the recorded order, by kind (None: none)
     fallbacks: dict[str, int] | None = None
+    #: True when the trace marks no step and this one is its whole window
+    #: (:mod:`tracesim.trace.traceinfo`); None otherwise
+    whole_trace: bool | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -205,6 +208,7 @@ def self_replay(source: Source) -> list[StepResult]:
             (pred - meas) / meas if meas else float("nan"), bool(steady),
             _gpu_start_mae_us(graph, result, source, rk, b, e), **kw,
             fallbacks=dict(result.fallbacks) or None,
+            whole_trace=True if (source.meta or {}).get("whole_trace_step") else None,
         ))
     return out
 
