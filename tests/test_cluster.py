@@ -58,7 +58,7 @@ NVLINK5 = ("dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72")
 NVLINK5_INTRA = {"ring": 0.755, "tree": 0.695, "hierarchical": 0.755, "direct": 0.755,
                  "p2p": 0.755, "nvls": 0.61}
 #: one Infinity Fabric link's efficiency (a 2-GPU all-reduce on MI300X; docs/network.md)
-XGMI = ("mi300x-platform",)
+XGMI = ("mi300x-platform", "mi355x-platform")
 XGMI_INTRA = {"ring": 0.745, "tree": 0.685, "hierarchical": 0.745, "direct": 0.745,
               "p2p": 0.745}
 

@@ -140,3 +140,9 @@ def test_mi300x_platform_calibrated_on_one_link_and_held_out_on_eight():
     assert t_us / MEASURED_8_GPUS_8MIB_US == pytest.approx(0.97, abs=0.02)  # held out
     bigger = c.replace(nodes=4)
     assert _busbw(bigger, 32) > 0.9 * 8 * 50 * 0.94  # NIC-bound across nodes
+
+
+def test_mi355x_platform_is_the_mi300x_mesh_on_faster_links():
+    c, old = load_cluster("mi355x-platform"), load_cluster("mi300x-platform")
+    assert c.device == "mi355x" and c.intra_node.bandwidth_GBps == 7 * 76.5
+    assert _busbw(c, 8) / _busbw(old, 8) == pytest.approx(76.5 / 64, rel=0.01)

@@ -112,4 +112,17 @@ SPECS: dict[str, dict[str, Any]] = {
                                "MI300X specifications)",
                  "sm_count": "https://chipsandcheese.com/p/testing-amds-giant-mi300x (8 XCDs x "
                              "38 CUs = 304)"}),
+    "mi355x": dict(
+        peak_tflops={"fp32": 157.3, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0},
+        hbm_GBps=8000.0, hbm_GiB=288, sm_count=256,
+        aliases=["MI355X", "AMD Instinct MI355X"],
+        patterns=[r"mi355x"],
+        source="AMD Instinct MI355X specifications (1400 W): 2500 bf16 / 5000 fp8 dense, "
+               "8.0 TB/s, 288 GB, 256 CUs",
+        sources={"peak_tflops": f"{_TFLOPS_TABLE} row 'AMD MI355X' (157.3 fp32, 2500 fp16 / bf16, "
+                                "5000 fp8 dense; note 22: AMD Instinct MI355X specifications; "
+                                "AMD rounds bf16 to 2.5 PFLOPS, the clock formula gives 2516.6)",
+                 "hbm": f"{MLE} memory table row AMD MI355X: 288 GB HBM3e, 8.00 TB/s",
+                 "sm_count": f"{MLE} matrix-core table row MI355X: 1024 Matrix Cores, 4 per CU = "
+                             "256 CUs"}),
 }
