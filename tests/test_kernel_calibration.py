@@ -117,6 +117,12 @@ def test_attention_within_tolerance_of_the_data() -> None:
     assert np.median(got["FA3 paper, H100, FA3, BF16"]) > 1.05
     assert np.median(got["FA3 paper, H100, FA3, BF16, causal"]) > 1.05
     assert _mape(got["tritonbench FA3, H100-class (non-causal assumed)"]) < 0.07
+    # held out: AITER's attention on MI355X against the derived profile (H100 FA3 x the GEMM
+    # plateau ratio): forward causal 14.3%, non-causal 7.2%, backward 12.2% / 9.0%; the
+    # model too fast at 1k tokens (0.65-0.79 of the time), within 7% from 8k up
+    mi = {k: v for k, v in got.items() if k.startswith("AITER (HipKittens' baselines)")}
+    assert len(mi) == 4 and all(_mape(v) < 0.16 for v in mi.values())
+    assert all(abs(v[-2:] - 1.0).max() < 0.07 for v in mi.values())
     # --attention flash2: FA2's own H100 rows calibrate it (1.2%, backward 0.9%); causal 12.9%
     assert _mape(got["FA3 paper, H100, FlashAttention-2 (flash2)"]) < 0.03
     assert _mape(got["FA3 paper, H100, FlashAttention-2 (flash2), backward"]) < 0.03

@@ -309,7 +309,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                  "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}},
                 f"no {label} attention data ("
                 + ("published numbers are figures only" if name == "mi300x" else
-                   "HazyResearch/HipKittens publishes MI355X attention benchmarks, not read yet")
+                   "its AITER rows in data/attention.csv, source HIPKITTENS, are held out, not fitted")
                 + f"): H100 FA3 x ({label} / H100 GEMM plateau = {m / h:.3f}) (derived)")
     raise KeyError(name)
 

@@ -192,6 +192,11 @@ def attention_cases() -> list[Case]:
     for r in kf.attention_rows(source="MLE-UPG"):
         out.append(_attn_case("FA3 (H200) / FA4 (B200) fwd+bwd in a training step, causal",
                               "tested (backward, other device)", r, True, fwd_bwd=True))
+    for r in kf.attention_rows(source="HIPKITTENS"):  # the MI355X profile's derived attention
+        causal, bwd = r["causal"] == "true", r["pass"] == "bwd"
+        out.append(_attn_case("AITER (HipKittens' baselines), MI355X, BF16, d128"
+                              + (", causal" if causal else "") + (", backward" if bwd else ""),
+                              "tested (derived profile)", r, causal, bwd=bwd))
     for r in kf.rows("attention"):
         if r["source"].startswith("CUDNN-FE"):
             group, role = _cudnn_role(r)
