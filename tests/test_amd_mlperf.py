@@ -21,5 +21,5 @@ def test_the_documented_replay_of_amds_mi355x_run():
     res = predict(None, ReplayOptions.from_mapping(RUN, "test", "run"))
     assert res.device == "mi355x" and res.gpus == 8
     err = res.tokens_per_s / 8 / PUBLISHED_TOKENS_PER_GPU - 1
-    assert err == pytest.approx(0.035, abs=0.01)  # docs/accuracy.md: +3.5%
+    assert err == pytest.approx(0.072, abs=0.01)  # docs/accuracy.md: +7.2%
     assert res.breakdown["exposed_comm_s"]["dp"] > 0.03  # no overlap: the mesh's RS / AG show

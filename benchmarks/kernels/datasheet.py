@@ -49,6 +49,7 @@ from benchmarks.kernels.memory_in_steps import (
 from benchmarks.kernels.scan import calibration_device, scan_fraction
 from benchmarks.kernels.sizes import FLOP_SIZES
 from benchmarks.kernels.sustained import fleet, sustained_clock
+from benchmarks.kernels.sweep_fit import SQUARE_ROWS, square_fit, sweep_fit
 from tracesim.hardware.calibrate import saturating_curve
 
 #: where a device has no kernel data of its own: what its number is taken from
@@ -59,8 +60,7 @@ DERIVED: dict[str, dict[str, str]] = {
     "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
     "b300": {"attention": "gb300 (the same Blackwell Ultra die)"},
     "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
-    "mi355x": {"gemm_fp8": "mi355x bf16", "attention": "h100 x GEMM ratio",
-               "memory_fraction": "mi300x"},
+    "mi355x": {"attention": "h100 x GEMM ratio", "memory_fraction": "mi300x"},
 }
 
 #: MAMF rows (data/gemm.csv ``device``) a device's GEMM plateau is solved from, per dtype
@@ -148,6 +148,9 @@ def gemm_ceilings(name: str) -> dict[str, float]:
     for dt in CEILING_DTYPES:
         if dt != "default" and dt not in spec["peak_tflops"]:
             continue
+        if dt in SQUARE_ROWS.get(name, {}):
+            out[dt] = square_fit(name, dt)[2]
+            continue
         src = dt if dt in rows else ("fp8" if dt in ("mxfp8", "nvfp4") and "fp8" in rows else "default")
         row = kf.mamf_row(rows[src], "bf16" if src == "default" else src)
         t = kf.measured_s(row) - LAUNCH_OVERHEAD_US * 1e-6
@@ -180,27 +183,20 @@ def nvfp4_fit(name: str) -> tuple[float, float, float, str]:
     compute-part rate (launch overhead out) over the FP4 peak: the typical large-shape level
     measured directly, no ``q``; E the same rows' geometric-mean TFLOP/s over the peak. A GPU
     without rows takes these fractions of its own FP4 peak."""
-    import numpy as np
-
     base, dev = NVFP4_DEVICE
     rows = kf.gemm_rows(source="TORCHAO-NVFP4", device=dev)
     bspec = SPECS[base]
     peak = float(bspec["peak_tflops"]["nvfp4"])
-    best = max(rows, key=lambda r: float(r["tflops"]))
-    plateau = kf.solve_plateau(kf.FITTED["gemm_shared"], peak, bspec["sm_count"], best)
-    big = [r for r in rows if min(int(r["m"]), int(r["n"]), int(r["k"])) >= kf.TYPICAL_MIN_DIM]
-    rate = [2.0 * float(r["m"]) * float(r["n"]) * float(r["k"])
-            / (kf.measured_s(r) - LAUNCH_OVERHEAD_US * 1e-6) / 1e12 for r in big]
-    ceiling = round(float(np.exp(np.mean(np.log(rate)))) / peak, 4)
-    curve = round(float(np.exp(np.mean(np.log([float(r["tflops"]) for r in big])))) / peak, 4)
+    fit = sweep_fit(rows, peak, bspec["sm_count"], LAUNCH_OVERHEAD_US)
+    plateau, curve, ceiling, best = fit.plateau, fit.curve, fit.ceiling, fit.best
     text = (f"NVFP4 torch._scaled_mm (cuBLASLt) on {dev}, square 1024-8192 (data/gemm.csv, "
             f"source TORCHAO-NVFP4): plateau solved at its best row {best['m']}^3 = "
             f"{best['tflops']} TFLOP/s; ceiling {ceiling} and size-curve E {curve}: the "
-            f"geometric mean of the {len(big)} rows >= {kf.TYPICAL_MIN_DIM}^3 over the FP4 peak "
+            f"geometric mean of the {fit.n_big} rows >= {kf.TYPICAL_MIN_DIM}^3 over the FP4 peak "
             f"{peak:g}")
     if name != base:
         text += f"; {name} has no NVFP4 row: {base}'s fractions of the FP4 peak (derived)"
-    return round(plateau, 4), curve, ceiling, text
+    return plateau, curve, ceiling, text
 
 
 def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
@@ -230,6 +226,8 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
             src[dt] += (f": the shared model needs {solved} of peak for it (k {row['k']}); "
                         f"{base}'s plateau from its MAMF row {brow['m']}x{brow['n']}x{brow['k']} = "
                         f"{brow['tflops']} TFLOP/s times the two MAMF fractions of peak (derived)")
+    for dt in SQUARE_ROWS.get(name, {}):
+        plateau[dt], curve[dt], _, src[dt] = square_fit(name, dt)
     if "fp8" in spec["peak_tflops"] and "fp8" not in plateau:
         plateau["fp8"], curve["fp8"] = plateau["default"], curve["default"]
         src["fp8"] = "no FP8 GEMM data: the BF16 fraction of peak assumed (derived)"

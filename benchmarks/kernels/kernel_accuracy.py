@@ -101,7 +101,11 @@ def gemm_cases() -> list[Case]:
     out += [_gemm_case("NVFP4 torch._scaled_mm, B200, square 1024-8192 (pytorch/ao #2427)",
                        "calibrated (nvfp4 plateau and level)", r)
             for r in kf.gemm_rows(source="TORCHAO-NVFP4")]
-    own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X"}
+    for r in kf.gemm_rows(source="HIPKITTENS"):
+        out.append(_gemm_case(f"HipKittens' baselines, MI355X {r['dtype'].upper()}, square 1024-16384",
+                              "calibrated (fp8 plateau and level)" if r["dtype"] == "fp8"
+                              else "tested (other shapes)", r))
+    own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X", "MI355X"}
     for r in kf.gemm_rows(source="MLE-MAMF"):
         if r["profile"] and r["device"] in own:
             out.append(_gemm_case("MAMF best shape", "calibrated (plateau; capped at q of it)", r))
