@@ -130,6 +130,9 @@ def test_device_from_properties() -> None:
     assert device_from_properties({"name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85e9}) == "a100"
     amd = {"name": "AMD Radeon Graphics", "computeMajor": 9, "numSms": 104}
     assert device_from_properties(amd) == "mi250"
+    mi3 = {"name": "AMD Radeon Graphics", "computeMajor": 9, "numSms": 304}
+    assert device_from_properties({**mi3, "totalGlobalMem": 205822885888}) == "mi300x"
+    assert device_from_properties({**mi3, "totalGlobalMem": 274877906944}) == "mi325x"
     assert device_from_properties({"name": "Some GPU"}) is None
 
 

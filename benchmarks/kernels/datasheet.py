@@ -60,6 +60,8 @@ DERIVED: dict[str, dict[str, str]] = {
     "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
     "b300": {"attention": "gb300 (the same Blackwell Ultra die)"},
     "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
+    "mi325x": {"gemm_fp8": "mi325x bf16", "attention": "h100 x GEMM ratio",
+               "memory_fraction": "mi300x"},
     "mi355x": {"attention": "h100 x GEMM ratio", "memory_fraction": "mi300x"},
 }
 
@@ -69,7 +71,7 @@ MAMF_ROWS: dict[str, dict[str, str]] = {
     "h100": {"default": "H100-SXM", "fp8": "H100-SXM"}, "h200": {"default": "H100-SXM", "fp8": "H200-SXM"},
     "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
     "gb300": {"default": "GB200", "fp8": "GB200"}, "b300": {"default": "B300-SXM", "fp8": "B300-SXM"},
-    "mi300x": {"default": "MI300X"}, "mi355x": {"default": "MI355X"},
+    "mi300x": {"default": "MI300X"}, "mi325x": {"default": "MI325X"}, "mi355x": {"default": "MI355X"},
 }
 #: devices whose own MAMF row the shared GEMM model reproduces only with a plateau above 1:
 #: B300's best BF16 shape has k = 1024, where the fitted k overhead (320) would need 1.06 of
@@ -87,7 +89,7 @@ NVFP4_DEVICE = ("b200", "B200-SXM")
 MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
                "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
                "gb300": "B300-SXM6-AC", "b300": "B300-SXM6-AC", "mi300x": "MI300X",
-               "mi355x": "MI300X"}
+               "mi325x": "MI300X", "mi355x": "MI300X"}
 
 #: fixed time per kernel (us): the shortest kernels of the public A100 traces last 2-3 us
 LAUNCH_OVERHEAD_US = kf.LAUNCH_US
@@ -298,7 +300,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
                 "peak at head dim 128 (arXiv:2307.08691, forward); derived, no A100 per-length data")
     if family == "b200":
         return cudnn_blackwell(name, fa3, fa3_8)
-    if family in ("mi300x", "mi355x"):
+    if family in ("mi300x", "mi325x", "mi355x"):
         spec, label = SPECS[name], MAMF_ROWS[name]["default"]
         h = kf.solve_plateau(kf.FITTED["gemm_shared"], 989.4, 132, kf.mamf_row("H100-SXM", "bf16"))
         m = kf.solve_plateau(kf.FITTED["gemm_shared"], _peak(spec, "bf16"), spec["sm_count"],
@@ -306,7 +308,7 @@ def attention_params(name: str) -> tuple[dict[str, Any], str]:
         return ({"plateau": {"default": scaled_plateau(fa3["plateau"], m / h), "fp8": scaled_plateau(fa3_8["plateau"], m / h)},
                  "kv_half": {"default": fa3["kv_half"], "fp8": fa3_8["kv_half"]}},
                 f"no {label} attention data ("
-                + ("published numbers are figures only" if name == "mi300x" else
+                + ("published numbers are figures only" if name in ("mi300x", "mi325x") else
                    "its AITER rows in data/attention.csv, source HIPKITTENS, are held out, not fitted")
                 + f"): H100 FA3 x ({label} / H100 GEMM plateau = {m / h:.3f}) (derived)")
     raise KeyError(name)

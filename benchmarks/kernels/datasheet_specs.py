@@ -126,3 +126,15 @@ SPECS: dict[str, dict[str, Any]] = {
                  "sm_count": f"{MLE} matrix-core table row MI355X: 1024 Matrix Cores, 4 per CU = "
                              "256 CUs"}),
 }
+
+#: MI325X: MI300X's compute (note 18 of the TFLOPS table: "the same compute as MI300X, but has
+#: more memory and more power"), its own memory
+SPECS["mi325x"] = {
+    **SPECS["mi300x"], "hbm_GBps": 6000.0, "hbm_GiB": 256,
+    "aliases": ["MI325X", "AMD Instinct MI325X"], "patterns": [r"mi325x"],
+    "source": "AMD Instinct MI325X specifications (1000 W): MI300X's compute (1307.4 bf16 / "
+              "2614.9 fp8 dense, 304 CUs), 6.0 TB/s, 256 GB",
+    "sources": {"peak_tflops, sm_count": f"{_TFLOPS_TABLE} row 'AMD MI325X' and note 18; "
+                                         "MI300X's figures",
+                "hbm": f"{MLE} memory table row AMD MI325X: 256 GB HBM3e, 6.00 TB/s"},
+}

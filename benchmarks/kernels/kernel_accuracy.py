@@ -102,10 +102,10 @@ def gemm_cases() -> list[Case]:
                        "calibrated (nvfp4 plateau and level)", r)
             for r in kf.gemm_rows(source="TORCHAO-NVFP4")]
     for r in kf.gemm_rows(source="HIPKITTENS"):
-        out.append(_gemm_case(f"HipKittens' baselines, MI355X {r['dtype'].upper()}, square 1024-16384",
+        out.append(_gemm_case(f"HipKittens' baselines, {r['device']} {r['dtype'].upper()}, square 1024-16384",
                               "calibrated (fp8 plateau and level)" if r["dtype"] == "fp8"
                               else "tested (other shapes)", r))
-    own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X", "MI355X"}
+    own = {"A100-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "GB200", "MI300X", "MI325X", "MI355X"}
     for r in kf.gemm_rows(source="MLE-MAMF"):
         if r["profile"] and r["device"] in own:
             out.append(_gemm_case("MAMF best shape", "calibrated (plateau; capped at q of it)", r))

@@ -481,7 +481,8 @@ def device_from_properties(props: Mapping[str, Any]) -> str | None:
     """Profile name for a Kineto ``deviceProperties`` entry (name, memory, SM count), or None.
 
     Uses the name first; AMD devices that report a generic name ("AMD Radeon Graphics") are
-    told apart by compute capability and CU count (104 CUs per MI250 GCD, 304 per MI300X).
+    told apart by compute capability and CU count (104 CUs per MI250 GCD, 304 per MI300X and
+    MI325X, the latter with 256 GB).
     """
     name = str(props.get("name", ""))
     hit = _lookup_name(name) if name else None
@@ -493,6 +494,6 @@ def device_from_properties(props: Mapping[str, Any]) -> str | None:
     if "amd" in name.lower() or "radeon" in name.lower():
         if props.get("computeMajor") == 9 and props.get("numSms") == 104:
             return "mi250"
-        if props.get("computeMajor") == 9 and props.get("numSms") == 304:
-            return "mi300x"
+        if props.get("computeMajor") == 9 and props.get("numSms") == 304:  # MI325X: 256 GB
+            return "mi325x" if float(props.get("totalGlobalMem") or 0) > 230e9 else "mi300x"
     return None
