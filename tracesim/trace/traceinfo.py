@@ -56,13 +56,14 @@ def trace_device(data: Mapping[str, Any]) -> str:
     return ""
 
 
-def whole_trace_step(cols: dict[str, list[Any]], host_cats: set[str], is_step: Any,
+def whole_trace_step(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: Any,
                      next_event: int) -> bool:
     """Append to ``cols`` (the op table's columns as lists, before annotation) an annotation
-    ``ProfilerStep#0`` spanning the host events when no row is a step (``is_step(name)``).
-    Returns whether it did (False when there is a step already, or no host event)."""
+    ``ProfilerStep#0`` spanning the host events (categories not in ``gpu_cats``) when no row
+    is a step (``is_step(name)``). Returns whether it did (False when there is a step
+    already, or no host event)."""
     names, cats, lanes = cols["name"], cols["cat"], cols["lane"]
-    host = [i for i, c in enumerate(cats) if c not in host_cats]
+    host = [i for i, c in enumerate(cats) if c not in gpu_cats]
     if not host or any(cats[i] in ("annotation", "cpu_op") and is_step(names[i]) for i in host):
         return False
     count: dict[str, int] = {}
