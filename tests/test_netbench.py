@@ -160,3 +160,16 @@ def test_astrasim_bad_configs(tmp_path, text, where):
     with pytest.raises(InputError) as err:
         load_cluster(p)
     assert err.value.where == where and err.value.file == str(p)
+
+
+def test_nodes_beyond_a_one_node_spec_scale_it():
+    """--nodes on a one-node spec with an inter-node fabric scales it, as replay --nodes does;
+    a spec without one refuses."""
+    from tracesim.api import netbench
+
+    res = netbench("mi300x-platform", "all_reduce", 16, 2, "4G")
+    assert res.nodes == 2 and res.rows[0]["busbw_GBps"] == pytest.approx(372.8, abs=0.1)
+    with pytest.raises(InputError, match="spread evenly"):
+        netbench("h100x8", "all_reduce", 16, 3, "1G")  # scaled to 3 nodes; 16 do not split
+    with pytest.raises(InputError, match="host-cpu has 1 GPUs"):
+        netbench("host-cpu", "all_reduce", 2, 2, "1M")  # no inter-node fabric: not scaled

@@ -247,7 +247,7 @@ def netbench(cluster: str | Path, collective: str = "all_reduce", ranks: int | N
     """Simulated nccl-tests (``tracesim netbench``) on ``cluster``'s network model.
 
     ``ranks``: number of ranks (default every GPU); ``nodes``: spread them evenly over this
-    many nodes; ``sizes``: bytes, or a text of sizes and ``MIN:MAX[:FACTOR]`` ranges
+    many nodes (a spec with fewer nodes and an inter-node fabric is scaled to them); ``sizes``: bytes, or a text of sizes and ``MIN:MAX[:FACTOR]`` ranges
     (binary units K, M, G); ``algo``: an algorithm or a preference list (default: the
     cluster spec's choice); ``protocol``: the NCCL protocols ring and tree may use (``LL``,
     ``LL128``, ``Simple``, a comma list or ``auto``, as NCCL_PROTO; default: the spec's).
@@ -255,6 +255,8 @@ def netbench(cluster: str | Path, collective: str = "all_reduce", ranks: int | N
     from tracesim.network.bench import bench_ranks, parse_sizes, run_netbench
 
     spec = load_cluster(cluster)
+    if nodes is not None and nodes > spec.nodes and spec.inter_node is not None:
+        spec = spec.replace(nodes=nodes)  # a one-node spec scaled, as ``replay --nodes`` does
     members = bench_ranks(spec, ranks, nodes)
     size_list = parse_sizes(sizes) if isinstance(sizes, str) else [int(s) for s in sizes]
     rows = run_netbench(spec, collective, members, size_list, algo, protocol)

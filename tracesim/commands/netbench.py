@@ -21,7 +21,8 @@ from tracesim.network.bench import NETBENCH_COLLECTIVES
               help="Number of ranks (default: every GPU of the cluster).")
 @click.option("--nodes", type=int, default=None,
               help="Spread the ranks evenly over this many nodes (like nccl-tests across "
-              "nodes); default: GPUs 0..ranks-1.")
+              "nodes; a spec of fewer nodes with an inter-node fabric is scaled to them, as "
+              "replay --nodes does); default: GPUs 0..ranks-1.")
 @click.option("--sizes", default="8:8G:4", show_default=True,
               help="Message sizes in bytes (nccl-tests convention): a comma list and/or "
               "MIN:MAX[:FACTOR] ranges, binary units K M G.")
