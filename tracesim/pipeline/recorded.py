@@ -32,7 +32,7 @@ from tracesim.options import ReplayOptions
 from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.result import Prediction
 from tracesim.specs.cluster import ClusterSpec
-from tracesim.trace.traceinfo import WHOLE_TRACE_WARNING
+from tracesim.trace.traceinfo import whole_trace_warnings
 from tracesim.transform.comms import GroupComm, network_comms
 from tracesim.transform.retime import retime
 
@@ -128,7 +128,7 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
                               opts.source_device)
     dst_dev = (get_device(opts.device, where="--device") if opts.device
                else get_device(cluster.device) if cluster else src_dev)
-    warnings: list[str] = [WHOLE_TRACE_WARNING] if (src.meta or {}).get("whole_trace_step") else []
+    warnings = whole_trace_warnings(src.meta)
     transplanted = None
     if src_dev.kind == "cpu" and dst_dev.kind != "cpu":
         from tracesim.transform.transplant import to_gpu

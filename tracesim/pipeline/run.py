@@ -290,7 +290,7 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     from tracesim.trace.extract import extract_source
     from tracesim.trace.overhead import profiler_overhead
     from tracesim.trace.sources import gc_paused, load_source
-    from tracesim.trace.traceinfo import WHOLE_TRACE_WARNING
+    from tracesim.trace.traceinfo import whole_trace_warnings
 
     with gc_paused():
         src = load_source(source)
@@ -306,8 +306,7 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
         cluster=res["cluster"], device=res["device"], breakdown=res["breakdown"],
         tokens_per_s=res["tokens_per_s"], tflops_per_gpu=res["tflops_per_gpu"], mfu=res["mfu"],
         model=res["model"], parallel=res["parallel"], memory_gib_per_gpu=None,
-        warnings=tuple(w for w in (WHOLE_TRACE_WARNING if src.meta.get("whole_trace_step") else "",
-                                   result.fallback_summary()) if w),
+        warnings=tuple(w for w in (*whole_trace_warnings(src.meta), result.fallback_summary()) if w),
         details=details, makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
         end_ns=result.end_ns, methods=np.full(graph.n_tasks, "measured", dtype=object),
         per_rank=per_rank)

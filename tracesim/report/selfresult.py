@@ -25,8 +25,7 @@ def _flops_by_dtype(source: Source, rank: int, step: str) -> dict[str, float]:
     host = sel["cat"].isin(["cpu_op", "annotation"]).to_numpy()
     flop_ids = set(sel["event_id"].to_numpy()[has & host].tolist())
     parent = dict(zip(sel["event_id"].tolist(), sel["parent_id"].tolist(), strict=True))
-    dtypes = (sel["dtype"].fillna("").astype(str).to_numpy() if "dtype" in sel
-              else np.full(len(sel), "", dtype=object))
+    dtypes = sel["dtype"].fillna("").astype(str).to_numpy()
     out: dict[str, float] = {}
     pick = has & host
     for eid, fl, dt in zip(sel["event_id"].to_numpy()[pick], sel["flops"].to_numpy()[pick],

@@ -25,6 +25,11 @@ WHOLE_TRACE_WARNING = ("the trace has no ProfilerStep#N annotations: its whole w
                        "compare steps")
 
 
+def whole_trace_warnings(meta: Mapping[str, Any] | None) -> list[str]:
+    """The report's warning for a source whose one step is its whole window (none else)."""
+    return [WHOLE_TRACE_WARNING] if (meta or {}).get("whole_trace_step") else []
+
+
 def trace_field(data: Mapping[str, Any], key: str) -> Any:
     """A top-level field of a trace; one some writers store as a Python literal string
     (``"{'rank': 0}"``) is parsed (None when it does not parse)."""
