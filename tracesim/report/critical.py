@@ -9,7 +9,12 @@ arrival to its end; waiting for the late member is thereby charged to what made 
 Time on the path not covered by any task (lane gaps) is charged to ``(lane gap: untraced time)``.
 
 The path's pieces add up to the iteration time (the makespan). Contributors group the
-path by task name (communication by collective and group kind), in seconds.
+path by task name (communication by collective and group kind), in seconds. A recorded run
+replays all its profiled steps, which need not be consecutive (a bundle interleaves
+unprofiled steps and the profiler's calibration cycles between them): its contributors count
+only the path inside the replayed steps (from the first rank's begin marker of a step to the
+last rank's end marker), so the time between steps, untraced, does not crowd out what the
+steps ran.
 """
 
 from __future__ import annotations
@@ -87,9 +92,12 @@ def top_contributors(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
 def critical_summary(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
                      top: int = 10) -> tuple[list[dict[str, Any]], float]:
     """:func:`top_contributors` and the length of the path (s): the whole replayed span,
-    which is several iterations where a recorded run's profiled steps are replayed
-    together."""
+    or, where the graph marks its steps (a recorded run, whose profiled steps are replayed
+    together), the path's time inside them (module docstring)."""
     pieces = critical_path(graph, start_ns, end_ns)
+    windows = step_windows(graph, start_ns, end_ns)
+    if windows is not None:
+        pieces = [(task, a2, b2) for task, a, b in pieces for a2, b2 in _clip(a, b, windows)]
     if not pieces:
         return [], 0.0
     t = graph.tasks
@@ -121,6 +129,48 @@ def critical_summary(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
          "share": v[0] / total if total else 0.0, "count": int(v[1])} for k, v in acc.items()]
     rows.sort(key=lambda r: (-float(r["time_s"]), str(r["name"])))
     return rows[:top], total * 1e-9
+
+
+def step_windows(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The replayed steps' windows (ns; sorted, disjoint, overlapping steps merged): each
+    step from its earliest ``begin`` marker to its latest ``end`` marker over the ranks, or
+    None when the graph marks no complete step (a workload built from a template)."""
+    t = graph.tasks
+    if "marker" not in t or "step" not in t:
+        return None
+    marker = t["marker"].astype(str).to_numpy()
+    step = t["step"].astype(str).to_numpy()
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    for i in np.flatnonzero(marker == "begin").tolist():
+        lo[step[i]] = min(lo.get(step[i], int(start_ns[i])), int(start_ns[i]))
+    for i in np.flatnonzero(marker == "end").tolist():
+        hi[step[i]] = max(hi.get(step[i], int(end_ns[i])), int(end_ns[i]))
+    spans = sorted((lo[k], hi[k]) for k in lo if k in hi and hi[k] > lo[k])
+    if not spans:
+        return None
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    arr = np.array(merged, dtype=np.int64)
+    return arr[:, 0], arr[:, 1]
+
+
+def _clip(a: int, b: int, windows: tuple[np.ndarray, np.ndarray]) -> list[tuple[int, int]]:
+    """The parts of ``[a, b)`` inside the windows."""
+    ws, we = windows
+    k = max(int(np.searchsorted(we, a, side="right")), 0)
+    out: list[tuple[int, int]] = []
+    while k < len(ws) and ws[k] < b:
+        lo, hi = max(a, int(ws[k])), min(b, int(we[k]))
+        if hi > lo:
+            out.append((lo, hi))
+        k += 1
+    return out
 
 
 def _runs(t: pd.DataFrame) -> tuple[np.ndarray, list[list[tuple[str, str, int]]]] | None:

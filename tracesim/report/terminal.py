@@ -48,8 +48,10 @@ def headline(res: Mapping[str, Any]) -> str:
                                     or (k == "etp" and par[k] == 1)))
     if par.get("mtp_layers"):
         lay += f" MTP{par['mtp_layers']}" + (" (one shared layer)" if par.get("mtp_repeated") else "")
+    dev = str(res.get("device", "") or "?")
+    unit = "rank(s)" if dev == "cpu" or dev.startswith("host-cpu") else "GPU(s)"
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
-            f"{res.get('cluster')} ({res.get('gpus')} GPU(s), {res.get('device', '') or '?'})"
+            f"{res.get('cluster')} ({res.get('gpus')} {unit}, {dev})"
             + (f", {lay}" if lay else ""))
 
 
@@ -173,6 +175,15 @@ def critical_title(res: Mapping[str, Any]) -> str:
     return f"critical path over the whole replay ({fmt_seconds(span)}, {span / it:.1f} iterations)"
 
 
+def fit_name(name: str, width: int = 44) -> str:
+    """``name`` in ``width`` characters: longer ones keep their start and end (a forward
+    and a backward op that share a long prefix stay apart)."""
+    if len(name) <= width:
+        return name
+    tail = (width - 3) // 2 + 1
+    return name[:width - 3 - tail] + "..." + name[-tail:]
+
+
 def report_text(res: Mapping[str, Any], top: int = 8) -> str:
     """The plain-text report."""
     lines = [headline(res)]
@@ -186,7 +197,7 @@ def report_text(res: Mapping[str, Any], top: int = 8) -> str:
     if cp:
         lines.append(f"  {critical_title(res)}, top contributors:")
         for row in cp[:top]:
-            lines.append(f"    {row['name'][:44]:<44} {row['category']:<11} "
+            lines.append(f"    {fit_name(str(row['name'])):<44} {row['category']:<11} "
                          f"{fmt_seconds(row['time_s']):>11}  {row['share']:6.1%}  x{row['count']}")
     files = res.get("files")
     if isinstance(files, Mapping) and files.get("dir"):

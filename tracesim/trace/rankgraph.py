@@ -14,6 +14,7 @@ import pandas as pd
 
 from tracesim.errors import InputError
 from tracesim.trace.overhead import overhead_in
+from tracesim.trace.selftime import own_stretches
 from tracesim.trace.threads import data_edges, thread_edges
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
@@ -179,6 +180,8 @@ class RankExtractor:
         ts, end, name = self.ts, self.end, self.name
         step_rows = np.flatnonzero(self.is_step)
         op_ov, an_ov = _rank_overhead(self.opt, self.rank)
+        # recorded on a CPU: a compute op's arithmetic is a task too (tracesim.trace.selftime)
+        own = own_stretches(self.ops) if not len(self.gpu_idx) else {}
         for ln in sorted(pd.unique(self.lane_col[host]), key=str):
             idx = np.flatnonzero(host & (self.lane_col == ln))
             order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
@@ -187,6 +190,7 @@ class RankExtractor:
             overhead = (all_ts, np.concatenate([[0.0], np.cumsum(weights)]))
             leaf = order[_leaves(ts[order], end[order])]
             items = [(int(ts[i]), 1, int(i)) for i in leaf]
+            items += [(a, 3, i) for i, (a, _) in own.items() if self.lane_col[i] == ln]
             items += [(int(ts[s]), 0, int(s)) for s in step_rows if self.lane_col[s] == ln]
             items += [(int(end[s]), 2, int(s)) for s in step_rows if self.lane_col[s] == ln]
             items.sort()
@@ -197,7 +201,7 @@ class RankExtractor:
             # events around it passes the rest on to the next task of the lane)
             debt = 0
             for t_start, what, i in items:
-                if what != 1:
+                if what in (0, 2):
                     tag = "begin" if what == 0 else "end"
                     gap = max(0, t_start - prev_end)
                     ov = _overhead_in(overhead, prev_end, t_start) + debt
@@ -211,8 +215,8 @@ class RankExtractor:
                     self.rows[tid]["measured_ns"] = int(end[i] - ts[i])
                     prev_end = max(prev_end, t_start)
                     continue
-                s = max(int(ts[i]), prev_end)
-                e = max(int(end[i]), s)
+                s = max(own[i][0] if what == 3 else int(ts[i]), prev_end)
+                e = max(own[i][1] if what == 3 else int(end[i]), s)
                 ov = _overhead_in(overhead, prev_end, e) + debt
                 gap = s - prev_end
                 dur = e - s
@@ -223,7 +227,9 @@ class RankExtractor:
                 debt = ov - take - take_dur
                 prev_end = e
                 first_new = len(self.rows)
-                if self.cat[i] == "runtime":
+                if what == 3:
+                    self.add_task(lane_id, i, "cpu", name[i], dur, gap)
+                elif self.cat[i] == "runtime":
                     self.runtime_call(i, lane_id, gap, dur, s, e)
                 else:
                     self.task_of[i] = self.add_task(lane_id, i, "cpu", name[i], dur, gap)

@@ -3,9 +3,8 @@
 On a CPU the host thread does the arithmetic inside each aten op; on a GPU the same op only
 dispatches and launches a kernel, and the kernel runs on a stream while the host goes on.
 For every *compute op* (an op with cost features, FLOPs or bytes from its recorded shapes,
-that does not hand its work to an op of the same class inside it: ``aten::linear`` runs
-its GEMM in ``aten::addmm``, which is the compute op; the bias copy ``aten::copy_`` inside
-``aten::addmm`` is one too, as on a GPU):
+that does not hand its work to an op of the same class inside it,
+:func:`tracesim.trace.selftime.compute_ops`):
 
 * the op's own time on its host thread (its window less the ops recorded inside it, such
   as the allocations ``aten::empty`` and ``aten::as_strided``, which a GPU run makes too)
@@ -35,6 +34,7 @@ from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
 from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile
+from tracesim.trace.selftime import compute_ops
 
 #: host time of one kernel launch call (cudaLaunchKernel): the median in the shared H100 and
 #: V100 traces is 5.2 us (../shared/traces/public: tracelens-h100-timesformer-infer,
@@ -42,8 +42,6 @@ from tracesim.hardware.device import DeviceProfile
 HOST_LAUNCH_NS = 5_000
 #: ops that make the host wait for the GPU (a copy of a device value to the host)
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::item", "aten::nonzero")
-#: op classes that are not device arithmetic
-_NOT_COMPUTE = ("comm", "other")
 
 
 @dataclass(frozen=True)
@@ -66,30 +64,6 @@ class Transplanted:
                 "host_s_before": round(self.host_s_before, 6),
                 "host_s_after": round(self.host_s_after, 6),
                 "launch_us": HOST_LAUNCH_NS / 1e3}
-
-
-def compute_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    """The compute ops of an op table (module docstring): host ops with cost features
-    that have no op of their own class inside them."""
-    host = ops[(ops["cat"] == "cpu_op")]
-    featured = host[((host["flops"] > 0) | (host["bytes"] > 0))
-                    & ~host["op_class"].isin(_NOT_COMPUTE)]
-    parent = dict(zip(zip(ops["rank"].tolist(), ops["event_id"].tolist(), strict=True),
-                      ops["parent_id"].tolist(), strict=True))
-    cls = dict(zip(zip(featured["rank"].tolist(), featured["event_id"].tolist(), strict=True),
-                   featured["op_class"].tolist(), strict=True))
-    wrapper: set[tuple[int, int]] = set()
-    for (r, e), c in cls.items():
-        p = parent.get((r, e), -1)
-        hops = 0
-        while p >= 0 and hops < 256:
-            if cls.get((r, p)) == c:
-                wrapper.add((r, p))
-            p = parent.get((r, p), -1)
-            hops += 1
-    keep = [(r, e) not in wrapper for r, e in
-            zip(featured["rank"].tolist(), featured["event_id"].tolist(), strict=True)]
-    return featured[np.array(keep, dtype=bool)]
 
 
 def to_gpu(graph: TaskGraph, ops: pd.DataFrame, dst: DeviceProfile) -> Transplanted:

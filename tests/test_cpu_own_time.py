@@ -1,0 +1,99 @@
+"""Reports of a run recorded on a CPU: a compute op's arithmetic is a task of that op, and
+the critical path of a recording with gaps between its profiled steps covers the steps only.
+
+A real `tracesim collect` of gpt-tiny with two profiled steps and the profiler's calibration
+cycles between them (so the steps are not consecutive)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tracesim.cli import cli
+from tracesim.pipeline.run import predict
+from tracesim.report.terminal import fit_name, headline, report_text
+from tracesim.trace.extract import extract_source
+from tracesim.trace.selftime import compute_ops, own_stretches
+from tracesim.trace.sources import load_source
+
+pytest.importorskip("torch")
+
+STORED = Path(__file__).resolve().parents[1] / "workloads" / "bundles" / "gpt-tiny"
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("own") / "tiny"
+    args = ["collect", "--workload", "gpt-tiny", "--batch", "2", "--warmup", "1", "--steps", "2",
+            "--measure", "2", "--calibration-cycles", "2", "-o", str(out)]
+    r = CliRunner().invoke(cli, args, obj={})
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_gemms_recorded_on_a_cpu_are_tasks_of_their_ops() -> None:
+    """``aten::addmm`` / ``aten::mm`` call ``aten::resolve_conj`` (and allocations) inside,
+    so they are no leaves: their own time becomes a task of the op, with its FLOPs."""
+    src = load_source(STORED)
+    g = extract_source(src)
+    t = g.tasks
+    gemm = t[(t["kind"] == "cpu") & (t["op_class"] == "gemm")]
+    assert {"aten::mm", "aten::addmm"} <= set(gemm["name"])
+    assert (gemm["flops"] > 0).all()
+    ops = src.op_table[src.op_table["rank"] == 0].reset_index(drop=True)
+    st = own_stretches(ops)
+    comp = compute_ops(ops)
+    # every stretch lies inside its op and outside every op recorded inside it
+    ts = ops["ts_ns"].to_numpy()
+    end = ts + ops["dur_ns"].to_numpy()
+    for i, (a, b) in st.items():
+        assert ts[i] <= a < b <= end[i]
+        kids = np.flatnonzero(ops["parent_id"].to_numpy() == ops["event_id"].iat[i])
+        assert ((end[kids] <= a) | (ts[kids] >= b)).all()
+        assert ops["event_id"].iat[i] in set(comp["event_id"])
+    # the GEMMs' arithmetic is most of their window
+    mm = [i for i in st if ops["name"].iat[i] == "aten::mm"]
+    own = sum(st[i][1] - st[i][0] for i in mm)
+    assert own > 0.8 * sum(end[i] - ts[i] for i in mm)
+
+
+def test_own_time_tasks_change_no_replayed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stretch was the next leaf's gap before: the timeline is the same to the ns."""
+    with_own = predict(STORED)
+    monkeypatch.setattr("tracesim.trace.rankgraph.own_stretches", lambda ops: {})
+    without = predict(STORED)
+    assert with_own.makespan_ns == without.makespan_ns
+    assert [s["predicted_s"] for s in with_own.to_dict()["steps"]] == \
+        [s["predicted_s"] for s in without.to_dict()["steps"]]
+    # ... and the breakdown counts the GEMMs as compute, not as host time
+    assert with_own.breakdown["compute_s"] > 0.8 * with_own.iteration_time_s
+    assert without.breakdown["compute_s"] < 0.5 * without.iteration_time_s
+
+
+def test_critical_path_covers_the_steps_not_the_time_between(two_steps: Path) -> None:
+    res = predict(two_steps)
+    d = res.to_dict(critical_path=True)
+    steps = [s for s in d["steps"] if s["rank"] == 0]
+    assert len(steps) == 2
+    span = d["critical_path_span_s"]
+    assert span == pytest.approx(sum(s["predicted_s"] for s in steps), rel=1e-6)
+    # the calibration cycles and timed steps between the two recorded ones are left out
+    assert span < 0.8 * res.makespan_ns * 1e-9
+    assert sum(r["share"] for r in d["critical_path"]) <= 1.0 + 1e-9
+    top = d["critical_path"][0]
+    assert top["category"] == "gemm", top
+    text = report_text(d)
+    assert "critical path over the 2 replayed steps (" in text
+    assert "on recorded (1 rank(s), cpu)" in text
+
+
+def test_long_op_names_keep_both_ends() -> None:
+    fwd = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    bwd = fwd + "_backward"
+    assert fit_name(fwd) != fit_name(bwd)
+    assert len(fit_name(bwd)) == 44 and fit_name(bwd).endswith("_backward")
+    assert fit_name("aten::mm") == "aten::mm"
+    assert "(8 GPU(s), h100)" in headline({"cluster": "h100x8", "gpus": 8, "device": "h100"})
