@@ -6,6 +6,8 @@ cycles between them (so the steps are not consecutive)."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,36 @@ def test_long_op_names_keep_both_ends() -> None:
     assert len(fit_name(bwd)) == 44 and fit_name(bwd).endswith("_backward")
     assert fit_name("aten::mm") == "aten::mm"
     assert "(8 GPU(s), h100)" in headline({"cluster": "h100x8", "gpus": 8, "device": "h100"})
+
+
+BF16_JOB = """
+import torch
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                        torch.nn.Linear(1024, 256)).to(torch.bfloat16)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+for _ in range(12):
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    m(x).float().pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_a_bf16_job_on_a_cpu_has_no_mfu_against_the_fp32_peak(tmp_path: Path) -> None:
+    """A CPU profile's peak is its fp32 GEMM rate; BF16 GEMMs on a CPU with BF16 units run
+    faster than that, so the self-replay gives TFLOP/s and no MFU, and says why."""
+    job = tmp_path / "job.py"
+    job.write_text(BF16_JOB)
+    out = tmp_path / "bf16"
+    r = CliRunner().invoke(cli, ["collect", "--steps", "2", "--warmup", "1", "--measure", "3",
+                                 "-o", str(out), "--", sys.executable, str(job)], obj={})
+    assert r.exit_code == 0, r.output
+    own = predict(out).to_dict()
+    r2 = CliRunner().invoke(cli, ["replay", str(out), "--host-speed", "2", "--json"], obj={})
+    assert r2.exit_code == 0, r2.output
+    for d in (own, json.loads(r2.stdout)):
+        assert d["tflops_per_gpu"] > 0 and d["mfu"] is None
+        assert any("no bf16 peak" in w for w in d["warnings"]), d["warnings"]
+    # an fp32 job keeps its MFU against the fp32 peak
+    assert predict(STORED).mfu is not None

@@ -192,7 +192,13 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     it = res["iteration_time_s"]
     tokens = res["tokens_per_s"] * grow if res["tokens_per_s"] else None
     tflops = res["tflops_per_gpu"]
-    peak = dst_dev.peak_flops(str(res.get("mfu_dtype") or _dtype(src.meta))) / 1e12
+    mfu_dtype = str(res.get("mfu_dtype") or _dtype(src.meta))
+    peak = dst_dev.peak_flops(mfu_dtype) / 1e12
+    if dst_dev.kind == "cpu" and not dst_dev.peak_tflops.get(mfu_dtype):
+        peak = 0.0  # a CPU profile's peak is its fp32 GEMM rate (selfresult.self_result)
+        if tflops:
+            warnings.append(f"MFU not given: the {dst_dev.name} profile has no {mfu_dtype} "
+                            "peak (a CPU profile's is its fp32 GEMM rate, tracesim calibrate)")
     details: dict[str, Any] = {
         "source": str(source),
         "recorded": {"device": src_dev.name,

@@ -298,6 +298,7 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
         graph = extract_source(src, overhead)
     result = replay(graph)
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead))
+    mfu_note = str(res.pop("mfu_note", ""))
     details = {k: v for k, v in res.items() if k not in _CONTRACT}
     details["profiler_overhead_removed_ns"] = {"per_op": overhead[0], "per_annotation": overhead[1]}
     details["fallbacks"] = dict(result.fallbacks)
@@ -306,7 +307,8 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
         cluster=res["cluster"], device=res["device"], breakdown=res["breakdown"],
         tokens_per_s=res["tokens_per_s"], tflops_per_gpu=res["tflops_per_gpu"], mfu=res["mfu"],
         model=res["model"], parallel=res["parallel"], memory_gib_per_gpu=None,
-        warnings=tuple(w for w in (*whole_trace_warnings(src.meta), result.fallback_summary()) if w),
+        warnings=tuple(w for w in (*whole_trace_warnings(src.meta), result.fallback_summary(),
+                                   mfu_note) if w),
         details=details, makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
         end_ns=result.end_ns, methods=np.full(graph.n_tasks, "measured", dtype=object),
         per_rank=per_rank)

@@ -119,6 +119,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     flops = model_flops_per_step(source, r0, last[1])
     tflops = flops / (it_ns / 1e9) / 1e12 if flops else None
     mfu = None
+    mfu_note = ""
     device_name = source.device or str(meta.get("device", ""))
     recorded = (model or {}).get("dtype") if isinstance(model, dict) else None
     dtype = str(recorded) if recorded else flops_dtype(source, r0, last[1], "fp32")
@@ -126,9 +127,14 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         from tracesim.hardware.device import get_device
 
         dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name)
-        peak = dev.peak_tflops.get(dtype) or dev.peak_tflops.get("fp32")
+        # a CPU profile's peak is its calibration's fp32 GEMM rate: a CPU with BF16 units
+        # (AVX512-BF16, AMX) runs BF16 GEMMs faster, so that peak is no bound for them
+        peak = dev.peak_tflops.get(dtype) or (dev.peak_tflops.get("fp32") if dev.kind != "cpu" else None)
         if tflops and peak:
             mfu = tflops / peak
+        elif tflops:
+            mfu_note = (f"MFU not given: the {dev.name} profile has no {dtype} peak (a CPU "
+                        "profile's is its fp32 GEMM rate, tracesim calibrate)")
     except Exception:  # unknown device: MFU is not defined, report null
         mfu = None
     return {
@@ -142,6 +148,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         "tflops_per_gpu": tflops,
         "mfu": mfu,
         "mfu_dtype": dtype,
+        "mfu_note": mfu_note,
         "gpus": len(ranks),
         "device": device_name,
         "model": model,
