@@ -200,7 +200,7 @@ def test_a_cpu_recording_moves_onto_a_gpu():
 
 
 def test_the_op_that_launches_a_kernel_is_the_innermost_of_its_class():
-    from tracesim.trace.selftime import compute_ops
+    from tracesim.trace.cpulanes import compute_ops
     from tracesim.trace.sources import load_source
 
     ops = load_source(BUNDLE).op_table

@@ -6,7 +6,7 @@ For every rank of the op table:
   and comm ops that contain no other event) in time order; the time between two leaves is
   kept as the second one's ``gap_ns`` (untraced CPU work: Python, dispatch); on a rank
   recorded on a CPU also the longest stretch of each compute op's own time, where ops run
-  inside it (its arithmetic, :mod:`tracesim.trace.selftime`);
+  inside it (its arithmetic, :mod:`tracesim.trace.cpulanes`);
 * **GPU lanes** (one per stream): kernels, memcpys and memsets in time order;
 * **step markers**: zero-length tasks at the start and end of every ``ProfilerStep#N`` on
   the thread that recorded it, so a replay can read each step's simulated duration;

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from tracesim.errors import InputError
+from tracesim.trace.cpulanes import own_stretches, relabel_gloo, whole_comm_leaves
 from tracesim.trace.overhead import overhead_in
-from tracesim.trace.selftime import own_stretches
 from tracesim.trace.threads import data_edges, thread_edges
 
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
@@ -103,6 +103,8 @@ class RankExtractor:
         for c, empty in (("comm_meta", ""), ("pg", ""), ("comm_seq", -1), ("group_source", ""),
                          ("group_kind", "")):  # op tables of schema 1
             self.col.setdefault(c, np.full(len(o), empty, dtype=object))
+        if not np.isin(o["cat"].to_numpy(), _GPU_CATS).any():  # recorded on a CPU
+            relabel_gloo(self.col, o)
         self.cat = o["cat"].to_numpy()
         self.name = o["name"].to_numpy()
         self.ts = o["ts_ns"].to_numpy().astype(np.int64)
@@ -180,15 +182,22 @@ class RankExtractor:
         ts, end, name = self.ts, self.end, self.name
         step_rows = np.flatnonzero(self.is_step)
         op_ov, an_ov = _rank_overhead(self.opt, self.rank)
-        # recorded on a CPU: a compute op's arithmetic is a task too (tracesim.trace.selftime)
-        own = own_stretches(self.ops) if not len(self.gpu_idx) else {}
+        # recorded on a CPU: a compute op's arithmetic is a task too, a communication op one
+        # task over its whole window (tracesim.trace.cpulanes)
+        on_cpu = not len(self.gpu_idx)
+        own = own_stretches(self.ops) if on_cpu else {}
         for ln in sorted(pd.unique(self.lane_col[host]), key=str):
             idx = np.flatnonzero(host & (self.lane_col == ln))
             order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
             all_ts = ts[order]
             weights = np.where(self.cat[order] == "annotation", an_ov, op_ov)
             overhead = (all_ts, np.concatenate([[0.0], np.cumsum(weights)]))
-            leaf = order[_leaves(ts[order], end[order])]
+            is_leaf = _leaves(all_ts, end[order])
+            if on_cpu:
+                is_leaf, folded = whole_comm_leaves(all_ts, end[order], self.cat[order] == "comm",
+                                                    is_leaf, _NEST_TOL_NS)
+                own = {i: v for i, v in own.items() if i not in set(order[folded].tolist())}
+            leaf = order[is_leaf]
             items = [(int(ts[i]), 1, int(i)) for i in leaf]
             items += [(a, 3, i) for i, (a, _) in own.items() if self.lane_col[i] == ln]
             items += [(int(ts[s]), 0, int(s)) for s in step_rows if self.lane_col[s] == ln]

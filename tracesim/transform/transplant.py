@@ -4,7 +4,7 @@ On a CPU the host thread does the arithmetic inside each aten op; on a GPU the s
 dispatches and launches a kernel, and the kernel runs on a stream while the host goes on.
 For every *compute op* (an op with cost features, FLOPs or bytes from its recorded shapes,
 that does not hand its work to an op of the same class inside it,
-:func:`tracesim.trace.selftime.compute_ops`):
+:func:`tracesim.trace.cpulanes.compute_ops`):
 
 * the op's own time on its host thread (its window less the ops recorded inside it, such
   as the allocations ``aten::empty`` and ``aten::as_strided``, which a GPU run makes too)
@@ -34,7 +34,7 @@ from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, make_edges, make_lanes, make_tasks
 from tracesim.hardware.costmodel import op_times_ns
 from tracesim.hardware.device import DeviceProfile
-from tracesim.trace.selftime import compute_ops
+from tracesim.trace.cpulanes import compute_ops
 
 #: host time of one kernel launch call (cudaLaunchKernel): the median in the shared H100 and
 #: V100 traces is 5.2 us (../shared/traces/public: tracelens-h100-timesformer-infer,

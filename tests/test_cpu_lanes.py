@@ -1,8 +1,10 @@
-"""Reports of a run recorded on a CPU: a compute op's arithmetic is a task of that op, and
-the critical path of a recording with gaps between its profiled steps covers the steps only.
+"""Runs recorded on a CPU (tracesim/trace/cpulanes.py): a compute op's arithmetic is a task
+of that op, a gloo collective one task of the collective its call asked for; the critical
+path of a recording with gaps between its profiled steps covers the steps only; MFU only
+against a peak of the job's dtype.
 
-A real `tracesim collect` of gpt-tiny with two profiled steps and the profiler's calibration
-cycles between them (so the steps are not consecutive)."""
+Real collections: gpt-tiny with two profiled steps and the profiler's calibration cycles
+between them (so the steps are not consecutive), a BF16 job, a 2-rank FSDP2 job over gloo."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from click.testing import CliRunner
 from tracesim.cli import cli
 from tracesim.pipeline.run import predict
 from tracesim.report.terminal import fit_name, headline, report_text
+from tracesim.trace.cpulanes import compute_ops, own_stretches
 from tracesim.trace.extract import extract_source
-from tracesim.trace.selftime import compute_ops, own_stretches
 from tracesim.trace.sources import load_source
 
 pytest.importorskip("torch")
@@ -132,3 +134,84 @@ def test_a_bf16_job_on_a_cpu_has_no_mfu_against_the_fp32_peak(tmp_path: Path) ->
         assert any("no bf16 peak" in w for w in d["warnings"]), d["warnings"]
     # an fp32 job keeps its MFU against the fp32 peak
     assert predict(STORED).mfu is not None
+
+
+FSDP2_JOB = """
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU())
+                          for _ in range(2)])
+for layer in m:
+    fully_shard(layer)
+fully_shard(m)
+opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+for _ in range(10):
+    m(torch.randn(16, 128)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def test_whole_comm_leaves_folds_what_runs_inside_a_collective() -> None:
+    from tracesim.trace.cpulanes import whole_comm_leaves
+
+    # c10d op [0, 100) with two children, a sibling [100, 120), gloo op [130, 200) with one
+    ts = np.array([0, 10, 50, 100, 130, 140])
+    end = np.array([100, 20, 60, 120, 200, 150])
+    comm = np.array([True, False, False, False, True, False])
+    leaf = np.array([False, True, True, True, False, True])
+    out, inside = whole_comm_leaves(ts, end, comm, leaf, 0)
+    assert out.tolist() == [True, False, False, True, True, False]
+    assert inside.tolist() == [False, True, True, False, False, True]
+
+
+def test_fsdp2_collectives_on_gloo_are_replayed_on_a_cluster(tmp_path: Path) -> None:
+    """Gloo runs FSDP2's all-gather and reduce-scatter as ops with aten ops inside (views,
+    copies, a division): each is one communication task, so a cluster replay times them and
+    --dp grows them; the reduce-scatter, which gloo runs as an all-reduce, is replayed as the
+    reduce-scatter the program asked for."""
+    import shutil
+
+    job = tmp_path / "fsdp2_job.py"
+    job.write_text(FSDP2_JOB)
+    out = tmp_path / "fsdp2"
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    r = CliRunner().invoke(cli, ["collect", "--steps", "2", "--warmup", "1", "--measure", "2",
+                                 "-o", str(out), "--", *launcher, "--standalone",
+                                 "--nproc-per-node", "2", str(job)], obj={})
+    assert r.exit_code == 0, r.output
+    g = extract_source(load_source(out))
+    t = g.tasks
+    colls = set(t.loc[t["kind"] == "coll", "collective"].astype(str))
+    assert colls == {"all_gather", "reduce_scatter"}, colls
+    names = set(t.loc[(t["kind"] == "coll") & (t["collective"] == "reduce_scatter"), "name"])
+    assert names == {"gloo:all_reduce"}, names
+    for extra in ([], ["--dp", "8"]):
+        r2 = CliRunner().invoke(cli, ["replay", str(out), "--cluster", "h100x128", *extra,
+                                      "--json"], obj={})
+        assert r2.exit_code == 0, r2.output
+        d = json.loads(r2.stdout)
+        assert d["communication"]["operations"]["matched"] >= 8, d["communication"]
+        assert d["gpus"] == (8 if extra else 2)
+
+
+def test_gloo_ops_take_their_calls_collective_only_where_they_pair_up() -> None:
+    import pandas as pd
+
+    from tracesim.trace.cpulanes import gloo_collectives
+
+    ops = pd.DataFrame({
+        "name": ["c10d::_reduce_scatter_base_", "gloo:all_reduce", "c10d::allreduce_",
+                 "gloo:all_reduce", "aten::div_"],
+        "cat": ["comm", "comm", "comm", "comm", "cpu_op"],
+        "pg": ["0"] * 5, "ts_ns": [0, 10, 20, 30, 35],
+        "collective": ["reduce_scatter", "all_reduce", "all_reduce", "all_reduce", ""]})
+    assert gloo_collectives(ops) == {1: "reduce_scatter"}
+    # one call without its gloo op: the group is left as recorded
+    assert gloo_collectives(ops.drop(index=3)) == {}
+    # a gloo op that starts before the call it would pair with: left as recorded
+    assert gloo_collectives(ops.assign(ts_ns=[12, 10, 20, 30, 35])) == {}
