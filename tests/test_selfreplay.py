@@ -25,7 +25,8 @@ PUBLIC_STEP_TRACES = {
     "sampled_128rank_r0.json.gz": (2, 5000.0),
     "sampled_128rank_r1.json.gz": (2, 5000.0),
     "mi250_minitoy.json.gz": (2, 50.0),
-    "kineto-tb-resnet50-v100-nw0/worker0.1623143089861.pt.trace.json.gz": (6, None),
+    # Kineto's first format (Operator / Runtime / Kernel / Memcpy / Memset), pageable copies
+    "kineto-tb-resnet50-v100-nw0/worker0.1623143089861.pt.trace.json.gz": (6, 50.0),
     "tracelens-h100-timesformer-infer/facebook_timesformer-base-finetuned-k400__1016002.json.gz":
         (1, None),
     "tracelens-mi300x-resnet-actckpt/resnet_act_checkpoint.json.gz": (3, 100.0),
@@ -217,3 +218,19 @@ def test_mfu_is_against_the_peak_of_the_dtype_the_flops_ran_in(public_traces):
     assert own.details["mfu_dtype"] == "bf16"
     assert own.mfu == pytest.approx(own.tflops_per_gpu / 1307.4)  # MI300X dense BF16
     assert on_cluster.mfu == pytest.approx(on_cluster.tflops_per_gpu / 1307.4)
+
+
+def test_the_first_kineto_format_links_kernels_to_their_launches(public_traces):
+    """PyTorch 1.8-1.9 traces name their launch calls ``Runtime`` and their copies
+    ``Memcpy``: read, they link every kernel to its launch, so a device retarget scales the
+    kernels instead of keeping their recorded gaps."""
+    from tracesim.options import ReplayOptions
+    from tracesim.pipeline.run import predict
+
+    path = public_traces / "kineto-tb-resnet50-v100-nw0"
+    ops = load_source(path).op_table
+    assert {"runtime", "memcpy", "memset", "kernel", "cpu_op"} <= set(ops["cat"])
+    res = predict(path, ReplayOptions.from_mapping({"device": "h100"}, "test", "options"))
+    shares = res.details["scaling"]["gpu_time_shares"]
+    assert shares.get("scaled", 0.0) > 0.8, shares
+    assert not [w for w in res.warnings if "does not link" in w]

@@ -184,8 +184,8 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     unlaunched = _unlaunched_share(graph)
     if unlaunched > 0.5 and src_dev.name != dst_dev.name:
         warnings.append(f"{unlaunched:.0%} of the GPU time is in kernels the trace does not link "
-                        "to the calls that launched them (no correlation ids, as in traces of "
-                        "PyTorch < 1.10): they keep the recorded gaps between them, so a faster "
+                        "to the calls that launched them (no launch calls or correlation ids in "
+                        "the trace): they keep the recorded gaps between them, so a faster "
                         "device shows little change")
     gpus = comms.world if comms is not None else res["gpus"]
     grow = gpus / max(res["gpus"], 1) if opts.dp else 1.0

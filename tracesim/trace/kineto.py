@@ -39,6 +39,10 @@ _CAT_MAP = {
     "gpu_memset": "memset",
     "cuda_sync": "sync",
     "gpu_user_annotation": "gpu_annotation",
+    # PyTorch 1.8-1.9 (Kineto's first format): Operator, Runtime, Kernel, Memcpy, Memset
+    "runtime": "runtime",
+    "memcpy": "memcpy",
+    "memset": "memset",
 }
 _GPU_CATS = {"kernel", "memcpy", "memset", "sync", "gpu_annotation"}
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")

@@ -286,7 +286,10 @@ class RankExtractor:
                 self.launch_end[i] = e
                 self.pending_sync.append((i, wp, -2 - freed))
                 return
-        blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS]
+        # a copy the call returned after (or during most of: pageable memory is staged
+        # while the copy runs, the call returning before its last chunk lands) blocked it
+        blocking = [g for g in launched if e >= self.end[g] - _BLOCKING_SLACK_NS
+                    or (self.cat[g] == "memcpy" and 2 * (e - self.ts[g]) > self.end[g] - self.ts[g])]
         if launched and blocking:
             last_end = max(int(self.end[g]) for g in blocking)
             wait_dur = max(0, min(dur, e - last_end))
