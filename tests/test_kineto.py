@@ -147,3 +147,23 @@ def test_hip_devices_are_ordinals(public_traces):
     """On HIP traces a GPU's pid is its HSA agent index (CPU agents first)."""
     df = read_kineto(public_traces / "tracelens-mi300x-resnet-actckpt/resnet_act_checkpoint.json.gz")
     assert set(df.loc[df["cat"] == "kernel", "device"]) == {"0"}
+
+
+def test_a_step_alone_on_its_thread_marks_the_busiest_thread(tmp_path):
+    """``ProfilerStep#1`` recorded on a thread with no other event (HTA's triton example
+    has one) marks the work of the busiest host thread instead of nothing."""
+    def op(name, tid, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": tid, "tid": tid, "ts": ts, "dur": dur,
+                "args": {}}
+    events = [op("ProfilerStep#1", 9, 100.0, 50.0, "user_annotation"),
+              op("aten::add", 5, 110.0, 5.0), op("aten::mul", 5, 120.0, 5.0),
+              op("aten::empty", 6, 130.0, 1.0)]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    from tracesim.trace.sources import load_source
+
+    df = load_source(p).op_table  # a single trace file, as replay reads it
+    step = df[df["name"] == "ProfilerStep#1"]
+    assert len(step) == 1 and step["lane"].iat[0] == df.loc[df["name"] == "aten::add", "lane"].iat[0]
+    assert "ProfilerStep#0" not in set(df["name"])  # not the whole-window step
+    assert set(df.loc[df["name"].str.startswith("aten::add"), "step"]) == {"ProfilerStep#1"}

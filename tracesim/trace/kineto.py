@@ -26,7 +26,7 @@ from tracesim.errors import InputError
 from tracesim.trace import comms
 from tracesim.trace.commjoin import COMM_COLUMNS, Enclosing, fill_comm, flow_starts
 from tracesim.trace.schema import conform, empty_table
-from tracesim.trace.traceinfo import trace_field, whole_trace_step
+from tracesim.trace.traceinfo import rehome_lone_steps, trace_field, whole_trace_step
 
 _CAT_MAP = {
     "cpu_op": "cpu_op",
@@ -252,6 +252,7 @@ def op_table_from_events(data: Mapping[str, Any], path: str | Path, rank: int | 
     if not c_event:
         return empty_table()
     if whole_window:  # no ProfilerStep#N: one step over the trace (tracesim.trace.traceinfo)
+        rehome_lone_steps(cols, _GPU_CATS, _STEP_RE.match)
         whole = whole_trace_step(cols, _GPU_CATS, _STEP_RE.match, len(events))
     df = pd.DataFrame({k: (np.array(v, dtype=object) if k in _OBJECT_KEYS else np.array(v))
                        for k, v in cols.items()})

@@ -84,3 +84,24 @@ def whole_trace_step(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: An
     for key, col in cols.items():
         col.append(row.get(key, -1))
     return True
+
+
+def rehome_lone_steps(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: Any) -> int:
+    """Move ``ProfilerStep#N`` annotations recorded on a thread with no other host event
+    onto the busiest host thread (``cols`` as in :func:`whole_trace_step`): a step marks
+    the work of the thread that calls ``prof.step()``, and a step alone on its thread would
+    mark nothing. Returns how many moved."""
+    names, cats, lanes = cols["name"], cols["cat"], cols["lane"]
+    host = [i for i, c in enumerate(cats) if c not in gpu_cats]
+    steps = [i for i in host if cats[i] in ("annotation", "cpu_op") and is_step(names[i])]
+    busy: dict[str, int] = {}
+    for i in host:
+        if i not in set(steps):
+            busy[lanes[i]] = busy.get(lanes[i], 0) + 1
+    lone = [i for i in steps if lanes[i] not in busy]
+    if not lone or not busy:
+        return 0
+    lane = max(busy, key=lambda k: busy[k])
+    for i in lone:
+        lanes[i] = lane
+    return len(lone)
