@@ -37,6 +37,12 @@ def _f(x: Any, fmt: str, suffix: str = "") -> str:
     return "n/a" if x is None else format(x, fmt) + suffix
 
 
+def _on_cpu(res: Mapping[str, Any]) -> bool:
+    """Whether the replay ran on a CPU (a CPU recording's self-replay, a CPU profile)."""
+    dev = str(res.get("device", "") or "")
+    return dev == "cpu" or dev.startswith("host-cpu")
+
+
 def headline(res: Mapping[str, Any]) -> str:
     """One line: what ran where."""
     model = res.get("model")
@@ -49,7 +55,7 @@ def headline(res: Mapping[str, Any]) -> str:
     if par.get("mtp_layers"):
         lay += f" MTP{par['mtp_layers']}" + (" (one shared layer)" if par.get("mtp_repeated") else "")
     dev = str(res.get("device", "") or "?")
-    unit = "rank(s)" if dev == "cpu" or dev.startswith("host-cpu") else "GPU(s)"
+    unit = "rank(s)" if _on_cpu(res) else "GPU(s)"
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "
             f"{res.get('cluster')} ({res.get('gpus')} {unit}, {dev})"
             + (f", {lay}" if lay else ""))
@@ -126,11 +132,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
                    f"{res.get('gpus')} GPUs")
         rows.append(("GPU clock", f"{clock:.3f} of its kernel benchmarks' rate ({why}; "
                                   "docs/devices.md)"))
+    unit = "rank" if _on_cpu(res) else "GPU"
     rows += [
         ("tokens/s", _f(res.get("tokens_per_s"), ",.0f")),
-        ("TFLOP/s per GPU", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),
+        (f"TFLOP/s per {unit}", _f(res.get("tflops_per_gpu"), ".1f" if (res.get("tflops_per_gpu") or 0) >= 10 else ".3f")),
         ("MFU", _f(res.get("mfu"), ".1%")),
-        ("memory per GPU", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
+        (f"memory per {unit}", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
     ]
     rep = res.get("replay")
     if isinstance(rep, Mapping) and rep.get("network"):
