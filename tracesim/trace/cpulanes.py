@@ -129,6 +129,13 @@ def whole_comm_leaves(ts: np.ndarray, end: np.ndarray, comm: np.ndarray, leaf: n
     return leaf, inside
 
 
+def keep_outside(own: dict[int, tuple[int, int]], rows: np.ndarray) -> dict[int, tuple[int, int]]:
+    """``own`` (:func:`own_stretches`) without the ops at ``rows`` (those folded into a
+    communication op, :func:`whole_comm_leaves`)."""
+    drop = set(rows.tolist())
+    return {i: v for i, v in own.items() if i not in drop} if drop else own
+
+
 def own_stretches(ops: pd.DataFrame) -> dict[int, tuple[int, int]]:
     """Row position (in ``ops``, one rank's op table) -> ``(start_ns, end_ns)`` of the
     longest stretch of own time of every compute op that has ops inside it (module

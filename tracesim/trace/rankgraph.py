@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.errors import InputError
-from tracesim.trace.cpulanes import own_stretches, relabel_gloo, whole_comm_leaves
+from tracesim.trace.cpulanes import keep_outside, own_stretches, relabel_gloo, whole_comm_leaves
 from tracesim.trace.overhead import overhead_in
 from tracesim.trace.threads import data_edges, thread_edges
 
@@ -196,7 +196,7 @@ class RankExtractor:
             if on_cpu:
                 is_leaf, folded = whole_comm_leaves(all_ts, end[order], self.cat[order] == "comm",
                                                     is_leaf, _NEST_TOL_NS)
-                own = {i: v for i, v in own.items() if i not in set(order[folded].tolist())}
+                own = keep_outside(own, order[folded])
             leaf = order[is_leaf]
             items = [(int(ts[i]), 1, int(i)) for i in leaf]
             items += [(a, 3, i) for i, (a, _) in own.items() if self.lane_col[i] == ln]

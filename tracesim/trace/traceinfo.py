@@ -94,9 +94,12 @@ def rehome_lone_steps(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: A
     names, cats, lanes = cols["name"], cols["cat"], cols["lane"]
     host = [i for i, c in enumerate(cats) if c not in gpu_cats]
     steps = [i for i in host if cats[i] in ("annotation", "cpu_op") and is_step(names[i])]
+    if not steps:
+        return 0
+    step_set = set(steps)
     busy: dict[str, int] = {}
     for i in host:
-        if i not in set(steps):
+        if i not in step_set:
             busy[lanes[i]] = busy.get(lanes[i], 0) + 1
     lone = [i for i in steps if lanes[i] not in busy]
     if not lone or not busy:
