@@ -12,7 +12,8 @@ For every rank of the op table:
   the thread that recorded it, so a replay can read each step's simulated duration;
 * **edges**: ``launch`` (runtime call -> the GPU op with its correlation id), ``sync``
   (GPU work -> the CPU call that blocks on it: device / stream / event synchronisation, and
-  copies whose call returned only after the copy ended), ``event`` (cudaEventRecord ->
+  copies whose call returned only after the copy ended or that ran during most of their
+  call, pageable memory being staged while the copy runs), ``event`` (cudaEventRecord ->
   cudaStreamWaitEvent, from ``cuda_sync`` events when the trace has them, otherwise
   inferred from timing: a GPU op that started late, right after an op on another stream of
   the same device ended, waited for it).
