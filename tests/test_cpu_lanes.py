@@ -25,7 +25,10 @@ from tracesim.trace.sources import load_source
 
 pytest.importorskip("torch")
 
-STORED = Path(__file__).resolve().parents[1] / "workloads" / "bundles" / "gpt-tiny"
+ROOT = Path(__file__).resolve().parents[1]
+STORED = ROOT / "workloads" / "bundles" / "gpt-tiny"
+#: plain training scripts (benchmarks/cpu/byoj_jobs.py runs them all)
+JOBS = ROOT / "benchmarks" / "cpu" / "jobs"
 
 
 @pytest.fixture(scope="module")
@@ -105,25 +108,12 @@ def test_long_op_names_keep_both_ends() -> None:
     assert "(8 GPU(s), h100)" in headline({"cluster": "h100x8", "gpus": 8, "device": "h100"})
 
 
-BF16_JOB = """
-import torch
-torch.manual_seed(0)
-m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
-                        torch.nn.Linear(1024, 256)).to(torch.bfloat16)
-opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-for _ in range(12):
-    x = torch.randn(64, 256, dtype=torch.bfloat16)
-    m(x).float().pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
-"""
 
 
 def test_a_bf16_job_on_a_cpu_has_no_mfu_against_the_fp32_peak(tmp_path: Path) -> None:
     """A CPU profile's peak is its fp32 GEMM rate; BF16 GEMMs on a CPU with BF16 units run
     faster than that, so the self-replay gives TFLOP/s and no MFU, and says why."""
-    job = tmp_path / "job.py"
-    job.write_text(BF16_JOB)
+    job = JOBS / "bf16_llm.py"
     out = tmp_path / "bf16"
     r = CliRunner().invoke(cli, ["collect", "--steps", "2", "--warmup", "1", "--measure", "3",
                                  "-o", str(out), "--", sys.executable, str(job)], obj={})
@@ -138,23 +128,6 @@ def test_a_bf16_job_on_a_cpu_has_no_mfu_against_the_fp32_peak(tmp_path: Path) ->
     assert predict(STORED).mfu is not None
 
 
-FSDP2_JOB = """
-import torch, torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU())
-                          for _ in range(2)])
-for layer in m:
-    fully_shard(layer)
-fully_shard(m)
-opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-for _ in range(10):
-    m(torch.randn(16, 128)).pow(2).mean().backward()
-    opt.step()
-    opt.zero_grad()
-dist.destroy_process_group()
-"""
 
 
 def test_whole_comm_leaves_folds_what_runs_inside_a_collective() -> None:
@@ -177,8 +150,7 @@ def test_fsdp2_collectives_on_gloo_are_replayed_on_a_cluster(tmp_path: Path) -> 
     reduce-scatter the program asked for."""
     import shutil
 
-    job = tmp_path / "fsdp2_job.py"
-    job.write_text(FSDP2_JOB)
+    job = JOBS / "fsdp2.py"
     out = tmp_path / "fsdp2"
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
