@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,9 +56,10 @@ def run_case(name: str, workdir: Path) -> dict[str, Any]:
     launcher, what = CASES[name]
     out = workdir / name
     t0 = time.perf_counter()
+    env = {**os.environ, "TRACESIM_JOB_PORT": str(_free_port())}  # mp.spawn's rendezvous
     p = subprocess.run([sys.executable, "-m", "tracesim.cli", "collect", "-o", str(out), "--",
                         *launcher, str(JOBS / f"{name}.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=1200)
+                       cwd=ROOT, timeout=1200, env=env)
     row: dict[str, Any] = {"job": name, "what": what, "collect_s": round(time.perf_counter() - t0, 1)}
     if p.returncode != 0:
         row["error"] = (p.stderr.strip().splitlines() or ["?"])[-1]
@@ -67,7 +70,7 @@ def run_case(name: str, workdir: Path) -> dict[str, Any]:
     gpu = predict(out, ReplayOptions.from_mapping({"cluster": "h100x8"}, "byoj_jobs", "options"))
     g = gpu.to_dict()
     comm = (g.get("communication") or {}).get("operations") or {}
-    meta = json.loads(json.dumps(own.get("steps") or []))
+    meta = own.get("steps") or []
     row.update(ranks=own["gpus"], measured_ms=measured * 1e3 if measured else None,
                predicted_ms=own["iteration_time_s"] * 1e3,
                error=(own["iteration_time_s"] / measured - 1.0) if measured else None,
@@ -78,6 +81,12 @@ def run_case(name: str, workdir: Path) -> dict[str, Any]:
     if spread:
         row["measured_min_max_ms"] = spread
     return row
+
+
+def _free_port() -> int:
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return int(sk.getsockname()[1])
 
 
 def _spread(bundle: Path) -> list[float] | None:
