@@ -70,6 +70,9 @@ def injected_env(base: Mapping[str, str], inject: Path, work: Path, plan: Plan) 
     env[ENV_STEPS], env[ENV_WARMUP] = str(plan.steps), str(plan.warmup)
     env[ENV_MEASURE] = str(plan.measure)
     env.setdefault("KINETO_LOG_LEVEL", "6")  # quiet the profiler's C++ progress lines
+    # torch.compile's C++ kernels on a CPU record themselves (their names, no shapes):
+    # without this their time is untraced host time in the recording
+    env.setdefault("TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE", "1")
     return env
 
 

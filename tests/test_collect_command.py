@@ -326,3 +326,12 @@ def test_exit_handler_hands_the_gil_to_process_group_threads(tmp_path: Path,
     monkeypatch.delitem(sys.modules, "torch.distributed")
     rec.at_exit()
     assert slept == [rec_mod.EXIT_GRACE_S]
+
+
+def test_compiled_cpu_kernels_are_profiled_unless_the_user_says_otherwise(tmp_path: Path) -> None:
+    """The job runs with inductor's C++ kernel profiling on (their time is otherwise untraced
+    host time); a value the user set is kept."""
+    env = injected_env({"PATH": os.environ.get("PATH", "")}, tmp_path, tmp_path, PLAN)
+    assert env["TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"] == "1"
+    env = injected_env({"TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE": "0"}, tmp_path, tmp_path, PLAN)
+    assert env["TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"] == "0"
