@@ -114,7 +114,7 @@ def _load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
 def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = False,
                     progress: Any = None) -> Prediction:
     """Replay a bundle, trace, folder or op table as ``opts`` say (module docstring)."""
-    from tracesim.report.selfresult import self_result
+    from tracesim.report.selfresult import cpu_mfu_note, self_result
 
     t_wall = time.perf_counter()
     if progress:
@@ -194,11 +194,11 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     tflops = res["tflops_per_gpu"]
     mfu_dtype = str(res.get("mfu_dtype") or _dtype(src.meta))
     peak = dst_dev.peak_flops(mfu_dtype) / 1e12
-    if dst_dev.kind == "cpu" and not dst_dev.peak_tflops.get(mfu_dtype):
-        peak = 0.0  # a CPU profile's peak is its fp32 GEMM rate (selfresult.self_result)
+    note = cpu_mfu_note(dst_dev, mfu_dtype)
+    if note:
+        peak = 0.0
         if tflops:
-            warnings.append(f"MFU not given: the {dst_dev.name} profile has no {mfu_dtype} "
-                            "peak (a CPU profile's is its fp32 GEMM rate, tracesim calibrate)")
+            warnings.append(note)
     details: dict[str, Any] = {
         "source": str(source),
         "recorded": {"device": src_dev.name,

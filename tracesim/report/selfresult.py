@@ -58,6 +58,16 @@ def flops_dtype(source: Source, rank: int, step: str, default: str) -> str:
     return max(by, key=lambda k: by[k]) if by else default
 
 
+def cpu_mfu_note(dev: Any, dtype: str) -> str:
+    """Why a replay on ``dev`` gives no MFU for FLOPs in ``dtype``: a CPU profile without a
+    peak for it (its one peak is its calibration's fp32 GEMM rate, which BF16 GEMMs on a CPU
+    with BF16 units exceed); "" otherwise."""
+    if dev.kind == "cpu" and not dev.peak_tflops.get(dtype):
+        return (f"MFU not given: the {dev.name} profile has no {dtype} peak (a CPU profile's "
+                "is its fp32 GEMM rate, tracesim calibrate)")
+    return ""
+
+
 def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
                 unprofiled: bool = False, completion: bool = False,
                 ) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
@@ -127,14 +137,12 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
         from tracesim.hardware.device import get_device
 
         dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name)
-        # a CPU profile's peak is its calibration's fp32 GEMM rate: a CPU with BF16 units
-        # (AVX512-BF16, AMX) runs BF16 GEMMs faster, so that peak is no bound for them
+        # no fp32 fallback on a CPU: cpu_mfu_note
         peak = dev.peak_tflops.get(dtype) or (dev.peak_tflops.get("fp32") if dev.kind != "cpu" else None)
         if tflops and peak:
             mfu = tflops / peak
         elif tflops:
-            mfu_note = (f"MFU not given: the {dev.name} profile has no {dtype} peak (a CPU "
-                        "profile's is its fp32 GEMM rate, tracesim calibrate)")
+            mfu_note = cpu_mfu_note(dev, dtype)
     except Exception:  # unknown device: MFU is not defined, report null
         mfu = None
     return {

@@ -143,7 +143,6 @@ def own_stretches(ops: pd.DataFrame) -> dict[int, tuple[int, int]]:
     comp = compute_ops(ops)
     if comp.empty:
         return {}
-    pos = pd.Series(np.arange(len(ops)), index=ops.index)
     ts = ops["ts_ns"].to_numpy().astype(np.int64)
     end = ts + ops["dur_ns"].to_numpy().astype(np.int64)
     parent = ops["parent_id"].to_numpy()
@@ -152,7 +151,7 @@ def own_stretches(ops: pd.DataFrame) -> dict[int, tuple[int, int]]:
     children: dict[int, list[int]] = {}
     for k in np.flatnonzero(np.isin(parent, list(want))).tolist():
         children.setdefault(int(parent[k]), []).append(k)
-    row_of = {int(e): int(pos.iat[k]) for k, e in enumerate(eid.tolist()) if e in want}
+    row_of = {int(e): k for k, e in enumerate(eid.tolist()) if e in want}
     out: dict[int, tuple[int, int]] = {}
     for e, kids in children.items():
         i = row_of.get(e)

@@ -103,8 +103,6 @@ class RankExtractor:
         for c, empty in (("comm_meta", ""), ("pg", ""), ("comm_seq", -1), ("group_source", ""),
                          ("group_kind", "")):  # op tables of schema 1
             self.col.setdefault(c, np.full(len(o), empty, dtype=object))
-        if not np.isin(o["cat"].to_numpy(), _GPU_CATS).any():  # recorded on a CPU
-            relabel_gloo(self.col, o)
         self.cat = o["cat"].to_numpy()
         self.name = o["name"].to_numpy()
         self.ts = o["ts_ns"].to_numpy().astype(np.int64)
@@ -118,6 +116,9 @@ class RankExtractor:
         )
         self.host = np.isin(self.cat, _HOST_CATS) & ~self.is_step
         self.gpu_idx = np.flatnonzero(np.isin(self.cat, _GPU_CATS))
+        self.on_cpu = not len(self.gpu_idx)  # recorded on a CPU (tracesim.trace.cpulanes)
+        if self.on_cpu:
+            relabel_gloo(self.col, o)
         self.gpu_by_corr: dict[int, list[int]] = {}
         for i in self.gpu_idx.tolist():
             if self.corr[i] >= 0:
@@ -183,9 +184,8 @@ class RankExtractor:
         step_rows = np.flatnonzero(self.is_step)
         op_ov, an_ov = _rank_overhead(self.opt, self.rank)
         # recorded on a CPU: a compute op's arithmetic is a task too, a communication op one
-        # task over its whole window (tracesim.trace.cpulanes)
-        on_cpu = not len(self.gpu_idx)
-        own = own_stretches(self.ops) if on_cpu else {}
+        # task over its whole window
+        own = own_stretches(self.ops) if self.on_cpu else {}
         for ln in sorted(pd.unique(self.lane_col[host]), key=str):
             idx = np.flatnonzero(host & (self.lane_col == ln))
             order = idx[np.lexsort((self.event_id[idx], -end[idx], ts[idx]))]
@@ -193,7 +193,7 @@ class RankExtractor:
             weights = np.where(self.cat[order] == "annotation", an_ov, op_ov)
             overhead = (all_ts, np.concatenate([[0.0], np.cumsum(weights)]))
             is_leaf = _leaves(all_ts, end[order])
-            if on_cpu:
+            if self.on_cpu:
                 is_leaf, folded = whole_comm_leaves(all_ts, end[order], self.cat[order] == "comm",
                                                     is_leaf, _NEST_TOL_NS)
                 own = keep_outside(own, order[folded])

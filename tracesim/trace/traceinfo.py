@@ -71,10 +71,7 @@ def whole_trace_step(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: An
     host = [i for i, c in enumerate(cats) if c not in gpu_cats]
     if not host or any(cats[i] in ("annotation", "cpu_op") and is_step(names[i]) for i in host):
         return False
-    count: dict[str, int] = {}
-    for i in host:
-        count[lanes[i]] = count.get(lanes[i], 0) + 1
-    lane = max(count, key=lambda k: count[k])
+    lane = _busiest(lanes, host)
     ts, dur = cols["ts_ns"], cols["dur_ns"]
     t0 = min(ts[i] for i in host)
     t1 = max(ts[i] + dur[i] for i in host)
@@ -86,25 +83,26 @@ def whole_trace_step(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: An
     return True
 
 
-def rehome_lone_steps(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: Any) -> int:
+def rehome_lone_steps(cols: dict[str, list[Any]], gpu_cats: set[str], is_step: Any) -> None:
     """Move ``ProfilerStep#N`` annotations recorded on a thread with no other host event
     onto the busiest host thread (``cols`` as in :func:`whole_trace_step`): a step marks
     the work of the thread that calls ``prof.step()``, and a step alone on its thread would
-    mark nothing. Returns how many moved."""
+    mark nothing."""
     names, cats, lanes = cols["name"], cols["cat"], cols["lane"]
     host = [i for i, c in enumerate(cats) if c not in gpu_cats]
-    steps = [i for i in host if cats[i] in ("annotation", "cpu_op") and is_step(names[i])]
-    if not steps:
-        return 0
-    step_set = set(steps)
-    busy: dict[str, int] = {}
-    for i in host:
-        if i not in step_set:
-            busy[lanes[i]] = busy.get(lanes[i], 0) + 1
+    steps = {i for i in host if cats[i] in ("annotation", "cpu_op") and is_step(names[i])}
+    others = [i for i in host if i not in steps]
+    busy = {lanes[i] for i in others}
     lone = [i for i in steps if lanes[i] not in busy]
-    if not lone or not busy:
-        return 0
-    lane = max(busy, key=lambda k: busy[k])
-    for i in lone:
-        lanes[i] = lane
-    return len(lone)
+    if lone and others:
+        lane = _busiest(lanes, others)
+        for i in lone:
+            lanes[i] = lane
+
+
+def _busiest(lanes: list[Any], rows: list[int]) -> Any:
+    """The lane holding the most of ``rows``."""
+    count: dict[Any, int] = {}
+    for i in rows:
+        count[lanes[i]] = count.get(lanes[i], 0) + 1
+    return max(count, key=lambda k: count[k])
