@@ -131,6 +131,19 @@ def test_one_trace_without_a_rank_is_rank_0(tmp_path: Path) -> None:
     assert f.meta()["torch_version"] == "2.5.1"
 
 
+def test_an_only_traces_trailing_number_is_no_rank(tmp_path: Path) -> None:
+    """TraceLens names its traces ``{model}__{job id}.json.gz``: alone in its folder, the
+    trace is rank 0 (a job of one GPU), not rank 1016002 of a million-rank job; a named rank
+    (``rank3``) still counts, and beside other traces a trailing number does."""
+    _write(tmp_path / "a" / "timesformer__1016002.json.gz", _trace())
+    assert [(r.rank, r.rank_from) for r in read_folder(tmp_path / "a").ranks] == [(0, "only trace")]
+    _write(tmp_path / "b" / "job_rank3.json", _trace())
+    assert [(r.rank, r.rank_from) for r in read_folder(tmp_path / "b").ranks] == [(3, "file name")]
+    _write(tmp_path / "c" / "job_0.json", _trace())
+    _write(tmp_path / "c" / "job_1.json", _trace(pid=101))
+    assert [r.rank for r in read_folder(tmp_path / "c").ranks] == [0, 1]
+
+
 def test_tensorboard_cycles_take_the_latest_unless_told(tmp_path: Path) -> None:
     for w, rank in (("host_11", 0), ("host_12", 1)):
         for ts in (1700000000001, 1700000000900, 1700000000050):

@@ -17,8 +17,8 @@ What a folder may hold (docs/import.md):
 Every ``.json`` / ``.json.gz`` file below the folder (hidden files, bundles and more than
 :data:`MAX_DEPTH` levels down excepted) must be a Kineto trace or an execution trace. A rank
 is the trace's ``distributedInfo.rank``, else the one in its file name (or its folder's:
-``rank3/trace.json``), else 0 when it is the folder's only trace; two traces of one rank are an
-error. Clocks: see :func:`clock_shifts`.
+``rank3/trace.json``), else 0 when it is the folder's only trace (whose trailing number,
+``model__1016002.json``, is no rank: a pid or a job id); two traces of one rank are an error. Clocks: see :func:`clock_shifts`.
 """
 
 from __future__ import annotations
@@ -430,8 +430,8 @@ def _facts(data: Mapping[str, Any], path: Path, only: bool) -> RankTrace:
     info = info if isinstance(info, Mapping) else {}
     rank, world = _int(info.get("rank")), _int(info.get("world_size"))
     how = "distributedInfo"
-    if rank is None:
-        rank, how = name_rank(path), "file name"
+    if rank is None:  # a folder's only trace: a trailing number is no rank (a pid, a job id)
+        rank, how = name_rank(path, tail=not only), "file name"
     if rank is None:
         if not only:
             raise InputError("no rank: the trace has no distributedInfo.rank and its name none "
