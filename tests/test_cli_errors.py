@@ -108,3 +108,13 @@ def test_trace_without_host_ops_names_the_file(tmp_path):
     out = tmp_path / "out"
     check_error(run("replay", str(p), "-o", str(out)), "rank1.json", "rank 1", "no host")
     assert not out.exists()
+
+
+def test_layout_option_on_a_trace_without_a_model(public_traces):
+    """A layout flag on a recording that names no model says which flag wants a model spec
+    and what a trace replay takes instead."""
+    trace = str(public_traces / "mi250_minitoy.json.gz")
+    check_error(run("replay", trace, "--dtype", "bf16"), "--dtype needs a model spec",
+                "--cluster, --device and --dp apply")
+    check_error(run("replay", trace, "--retarget", "template", "--cluster", "h100x8"),
+                "--retarget template needs a model spec")

@@ -99,9 +99,15 @@ def _route(source: str | Path | None, kind: str, opts: ReplayOptions) -> str:
     if source is None:
         return "template" if (opts.model or layout or opts.cluster) else "self"
     if opts.retarget == "template" or kind == "template" or layout:
+        asked = f"--{layout[0].replace('_', '-')}" if layout else "--retarget template"
         if opts.retarget == "trace" and layout:
-            raise InputError(f"--{layout[0].replace('_', '-')} needs a model spec: a trace "
-                             "replay keeps the recorded layout (only --dp grows)", "--retarget")
+            raise InputError(f"{asked} needs a model spec: a trace replay keeps the recorded "
+                             "layout (only --dp grows)", "--retarget")
+        if kind != "template" and not opts.model and bundle_model(source) is None:
+            raise InputError(f"{asked} needs a model spec (--model NAME|YAML) to build the "
+                             "layout from: this recording names no model, and a trace replay "
+                             "keeps its recorded layout (--cluster, --device and --dp apply)",
+                             "--model")
         return "template"
     wants = [k for k in given if k in TRACE_KEYS]
     if opts.retarget == "trace":
