@@ -40,6 +40,22 @@ def test_winner_and_ratio():
     assert tie.loc["memory_gib_per_gpu", "winner"] == "c"
 
 
+def test_runs_of_different_work_are_not_ranked_on_time():
+    """Half the tokens per iteration: the shorter iteration is no win; throughput ranks."""
+    from tracesim.report.compare import work_note
+
+    a, b = _res(2.0, 100.0, 0.5, 50.0, 0.5), _res(1.2, 83.3, 0.42, 40.0, 0.1)  # 200 vs 100 tokens
+    df = compare_table([a, b], ["a", "b"])
+    rows = df.set_index("key")
+    for key in ("iteration_time_s", "compute_s", "exposed_tp_s"):
+        assert pd.isna(rows.loc[key, "winner"]) and pd.isna(rows.loc[key, "ratio"]), key
+    assert list(df["key"][:3]) == ["iteration_time_s", "tokens_per_iteration", "tokens_per_s"]
+    assert rows.loc["tokens_per_iteration", "a"] == pytest.approx(200.0)
+    assert rows.loc["tokens_per_s", "winner"] == "a" and rows.loc["memory_gib_per_gpu", "winner"] == "b"
+    assert "200 vs 100" in work_note(df, ["a", "b"])
+    assert work_note(compare_table([a, dict(a)], ["a", "a2"]), ["a", "a2"]) is None
+
+
 def test_default_labels_say_what_differs():
     a, b = _res(1, 1, 0.1, 1, 0, cluster="x", tpd=8), _res(1, 1, 0.1, 1, 0, cluster="y", tpd=4)
     assert default_labels([a, b], ["1", "2"]) == ["x tp8", "y tp4"]

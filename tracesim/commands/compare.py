@@ -17,7 +17,7 @@ import click
 from tracesim.api import Prediction, compare, replay
 from tracesim.commands.options import options_from
 from tracesim.errors import InputError
-from tracesim.report.compare import format_table
+from tracesim.report.compare import format_table, work_note
 from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import Progress
 
@@ -66,8 +66,9 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
     """Compare RUNs (result directories, or quoted "replay ..." command lines) side by side.
 
     For each metric the table gives every run's value, the winner (lowest time / memory,
-    highest tokens/s, TFLOP/s, MFU; "-" when runs share the best value) and the ratio winner
-    vs runner-up. Times in seconds.
+    highest tokens/s, TFLOP/s, MFU; "-" when runs share the best value, and on the time rows
+    when the runs process different tokens per iteration) and the ratio winner vs runner-up.
+    Times in seconds.
     """
     res = compare([load_run(r, common) for r in runs],
                   labels=[x.strip() for x in labels.split(",")] if labels else None,
@@ -93,5 +94,8 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
         click.echo(json.dumps(doc, indent=2, default=json_default))
         return
     click.echo(format_table(table, names))
+    note = work_note(table, names)
+    if note:
+        click.echo(f"note: {note}")
     if out is not None:
         click.echo(f"written to {out}/ (compare.png, compare.json, compare.csv)")

@@ -7,6 +7,12 @@ best value) and ``ratio``: how many times
 better the winner is than the runner-up (``>= 1``; for 'lower is better' metrics the
 runner-up's value over the winner's, else the winner's over the runner-up's). A metric
 missing from any run, or whose runner-up is 0, has no ratio.
+
+Runs that process different numbers of tokens per iteration (another global batch, sequence
+length or data-parallel size at the default batch) are not ranked on their per-iteration
+seconds: a run of half the tokens "wins" iteration time while it trains slower. Their table
+gets a ``tokens per iteration`` row, the time rows keep their values with no winner or
+ratio, and :func:`work_note` says why; tokens/s, TFLOP/s and MFU rank them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,34 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: rows in seconds per iteration: not ranked across runs of different work per iteration
+PER_ITERATION = frozenset(k for k, label, _ in METRICS if label.endswith("(s)"))
+
+
+def tokens_per_iteration(res: Mapping[str, Any]) -> float | None:
+    """Tokens one iteration processes (tokens/s x iteration time), None when unknown."""
+    tps, it = res.get("tokens_per_s"), res.get("iteration_time_s")
+    if not isinstance(tps, (int, float)) or not isinstance(it, (int, float)) or tps <= 0:
+        return None
+    return float(tps) * float(it)
+
+
+def _same_work(tokens: Sequence[float | None]) -> bool:
+    known = [t for t in tokens if t is not None]
+    return len(known) < 2 or max(known) <= min(known) * (1 + 1e-6)
+
+
+def work_note(df: pd.DataFrame, labels: Sequence[str]) -> str | None:
+    """Why the time rows of :func:`compare_table` have no winner, or None when they do."""
+    rows = df[df["key"] == "tokens_per_iteration"]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    toks = " vs ".join(_fmt("tokens_per_iteration", row[lb]) for lb in labels)
+    return (f"the runs process different tokens per iteration ({toks}): times are per "
+            "iteration and not ranked; tokens/s, TFLOP/s and MFU compare them")
+
+
 def flat_metrics(res: Mapping[str, Any]) -> dict[str, float | None]:
     """The metrics of :data:`METRICS` from one result dict (None when absent)."""
     bd = res.get("breakdown") or {}
@@ -59,6 +93,8 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
     if len(results) != len(labels):
         raise ValueError("one label per result")
     vals = [flat_metrics(r) for r in results]
+    tokens = [tokens_per_iteration(r) for r in results]
+    same = _same_work(tokens)
     rows = []
     for key, name, better in METRICS:
         col = [v[key] for v in vals]
@@ -66,10 +102,14 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
             continue
         row: dict[str, Any] = {"metric": name, "key": key, "better": better}
         row.update(dict(zip(labels, col, strict=True)))
-        winner, ratio = _winner(col, better)
+        winner, ratio = _winner(col, better) if same or key not in PER_ITERATION else (None, None)
         row["winner"] = labels[winner] if winner is not None else None
         row["ratio"] = ratio
         rows.append(row)
+        if key == "iteration_time_s" and not same:
+            rows.append({"metric": "tokens per iteration", "key": "tokens_per_iteration",
+                         "better": "none", **dict(zip(labels, tokens, strict=True)),
+                         "winner": None, "ratio": None})
     return pd.DataFrame(rows)
 
 
@@ -151,7 +191,7 @@ def _fmt(key: str, v: Any) -> str:
     v = float(v)
     if key == "mfu":
         return f"{v:.1%}"
-    if key == "tokens_per_s":
+    if key in ("tokens_per_s", "tokens_per_iteration"):
         return f"{v:,.0f}"
     if key in ("tflops_per_gpu", "memory_gib_per_gpu"):
         return f"{v:.1f}"
