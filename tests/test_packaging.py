@@ -61,7 +61,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for needed in ("tracesim/collectors/run.py", "tracesim/workloads/llama3-8b.yaml",
                    "tracesim/workloads/bundles/gpt-tiny/meta.yaml",
                    "tracesim/workloads/bundles/gpt-tiny/rank0/trace.json.gz",
-                   "tracesim/topologies/h100x8.yaml", "tracesim/hardware/devices/h100.yaml"):
+                   "tracesim/topologies/h100x8.yaml", "tracesim/hardware/devices/h100.yaml",
+                   "tracesim/report/validation.yaml"):
         assert needed in names, needed
     assert not any(n.startswith(("collectors/", "benchmarks/", "tests/")) for n in names)
     target = tmp_path_factory.mktemp("site")
@@ -93,3 +94,8 @@ def test_the_wheel_runs_from_another_directory(installed: Path, tmp_path: Path) 
     res = json.loads(p.stdout)
     assert res["iteration_time_s"] > 0
     assert "bundles/llama-tiny" in str(res["template"].get("source", "")), res["template"]
+    # the validation summary ships in the wheel: a megatron-core replay finds its group
+    p = _run(installed, tmp_path, "replay", "--model", "llama3-8b", "--cluster", "h100x8",
+             "--tp", "8", "--seq-len", "2048", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["validation"]["group"]["device"] == "h100"

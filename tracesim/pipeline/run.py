@@ -268,6 +268,12 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     }
     if perturbed is not None:
         details["perturbation"] = perturbed.report(graph, result, net=net)
+    if device.kind == "gpu":  # how close published runs of this kind came (not a correction)
+        from tracesim.report.validated import lookup, model_kind
+
+        kind = model_kind(model.family, model.experts)
+        details["validation"] = {"stack": b.stack.get("name"), "kind": kind,
+                                 "group": lookup(str(b.stack.get("name")), kind, device.name)}
     return Prediction(
         mode="retarget", iteration_time_s=iter_s, gpus=par.world, cluster=b.cluster.name,
         device=device.name, breakdown=mean_breakdown(per_rank),

@@ -139,6 +139,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("MFU", _f(res.get("mfu"), ".1%")),
         (f"memory per {unit}", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
     ]
+    val = res.get("validation")
+    if isinstance(val, Mapping):
+        from tracesim.report.validated import validation_text
+
+        rows.append(("validated", validation_text(val.get("group"), str(val.get("stack") or ""),
+                                                  str(val.get("kind") or ""))))
     rep = res.get("replay")
     if isinstance(rep, Mapping) and rep.get("network"):
         net = {"flow": "flow-level (max-min link sharing)",
