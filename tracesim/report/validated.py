@@ -1,8 +1,8 @@
 """How close replays of the same kind came to published runs, said beside a retarget's numbers.
 
 ``tracesim validate published`` replays the published tables of docs/accuracy.md (the
-command there); ``scripts/validation_summary.py`` replays the same tables and groups its rows by the
-software stack, the model's kind (dense, MoE, hybrid Mamba) and the GPU, and writes each
+command there); ``scripts/validation_summary.py`` replays the same tables, groups the rows by
+the software stack, the model's kind (dense, MoE, hybrid Mamba) and the GPU, and writes each
 group's row count, mean signed error (positive: the replay predicted more throughput than
 the run measured, i.e. it is too fast), mean absolute error and rows within 10% / 20% to
 ``validation.yaml`` beside this module. A retarget looks its own stack, kind and GPU up
@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 FILE = Path(__file__).with_name("validation.yaml")
+
 
 def model_kind(family: str, experts: int) -> str:
     """``hybrid`` (Mamba layers), ``moe`` (routed experts) or ``dense``."""
