@@ -144,6 +144,14 @@ def test_an_only_traces_trailing_number_is_no_rank(tmp_path: Path) -> None:
     assert [r.rank for r in read_folder(tmp_path / "c").ranks] == [0, 1]
 
 
+def test_a_trace_without_host_events_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    _write(tmp_path / "in" / "rank0.json", {"traceEvents": []})
+    with pytest.raises(InputError, match="no host .CPU. events") as exc:
+        import_folder(tmp_path / "in", tmp_path / "out")
+    assert "rank0.json" in str(exc.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_tensorboard_cycles_take_the_latest_unless_told(tmp_path: Path) -> None:
     for w, rank in (("host_11", 0), ("host_12", 1)):
         for ts in (1700000000001, 1700000000900, 1700000000050):

@@ -453,6 +453,9 @@ def _facts(data: Mapping[str, Any], path: Path, only: bool) -> RankTrace:
             steps[name] = (begin, begin + int(round(float(dur) * 1000.0)))
         elif name == "record_param_comms" and isinstance(ev.get("args"), dict):
             _group(ev["args"], pgs)
+    if pid is None:  # nothing a replay could run: say so now, not after writing a bundle
+        raise InputError("the trace has no host (CPU) events (cpu_op, user_annotation): "
+                         "nothing to replay", path, "traceEvents")
     for pg in _literal(info.get("pg_config")) or ():
         if isinstance(pg, Mapping):
             _group({"Process Group Name": pg.get("pg_name"), "Process Group Description":
