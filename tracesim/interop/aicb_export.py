@@ -102,6 +102,11 @@ def _exact(graph: TaskGraph, r: int) -> AicbWorkload | None:
 # ------------------------------------------------------------------------------ generic
 
 
+def _base(name: Any) -> str:
+    """An op's name without its instance suffix (``attn.qkv.tp_f#1-3`` -> ``attn.qkv.tp_f``)."""
+    return str(name).split("#", 1)[0]
+
+
 def _layout(graph: TaskGraph, r: int, t: Any) -> dict[str, int]:
     """tp, pp, dp, ep, vpp, ga of the graph (from its meta, else from its groups)."""
     raw = graph.meta.get("parallel")
@@ -169,6 +174,7 @@ def _generic(graph: TaskGraph, r: int) -> tuple[AicbWorkload, list[str]]:
     cols = {c: t[c].to_numpy() for c in ("collective", "group", "group_kind", "msg_bytes", "name",
                                          "phase", "dur_ns", "gap_ns")}
     skipped: dict[str, int] = defaultdict(int)
+    rewritten: dict[tuple[str, str], int] = defaultdict(int)
     pp_bytes = 0
     for i in np.flatnonzero(kind != "gpu").tolist():
         if kind[i] in ("send", "recv"):
@@ -195,16 +201,18 @@ def _generic(graph: TaskGraph, r: int) -> tuple[AicbWorkload, list[str]]:
                 skipped[f"forward-phase {gk} {cols['collective'][i]}"] += 1
                 continue
             if blocking:
-                warnings.append(f"{cols['name'][i]}: a blocking data-parallel collective is "
-                                "written as a weight-gradient (non-blocking) column")
+                rewritten[(_base(cols["name"][i]), "a blocking data-parallel collective is "
+                           "written as a weight-gradient (non-blocking) column")] += 1
             slot = "wg"
         else:
             if not blocking:
-                warnings.append(f"{cols['name'][i]}: a non-blocking {gk} collective is written "
-                                "as a blocking one")
+                rewritten[(_base(cols["name"][i]), f"a non-blocking {gk} collective is written "
+                           "as a blocking one")] += 1
             slot = "fwd" if phase == "fwd" else "ig"
         tok = make_token(str(cols["collective"][i]), group, slot)
         anchored[anchor].append((i, slot, AicbComm(tok, int(cols["msg_bytes"][i]))))
+    for (name, what), k in rewritten.items():  # one line per op, not per instance
+        warnings.append(f"{name}: {what}" + (f" ({k} times)" if k > 1 else ""))
     for what, k in skipped.items():
         warnings.append(f"{k} {what} not representable in AICB rows; left out")
     none = AicbComm("NONE", 0)
