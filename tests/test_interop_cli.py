@@ -149,3 +149,19 @@ def test_an_imported_workload_takes_only_cluster_and_nodes(tmp_path):
         assert r.exit_code == 2 and len(lines) == 1 and extra[0] in lines[0], r.output
     ok = CliRunner().invoke(cli, ["replay", str(tmp_path / "wl"), "--cluster", "h100x8"], obj={})
     assert ok.exit_code == 0, ok.output
+
+
+def test_replay_reads_an_aicb_file_as_convert_replays_it(tmp_path):
+    """``tracesim replay W.txt --cluster C`` is ``convert W.txt --replay-on C`` without a
+    written workload; it needs a cluster and takes no other option."""
+    src = str(DATA / "moe_ep2.txt")
+    direct = CliRunner().invoke(cli, ["replay", src, "--cluster", "h100x8", "--json"], obj={})
+    assert direct.exit_code == 0, direct.output
+    p = run(src, "--to", "tracesim", "-o", str(tmp_path / "wl"), "--replay-on", "h100x8", "--json")
+    assert p.returncode == 0, p.stderr
+    converted = json.loads(p.stdout)["replay"]
+    assert json.loads(direct.stdout)["iteration_time_s"] == converted["iteration_time_s"]
+    for bad, word in ((["--cluster", "h100x8", "--tp", "2"], "--tp"), ([], "--cluster")):
+        r = CliRunner().invoke(cli, ["replay", src, *bad], obj={})
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and word in lines[0], r.output

@@ -27,7 +27,7 @@ from tracesim.report.terminal import Progress, print_report
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path), help="Result directory to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def command(source: Path | None, out: Path | None, as_json: bool, **flags: Any) -> None:
-    """Replay SOURCE (bundle, trace, workload or Chakra ET) or retarget it to another model/cluster/layout.
+    """Replay SOURCE (bundle, trace, workload, Chakra ET or AICB .txt) or retarget it to another model/cluster/layout.
 
     Times are seconds, throughput tokens/s, TFLOP/s per GPU. Exit code 2 on bad input.
     """

@@ -59,8 +59,8 @@ def predict(source: str | Path | None = None, options: ReplayOptions | None = No
             time, such as ``validate published``'s sample replays.
     """
     opts = options or ReplayOptions()
-    if source is not None and _format_of(source) == "chakra":
-        return _replay_chakra(Path(source), opts)
+    if source is not None and (fmt := _format_of(source)) in ("chakra", "aicb"):
+        return (_replay_chakra if fmt == "chakra" else _replay_aicb)(Path(source), opts)
     kind = _source_kind(source)
     route = _route(source, kind, opts)
     if route == "template":
@@ -130,6 +130,19 @@ def _format_of(source: str | Path) -> str | None:
         return detect_format(source)
     except InputError:
         return None
+
+
+def _replay_aicb(source: Path, opts: ReplayOptions) -> Prediction:
+    """A SimAI / AICB workload file replayed on ``--cluster``: every NPU runs the file's rows
+    (docs/interop.md, "SimAI / AICB workload files"; ``convert --replay-on`` does the same)."""
+    from tracesim.interop.formats import load_workload
+
+    _cluster_only(opts, "an AICB workload")
+    if not opts.cluster:
+        raise InputError("an AICB workload holds a task graph, not a recorded run: give "
+                         "--cluster to replay it on a cluster", source)
+    graph, _ = load_workload(source, "aicb")
+    return replay_graph(graph, _cluster_of(opts))
 
 
 def _replay_chakra(source: Path, opts: ReplayOptions) -> Prediction:
