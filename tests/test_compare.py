@@ -60,6 +60,12 @@ def test_default_labels_say_what_differs():
     a, b = _res(1, 1, 0.1, 1, 0, cluster="x", tpd=8), _res(1, 1, 0.1, 1, 0, cluster="y", tpd=4)
     assert default_labels([a, b], ["1", "2"]) == ["x tp8", "y tp4"]
     assert default_labels([a, a], ["1", "2"]) == ["1", "2"]
+    # the network model: named when it alone differs, left to the cluster's name otherwise
+    na = {**a, "replay": {"network": "flow"}}
+    assert default_labels([na, {**na, "replay": {"network": "estimate"}}], ["1", "2"]) == [
+        "network flow", "network estimate"]
+    nb = {**b, "replay": {"network": "recorded"}}
+    assert default_labels([na, nb], ["1", "2"]) == ["x tp8", "y tp4"]
 
 
 @pytest.mark.slow

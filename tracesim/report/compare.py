@@ -151,7 +151,9 @@ def default_labels(results: Sequence[Mapping[str, Any]], fallback: Sequence[str]
 
     ps = [parts(r) for r in results]
     keys = [k for k in ps[0] if any(p.get(k) != ps[0].get(k) for p in ps)] if ps else []
-    short = {"micro_batch": "mb", "cluster": "", "model": "", "device": ""}
+    if "cluster" in keys and "network" in keys:  # another cluster's network: the cluster says it
+        keys.remove("network")
+    short = {"micro_batch": "mb", "cluster": "", "model": "", "device": "", "network": "network "}
     labels = []
     for p in ps:
         bits = []
