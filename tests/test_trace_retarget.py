@@ -123,6 +123,10 @@ def test_data_parallel_groups_grow():
     assert groups[0] == (0, 1, 2, 3, 4, 5, 6, 7)
     with pytest.raises(InputError, match="multiple"):
         grow_groups([(0, 1)], ["world"], 2, 3)
+    # no data-parallel collective: degree 1, so --dp 1 (a sweep's baseline) leaves the job be
+    assert grow_groups([(0,), None], ["pg", "pg"], 1, 1) == ([(0,), None], 1)
+    with pytest.raises(InputError, match="no data-parallel collective"):
+        grow_groups([(0,), None], ["pg", "pg"], 1, 2)
     two = replay(A100_2R, cluster="h100x128")
     many = replay(A100_2R, cluster="h100x128", dp=32)
     assert many.gpus == 32 and many.parallel["dp"] == 32

@@ -184,9 +184,12 @@ def grow_groups(groups: Sequence[tuple[int, ...] | None], kinds: Sequence[str], 
     The job of ``job`` ranks is repeated ``dp / d`` times (``d``: the recorded data-parallel
     degree); copy ``j`` holds ranks ``r + j * job``. Every data-parallel group takes in its
     members' copies; other groups stay within their copy. Returns the new groups and the new
-    job size.
+    job size. A recording without data-parallel collectives has degree 1: ``dp`` 1 leaves it
+    as it is, more is an error (no gradient reduction to grow).
     """
     dp_sizes = {len(g) for g, k in zip(groups, kinds, strict=True) if g and k in DP_KINDS}
+    if not dp_sizes and dp == 1:  # the degree a job without data parallelism has: unchanged
+        return list(groups), job
     if not dp_sizes:
         raise InputError("the recording has no data-parallel collective to grow (no group "
                          "named data-parallel and no collective over every rank)", "--dp")
