@@ -300,6 +300,8 @@ def test_pareto_front_and_ranking():
     assert list(ranked(df, by="tokens_per_s_per_gpu", top=2)["tokens_per_s_per_gpu"]) == [100.0, 90.0]
     assert "tp" in top.columns  # the settings that vary are shown
     assert list(ranked(df, top=10, keys=["b", "d"])["tp"]) == [4, 2]
+    df["iteration_time_s"] = [4.0, 1.0, 3.0, 2.0, 5.0, 0.1]
+    assert list(ranked(df, by="iteration_time_s", top=2)["iteration_time_s"]) == [1.0, 2.0]
 
 
 def test_pareto_png(tmp_path):
@@ -308,6 +310,8 @@ def test_pareto_png(tmp_path):
     out = plot_pareto(df, tmp_path / "p.png")
     assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_pareto(df[df["status"] == "x"], tmp_path / "q.png") is None
+    # ok points without a throughput (recordings that say no token count): nothing to plot
+    assert plot_pareto(df.assign(tokens_per_s=None), tmp_path / "r.png") is None
 
 
 # ----------------------------------------------------------------------------- CLI (no Dask)

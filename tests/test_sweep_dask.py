@@ -140,3 +140,22 @@ def test_interrupt_leaves_a_consistent_table_and_resume_finishes(tmp_path):
     kept = full.set_index("key").loc[partial["key"], "iteration_time_s"]
     assert list(kept.fillna(-1)) == list(partial["iteration_time_s"].fillna(-1))  # not recomputed
     assert Path(summary.results) == out / "results.parquet"
+
+
+def test_a_sweep_of_a_recording_without_tokens_ranks_by_iteration_time(tmp_path, public_traces):
+    """A recorded trace says no token count: its points have no tokens/s, so the table ranks
+    them by iteration time (fastest first), and there is no throughput Pareto front."""
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({
+        "name": "v100-trace", "source": str(public_traces / "v100_1rank.json.gz"),
+        "base": {"cluster": "h100x8"}, "axes": {"gpu": ["h100", "b200"], "dp": [1]}}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["sweep", str(space), "-o", str(out), "--workers", "1",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "2 ok, 0 failed" in res.output and "by iteration_time_s" in res.output
+    ranking = pd.read_csv(out / "ranking.csv")
+    assert sorted(ranking["gpu"]) == ["b200", "h100"]
+    assert ranking["iteration_time_s"].is_monotonic_increasing  # the fastest first
+    assert ranking["tokens_per_s"].isna().all()
+    assert not (out / "pareto.png").exists() and not (out / "pareto.csv").exists()

@@ -18,7 +18,8 @@ import click
 
 from tracesim.errors import InputError
 
-_RANK_CHOICES = ("tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_usd", "mfu")
+_RANK_CHOICES = ("tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_usd", "mfu",
+                 "iteration_time_s")
 
 
 class _StderrProgress:
@@ -52,7 +53,9 @@ class _StderrProgress:
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
               help="Rows of the ranked table.")
 @click.option("--rank-by", type=click.Choice(_RANK_CHOICES), default="tokens_per_s",
-              show_default=True, help="Metric of the ranked table (descending).")
+              show_default=True, help="Metric of the ranked table (descending; the "
+              "iteration time ascending). Points without tokens/s (a recording that does not "
+              "say its tokens) are ranked by iteration time.")
 @click.option("--retry-failed", is_flag=True, help="Recompute points stored as failed.")
 @click.option("--dry-run", is_flag=True, help="Expand the space and print its size; run nothing.")
 @click.option("--no-plot", is_flag=True, help="Do not write pareto.png.")
@@ -66,7 +69,14 @@ def command(space: Path, out: Path, scheduler: str | None, workers: int | None, 
     Rerunning with the same -o skips points already computed (keyed by their inputs and the
     tracesim version). Throughput is tokens/s; cost columns are USD. Exit code 2 on bad input.
     """
-    from tracesim.sweep.outputs import format_table, pareto_axes, pareto_front, plot_pareto, ranked
+    from tracesim.sweep.outputs import (
+        format_table,
+        has_metric,
+        pareto_axes,
+        pareto_front,
+        plot_pareto,
+        ranked,
+    )
     from tracesim.sweep.runner import run_sweep
     from tracesim.sweep.space import expand_space, load_space
     from tracesim.sweep.store import read_results
@@ -87,12 +97,17 @@ def command(space: Path, out: Path, scheduler: str | None, workers: int | None, 
                         expansion=exp)
     table = read_results(out)
     keys = {p.key for p in exp.points}
+    rate = table is not None and has_metric(table, "tokens_per_s", keys)
+    if table is not None and rank_by == "tokens_per_s" and not rate \
+            and has_metric(table, "iteration_time_s", keys):
+        rank_by = "iteration_time_s"  # recordings without a token count: the fastest step
     top_df = ranked(table, by=rank_by, top=top, keys=keys) if table is not None else None
-    if table is not None and top_df is not None and not top_df.empty:
-        from tracesim.fileio import atomic_path
+    from tracesim.fileio import atomic_path
 
+    if table is not None and top_df is not None and not top_df.empty:
         with atomic_path(out / "ranking.csv") as tmp:
             top_df.to_csv(tmp, index=False)
+    if table is not None and top_df is not None and not top_df.empty and rate:
         x, y = pareto_axes(table[table["key"].isin(keys)])
         front = pareto_front(table, x, y, keys=keys)
         with atomic_path(out / "pareto.csv") as tmp:

@@ -13,8 +13,9 @@ import pandas as pd
 
 from tracesim.sweep.space import SETTING_KEYS
 
-#: metrics a ranking may sort by (descending)
-RANK_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_usd", "mfu")
+#: metrics a ranking may sort by (descending, but the iteration time ascending)
+RANK_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_usd", "mfu",
+                "iteration_time_s")
 _SHOWN_METRICS = ("tokens_per_s", "tokens_per_s_per_gpu", "gpus", "iteration_time_s", "mfu",
                   "memory_gib_per_gpu", "cost_per_hour_usd", "tokens_per_usd")
 
@@ -48,15 +49,17 @@ def point_label(row: pd.Series, columns: Sequence[str]) -> str:
 
 def ranked(table: pd.DataFrame, by: str = "tokens_per_s", top: int = 10,
            keys: Iterable[str] | None = None) -> pd.DataFrame:
-    """The ``top`` ok points by ``by`` (descending; ties by fewer GPUs, then key), with a
-    ``rank`` column, the settings that vary, and the main metrics."""
+    """The ``top`` ok points by ``by`` (descending, ``iteration_time_s`` ascending; ties by
+    fewer GPUs, then key), with a ``rank`` column, the settings that vary, and the main
+    metrics."""
     if by not in RANK_METRICS:
         raise ValueError(f"rank by one of {', '.join(RANK_METRICS)}, not {by!r}")
     df = ok_rows(table, keys)
     if df.empty or by not in df.columns:
         return pd.DataFrame()
     df = df[pd.to_numeric(df[by], errors="coerce").notna()]
-    df = df.sort_values([by, "gpus", "key"], ascending=[False, True, True], kind="mergesort")
+    df = df.sort_values([by, "gpus", "key"], ascending=[by == "iteration_time_s", True, True],
+                        kind="mergesort")
     settings = varying_settings(ok_rows(table, keys)) or [c for c in ("tp", "pp", "dp") if c in df]
     cols = settings + [m for m in _SHOWN_METRICS if m in df.columns and m not in settings]
     out = df[cols].head(top).reset_index(drop=True)
@@ -70,7 +73,7 @@ def format_table(df: pd.DataFrame) -> str:
         return "(no successful points)"
     fmt = {
         "tokens_per_s": "{:,.0f}".format, "tokens_per_s_per_gpu": "{:,.0f}".format,
-        "iteration_time_s": "{:.4f}".format, "mfu": "{:.1%}".format,
+        "iteration_time_s": "{:.4g}".format, "mfu": "{:.1%}".format,
         "memory_gib_per_gpu": "{:.1f}".format, "cost_per_hour_usd": "{:,.2f}".format,
         "tokens_per_usd": "{:,.0f}".format,
     }
@@ -79,6 +82,13 @@ def format_table(df: pd.DataFrame) -> str:
         if c in shown:
             shown[c] = shown[c].map(lambda v, f=f: "n/a" if v is None or v != v else f(v))
     return shown.to_string(index=False)
+
+
+def has_metric(table: pd.DataFrame, column: str, keys: Iterable[str] | None = None) -> bool:
+    """Whether some ok point has a number in ``column`` (a recording replayed without its
+    token count has no tokens/s)."""
+    df = ok_rows(table, keys)
+    return column in df and bool(pd.to_numeric(df[column], errors="coerce").notna().any())
 
 
 def pareto_front(table: pd.DataFrame, x: str = "gpus", y: str = "tokens_per_s",
@@ -124,6 +134,8 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, keys: Iterable[str] | Non
         return None
     x, y = pareto_axes(df)
     front = pareto_front(df, x, y)
+    if front.empty:  # no point has a throughput to plot
+        return None
     labels = varying_settings(df)
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     ax.scatter(df[x].astype(float), df[y].astype(float), s=18, color="0.7", label="points")

@@ -112,7 +112,8 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
         return row
     row.update(result_columns(result, reserved=row))
     gpus = result.get("gpus") or 0
-    row["tokens_per_s_per_gpu"] = result["tokens_per_s"] / gpus if gpus else None
+    tps = result.get("tokens_per_s")  # None for a recording that does not say its tokens
+    row["tokens_per_s_per_gpu"] = tps / gpus if gpus and tps is not None else None
     row["status"] = "ok"
     mem = result.get("memory") or {}
     need = float(result.get("memory_gib_per_gpu") or 0.0)
