@@ -56,11 +56,24 @@ def test_fmt_seconds():
     assert fmt_seconds(None) == "n/a"
 
 
-def test_progress_only_on_a_terminal():
+def test_progress_on_a_terminal_and_in_a_log():
+    """A log (not a terminal) gets nothing for 10 s, then a plain line every 10 s."""
+    now = [0.0]
     quiet = io.StringIO()
-    p = Progress(quiet)
+    p = Progress(quiet, clock=lambda: now[0])
     p("replay", 5, 10)
+    now[0] = 9.0
+    p("replay", 6, 10)
     assert quiet.getvalue() == ""
+    now[0] = 10.5
+    p("replay", 7, 10)
+    now[0] = 12.0
+    p("replay", 8, 10)
+    p("replay", 10, 10)
+    p.close()
+    lines = quiet.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracesim: replay") and "70.0%" in lines[0]
+    assert "\r" not in quiet.getvalue()
     loud = io.StringIO()
     p = Progress(loud, force=True, hz=1e9)
     p("replay", 5, 10)

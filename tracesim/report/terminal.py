@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 KIND_ORDER = ("tp", "cp", "ep", "pp", "dp")
@@ -279,36 +279,41 @@ def _isatty(f: Any) -> bool:
 
 
 class Progress:
-    """``(stage, done, total)`` callback printing one updating line on stderr (a terminal
-    only; elsewhere it does nothing). At most ``hz`` updates per second."""
+    """``(stage, done, total)`` callback reporting a long run on stderr: on a terminal one
+    updating line (at most ``hz`` updates per second, erased by :meth:`close`); elsewhere (a
+    log file, CI, a notebook) nothing for the first ``every`` seconds, then one plain line
+    every ``every`` seconds, so short runs print nothing and long ones show they are alive."""
 
     #: what a stage counts (default: tasks)
     UNITS = {"write": "files"}
 
-    def __init__(self, stream: TextIO | None = None, hz: float = 5.0, force: bool = False):
+    def __init__(self, stream: TextIO | None = None, hz: float = 5.0, force: bool = False,
+                 every: float = 10.0, clock: Callable[[], float] = time.perf_counter):
         self.stream = stream or sys.stderr
-        self.enabled = force or _isatty(self.stream)
-        self.min_dt = 1.0 / hz
-        self._last = 0.0
+        self.tty = force or _isatty(self.stream)
+        self.min_dt = 1.0 / hz if self.tty else every
+        self.clock = clock
+        self._t0 = clock()
+        self._last = 0.0 if self.tty else self._t0
         self._shown = False
-        self._t0 = time.perf_counter()
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if done < total and now - self._last < self.min_dt:
+        now = self.clock()
+        if (done < total or not self.tty) and now - self._last < self.min_dt:
             return
         self._last = now
         pct = 100.0 * done / total if total else 100.0
         unit = self.UNITS.get(stage, "tasks")
-        self.stream.write(f"\r{stage:<8} {pct:5.1f}%  {done:,}/{total:,} {unit}  "
-                          f"{now - self._t0:6.1f} s ")
+        line = f"{stage:<8} {pct:5.1f}%  {done:,}/{total:,} {unit}  {now - self._t0:6.1f} s"
+        if self.tty:
+            self.stream.write(f"\r{line} ")
+            self._shown = True
+        else:
+            self.stream.write(f"tracesim: {line}\n")
         self.stream.flush()
-        self._shown = True
 
     def close(self) -> None:
-        """Erase the progress line."""
+        """Erase the progress line (on a terminal)."""
         if self._shown:
             self.stream.write("\r" + " " * 60 + "\r")
             self.stream.flush()
