@@ -278,19 +278,32 @@ def _isatty(f: Any) -> bool:
         return False
 
 
+def _has_fd(f: Any) -> bool:
+    """Whether ``f`` writes to a file descriptor (a file, a pipe), not to memory."""
+    try:
+        f.fileno()
+        return True
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+
+
 class Progress:
     """``(stage, done, total)`` callback reporting a long run on stderr: on a terminal one
-    updating line (at most ``hz`` updates per second, erased by :meth:`close`); elsewhere (a
-    log file, CI, a notebook) nothing for the first ``every`` seconds, then one plain line
-    every ``every`` seconds, so short runs print nothing and long ones show they are alive."""
+    updating line (at most ``hz`` updates per second, erased by :meth:`close`); on a file or
+    pipe (a log, CI, ``nohup``: a stream with a file descriptor, or ``lines``) nothing for the
+    first ``every`` seconds, then one plain line every ``every`` seconds, so short runs print
+    nothing and long ones show they are alive; on anything else (an in-memory stream, such as
+    a test runner's capture) nothing."""
 
     #: what a stage counts (default: tasks)
     UNITS = {"write": "files"}
 
     def __init__(self, stream: TextIO | None = None, hz: float = 5.0, force: bool = False,
-                 every: float = 10.0, clock: Callable[[], float] = time.perf_counter):
+                 every: float = 10.0, clock: Callable[[], float] = time.perf_counter,
+                 lines: bool | None = None):
         self.stream = stream or sys.stderr
         self.tty = force or _isatty(self.stream)
+        self.enabled = self.tty or (_has_fd(self.stream) if lines is None else lines)
         self.min_dt = 1.0 / hz if self.tty else every
         self.clock = clock
         self._t0 = clock()
@@ -298,6 +311,8 @@ class Progress:
         self._shown = False
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
         now = self.clock()
         if (done < total or not self.tty) and now - self._last < self.min_dt:
             return
