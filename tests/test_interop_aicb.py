@@ -13,7 +13,7 @@ from tracesim.api import build_workload
 from tracesim.catalog import load_cluster
 from tracesim.engine.replay import replay
 from tracesim.errors import InputError
-from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb
+from tracesim.interop.aicb import format_aicb, parse_aicb, read_aicb, write_aicb
 from tracesim.interop.aicb_export import graph_to_aicb
 from tracesim.interop.aicb_graph import aicb_to_graph
 from tracesim.interop.chakra import export_chakra
@@ -242,3 +242,11 @@ def test_one_rank_symmetric_replay_matches_full(gpt7b):
     assert sym["gpus"] == 16
     assert sym["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=0.01)
     assert format_aicb(graph_to_aicb(one)[0]) == gpt7b_text()
+
+
+def test_an_aicb_file_is_written_with_its_suffix(tmp_path):
+    """``--to aicb -o NAME`` writes ``NAME.txt``, the suffix replay and SimAI read it by."""
+    w = read_aicb(DATA / "moe_ep2.txt")
+    assert write_aicb(w, tmp_path / "w") == tmp_path / "w.txt"
+    assert write_aicb(w, tmp_path / "v.txt") == tmp_path / "v.txt"
+    assert read_aicb(tmp_path / "w.txt") == w

@@ -76,6 +76,8 @@ def test_other_collectives_run(coll):
     (["--cluster", "h100x8", "--algo", "tree"], "--algo"),
     (["--cluster", "h100x8", "--algo", "warp"], "--algo"),
     (["--cluster", "h100x128", "--ranks", "24", "--nodes", "5"], "--nodes"),
+    (["--cluster", "h100x8", "--ranks", "1"], "2 or more ranks"),
+    (["--cluster", "host-cpu"], "has one GPU"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     res = run("netbench", *args)

@@ -276,8 +276,11 @@ def format_aicb(w: AicbWorkload) -> str:
 
 
 def write_aicb(w: AicbWorkload, path: str | Path) -> Path:
-    """Write ``w`` to ``path`` atomically."""
+    """Write ``w`` to ``path`` atomically, ``.txt`` appended when the name lacks it (the suffix
+    the readers, SimAI's and ``tracesim replay``, recognise the format by)."""
     p = Path(path)
+    if p.suffix != ".txt":
+        p = p.with_name(p.name + ".txt")
     with atomic_open(p, "w") as fh:
         fh.write(format_aicb(w))
     return p

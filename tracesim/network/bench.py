@@ -59,6 +59,10 @@ def bench_ranks(cluster: ClusterSpec, n: int | None, nodes: int | None) -> tuple
     n = total if n is None else n
     if n < 1 or n > total:
         raise InputError(f"{n} ranks: the cluster {cluster.name} has {total} GPUs", "--ranks")
+    if n < 2:  # nothing crosses a link: every size would read 0 us
+        raise InputError(f"a collective needs 2 or more ranks, not {n}"
+                         + (f" (cluster {cluster.name} has one GPU)" if total == 1 else ""),
+                         "--ranks")
     if nodes is None:
         return tuple(range(n))
     g = cluster.gpus_per_node
