@@ -118,3 +118,14 @@ def test_layout_option_on_a_trace_without_a_model(public_traces):
                 "--cluster, --device and --dp apply")
     check_error(run("replay", trace, "--retarget", "template", "--cluster", "h100x8"),
                 "--retarget template needs a model spec")
+
+
+def test_an_output_path_that_is_a_file(tmp_path):
+    """-o naming an existing file: exit 2 naming it, before any work, the file untouched."""
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    check_error(run("replay", "--model", "gpt-tiny", "--cluster", "h100x8", "-o", str(f)),
+                "taken", "-o: exists and is not a directory")
+    assert f.read_text() == "mine"
+    check_error(run("replay", "--model", "gpt-tiny", "--cluster", "h100x8", "-o",
+                    str(f / "sub")), "-o: cannot create the directory")

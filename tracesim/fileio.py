@@ -174,3 +174,26 @@ def replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(src, dst)
+
+
+def output_dir(path: str | Path, flag: str = "-o", create: bool = True) -> Path:
+    """The directory ``path``, created with its parents; an existing file there, or a place
+    that cannot hold one (no permission, a read-only or virtual file system), is an
+    InputError naming ``flag`` and the path. ``create`` False: only check, before the work
+    whose results go there (nothing is created if that work fails)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{flag}: exists and is not a directory", p)
+    if not create:
+        up = p
+        while not up.exists() and up != up.parent:
+            up = up.parent
+        if not up.is_dir() or not os.access(up, os.W_OK | os.X_OK):
+            raise InputError(f"{flag}: cannot create the directory ({up} is not a writable "
+                             "directory)", p)
+        return p
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot create the directory ({exc.strerror or exc})", p) from None
+    return p

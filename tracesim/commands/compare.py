@@ -77,9 +77,9 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
     doc = {"labels": names, "runs": list(runs), **{k: v for k, v in res.to_dict().items()
                                                    if k != "labels"}}
     if out is not None:
-        from tracesim.fileio import atomic_path, write_json
+        from tracesim.fileio import atomic_path, output_dir, write_json
 
-        out.mkdir(parents=True, exist_ok=True)
+        output_dir(out)
         write_json(out / "compare.json", json.loads(json.dumps(doc, default=json_default)))
         with atomic_path(out / "compare.csv") as tmp:
             table.to_csv(tmp, index=False)

@@ -17,6 +17,7 @@ import click
 
 from tracesim.api import replay, write_result
 from tracesim.commands.options import options_from, replay_flags
+from tracesim.fileio import output_dir
 from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import Progress, print_report
 
@@ -31,6 +32,8 @@ def command(source: Path | None, out: Path | None, as_json: bool, **flags: Any) 
 
     Times are seconds, throughput tokens/s, TFLOP/s per GPU. Exit code 2 on bad input.
     """
+    if out is not None:  # a bad -o fails now, not after the replay
+        output_dir(out, create=False)
     progress = Progress()
     try:
         pred = replay(source, options_from(flags), detail=out is not None, progress=progress)

@@ -90,12 +90,11 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
         plots: write the PNGs (needs matplotlib; without it they are skipped with a warning).
         progress: called as ``("write", files written, files to write)`` before each file.
     """
-    from tracesim.fileio import atomic_path, write_json
+    from tracesim.fileio import atomic_path, output_dir, write_json
     from tracesim.report import timeline as tl
     from tracesim.report.links import link_utilisation
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
     done = [0]
 
     def tick(n: int = 1) -> None:  # ``n`` files about to be written

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.fileio import write_json
+from tracesim.fileio import output_dir, write_json
 from tracesim.sweep.space import (
     Expansion,
     SweepPoint,
@@ -145,8 +145,7 @@ def run_sweep(space: SweepSpace, sweep_dir: str | Path, *, workers: int | None =
         points are written.
     """
     t0 = time.perf_counter()
-    sweep_dir = Path(sweep_dir)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    sweep_dir = output_dir(sweep_dir)
     exp = expansion if expansion is not None else expand_space(space, sweep_dir)
     write_spec_files(exp.points)
     previous = read_results(sweep_dir)
