@@ -129,3 +129,6 @@ def test_an_output_path_that_is_a_file(tmp_path):
     assert f.read_text() == "mine"
     check_error(run("replay", "--model", "gpt-tiny", "--cluster", "h100x8", "-o",
                     str(f / "sub")), "-o: cannot create the directory")
+    for cmd in (["extract", str(ROOT / "tests" / "data" / "traces" / "astra-megatron-gpt-tp8-a100")],
+                ["convert", "--model", "gpt-tiny", "--cluster", "h100x8", "--to", "chakra"]):
+        check_error(run(*cmd, "-o", str(f / "sub" / "w")), "-o: cannot create the directory")

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracesim.errors import InputError
-from tracesim.fileio import atomic_path, read_yaml, write_yaml
+from tracesim.fileio import atomic_path, output_dir, read_yaml, write_yaml
 from tracesim.graph.taskgraph import (
     EDGE_COLUMNS,
     GRAPH_FORMAT_VERSION,
@@ -33,8 +33,7 @@ def _write_parquet(df: pd.DataFrame, path: Path) -> None:
 
 
 def save_graph(graph: TaskGraph, directory: str | Path) -> None:
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    d = output_dir(directory)
     _write_parquet(graph.tasks, d / "tasks.parquet")
     _write_parquet(graph.edges, d / "edges.parquet")
     _write_parquet(graph.lanes, d / "lanes.parquet")

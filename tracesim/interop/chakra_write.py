@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.errors import InputError
-from tracesim.fileio import atomic_path, write_json
+from tracesim.fileio import atomic_path, output_dir, write_json
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.interop import chakra_schema as pb
 from tracesim.interop.chakra_schema import COMM_TYPES
@@ -393,7 +393,7 @@ def write_ranks(parts: Iterable[TaskGraph], again: Iterable[TaskGraph], prefix: 
     for g in parts:
         w.scan(g)
     groups = w.groups()
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(prefix.parent)
     files: list[Path] = []
     for g in again:
         files += w.write(g)

@@ -144,6 +144,7 @@ def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
     """Write the op table (``ops.parquet``) and task graph of ``source`` into the workload
     directory ``out``: whole or not at all (a temporary directory renamed into place); a
     directory there that is not a workload is never overwritten. Returns the counts."""
+    from tracesim.fileio import output_dir
     from tracesim.graph.io import save_graph
     from tracesim.trace.schema import write_op_table
     from tracesim.trace.sources import load_source
@@ -156,7 +157,7 @@ def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
     graph.validate()
     graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
                                 "bundle_meta": src.meta or {}})
-    out.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         write_op_table(src.op_table, tmp / "ops.parquet", {"source": str(source)})

@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from tracesim.errors import InputError
-from tracesim.fileio import atomic_open, atomic_path, write_yaml
+from tracesim.fileio import atomic_open, atomic_path, output_dir, write_yaml
 from tracesim.trace.kineto import (
     load_json_file,
     load_trace_json,
@@ -242,7 +242,7 @@ def import_folder(source: Path, out: Path, *, cycle: int = -1) -> Path:
     found = read_folder(source, cycle=cycle)
     for r in found.ranks:
         _check_et(r)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    output_dir(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     old = None
     try:
