@@ -56,8 +56,11 @@ def test_a_large_layout_with_a_straggler_simulates_every_rank():
 
 
 @pytest.mark.parametrize("flag", [["--straggler", "5"], ["--straggler", "x:2"],
-                                  ["--straggler", "3:0"], ["--jitter", "0"]])
+                                  ["--straggler", "3:0"], ["--jitter", "0"],
+                                  ["--straggler", "99:1.5"]])
 def test_bad_straggler_options_exit_2(flag):
     r = subprocess.run([sys.executable, "-m", "tracesim.cli", "replay", "--model", "gpt3-1.7b",
                         "--cluster", "h100x8", *flag], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    if flag[1] == "99:1.5":  # a rank the job does not have: not a silent +0.0%
+        assert "rank 99 is not among the replayed ranks (0..7)" in r.stderr

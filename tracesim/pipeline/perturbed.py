@@ -150,6 +150,13 @@ def perturbation_step(graph: TaskGraph, opts: ReplayOptions, cluster: ClusterSpe
     if graph.meta.get("representatives"):
         raise InputError("stragglers, jitter and an impaired fabric need every rank simulated",
                          "--full")
+    have = sorted({int(r) for r in graph.ranks})
+    missing = sorted({r for r, _ in p.stragglers} - set(have))
+    if missing:  # a slowdown nobody would take: say so rather than report +0.0%
+        shown = (f"{have[0]}..{have[-1]}" if have and have == list(range(have[0], have[-1] + 1))
+                 else ", ".join(map(str, have[:8])) + (", ..." if len(have) > 8 else ""))
+        raise InputError(f"rank {missing[0]} is not among the replayed ranks ({shown})",
+                         "--straggler")
     healthy = cluster.healthy if cluster is not None else None
     base = replay(graph, make_comm(healthy))
     slowed, factors = perturb(graph, p) if p.active else (graph, {})
