@@ -67,3 +67,18 @@ def test_a_retarget_reports_its_validation() -> None:
     r = run.invoke(cli, [*args, "--stack", "eager", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["validation"]["group"] is None
+
+
+def test_the_summary_names_the_tables_the_script_replays() -> None:
+    """A table added to benchmarks/published (or the shared references) without rerunning
+    ``scripts/validation_summary.py`` leaves the shipped summary stale: caught here."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "validation_summary.py"
+    spec = importlib.util.spec_from_file_location("validation_summary", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert [p.name for p in mod.tables()] == _shipped()["tables"], (
+        "run python scripts/validation_summary.py")
