@@ -53,11 +53,11 @@ def main() -> int:
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
     rows = [r for r in validate_rows([str(p) for p in tables()], jobs=args.jobs) if not r.error]
+    overall = {k: (round(v, 4) if isinstance(v, float) else v)  # wall time: not a result
+               for k, v in summary(rows).items() if k != "max_wall_s"}
     data = {"command": "python scripts/validation_summary.py",
-            "tables": [p.name for p in tables()], "all": summary(rows),
+            "tables": [p.name for p in tables()], "all": overall,
             **summarize((*group_of(r.options), r.rel_error) for r in rows)}
-    data["all"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in data["all"].items()
-                   if k != "max_wall_s"}
     text = ("# Written by scripts/validation_summary.py (docs/accuracy.md, \"The accuracy a replay "
             "reports\"); do not edit.\n" + yaml.safe_dump(data, sort_keys=False))
     if args.check:
