@@ -22,6 +22,7 @@ import yaml
 
 from tests.helpers import retarget
 from tracesim.catalog import load_cluster, models_dir
+from tracesim.engine.symmetry import SYMMETRY_MIN_PASSES, reduces
 
 TOL = 0.005
 
@@ -115,3 +116,35 @@ def test_reduced_flow_matches_full_on_fabric_stressing_layouts(tmp_path: Path, n
     assert red["replay"]["network"] == "flow"
     assert red["replay"]["tasks"] * 8 <= full["replay"]["tasks"]
     assert abs(_rel(red, full)) <= 0.01, (name, _rel(red, full))
+
+
+#: jobs under SYMMETRY_MIN_GPUS whose micro-batches make the full graph large (name, options)
+SMALL_MANY = [
+    ("tp8-one-node", {"model": "llama3-70b", "cluster": "h100x8", "tp": 8, "global_batch": 64}),
+    ("pp4-interleaved-dp2", {"model": "llama3-8b", "cluster": "h100x8", "pp": 4, "vpp": 2,
+                             "dp": 2, "global_batch": 1024}),
+    ("ep8-moe", {"model": "qwen3-30b-a3b", "cluster": "h100x8", "ep": 8, "dp": 8,
+                 "global_batch": 1024, "seq_len": 2048}),
+    ("cp2-fp8-b200", {"model": "llama3-8b", "cluster": "dgx-b200", "cp": 2, "dp": 4,
+                      "global_batch": 512, "dtype": "fp8"}),
+]
+
+
+@pytest.mark.parametrize("name, opts", SMALL_MANY, ids=[s[0] for s in SMALL_MANY])
+def test_few_gpus_with_many_micro_batches_reduce_to_the_same_time(name: str, opts: dict) -> None:
+    """Under 64 GPUs a replay reduces once its layer passes (ranks x micro-batches x layers
+    per stage) reach SYMMETRY_MIN_PASSES; the reduced replay keeps the full one's time."""
+    red, full = _pair(opts, None)
+    assert full["parallel"]["tp"] * full["parallel"]["pp"] * full["parallel"]["dp"] < 64
+    assert red["replay"]["tasks"] * 2 <= full["replay"]["tasks"]
+    assert abs(_rel(red, full)) <= 1e-9, (name, _rel(red, full))
+
+
+def test_small_jobs_with_few_micro_batches_keep_every_rank() -> None:
+    """The README's first layout (8 GPUs, 4 micro-batches per pipeline) replays every rank:
+    its outputs hold each rank's timeline."""
+    res = retarget({"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "dp": 2}).to_dict()
+    assert res["replay"]["symmetric"] is False
+    assert not reduces(8, 4, 12) and reduces(8, 1024, 80) and reduces(64, 1, 1)
+    assert not reduces(1, 10**6, 100)  # one rank: nothing to reduce
+    assert reduces(8, SYMMETRY_MIN_PASSES // 8, 1) and not reduces(8, SYMMETRY_MIN_PASSES // 8 - 1, 1)

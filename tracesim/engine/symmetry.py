@@ -35,6 +35,21 @@ from tracesim.specs.placement import GROUP_KINDS, Placement
 
 #: from this many GPUs up a replay simulates one representative rank per pipeline stage
 SYMMETRY_MIN_GPUS = 64
+#: ... and so does a smaller job from this many layer passes up (:func:`reduces`): a node's
+#: worth of GPUs with many micro-batches (gradient accumulation) builds a full graph as large
+#: as a thousand GPUs' (Llama 3 70B on 8 GPUs with 1,024 micro-batches: 25 million tasks)
+SYMMETRY_MIN_PASSES = 32_768
+
+
+def reduces(world: int, micro_batches: int, layers_per_stage: int) -> bool:
+    """Whether a replay of ``world`` ranks, each running ``layers_per_stage`` transformer
+    layers for each of ``micro_batches`` micro-batches, simulates one representative rank per
+    pipeline stage: from :data:`SYMMETRY_MIN_GPUS` GPUs up, or from
+    :data:`SYMMETRY_MIN_PASSES` layer passes (``world x micro_batches x layers_per_stage``,
+    what the full graph's size follows) up. The two replays give the same times
+    (tests/test_symmetry_agreement.py); the full one keeps every rank in its outputs."""
+    return world >= SYMMETRY_MIN_GPUS or (
+        world > 1 and world * max(1, micro_batches) * max(1, layers_per_stage) >= SYMMETRY_MIN_PASSES)
 
 
 class SymmetricComm:

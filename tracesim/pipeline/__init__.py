@@ -5,7 +5,8 @@ retarget, :func:`replay_graph` and :func:`self_replay` the paths of a graph that
 there (an imported workload, a recorded run).
 """
 
-from tracesim.pipeline.build import SYMMETRY_MIN_GPUS, Built, build
+from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
+from tracesim.pipeline.build import Built, build
 from tracesim.pipeline.run import predict, replay_graph, self_replay
 
 __all__ = ["SYMMETRY_MIN_GPUS", "Built", "build", "predict", "replay_graph", "self_replay"]

@@ -11,8 +11,9 @@
    shapes changed); measured on another GPU -> scaled; measured on a CPU or not measured ->
    the cost model; co-located CPU ranks slow each other (``host_contention``);
 4. the task graph (:func:`tracesim.build.builder.build_graph`): every rank, or from
-   :data:`SYMMETRY_MIN_GPUS` GPUs up (unless ``full``) one representative rank per pipeline
-   stage.
+   :data:`SYMMETRY_MIN_GPUS` GPUs up, or on fewer with many micro-batches
+   (:func:`tracesim.engine.symmetry.reduces`; unless ``full``), one representative rank per
+   pipeline stage.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tracesim.build.builder import BuildResult, build_graph
 from tracesim.build.offload import Offload
 from tracesim.build.shared_overlap import why_not as shared_why_not
 from tracesim.catalog import default_bundle, load_cluster, load_model
-from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS
+from tracesim.engine.symmetry import reduces
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
@@ -185,7 +186,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     op_time, by_name = _method_recorder(op_time, methods)
     # every rank differs (a slow rank, a degraded link, traffic from outside on some links)
     perturbed = bool(options.straggler or options.jitter) or cluster.healthy is not cluster
-    symmetric = not options.full and par.world >= SYMMETRY_MIN_GPUS and not perturbed
+    symmetric = (not options.full and not perturbed
+                 and reduces(par.world, par.num_micro, -(-model.layers // par.pp)))
     merged = symmetric or not per_op
     offload = _offload(options, model, par, cluster, template)
     cpu, speed = _host_cpu(options, cluster)
