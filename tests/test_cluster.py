@@ -141,6 +141,7 @@ def _bad(mutate, where, file="bad.yaml"):
         (lambda d: d.update(nodes=0), "nodes"),
         (lambda d: d.update(gpus_per_node=2.5), "gpus_per_node"),
         (lambda d: d["inter_node"].update(nics_per_node=3), "inter_node.nics_per_node"),
+        (lambda d: d["inter_node"].update(nics_per_node=8_000_000_000), "inter_node.nics_per_node"),
         (lambda d: d.pop("inter_node"), "inter_node"),
         (lambda d: d["intra_node"].pop("latency_us"), "intra_node.latency_us"),
         (lambda d: d["intra_node"].update(kind="infinity_fabric"), "intra_node.kind"),

@@ -69,6 +69,8 @@ DEFAULT_SWITCH_LATENCY_US = 0.25
 #: built; larger values are typos, not clusters)
 MAX_GPUS_PER_NODE = 1024
 MAX_GPUS = 1 << 20
+#: NIC ports per GPU a node may have (scale-out nodes have 1 or 2; each port is a fabric link)
+MAX_NICS_PER_GPU = 8
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,9 @@ def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> In
     w = "inter_node"
     check_keys(data, _INTER_REQUIRED, _INTER_OPTIONAL, file=file, where=w)
     nics = get_number(data, "nics_per_node", file=file, where=w, kind=int)
+    if nics > MAX_NICS_PER_GPU * gpus_per_node:
+        raise InputError(f"{nics} NICs per node is more than {MAX_NICS_PER_GPU} per GPU "
+                         f"({gpus_per_node} GPUs per node)", file, f"{w}.nics_per_node")
     if gpus_per_node % nics and nics % gpus_per_node:
         raise InputError(
             f"{nics} NICs per node neither divide nor are a multiple of "
