@@ -132,3 +132,22 @@ def test_an_output_path_that_is_a_file(tmp_path):
     for cmd in (["extract", str(ROOT / "tests" / "data" / "traces" / "astra-megatron-gpt-tp8-a100")],
                 ["convert", "--model", "gpt-tiny", "--cluster", "h100x8", "--to", "chakra"]):
         check_error(run(*cmd, "-o", str(f / "sub" / "w")), "-o: cannot create the directory")
+
+
+def test_a_replay_larger_than_memory_is_refused_before_it_builds(tmp_path):
+    """10^11 micro-batches of Llama 3 70B on one node: exit 2 at once naming --global-batch
+    and the memory it would need, no result directory (the build ran until killed before)."""
+    out = tmp_path / "out"
+    check_error(run("replay", "--model", "llama3-70b", "--cluster", "h100x8", "--tp", "8",
+                    "--global-batch", "100000000000", "-o", str(out)),
+                "--global-batch", "layer passes", "GiB")
+    assert not out.exists()
+
+
+def test_graph_memory_check_counts_layer_passes():
+    from tracesim.engine.symmetry import BYTES_PER_LAYER_PASS, check_graph_memory
+    from tracesim.errors import InputError
+
+    check_graph_memory(1000, limit=1000 * BYTES_PER_LAYER_PASS)  # fits exactly
+    with pytest.raises(InputError, match="1,001 layer passes"):
+        check_graph_memory(1001, limit=1000 * BYTES_PER_LAYER_PASS)

@@ -22,6 +22,7 @@ runs the representative's operation alone.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -30,6 +31,7 @@ import pandas as pd
 import simpy
 
 from tracesim.engine.comm import CommModel
+from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph, column_codes
 from tracesim.specs.placement import GROUP_KINDS, Placement
 
@@ -39,6 +41,32 @@ SYMMETRY_MIN_GPUS = 64
 #: worth of GPUs with many micro-batches (gradient accumulation) builds a full graph as large
 #: as a thousand GPUs' (Llama 3 70B on 8 GPUs with 1,024 micro-batches: 25 million tasks)
 SYMMETRY_MIN_PASSES = 32_768
+
+
+#: peak memory per simulated layer pass (one rank's forward and backward of one transformer
+#: layer for one micro-batch), a low estimate: Llama 3 70B with TP 8 on one DGX H100 and
+#: 1,024 micro-batches took 13.5 KiB per pass with every rank simulated, 21.6 KiB with one
+#: (docs/performance.md, "Symmetry reduction")
+BYTES_PER_LAYER_PASS = 12 * 1024
+
+
+def check_graph_memory(passes: int, limit: int | None = None) -> None:
+    """Raise :class:`InputError` (on ``--global-batch``) when a replay of ``passes`` layer
+    passes would need more memory than this machine has (``limit`` bytes; default: its
+    physical memory, where the platform says it), instead of building until it is killed."""
+    if limit is None:
+        try:
+            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # no sysconf (Windows): no check
+            return
+    need = passes * BYTES_PER_LAYER_PASS
+    if need > limit:
+        raise InputError(
+            f"the replay would simulate {passes:,} layer passes (ranks x micro-batches per "
+            f"pipeline x layers per stage) and need at least {need / 2**30:,.0f} GiB, more than "
+            f"this machine's {limit / 2**30:,.1f} GiB: give fewer micro-batches per pipeline "
+            "(a smaller --global-batch or a larger --micro-batch; the steady state's time per "
+            "micro-batch does not change with their number)", "--global-batch")
 
 
 def reduces(world: int, micro_batches: int, layers_per_stage: int) -> bool:

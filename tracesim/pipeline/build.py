@@ -31,7 +31,7 @@ from tracesim.build.builder import BuildResult, build_graph
 from tracesim.build.offload import Offload
 from tracesim.build.shared_overlap import why_not as shared_why_not
 from tracesim.catalog import default_bundle, load_cluster, load_model
-from tracesim.engine.symmetry import reduces
+from tracesim.engine.symmetry import check_graph_memory, reduces
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
@@ -186,8 +186,10 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     op_time, by_name = _method_recorder(op_time, methods)
     # every rank differs (a slow rank, a degraded link, traffic from outside on some links)
     perturbed = bool(options.straggler or options.jitter) or cluster.healthy is not cluster
-    symmetric = (not options.full and not perturbed
-                 and reduces(par.world, par.num_micro, -(-model.layers // par.pp)))
+    stage_layers = -(-model.layers // par.pp)
+    symmetric = not options.full and not perturbed and reduces(par.world, par.num_micro, stage_layers)
+    if ranks is None:  # a graph held at once: refuse one larger than the machine's memory
+        check_graph_memory((par.pp if symmetric else par.world) * par.num_micro * stage_layers)
     merged = symmetric or not per_op
     offload = _offload(options, model, par, cluster, template)
     cpu, speed = _host_cpu(options, cluster)
