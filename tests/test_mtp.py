@@ -168,3 +168,10 @@ def test_repeated_needs_modules() -> None:
     with pytest.raises(InputError) as e:
         build(TINY, global_batch=2, mtp_repeated=True)
     assert e.value.where == "mtp_repeated"
+
+
+def test_more_depths_than_layers_is_an_input_error() -> None:
+    """A typo such as 10^9 depths names the field (it built for minutes before)."""
+    with pytest.raises(InputError) as e:
+        build(TINY, global_batch=2, mtp_layers=TINY.layers + 1)
+    assert e.value.where == "mtp_layers"

@@ -322,6 +322,9 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
                    "moe_capacity_factor")
     if par.mtp_layers < 0:
         raise _err(f"must be >= 0, got {par.mtp_layers}", "mtp_layers")
+    if par.mtp_layers > model.layers:  # each depth is one more layer (DeepSeek-V3: 1)
+        raise _err(f"{par.mtp_layers} multi-token prediction depths are more than the model's "
+                   f"{model.layers} layers", "mtp_layers")
     if par.mtp_repeated and not par.mtp_layers:
         raise _err("the MTP depths' shared layer needs --mtp-layers N", "mtp_repeated")
     if par.schedule == "interleaved":
