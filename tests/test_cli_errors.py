@@ -151,3 +151,23 @@ def test_graph_memory_check_counts_layer_passes():
     check_graph_memory(1000, limit=1000 * BYTES_PER_LAYER_PASS)  # fits exactly
     with pytest.raises(InputError, match="1,001 layer passes"):
         check_graph_memory(1001, limit=1000 * BYTES_PER_LAYER_PASS)
+
+
+@pytest.mark.parametrize("flag, value", [("--host-speed", "1e-12"), ("--host-speed", "1000"),
+                                         ("--jitter", "2")])
+def test_float_options_outside_their_range_are_usage_errors(flag, value):
+    """--host-speed 1e-12 overflowed the launch times (internal OverflowError); a jitter CV
+    of 10^12 replayed a faster step than none."""
+    p = run("replay", "--model", "llama3-8b", "--cluster", "dgx-b200", "--tp", "2", flag, value)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert flag in p.stderr and "range" in p.stderr
+
+
+def test_float_option_ranges_hold_from_python():
+    from tracesim.errors import InputError
+    from tracesim.options import ReplayOptions
+
+    assert ReplayOptions.from_mapping({"host_speed": 0.5}).host_speed == 0.5
+    for key, bad in (("host_speed", 1e-300), ("host_speed", 101), ("jitter", 1.5)):
+        with pytest.raises(InputError, match="--" + key.replace("_", "-")):
+            ReplayOptions.from_mapping({key: bad})

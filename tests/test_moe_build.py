@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from tracesim.catalog import load_model
+from tracesim.errors import InputError
 from tracesim.hardware.device import get_device
 from tracesim.report.memory import layer_activation_bytes
 from tracesim.specs.model import ModelSpec
@@ -127,6 +128,18 @@ def test_imbalance_slows_the_step() -> None:
     base = retarget(opts).iteration_time_s
     slow = retarget({**opts, "moe_imbalance": 1.5}).iteration_time_s
     assert base * 1.1 < slow < base * 1.5
+
+
+def test_imbalance_beyond_every_token_on_one_expert_is_an_input_error() -> None:
+    """Mixtral's 8 experts, top 2: the busiest expert gets at most 4x the mean (every token);
+    10^12 overflowed the expert GEMMs' times (an internal OverflowError)."""
+    opts = {"model": "mixtral-8x7b", "cluster": "h100x8", "ep": 8, "global_batch": 8,
+            "seq_len": 1024}
+    assert retarget({**opts, "moe_imbalance": 4.0}).iteration_time_s > 0
+    for bad in (4.01, 1e12):
+        with pytest.raises(InputError) as e:
+            retarget({**opts, "moe_imbalance": bad})
+        assert e.value.where == "moe_imbalance"
 
 
 def test_expert_parallelism_across_nodes_goes_over_the_network() -> None:

@@ -23,7 +23,8 @@ class Option:
     """What one option is: help text, kind and the values it accepts.
 
     ``kind``: ``str``, ``spec`` (a name, a path or, from Python, a spec object), ``int``
-    (``minimum`` / ``maximum``), ``float`` (a number > 0), ``stragglers`` (RANK:FACTOR pairs),
+    (``minimum`` / ``maximum``), ``float`` (a number > 0, at most ``maximum`` and, where
+    given, at least ``minimum``), ``stragglers`` (RANK:FACTOR pairs),
     ``links`` / ``background`` (repeatable link-fault / background specs,
     :mod:`tracesim.specs.fabric`), ``bool`` (``--x/--no-x``), ``flag`` (``--x`` alone),
     ``choice`` (``choices``), ``ints`` (integers, ``7,8x14,7`` on the command line), ``plan``
@@ -35,8 +36,8 @@ class Option:
     kind: str = "str"
     group: str = "layout"
     choices: tuple[str, ...] = ()
-    minimum: int | None = None
-    maximum: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
     metavar: str | None = None
 
 
@@ -61,6 +62,10 @@ def checked(opt: Option, value: Any, src: str | Path, where: str | None) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
                 or value == float("inf"):
             raise InputError(f"expected a number > 0, got {value!r}", src, where)
+        if opt.minimum is not None and value < opt.minimum:
+            raise InputError(f"must be >= {opt.minimum:g}, got {value!r}", src, where)
+        if opt.maximum is not None and value > opt.maximum:
+            raise InputError(f"must be <= {opt.maximum:g}, got {value!r}", src, where)
         return float(value)
     if opt.kind == "stragglers":
         pairs = parse_stragglers(value) if isinstance(value, str) else value

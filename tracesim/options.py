@@ -30,7 +30,7 @@ from tracesim.specs.parallel import MOE_DISPATCHERS
 
 
 def _opt(help: str, kind: str = "str", *, group: str = "layout", choices: tuple[str, ...] = (),
-         minimum: int | None = None, maximum: int | None = None, metavar: str | None = None,
+         minimum: float | None = None, maximum: float | None = None, metavar: str | None = None,
          default: Any = None) -> Any:
     return field(default=default, metadata={"option": Option(help, kind, group, choices, minimum,
                                                               maximum, metavar)})
@@ -83,8 +83,8 @@ class ReplayOptions:
         "(Python, dispatch, kernel launches) is divided by it; building a model (no source, "
         "or --retarget template), the host launch model's times, measured on x86 servers. "
         "Default: the cluster spec's host_cpu speed where it names one (0.364 on the "
-        "Grace-hosted NVL72 racks, against an x86 recording), else 1 (docs/stacks.md).",
-        "float", group="where", metavar="X")
+        "Grace-hosted NVL72 racks, against an x86 recording), else 1 (docs/stacks.md); "
+        "0.01 to 100.", "float", group="where", metavar="X", minimum=0.01, maximum=100)
     # how: the parallel layout and training options
     tp: int | None = _opt("Tensor-parallel degree.", "int", minimum=1)
     pp: int | None = _opt("Pipeline-parallel degree (stages).", "int", minimum=1)
@@ -321,7 +321,8 @@ class ReplayOptions:
     jitter: float | None = _opt(
         "Per-rank variability: each rank's compute and host time is scaled by a log-normal "
         "factor with mean 1 and this coefficient of variation (e.g. 0.05), drawn with --seed. "
-        "Every rank is then simulated.", "float", group="replay", metavar="CV")
+        "Every rank is then simulated. At most 1.", "float", group="replay", metavar="CV",
+        maximum=1)
     seed: int | None = _opt("Seed of the --jitter draw (default 0).", "int", group="replay",
                             minimum=0)
     degrade_link: tuple[str, ...] | None = _opt(

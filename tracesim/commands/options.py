@@ -21,9 +21,13 @@ def _click_option(name: str, opt: Option, default: Any) -> Callable:
     if opt.kind == "flag":
         return click.option(flag, name, is_flag=True, default=default, **kw)
     if opt.kind == "int":
-        kw["type"] = click.IntRange(min=opt.minimum, max=opt.maximum)
+        kw["type"] = click.IntRange(min=None if opt.minimum is None else int(opt.minimum),
+                                    max=None if opt.maximum is None else int(opt.maximum))
     elif opt.kind == "float":
-        kw["type"] = click.FloatRange(min=0.0, min_open=True, max=float("inf"), max_open=True)
+        low, high = opt.minimum, opt.maximum
+        kw["type"] = click.FloatRange(min=0.0 if low is None else low, min_open=low is None,
+                                      max=float("inf") if high is None else high,
+                                      max_open=high is None)
     elif opt.kind == "choice":
         kw["type"] = click.Choice(opt.choices)
     elif opt.kind in ("links", "background"):  # repeatable

@@ -317,6 +317,11 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
     if not par.moe_imbalance >= 1.0:
         raise _err(f"the busiest expert's tokens over the mean are at least 1, got "
                    f"{par.moe_imbalance!r}", "moe_imbalance")
+    if model.experts and model.top_k and par.moe_imbalance > model.experts / model.top_k:
+        # every token routed to the busiest expert: T tokens against the mean T k / E
+        raise _err(f"the busiest expert's tokens over the mean are at most experts / top_k = "
+                   f"{model.experts} / {model.top_k} (every token routed to it), got "
+                   f"{par.moe_imbalance:g}", "moe_imbalance")
     if not par.moe_capacity_factor >= 0.0:
         raise _err(f"must be > 0 (or 0: dropless), got {par.moe_capacity_factor!r}",
                    "moe_capacity_factor")
