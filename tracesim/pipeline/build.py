@@ -31,7 +31,7 @@ from tracesim.build.builder import BuildResult, build_graph
 from tracesim.build.offload import Offload
 from tracesim.build.shared_overlap import why_not as shared_why_not
 from tracesim.catalog import default_bundle, load_cluster, load_model
-from tracesim.engine.symmetry import check_graph_memory, reduces
+from tracesim.engine.symmetry import SYMMETRY_MIN_GPUS, check_graph_memory, reduces
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
 from tracesim.graph.taskgraph import TaskGraph
@@ -190,7 +190,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     symmetric = not options.full and not perturbed and reduces(par.world, par.num_micro, stage_layers)
     if ranks is None:  # a graph held at once: refuse one larger than the machine's memory
         check_graph_memory((par.pp if symmetric else par.world) * par.num_micro * stage_layers)
-    merged = symmetric or not per_op
+    # a large job's reduced replay merges compute runs; a few GPUs reduced for their many
+    # micro-batches keep one task per op where asked (a result directory), as a full replay
+    merged = not per_op or (symmetric and par.world >= SYMMETRY_MIN_GPUS)
     offload = _offload(options, model, par, cluster, template)
     cpu, speed = _host_cpu(options, cluster)
     built = build_graph(model, par, template, op_time, representatives=symmetric,
