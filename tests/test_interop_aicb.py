@@ -175,6 +175,9 @@ def test_malformed_files_name_the_line():
     _bad(good.replace("ALLTOALL_EP\t524288\t6000\tALLREDUCE_DP_EP", "ALLTOALL_XX\t524288\t6000\tALLREDUCE_DP_EP"),
          "column 7 .*unknown comm type 'ALLTOALL_XX'", 5)
     _bad(good.replace("\t9000\tALLGATHER", "\tnine\tALLGATHER"), "column 3 .*expected an integer", 4)
+    # a duration past int64 overflowed the graph's columns (an internal OverflowError)
+    _bad(good.replace("\t9000\tALLGATHER", "\t99999999999999999999\tALLGATHER"),
+         "column 3 .*at most 2\\^48", 4)
     _bad(good.replace("\n5\n", "\n6\n"), "announces 6 rows, the file has 5", 8)
     _bad(good.replace("\n5\n", "\n4\n"), "announces 4 rows, the file has 5", 7)
 

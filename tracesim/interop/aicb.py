@@ -140,6 +140,11 @@ def make_token(collective: str, group: str, slot: str) -> str:
 # ------------------------------------------------------------------------------ reading
 
 
+#: the largest integer a field may hold: 2^48 ns is 78 hours of one op, 2^48 bytes 256 TiB of
+#: one message; sums over a whole workload stay far inside int64
+MAX_FIELD = 1 << 48
+
+
 def _int(tok: str, file: Any, where: str, what: str, minimum: int | None = 0) -> int:
     try:
         v = int(tok)
@@ -147,6 +152,8 @@ def _int(tok: str, file: Any, where: str, what: str, minimum: int | None = 0) ->
         raise InputError(f"{what}: expected an integer, got {tok!r}", file, where) from None
     if minimum is not None and v < minimum:
         raise InputError(f"{what}: must be >= {minimum}, got {v}", file, where)
+    if abs(v) > MAX_FIELD:
+        raise InputError(f"{what}: must be at most 2^48 = {MAX_FIELD:,}, got {v}", file, where)
     return v
 
 
