@@ -105,3 +105,34 @@ def test_compare_bad_input(tmp_path):
     assert r.exit_code == 2 and "iteration_time_s" in r.output
     r = run.invoke(cli, ["compare", str(tmp_path / "x.json"), "--labels", "a,b"], obj={})
     assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(tokens_per_s=[1, 2]), "tokens_per_s"),
+    (lambda d: d.update(breakdown="x"), "breakdown"),
+    (lambda d: d["breakdown"].update(exposed_comm_s=-1), "breakdown.exposed_comm_s"),
+    (lambda d: d["breakdown"]["exposed_comm_s"].update(dp={}), "breakdown.exposed_comm_s.dp"),
+    (lambda d: d["breakdown"].update(bubble_s=float("nan")), "breakdown.bubble_s"),
+])
+def test_an_edited_result_names_its_file_and_field(tmp_path, edit, field):
+    """A result.json whose metrics are not numbers (edited, or written by something else):
+    exit 2 naming the file and the field (an internal TypeError / AttributeError before)."""
+    good, bad = _res(1.0, 100.0, 0.4, 30.0, 0.1), _res(1.0, 100.0, 0.4, 30.0, 0.1)
+    edit(bad)
+    for name, d in (("good", good), ("bad", bad)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "result.json").write_text(json.dumps(d))
+    r = CliRunner().invoke(cli, ["compare", str(tmp_path / "good"), str(tmp_path / "bad")], obj={})
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]
+    assert "bad/result.json" in line and field in line, line
+
+
+def test_python_compare_of_dicts_checks_them_too():
+    from tracesim.api import compare
+    from tracesim.errors import InputError
+
+    bad = _res(1.0, 100.0, 0.4, 30.0, 0.1)
+    bad["mfu"] = "high"
+    with pytest.raises(InputError, match="run 2.*mfu|mfu.*run 2"):
+        compare([_res(1.0, 100.0, 0.4, 30.0, 0.1), bad])

@@ -341,7 +341,7 @@ def compare(runs: Sequence[Prediction | Mapping[str, Any] | str | Path],
 
     ``labels``: one per run; default: what differs between the runs (model, cluster,
     layout), else ``names`` (else the runs' models or directory names)."""
-    from tracesim.report.compare import compare_table, default_labels
+    from tracesim.report.compare import check_metrics, compare_table, default_labels
     from tracesim.report.resultdir import load_result
 
     results: list[Mapping[str, Any]] = []
@@ -351,10 +351,13 @@ def compare(runs: Sequence[Prediction | Mapping[str, Any] | str | Path],
             results.append(r.to_dict(critical_path=True))
             fallback.append(str(r.model.get("name") if isinstance(r.model, Mapping) else r.model))
         elif isinstance(r, Mapping):
+            check_metrics(r, f"run {len(results) + 1}")
             results.append(r)
             fallback.append(str(r.get("cluster", "run")))
         else:
-            results.append(load_result(r))
+            loaded = load_result(r)
+            check_metrics(loaded, Path(r) / "result.json" if Path(r).is_dir() else Path(r))
+            results.append(loaded)
             fallback.append(Path(r).name)
     if labels is not None:
         if len(labels) != len(results):

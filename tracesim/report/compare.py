@@ -69,6 +69,37 @@ def work_note(df: pd.DataFrame, labels: Sequence[str]) -> str | None:
             "iteration and not ranked; tokens/s, TFLOP/s and MFU compare them")
 
 
+def check_metrics(res: Mapping[str, Any], source: Any) -> None:
+    """Raise :class:`InputError` naming ``source`` (a result file, or "run N") and the field
+    when a metric :func:`flat_metrics` reads is neither absent, null nor a finite number (an
+    edited or foreign result.json), or the breakdown is not a mapping of them."""
+    import math
+
+    from tracesim.errors import InputError
+
+    def num(v: Any, where: str) -> None:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not math.isfinite(v)):
+            raise InputError(f"expected a finite number or null, got {v!r}", source, where)
+
+    for part, where in ((res.get("breakdown"), "breakdown"),
+                        ((res.get("breakdown") or {}).get("exposed_comm_s")
+                         if isinstance(res.get("breakdown"), Mapping) else None,
+                         "breakdown.exposed_comm_s")):
+        if part is not None and not isinstance(part, Mapping):
+            raise InputError(f"expected a mapping, got {part!r}", source, where)
+    bd = res.get("breakdown") or {}
+    ex = bd.get("exposed_comm_s") or {}
+    for key, _, _ in METRICS:
+        if key.startswith("exposed_"):
+            kind = key[len("exposed_"):-2]
+            num(ex.get(kind), f"breakdown.exposed_comm_s.{kind}")
+        elif key in ("compute_s", "host_s", "bubble_s", "idle_s"):
+            num(bd.get(key), f"breakdown.{key}")
+        else:
+            num(res.get(key), key)
+
+
 def flat_metrics(res: Mapping[str, Any]) -> dict[str, float | None]:
     """The metrics of :data:`METRICS` from one result dict (None when absent)."""
     bd = res.get("breakdown") or {}
