@@ -17,10 +17,13 @@ ratio, and :func:`work_note` says why; tokens/s, TFLOP/s and MFU rank them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+
+from tracesim.errors import InputError
 
 #: (key, label, better) in table order; keys are result keys or breakdown parts
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -73,10 +76,6 @@ def check_metrics(res: Mapping[str, Any], source: Any) -> None:
     """Raise :class:`InputError` naming ``source`` (a result file, or "run N") and the field
     when a metric :func:`flat_metrics` reads is neither absent, null nor a finite number (an
     edited or foreign result.json), or the breakdown is not a mapping of them."""
-    import math
-
-    from tracesim.errors import InputError
-
     def num(v: Any, where: str) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                               or not math.isfinite(v)):
