@@ -355,9 +355,7 @@ def compare(runs: Sequence[Prediction | Mapping[str, Any] | str | Path],
             results.append(r)
             fallback.append(str(r.get("cluster", "run")))
         else:
-            loaded = load_result(r)
-            check_metrics(loaded, Path(r) / "result.json" if Path(r).is_dir() else Path(r))
-            results.append(loaded)
+            results.append(load_result(r))
             fallback.append(Path(r).name)
     if labels is not None:
         if len(labels) != len(results):

@@ -72,47 +72,41 @@ def work_note(df: pd.DataFrame, labels: Sequence[str]) -> str | None:
             "iteration and not ranked; tokens/s, TFLOP/s and MFU compare them")
 
 
+def _metric_fields(res: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
+    """(key, field path, value) of every metric of :data:`METRICS` in one result dict."""
+    bd = res.get("breakdown") or {}
+    ex = bd.get("exposed_comm_s") or {}
+    out = []
+    for key, _, _ in METRICS:
+        if key.startswith("exposed_"):
+            kind = key[len("exposed_"):-2]
+            out.append((key, f"breakdown.exposed_comm_s.{kind}", ex.get(kind)))
+        elif key in ("compute_s", "host_s", "bubble_s", "idle_s"):
+            out.append((key, f"breakdown.{key}", bd.get(key)))
+        else:
+            out.append((key, key, res.get(key)))
+    return out
+
+
 def check_metrics(res: Mapping[str, Any], source: Any) -> None:
     """Raise :class:`InputError` naming ``source`` (a result file, or "run N") and the field
     when a metric :func:`flat_metrics` reads is neither absent, null nor a finite number (an
     edited or foreign result.json), or the breakdown is not a mapping of them."""
-    def num(v: Any, where: str) -> None:
+    bd = res.get("breakdown")
+    for part, where in ((bd, "breakdown"),
+                        (bd.get("exposed_comm_s") if isinstance(bd, Mapping) else None,
+                         "breakdown.exposed_comm_s")):
+        if part is not None and not isinstance(part, Mapping):
+            raise InputError(f"expected a mapping, got {part!r}", source, where)
+    for _, where, v in _metric_fields(res):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                               or not math.isfinite(v)):
             raise InputError(f"expected a finite number or null, got {v!r}", source, where)
 
-    for part, where in ((res.get("breakdown"), "breakdown"),
-                        ((res.get("breakdown") or {}).get("exposed_comm_s")
-                         if isinstance(res.get("breakdown"), Mapping) else None,
-                         "breakdown.exposed_comm_s")):
-        if part is not None and not isinstance(part, Mapping):
-            raise InputError(f"expected a mapping, got {part!r}", source, where)
-    bd = res.get("breakdown") or {}
-    ex = bd.get("exposed_comm_s") or {}
-    for key, _, _ in METRICS:
-        if key.startswith("exposed_"):
-            kind = key[len("exposed_"):-2]
-            num(ex.get(kind), f"breakdown.exposed_comm_s.{kind}")
-        elif key in ("compute_s", "host_s", "bubble_s", "idle_s"):
-            num(bd.get(key), f"breakdown.{key}")
-        else:
-            num(res.get(key), key)
-
 
 def flat_metrics(res: Mapping[str, Any]) -> dict[str, float | None]:
     """The metrics of :data:`METRICS` from one result dict (None when absent)."""
-    bd = res.get("breakdown") or {}
-    ex = bd.get("exposed_comm_s") or {}
-    out: dict[str, float | None] = {}
-    for key, _, _ in METRICS:
-        if key.startswith("exposed_"):
-            v = ex.get(key[len("exposed_"):-2])
-        elif key in ("compute_s", "host_s", "bubble_s", "idle_s"):
-            v = bd.get(key)
-        else:
-            v = res.get(key)
-        out[key] = None if v is None else float(v)
-    return out
+    return {key: None if v is None else float(v) for key, _, v in _metric_fields(res)}
 
 
 def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracesim.graph.taskgraph import COMM_KINDS, TaskGraph
+from tracesim.report.compare import check_metrics
 from tracesim.report.result import Prediction
 
 FILES = {
@@ -174,7 +175,8 @@ def json_default(o: Any) -> Any:
 
 
 def load_result(path: str | Path) -> dict:
-    """A result dict from a result directory or a ``result.json`` file."""
+    """A result dict from a result directory or a ``result.json`` file, its metrics checked
+    (:func:`~tracesim.report.compare.check_metrics`)."""
     from tracesim.errors import InputError
 
     p = Path(path)
@@ -187,4 +189,5 @@ def load_result(path: str | Path) -> dict:
         raise InputError(f"not valid JSON: {exc.msg}", f, f"line {exc.lineno}") from None
     if not isinstance(data, dict) or "iteration_time_s" not in data:
         raise InputError("not a tracesim result (no iteration_time_s)", f, "iteration_time_s")
+    check_metrics(data, f)
     return data
