@@ -233,3 +233,21 @@ def test_mamba_context_parallel_checks(changes: dict, cp: int, needle: str) -> N
     with pytest.raises(InputError) as exc:
         validate_layout(m, par)
     assert needle in str(exc.value) and exc.value.where == "cp"
+
+
+def test_nemotron_h_56b_resolves_dense_mlp_layers_and_replays() -> None:
+    """Nemotron-H 56B: its ``-`` layers are squared-ReLU MLPs (two GEMMs, not gated), its
+    ``M`` layers mixers with 256 heads of state 256; it replays as Megatron-Bridge's 64-GPU
+    H100 FP8 recipe lays it out (TP 8) and its model FLOPs per token follow Bridge's count."""
+    m = load_model("nemotronh-56b")
+    par = ParallelSpec(tp=8, pp=1, dp=8, micro_batch=1, global_batch=64, seq_len=8192, sp=True)
+    res = resolve_template(first_principles_template(m), m, par, _flat)
+    mlp = [o for o in res.layer(m, m.hybrid_pattern.index("-")).fwd if o.op_class == "gemm"]
+    assert [o.name for o in mlp] == ["mlp.fc1", "mlp.fc2"]
+    t = 8192
+    assert mlp[0].flops == pytest.approx(2 * t * 8192 * 32768 / 8)  # fc1: ffn wide, not 2 x ffn
+    assert res.layer(m, 0).params == pytest.approx(mamba_params(m) / 8 + m.hidden, rel=0.01)
+    args = ["replay", "--model", "NemotronH_56B", "--cluster", "h100x1024", "--tp", "8",
+            "--dp", "8", "--global-batch", "64", "--dtype", "fp8", "--json"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output

@@ -29,6 +29,12 @@ PUBLISHED = [
     ("llama3-405b", 405e9, 405e9, True, 0.01),
     ("llama3-70b", 70.6e9, 70.6e9, True, 0.01),
     ("llama3-8b", 8.03e9, 8.03e9, True, 0.01),
+    ("llama3.1-8b", 8.03e9, 8.03e9, True, 0.01),
+    ("llama3.1-70b", 70.6e9, 70.6e9, True, 0.01),
+    ("mixtral-8x22b", 141e9, 39e9, True, 0.01),  # Mistral AI: 141B parameters, 39B active
+    ("nemotron4-15b", 15.7e9, 15.7e9, True, 0.01),  # arXiv:2402.16819: 3.2B + 12.5B
+    ("nemotron4-340b", 341e9, 341e9, True, 0.01),
+    ("nemotronh-56b", 56e9, 56e9, True, 0.01),
 ]
 
 
@@ -54,7 +60,8 @@ def test_deepseek_v3_main_model_is_671b_within_a_tenth_of_a_percent() -> None:
 
 def test_llama_specs_match_their_configs() -> None:
     want = {"llama3-8b": (32, 4096, 32, 8, 14336), "llama3-70b": (80, 8192, 64, 8, 28672),
-            "llama3-405b": (126, 16384, 128, 8, 53248), "llama3.1-405b": (126, 16384, 128, 8, 53248)}
+            "llama3-405b": (126, 16384, 128, 8, 53248), "llama3.1-405b": (126, 16384, 128, 8, 53248),
+            "llama3.1-8b": (32, 4096, 32, 8, 14336), "llama3.1-70b": (80, 8192, 64, 8, 28672)}
     for name, dims in want.items():
         m = load_model(name)
         assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden) == dims, name
@@ -74,7 +81,28 @@ def test_every_new_spec_names_its_source_and_is_listed() -> None:
     assert [kimi.moe_layer(i) for i in range(2)] == [False, True]
 
 
-@pytest.mark.parametrize("name", NEW + ("deepseek-moe-16b", "mixtral-8x7b"))
+def test_nvidia_and_mistral_specs_match_their_configs() -> None:
+    """Nemotron-4 (Megatron-Bridge's Nemotron4ModelProvider15B / 340B), Nemotron-H 56B
+    (NemotronHModelProvider56B) and Mixtral 8x22B (NeMo's MixtralConfig8x22B), under the
+    spellings NVIDIA's performance tables use."""
+    n4 = {"Nemotron4_15B": (32, 6144, 48, 8, 24576), "Nemotron-4 340B": (96, 18432, 96, 8, 73728)}
+    for name, dims in n4.items():
+        m = load_model(name)
+        assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden) == dims, name
+        assert (m.vocab, m.activation, m.norm, m.tied_embeddings) == (256000, "relu2", "layernorm", False)
+    h = load_model("NemotronH_56B")
+    assert (h.name, h.layers, len(h.hybrid_pattern)) == ("nemotronh-56b", 118, 118)
+    assert [h.hybrid_pattern.count(c) for c in "M-*E"] == [54, 54, 10, 0] and not h.is_moe
+    assert (h.mamba_heads, h.mamba_head_dim, h.mamba_state, h.mamba_groups, h.mamba_chunk) == (256, 64, 256, 8, 128)
+    assert (h.heads, h.kv_heads, h.head_dim, h.ffn_hidden, h.activation) == (64, 8, 128, 32768, "relu2")
+    mx = load_model("Mixtral 8x22B")
+    assert (mx.name, mx.layers, mx.hidden, mx.experts, mx.top_k, mx.moe_ffn) == ("mixtral-8x22b", 56, 6144, 8, 2, 16384)
+    listed = {e.name for e in list_shipped("models")}
+    for name in ("nemotron4-15b", "nemotron4-340b", "nemotronh-56b", "mixtral-8x22b", "llama3.1-8b", "llama3.1-70b"):
+        assert name in listed and "/" in load_model(name).source, name
+
+
+@pytest.mark.parametrize("name", NEW + ("deepseek-moe-16b", "mixtral-8x7b", "mixtral-8x22b"))
 def test_model_flops_are_6n_active_plus_attention(name: str) -> None:
     """Forward + backward FLOPs per token = 6 x (activated weights outside the embedding
     lookup) + 3 x the attention scores and context (full ``T x keys`` square, keys bounded by
