@@ -13,6 +13,7 @@ import pytest
 
 from tracesim.catalog import load_model
 from tracesim.errors import InputError
+from tracesim.specs.model import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests/data/hf_configs"
@@ -92,3 +93,75 @@ def test_replay_from_a_config_folder_and_bad_json_exit_2(tmp_path: Path) -> None
     r = subprocess.run([*cmd, str(bad)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "config.json" in r.stderr
     assert r.stderr.strip().count("\n") == 0
+
+
+#: Nemotron-H 56B's config.json keys (nvidia/Nemotron-H-56B-Base-8K; transformers'
+#: NemotronHConfig names, ``attention_head_dim`` as that checkpoint spells the head width)
+NEMOTRON_H_56B = {
+    "model_type": "nemotron_h", "num_hidden_layers": 118, "hidden_size": 8192,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "attention_head_dim": 128,
+    "intermediate_size": 32768, "vocab_size": 131072, "max_position_embeddings": 8192,
+    "mamba_num_heads": 256, "mamba_head_dim": 64, "ssm_state_size": 256, "n_groups": 8,
+    "conv_kernel": 4, "chunk_size": 128, "mlp_hidden_act": "relu2",
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def _same_spec(got: ModelSpec, want: ModelSpec) -> None:
+    """Equal specs but for the free fields; a head width given where it is the default
+    (hidden / heads) and left out are the same width."""
+    assert got.head_dim == want.head_dim
+    for f in dataclasses.fields(want):
+        if f.name not in (*FREE, "head_dim_override"):
+            assert getattr(got, f.name) == getattr(want, f.name), f.name
+
+
+def test_nemotron_h_and_nemotron4_configs_give_the_shipped_specs(tmp_path: Path) -> None:
+    want = load_model("nemotronh-56b")
+    got = load_model(_write(tmp_path, {**NEMOTRON_H_56B,
+                                       "hybrid_override_pattern": want.hybrid_pattern}, "h56"))
+    _same_spec(got, want)
+    # the per-layer names instead of the pattern; the layer count from the list
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    cfg = {k: v for k, v in NEMOTRON_H_56B.items() if k != "num_hidden_layers"}
+    listed = load_model(_write(tmp_path, {**cfg, "layers_block_type":
+                                          [names[c] for c in want.hybrid_pattern]}, "h56list"))
+    _same_spec(listed, want)
+    nano = load_model("nemotron-3-nano")
+    moe = load_model(_write(tmp_path, {
+        **NEMOTRON_H_56B, "num_hidden_layers": 52, "hidden_size": 2688, "num_attention_heads": 32,
+        "num_key_value_heads": 2, "intermediate_size": 1856, "mamba_num_heads": 64,
+        "ssm_state_size": 128, "hybrid_override_pattern": nano.hybrid_pattern,
+        "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+        "moe_shared_expert_intermediate_size": 3712}, "nano"))
+    _same_spec(moe, nano)
+    super_ = load_model("nemotron-3-super")
+    latent = load_model(_write(tmp_path, {
+        **NEMOTRON_H_56B, "num_hidden_layers": 88, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 2, "intermediate_size": 2688, "mamba_num_heads": 128,
+        "ssm_state_size": 128, "hybrid_override_pattern": super_.hybrid_pattern,
+        "n_routed_experts": 512, "num_experts_per_tok": 22, "moe_intermediate_size": 2688,
+        "moe_shared_expert_intermediate_size": 5376, "moe_latent_size": 1024}, "super"))
+    _same_spec(latent, super_)
+    # Nemotron-4 15B (model_type nemotron: squared ReLU, LayerNorm)
+    n4 = load_model(_write(tmp_path, {
+        "model_type": "nemotron", "num_hidden_layers": 32, "hidden_size": 6144,
+        "num_attention_heads": 48, "num_key_value_heads": 8, "intermediate_size": 24576,
+        "vocab_size": 256000, "max_position_embeddings": 4096, "hidden_act": "relu2",
+        "partial_rotary_factor": 0.5, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
+        "n4"))
+    _same_spec(n4, load_model("nemotron4-15b"))
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"hybrid_override_pattern": "M-X*"}, "hybrid_override_pattern"),
+    ({"layers_block_type": ["mamba", "ssm"]}, "layers_block_type"),
+    ({}, "hybrid_override_pattern"),
+    ({"hybrid_override_pattern": "M*E-", "num_hidden_layers": 4}, "n_routed_experts"),
+    ({"hybrid_override_pattern": "M*E-", "num_hidden_layers": 4, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 1000,
+      "moe_shared_expert_intermediate_size": 1500}, "moe_shared_expert_intermediate_size"),
+])
+def test_bad_nemotron_h_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
+    d = _write(tmp_path, {**NEMOTRON_H_56B, **change})
+    with pytest.raises(InputError, match=key):
+        load_model(d)

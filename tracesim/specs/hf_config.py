@@ -20,6 +20,17 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
   ``v_head_dim``), ``gpt_oss`` (``num_local_experts``, ``experts_per_token``,
   ``sliding_window`` on alternate layers by ``layer_types``, ``swiglu_limit``, expert biases);
+* Nemotron-4 and Minitron (``nemotron``; family ``llama`` with the squared-ReLU MLP, not
+  gated, and LayerNorm): the dense keys above; rotary on ``partial_rotary_factor`` of each
+  head is timed over the whole head;
+* hybrid Mamba-2 models (``nemotron_h``: Nemotron-H, Nemotron Nano 2, Nemotron 3; family
+  ``hybrid``): the layer pattern from ``hybrid_override_pattern`` (or the per-layer
+  ``layers_block_type`` list: ``mamba``, ``attention``, ``mlp``, ``moe``), the mixer's
+  ``mamba_num_heads``, ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``,
+  ``chunk_size``; dense MLP layers ``intermediate_size`` wide; MoE layers from
+  ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, the shared
+  expert's ``moe_shared_expert_intermediate_size`` (as whole experts) and a latent MoE's
+  ``moe_latent_size``;
 * GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``.
 
 Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
@@ -43,7 +54,9 @@ from tracesim.errors import InputError
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
-MODEL_TYPES = (*DENSE, *MOE, "gpt2")
+MODEL_TYPES = (*DENSE, "nemotron", *MOE, "nemotron_h", "gpt2")
+#: ``layers_block_type`` names -> hybrid pattern characters (:mod:`tracesim.specs.hybrid`)
+BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -77,19 +90,23 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
                          "model_type")
     if mtype == "gpt2":
         return _gpt2(data, file)
+    pattern = _pattern(data, file) if mtype == "nemotron_h" else ""
     heads = _int(data, "num_attention_heads", file)
     out: dict[str, Any] = {
         "name": _name(data, file), "family": "moe" if mtype in MOE else "llama",
         "description": f"{mtype} from {file.name}", "source": f"Hugging Face config {file}",
-        "layers": _int(data, "num_hidden_layers", file), "hidden": _int(data, "hidden_size", file),
+        "layers": _int(data, "num_hidden_layers", file, default=len(pattern) or None),
+        "hidden": _int(data, "hidden_size", file),
         "heads": heads, "kv_heads": _int(data, "num_key_value_heads", file, default=heads),
         "ffn_hidden": _int(data, "intermediate_size", file), "vocab": _int(data, "vocab_size", file),
         "seq_len": _seq_len(data, file), "activation": "swiglu", "norm": "rmsnorm",
         "tied_embeddings": bool(data.get("tie_word_embeddings", False)),
         "dtype": _dtype(data, file),
     }
-    if data.get("head_dim") is not None:
-        head_dim = _int(data, "head_dim", file)
+    # Nemotron-H's configs spell it attention_head_dim
+    hd_key = "head_dim" if data.get("head_dim") is not None else "attention_head_dim"
+    if data.get(hd_key) is not None:
+        head_dim = _int(data, hd_key, file)
         if head_dim * heads != out["hidden"]:
             out["head_dim"] = head_dim
     scaling = data.get("rope_scaling") or {}
@@ -102,7 +119,51 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
         out["sliding_window"] = _int(data, "sliding_window", file)
     if mtype in MOE:
         _moe(out, mtype, data, file)
+    elif mtype == "nemotron":
+        out["activation"], out["norm"] = "relu2", "layernorm"
+    elif mtype == "nemotron_h":
+        _nemotron_h(out, pattern, data, file)
     return out
+
+
+def _pattern(data: Mapping[str, Any], file: Path) -> str:
+    """A hybrid config's layer pattern: ``hybrid_override_pattern``, or its per-layer
+    ``layers_block_type`` names as pattern characters."""
+    pattern = data.get("hybrid_override_pattern")
+    if pattern is None and isinstance(data.get("layers_block_type"), list):
+        types = data["layers_block_type"]
+        bad = [t for t in types if t not in BLOCK_TYPES]
+        if bad:
+            raise InputError(f"unknown layer type {bad[0]!r} (known: {', '.join(BLOCK_TYPES)})",
+                             file, "layers_block_type")
+        pattern = "".join(BLOCK_TYPES[t] for t in types)
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set(BLOCK_TYPES.values()):
+        raise InputError(f"expected the layer pattern (a string of M, *, - and E), got {pattern!r}",
+                         file, "hybrid_override_pattern")
+    return pattern
+
+
+def _nemotron_h(out: dict[str, Any], pattern: str, data: Mapping[str, Any], file: Path) -> None:
+    """A hybrid Mamba-2 model (module docstring): its pattern, mixer and experts."""
+    out.update(family="hybrid", activation="relu2", hybrid_pattern=pattern)
+    for key, spec_key in (("mamba_num_heads", "mamba_heads"), ("mamba_head_dim", "mamba_head_dim"),
+                          ("ssm_state_size", "mamba_state"), ("n_groups", "mamba_groups"),
+                          ("conv_kernel", "mamba_conv"), ("chunk_size", "mamba_chunk")):
+        if data.get(key) is not None:
+            out[spec_key] = _int(data, key, file)
+    if "E" not in pattern:
+        return
+    out["experts"] = _int(data, "n_routed_experts", file)
+    out["top_k"] = _int(data, "num_experts_per_tok", file)
+    out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
+    shared = int(data.get("moe_shared_expert_intermediate_size") or 0)
+    if shared:
+        if shared % out["moe_ffn_hidden"]:
+            raise InputError(f"{shared} is not a whole number of experts of {out['moe_ffn_hidden']}",
+                             file, "moe_shared_expert_intermediate_size")
+        out["shared_experts"] = shared // out["moe_ffn_hidden"]
+    if data.get("moe_latent_size"):
+        out["moe_latent"] = _int(data, "moe_latent_size", file)
 
 
 def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -> None:
