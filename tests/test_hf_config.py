@@ -165,3 +165,54 @@ def test_bad_nemotron_h_configs_name_the_key(tmp_path: Path, change: dict, key: 
     d = _write(tmp_path, {**NEMOTRON_H_56B, **change})
     with pytest.raises(InputError, match=key):
         load_model(d)
+
+
+def _cfg(tmp_path: Path, name: str, cfg: dict) -> ModelSpec:
+    return load_model(_write(tmp_path, {"torch_dtype": "bfloat16", **cfg}, name))
+
+
+def test_more_dense_and_moe_architectures_match_their_published_sizes(tmp_path: Path) -> None:
+    """The config keys of public checkpoints give their published parameter counts: GLM-4.5
+    ("355B total, 32B active"; 352.8B without its multi-token-prediction layer) and GLM-4.5-Air
+    ("106B, 12B active"), Gemma 2 9B (9.24B), Phi-3-mini (3.8B), OLMo-2 7B (7.3B)."""
+    glm = {"model_type": "glm4_moe", "num_hidden_layers": 92, "hidden_size": 5120,
+           "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+           "intermediate_size": 12288, "moe_intermediate_size": 1536, "n_routed_experts": 160,
+           "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+           "n_group": 1, "topk_group": 1, "use_qk_norm": True, "vocab_size": 151552,
+           "max_position_embeddings": 131072, "tie_word_embeddings": False,
+           "partial_rotary_factor": 0.5}
+    m = _cfg(tmp_path, "GLM-4.5", glm)
+    assert (m.family, m.first_k_dense, m.shared_experts, m.qk_norm, m.head_dim) == ("moe", 3, 1, True, 128)
+    assert m.params() == pytest.approx(355e9, rel=0.01)
+    assert m.active_params() - m.vocab * m.hidden == pytest.approx(32e9, rel=0.03)
+    air = _cfg(tmp_path, "GLM-4.5-Air", {**glm, "num_hidden_layers": 46, "hidden_size": 4096,
+                                         "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                                         "n_routed_experts": 128, "first_k_dense_replace": 1,
+                                         "use_qk_norm": False})
+    assert air.params() == pytest.approx(106e9, rel=0.01) and not air.qk_norm
+    assert air.active_params() - air.vocab * air.hidden == pytest.approx(12e9, rel=0.07)
+    gemma2 = _cfg(tmp_path, "gemma-2-9b", {
+        "model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+        "intermediate_size": 14336, "vocab_size": 256000, "max_position_embeddings": 8192,
+        "sliding_window": 4096})
+    assert (gemma2.tied_embeddings, gemma2.sliding_window, gemma2.full_attention_every) == (True, 4096, 2)
+    assert gemma2.params() == pytest.approx(9.24e9, rel=0.005)
+    assert [gemma2.window(i) for i in range(4)] == [4096, 0, 4096, 0]
+    gemma3 = _cfg(tmp_path, "gemma-3-1b", {
+        "model_type": "gemma3_text", "num_hidden_layers": 26, "hidden_size": 1152,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+        "intermediate_size": 6912, "vocab_size": 262144, "max_position_embeddings": 32768,
+        "sliding_window": 512, "sliding_window_pattern": 6})
+    assert (gemma3.full_attention_every, gemma3.sliding_window) == (6, 512)
+    phi3 = _cfg(tmp_path, "Phi-3-mini-4k-instruct", {
+        "model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+        "num_attention_heads": 32, "intermediate_size": 8192, "vocab_size": 32064,
+        "max_position_embeddings": 4096})
+    assert phi3.params() == pytest.approx(3.8e9, rel=0.01) and phi3.activation == "swiglu"
+    olmo2 = _cfg(tmp_path, "OLMo-2-1124-7B", {
+        "model_type": "olmo2", "num_hidden_layers": 32, "hidden_size": 4096,
+        "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 100352,
+        "max_position_embeddings": 4096})
+    assert olmo2.params() == pytest.approx(7.3e9, rel=0.01) and olmo2.qk_norm

@@ -6,8 +6,12 @@ A transformers model's ``config.json`` names its architecture (``model_type``) a
 :func:`tracesim.specs.model.model_from_dict` then checks like any spec. The architectures
 read, by ``model_type``, with the keys each takes (transformers' configuration classes):
 
-* dense, gated SiLU MLP, RMSNorm (family ``llama``): ``llama``, ``mistral``, ``qwen2``,
-  ``qwen3`` (RMSNorm over each query and key head: ``qk_norm``): ``num_hidden_layers``,
+* dense, gated MLP, RMSNorm (family ``llama``): ``llama``, ``mistral``, ``qwen2``, ``phi3``,
+  ``granite``, ``qwen3`` and ``olmo2`` (RMSNorm over the queries and keys: ``qk_norm``),
+  ``gemma``, ``gemma2``, ``gemma3_text`` (the gated GELU timed as SwiGLU: the same three
+  GEMMs and an elementwise gate; embeddings tied unless the config says otherwise; Gemma 2
+  windows on alternate layers, Gemma 3 ``sliding_window_pattern``, or ``layer_types``):
+  ``num_hidden_layers``,
   ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
   ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral
   and Mixtral; Qwen only with ``use_sliding_window``);
@@ -18,7 +22,8 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``deepseek_v3`` (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
   ``moe_layer_freq``, ``n_group`` / ``topk_group``, multi-head latent attention from
   ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
-  ``v_head_dim``), ``gpt_oss`` (``num_local_experts``, ``experts_per_token``,
+  ``v_head_dim``), ``glm4_moe`` (GLM-4.5: DeepSeek's expert keys with grouped-query
+  attention, ``use_qk_norm``), ``gpt_oss`` (``num_local_experts``, ``experts_per_token``,
   ``sliding_window`` on alternate layers by ``layer_types``, ``swiglu_limit``, expert biases);
 * Nemotron-4 and Minitron (``nemotron``; family ``llama`` with the squared-ReLU MLP, not
   gated, and LayerNorm): the dense keys above; rotary on ``partial_rotary_factor`` of each
@@ -41,7 +46,9 @@ Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling
 key these models need that is missing or not a positive integer: exit 2, naming the file
 and key. Not read: multi-token prediction layers (``num_nextn_predict_layers``: the replay's
 ``--mtp-layers``), dense layers inside a MoE stack other than the first ones
-(``mlp_only_layers``: refused), attention biases and dropout.
+(``mlp_only_layers``: refused), attention biases and dropout, Gemma 2 / 3's extra norms
+after attention and MLP and their logit soft-capping (memory-bound passes the replay does not
+time).
 """
 
 from __future__ import annotations
@@ -52,8 +59,12 @@ from typing import Any
 
 from tracesim.errors import InputError
 
-DENSE = ("llama", "mistral", "qwen2", "qwen3")
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+DENSE = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "gemma", "gemma2",
+         "gemma3_text")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "glm4_moe")
+#: the Gemma generations and the layers their windows leave global (every n-th) where the
+#: config has no ``layer_types``: Gemma 2 alternates, Gemma 3 ``sliding_window_pattern`` (6)
+GEMMA_WINDOWS = {"gemma2": 2, "gemma3_text": 6}
 MODEL_TYPES = (*DENSE, "nemotron", *MOE, "nemotron_h", "gpt2")
 #: ``layers_block_type`` names -> hybrid pattern characters (:mod:`tracesim.specs.hybrid`)
 BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
@@ -112,11 +123,18 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
     scaling = data.get("rope_scaling") or {}
     if isinstance(scaling, Mapping) and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
         out["rope_scaling"] = "yarn"
-    if mtype == "qwen3" or mtype == "qwen3_moe":
+    if mtype in ("qwen3", "qwen3_moe", "olmo2") or data.get("use_qk_norm"):
         out["qk_norm"] = True
+    if mtype.startswith("gemma"):
+        out["tied_embeddings"] = bool(data.get("tie_word_embeddings", True))
     window = data.get("sliding_window")
     if window and (mtype in ("mistral", "mixtral") or data.get("use_sliding_window")):
         out["sliding_window"] = _int(data, "sliding_window", file)
+    if mtype in GEMMA_WINDOWS and data.get("sliding_window"):
+        every = GEMMA_WINDOWS[mtype]
+        if mtype == "gemma3_text":
+            every = _int(data, "sliding_window_pattern", file, default=every)
+        _windows(out, data, file, every)
     if mtype in MOE:
         _moe(out, mtype, data, file)
     elif mtype == "nemotron":
@@ -186,18 +204,10 @@ def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -
                 raise InputError(f"{shared} is not a whole number of experts of "
                                  f"{out['moe_ffn_hidden']}", file, "shared_expert_intermediate_size")
             out["shared_experts"] = shared // out["moe_ffn_hidden"]
+    elif mtype == "glm4_moe":  # DeepSeek's expert layout, grouped-query attention
+        _routed(out, data, file)
     else:  # deepseek_v2 / deepseek_v3
-        out["experts"] = _int(data, "n_routed_experts", file)
-        out["top_k"] = _int(data, "num_experts_per_tok", file)
-        out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
-        out["moe_every"] = _int(data, "moe_layer_freq", file, default=1)
-        for key, spec_key in (("n_shared_experts", "shared_experts"),
-                              ("first_k_dense_replace", "first_k_dense")):
-            if data.get(key):
-                out[spec_key] = _int(data, key, file)
-        if int(data.get("n_group") or 1) > 1:
-            out["router_groups"] = _int(data, "n_group", file)
-            out["router_group_topk"] = _int(data, "topk_group", file)
+        _routed(out, data, file)
         out["q_lora_rank"] = int(data.get("q_lora_rank") or 0)
         for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             out[key] = _int(data, key, file)
@@ -207,18 +217,42 @@ def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -
         _gpt_oss(out, data, file)
 
 
-def _gpt_oss(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
-    """gpt-oss: windowed attention on alternate layers, the clamped SwiGLU, expert biases."""
+def _routed(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
+    """DeepSeek's expert keys (also GLM-4.5's): routed and shared experts, the first dense
+    layers, group-limited routing."""
+    out["experts"] = _int(data, "n_routed_experts", file)
+    out["top_k"] = _int(data, "num_experts_per_tok", file)
+    out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
+    out["moe_every"] = _int(data, "moe_layer_freq", file, default=1)
+    for key, spec_key in (("n_shared_experts", "shared_experts"),
+                          ("first_k_dense_replace", "first_k_dense")):
+        if data.get(key):
+            out[spec_key] = _int(data, key, file)
+    if int(data.get("n_group") or 1) > 1:
+        out["router_groups"] = _int(data, "n_group", file)
+        out["router_group_topk"] = _int(data, "topk_group", file)
+
+
+def _windows(out: dict[str, Any], data: Mapping[str, Any], file: Path, every: int = 0) -> None:
+    """Windowed attention with full attention on every n-th layer: n from the per-layer
+    ``layer_types`` (``full_attention`` / ``sliding_attention``), else ``every`` (0: the
+    config has no windows without ``layer_types``)."""
     types = data.get("layer_types") or []
     if not isinstance(types, list):
         raise InputError(f"expected a list of layer types, got {types!r}", file, "layer_types")
     full = [i for i, t in enumerate(types) if t == "full_attention"]
-    if data.get("sliding_window") and full:
+    if full:
         every = full[0] + 1
         if full != list(range(every - 1, len(types), every)):
             raise InputError("full-attention layers must fall every n-th layer", file, "layer_types")
+    if data.get("sliding_window") and every:
         out["sliding_window"] = _int(data, "sliding_window", file)
         out["full_attention_every"] = every
+
+
+def _gpt_oss(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
+    """gpt-oss: windowed attention on alternate layers, the clamped SwiGLU, expert biases."""
+    _windows(out, data, file)
     if data.get("swiglu_limit"):
         out["glu_clamp"] = float(data["swiglu_limit"])
     out["expert_bias"] = True
