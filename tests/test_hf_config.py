@@ -216,3 +216,17 @@ def test_more_dense_and_moe_architectures_match_their_published_sizes(tmp_path: 
         "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 100352,
         "max_position_embeddings": 4096})
     assert olmo2.params() == pytest.approx(7.3e9, rel=0.01) and olmo2.qk_norm
+
+
+def test_a_vision_language_config_gives_its_language_model(tmp_path: Path) -> None:
+    """Gemma 3 27B's checkpoint nests its language model under ``text_config``."""
+    text = {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+            "intermediate_size": 21504, "vocab_size": 262208, "max_position_embeddings": 131072,
+            "sliding_window": 1024, "sliding_window_pattern": 6}
+    m = _cfg(tmp_path, "gemma-3-27b-pt", {"model_type": "gemma3", "text_config": text,
+                                          "vision_config": {"model_type": "siglip_vision_model"}})
+    assert (m.name, m.layers, m.hidden, m.full_attention_every) == ("gemma-3-27b-pt", 62, 5376, 6)
+    assert m.params() == pytest.approx(27.0e9, rel=0.03)  # 27B with its 0.4B vision encoder
+    with pytest.raises(InputError, match="model_type"):
+        _cfg(tmp_path, "vlm", {"model_type": "gemma3", "text_config": {**text, "model_type": "x"}})

@@ -36,7 +36,10 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, the shared
   expert's ``moe_shared_expert_intermediate_size`` (as whole experts) and a latent MoE's
   ``moe_latent_size``;
-* GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``.
+* GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``;
+* a vision-language checkpoint whose ``text_config`` is one of these (Gemma 3 4B and up,
+  Mistral 3, Qwen2.5-VL's ``qwen2``): its language model; the vision encoder is not
+  replayed.
 
 Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
 ``yarn`` as ``rope_scaling: yarn``, and as the default sequence length the rotary scaling's
@@ -94,6 +97,13 @@ def _name(data: Mapping[str, Any], file: Path) -> str:
 
 def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
     """The model-spec mapping of a transformers ``config.json`` (module docstring)."""
+    text = data.get("text_config")
+    if isinstance(text, Mapping) and text.get("model_type") in MODEL_TYPES:
+        # a vision-language checkpoint: its language model (the vision encoder is not replayed)
+        lm = spec_from_hf_config({"_name_or_path": data.get("_name_or_path"), **text}, file)
+        lm["description"] = (f"{text['model_type']} (the language model of "
+                             f"{data.get('model_type')}) from {file.name}")
+        return lm
     mtype = data.get("model_type")
     if mtype not in MODEL_TYPES:
         raise InputError(f"model_type {mtype!r} is not one tracesim reads (known: "
