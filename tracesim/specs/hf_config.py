@@ -38,7 +38,7 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``moe_latent_size``;
 * GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``;
 * a vision-language checkpoint whose ``text_config`` is one of these (Gemma 3 4B and up,
-  Mistral 3, Qwen2.5-VL's ``qwen2``): its language model; the vision encoder is not
+  Mistral 3): its language model; the vision encoder is not
   replayed.
 
 Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
