@@ -1,0 +1,48 @@
+"""NVIDIA's DGX Cloud benchmarking recipes' expected H100 step times
+(benchmarks/published/dgxc_benchmarking_h100.csv, transcribed from NVIDIA/dgxc-benchmarking):
+the layouts agree with the GPU counts and batches, and the rows replay as the recipes ran."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from tracesim.catalog import load_model
+from tracesim.pipeline.published import read_table, row_options
+
+TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "dgxc_benchmarking_h100.csv"
+#: (model, precision) -> rows, as the recipes' tables give them
+SERIES = {("nemotron4-15b", "bf16"): 8, ("nemotron4-15b", "fp8-ds"): 8,
+          ("nemotron4-340b", "bf16"): 5, ("nemotron4-340b", "fp8-ds"): 5,
+          ("llama3.1-8b", "bf16"): 5, ("llama3.1-8b", "fp8-ds"): 5,
+          ("llama3.1-70b", "bf16"): 6, ("llama3.1-70b", "fp8-ds"): 6,
+          ("llama3.1-405b", "bf16"): 3, ("llama3.1-405b", "fp8-ds"): 3}
+
+
+def test_the_tables_layouts_add_up() -> None:
+    rows = list(csv.DictReader(TABLE.open()))
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        counts[(r["model"], r["precision"])] = counts.get((r["model"], r["precision"]), 0) + 1
+        gpus, gbs, mbs, ga = (int(r[k]) for k in ("gpus", "gbs", "mbs", "ga"))
+        tp, pp, cp = (int(r[k]) for k in ("tp", "pp", "cp"))
+        # the header's GA is the micro-batches per step of every scale (weak scaling)
+        assert gbs == gpus // (tp * pp * cp) * mbs * ga, r
+        assert 0.5 < float(r["step_time_s"]) < 60 and r["system"] == "DGX-H100"
+        assert r["recompute"] == "" and "README" in r["note"]
+    assert counts == SERIES
+
+
+def test_rows_replay_with_their_own_settings() -> None:
+    """No Megatron-Bridge 25.11 recipe or container cuDNN; the layouts split evenly (Llama 3.1
+    405B: 126 layers on 9 x 7 chunks of 2; Nemotron-4 340B: 96 on 8 x 12 of 1)."""
+    fmt, rows = read_table(TABLE)
+    assert fmt == "bridge"
+    for k, row in enumerate(rows):
+        opts, _, _ = row_options(fmt, row, TABLE, k)
+        assert "cudnn" not in opts and opts["stack"] == "megatron-core"
+        assert opts["fp8_recipe" if row["precision"] == "fp8-ds" else "dtype"] == (
+            "delayed" if row["precision"] == "fp8-ds" else "bf16")
+        layers = load_model(row["model"]).layers
+        vpp = opts.get("vpp", 1)
+        assert layers % (opts["pp"] * vpp) == 0 and "stage_layers" not in opts
