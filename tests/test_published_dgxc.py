@@ -1,5 +1,5 @@
-"""NVIDIA's DGX Cloud benchmarking recipes' expected H100 step times
-(benchmarks/published/dgxc_benchmarking_h100.csv, transcribed from NVIDIA/dgxc-benchmarking):
+"""NVIDIA's DGX Cloud benchmarking recipes' expected step times on H100 and GB200
+(benchmarks/published/dgxc_benchmarking.csv, transcribed from NVIDIA/dgxc-benchmarking):
 the layouts agree with the GPU counts and batches, and the rows replay as the recipes ran."""
 
 from __future__ import annotations
@@ -10,25 +10,27 @@ from pathlib import Path
 from tracesim.catalog import load_model
 from tracesim.pipeline.published import read_table, row_options
 
-TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "dgxc_benchmarking_h100.csv"
-#: (model, precision) -> rows, as the recipes' tables give them
-SERIES = {("nemotron4-15b", "bf16"): 8, ("nemotron4-15b", "fp8-ds"): 8,
-          ("nemotron4-340b", "bf16"): 5, ("nemotron4-340b", "fp8-ds"): 5,
-          ("llama3.1-8b", "bf16"): 5, ("llama3.1-8b", "fp8-ds"): 5,
-          ("llama3.1-70b", "bf16"): 6, ("llama3.1-70b", "fp8-ds"): 6,
-          ("llama3.1-405b", "bf16"): 3, ("llama3.1-405b", "fp8-ds"): 3}
+TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "dgxc_benchmarking.csv"
+#: (system, model, precision) -> rows, as the recipes' tables give them
+SERIES = {("DGX-H100", "nemotron4-15b", "bf16"): 9, ("DGX-H100", "nemotron4-15b", "fp8-ds"): 9,
+          ("DGX-H100", "nemotron4-340b", "bf16"): 6, ("DGX-H100", "nemotron4-340b", "fp8-ds"): 6,
+          ("DGX-H100", "llama3.1-8b", "bf16"): 5, ("DGX-H100", "llama3.1-8b", "fp8-ds"): 5,
+          ("DGX-H100", "llama3.1-70b", "bf16"): 6, ("DGX-H100", "llama3.1-70b", "fp8-ds"): 6,
+          ("DGX-H100", "llama3.1-405b", "bf16"): 3, ("DGX-H100", "llama3.1-405b", "fp8-ds"): 3,
+          ("DGX-GB200", "nemotron4-340b", "bf16"): 6, ("DGX-GB200", "nemotron4-340b", "fp8-ds"): 6}
 
 
 def test_the_tables_layouts_add_up() -> None:
     rows = list(csv.DictReader(TABLE.open()))
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str, str], int] = {}
     for r in rows:
-        counts[(r["model"], r["precision"])] = counts.get((r["model"], r["precision"]), 0) + 1
+        key = (r["system"], r["model"], r["precision"])
+        counts[key] = counts.get(key, 0) + 1
         gpus, gbs, mbs, ga = (int(r[k]) for k in ("gpus", "gbs", "mbs", "ga"))
         tp, pp, cp = (int(r[k]) for k in ("tp", "pp", "cp"))
         # the header's GA is the micro-batches per step of every scale (weak scaling)
         assert gbs == gpus // (tp * pp * cp) * mbs * ga, r
-        assert 0.5 < float(r["step_time_s"]) < 60 and r["system"] == "DGX-H100"
+        assert 0.5 < float(r["step_time_s"]) < 60 and r["nemo"] in ("24.09", "24.11", "24.12", "25.04")
         assert r["recompute"] == "" and "README" in r["note"]
     assert counts == SERIES
 
