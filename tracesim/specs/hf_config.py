@@ -11,8 +11,7 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``gemma``, ``gemma2``, ``gemma3_text`` (the gated GELU timed as SwiGLU: the same three
   GEMMs and an elementwise gate; embeddings tied unless the config says otherwise; Gemma 2
   windows on alternate layers, Gemma 3 ``sliding_window_pattern``, or ``layer_types``):
-  ``num_hidden_layers``,
-  ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
+  ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
   ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral
   and Mixtral; Qwen only with ``use_sliding_window``);
 * mixture of experts (family ``moe``): ``mixtral`` (``num_local_experts``,
@@ -38,8 +37,7 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   ``moe_latent_size``;
 * GPT-2 (family ``gpt``): ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``, ``n_positions``;
 * a vision-language checkpoint whose ``text_config`` is one of these (Gemma 3 4B and up,
-  Mistral 3): its language model; the vision encoder is not
-  replayed.
+  Mistral 3): its language model; the vision encoder is not replayed.
 
 Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
 ``yarn`` as ``rope_scaling: yarn``, and as the default sequence length the rotary scaling's
@@ -174,11 +172,14 @@ def _pattern(data: Mapping[str, Any], file: Path) -> str:
 def _nemotron_h(out: dict[str, Any], pattern: str, data: Mapping[str, Any], file: Path) -> None:
     """A hybrid Mamba-2 model (module docstring): its pattern, mixer and experts."""
     out.update(family="hybrid", activation="relu2", hybrid_pattern=pattern)
-    for key, spec_key in (("mamba_num_heads", "mamba_heads"), ("mamba_head_dim", "mamba_head_dim"),
-                          ("ssm_state_size", "mamba_state"), ("n_groups", "mamba_groups"),
-                          ("conv_kernel", "mamba_conv"), ("chunk_size", "mamba_chunk")):
-        if data.get(key) is not None:
-            out[spec_key] = _int(data, key, file)
+    # a key the config leaves out takes transformers' NemotronHConfig default (the chunk 128,
+    # where a model spec's default is Megatron-Core's 256)
+    for key, spec_key, default in (("mamba_num_heads", "mamba_heads", None),
+                                   ("mamba_head_dim", "mamba_head_dim", 64),
+                                   ("ssm_state_size", "mamba_state", 128),
+                                   ("n_groups", "mamba_groups", 8), ("conv_kernel", "mamba_conv", 4),
+                                   ("chunk_size", "mamba_chunk", 128)):
+        out[spec_key] = _int(data, key, file, default=default)
     if "E" not in pattern:
         return
     out["experts"] = _int(data, "n_routed_experts", file)
