@@ -234,7 +234,8 @@ def test_a_vision_language_config_gives_its_language_model(tmp_path: Path) -> No
 
 def test_nemotron_h_keys_left_out_take_the_transformers_defaults(tmp_path: Path) -> None:
     cfg = {k: v for k, v in NEMOTRON_H_56B.items()
-           if k not in ("chunk_size", "conv_kernel", "n_groups", "mamba_head_dim")}
+           if k not in ("chunk_size", "conv_kernel", "n_groups", "mamba_head_dim",
+                        "num_hidden_layers")}
     m = load_model(_write(tmp_path, {**cfg, "hybrid_override_pattern": "M*M-"}, "h"))
     assert (m.mamba_chunk, m.mamba_conv, m.mamba_groups, m.mamba_head_dim) == (128, 4, 8, 64)
     with pytest.raises(InputError, match="mamba_num_heads"):
