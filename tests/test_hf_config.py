@@ -228,7 +228,7 @@ def test_a_vision_language_config_gives_its_language_model(tmp_path: Path) -> No
                                           "vision_config": {"model_type": "siglip_vision_model"}})
     assert (m.name, m.layers, m.hidden, m.full_attention_every) == ("gemma-3-27b-pt", 62, 5376, 6)
     assert m.params() == pytest.approx(27.0e9, rel=0.03)  # 27B with its 0.4B vision encoder
-    with pytest.raises(InputError, match="model_type"):
+    with pytest.raises(InputError, match="text_config.model_type"):
         _cfg(tmp_path, "vlm", {"model_type": "gemma3", "text_config": {**text, "model_type": "x"}})
 
 

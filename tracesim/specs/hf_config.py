@@ -96,6 +96,11 @@ def _name(data: Mapping[str, Any], file: Path) -> str:
 def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
     """The model-spec mapping of a transformers ``config.json`` (module docstring)."""
     text = data.get("text_config")
+    if (isinstance(text, Mapping) and data.get("model_type") not in MODEL_TYPES
+            and text.get("model_type") not in MODEL_TYPES):
+        raise InputError(f"the language model's model_type {text.get('model_type')!r} is not one "
+                         f"tracesim reads (known: {', '.join(MODEL_TYPES)}); write a model spec "
+                         "YAML instead", file, "text_config.model_type")
     if isinstance(text, Mapping) and text.get("model_type") in MODEL_TYPES:
         # a vision-language checkpoint: its language model (the vision encoder is not replayed)
         lm = spec_from_hf_config({"_name_or_path": data.get("_name_or_path"), **text}, file)
