@@ -35,6 +35,9 @@ PUBLISHED = [
     ("nemotron4-15b", 15.7e9, 15.7e9, True, 0.01),  # arXiv:2402.16819: 3.2B + 12.5B
     ("nemotron4-340b", 341e9, 341e9, True, 0.01),
     ("nemotronh-56b", 56e9, 56e9, True, 0.01),
+    ("qwen3-8b", 8.2e9, 8.2e9, True, 0.01),  # Qwen3 model cards: 8.2B, 14.8B, 32.8B
+    ("qwen3-14b", 14.8e9, 14.8e9, True, 0.01),
+    ("qwen3-32b", 32.8e9, 32.8e9, True, 0.01),
 ]
 
 
@@ -95,10 +98,14 @@ def test_nvidia_and_mistral_specs_match_their_configs() -> None:
     assert [h.hybrid_pattern.count(c) for c in "M-*E"] == [54, 54, 10, 0] and not h.is_moe
     assert (h.mamba_heads, h.mamba_head_dim, h.mamba_state, h.mamba_groups, h.mamba_chunk) == (256, 64, 256, 8, 128)
     assert (h.heads, h.kv_heads, h.head_dim, h.ffn_hidden, h.activation) == (64, 8, 128, 32768, "relu2")
+    q32 = load_model("Qwen3_32B")  # the queries 8,192 wide on a 5,120 hidden size
+    assert (q32.name, q32.layers, q32.heads, q32.kv_heads, q32.head_dim, q32.qk_norm) == (
+        "qwen3-32b", 64, 64, 8, 128, True)
     mx = load_model("Mixtral 8x22B")
     assert (mx.name, mx.layers, mx.hidden, mx.experts, mx.top_k, mx.moe_ffn) == ("mixtral-8x22b", 56, 6144, 8, 2, 16384)
     listed = {e.name for e in list_shipped("models")}
-    for name in ("nemotron4-15b", "nemotron4-340b", "nemotronh-56b", "mixtral-8x22b", "llama3.1-8b", "llama3.1-70b"):
+    for name in ("nemotron4-15b", "nemotron4-340b", "nemotronh-56b", "mixtral-8x22b", "llama3.1-8b",
+                 "llama3.1-70b", "qwen3-8b", "qwen3-14b", "qwen3-32b"):
         assert name in listed and "/" in load_model(name).source, name
 
 
