@@ -225,3 +225,31 @@ def test_host_speed_sets_the_host_cpu_of_a_built_model() -> None:
     eager = retarget({"model": "gpt3-1.7b", "cluster": "h100x8", "dp": 8, "micro_batch": 1,
                       "global_batch": 8, "seq_len": 512, "host_launch": False, "host_speed": 0.5})
     assert any("--host-speed ignored" in w for w in eager.warnings)
+
+
+def test_an_overlapped_gemms_further_chunks_cost_a_cpp_gemm_call() -> None:
+    """A ring-exchange GEMM of n chunks (GEMM chunks alternating with transfer chunks, as
+    Transformer Engine's C++ loop issues them): the first GEMM chunk costs the op's price,
+    each further one a cuBLAS call from C++ (a torch.nn.Linear forward's CPU time, divided by
+    the host's speed), each transfer chunk the launch call; chunk by chunk and as the closed
+    form's merged tasks (pieces) alike."""
+    n, g = 8, 1_000  # 1 us GEMM chunks: the host is the bottleneck throughout
+    names, gpu = [], []
+    for k in range(n):
+        if k:
+            names.append(f"mlp.fc2_rs#{k}")
+            gpu.append(0)
+        names.append("mlp.fc2")
+        gpu.append(g)
+    for speed in (1.0, 0.364):
+        host = HostModel(cpu_speed=speed)
+        waits = host_waits(names, ["fwd"] * len(names), gpu, host)
+        issued = (host.launch_us_fwd / speed + (n - 1) * 13.48 / speed
+                  + (n - 1) * host.launch_us_call) * 1e3
+        # the host-bound span: every issue end to end, then the last chunk
+        assert sum(waits) + n * g == pytest.approx(issued + g)
+        # the closed form: one GEMM task of n - 1 chunks beside a transfer task of n - 1
+        # chunks, then the last GEMM chunk (tracesim.build.overlap._ring_in)
+        merged = ["mlp.fc2", "mlp.fc2_rs#1-7", "mlp.fc2"]
+        w2 = host_waits(merged, ["fwd"] * 3, [g * (n - 1), 0, g], host, pieces=[n - 1, n - 1, 1])
+        assert sum(w2) == pytest.approx(sum(waits))

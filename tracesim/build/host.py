@@ -30,11 +30,13 @@ consecutive kernel launches on the forward (Python) thread, 37 us, and on the au
 alone, 5.3 us, the median launch-call duration of the same traces
 (``benchmarks/traces/host_launch.py``; docs/stacks.md): a transfer chunk (``name#k``), a
 compute task that repeats the one right before it, and current scaling's amax all-reduce
-(Transformer Engine's C++ quantizer calls the process group, ``quantizer.cpp``). In the chunk pipelines of
-:mod:`tracesim.build.overlap` the GEMM chunks alternate with transfer chunks, so a GEMM
-chunk counts as a launch of the op's price (it follows a transfer, not its own op); tasks
-that stand for several chunks (``chunks`` > 1, the closed forms) are walked as those
-chunks in that order (:func:`_piecewise`). Kernels per task: one, except
+(Transformer Engine's C++ quantizer calls the process group, ``quantizer.cpp``). In the chunk
+pipelines of :mod:`tracesim.build.overlap` the GEMM chunks alternate with transfer chunks;
+the first costs the op's price (the Python module's call), each further one a cuBLAS GEMM
+issued from Transformer Engine's C++ loop, priced at a whole ``torch.nn.Linear`` forward's
+CPU time (:data:`LAUNCH_US_GEMM_CHUNK`, divided by the host's speed like the op price); tasks
+that stand for several chunks (``chunks`` > 1, the closed forms) are walked as those chunks
+in that order (:func:`_piecewise`). Kernels per task: one, except
 the routed experts' grouped GEMMs and their FP8 casts: Transformer Engine's
 ``GroupedLinear`` runs one GEMM (and one quantisation) per local expert, twice in the
 backward (data and weight gradients), and the experts' bias added expert by expert
@@ -63,8 +65,15 @@ from tracesim.template.stacks import MCORE_ROUTER_KERNELS_UNFUSED
 LAUNCH_US_FWD = 37.0
 LAUNCH_US_BWD = 30.0
 #: the launch call alone (us): a kernel that C++ code issues without Python in between (the
-#: chunks of a Transformer Engine overlapped GEMM and their userbuffers transfers)
+#: userbuffers transfers of a Transformer Engine overlapped GEMM)
 LAUNCH_US_CALL = 5.3
+#: a GEMM chunk after the first of a Transformer Engine overlapped GEMM (us, x86): the C++
+#: loop (``CommOverlapBase::split_overlap_rs``, ``CommOverlapP2PBase::split_overlap_ag``)
+#: issues it through ``nvte_cublas_gemm`` with no Python in between; priced at the CPU time
+#: of a whole ``torch.nn.Linear`` forward (Python module, dispatcher and the cuBLAS call),
+#: 13.48 us on a DGX H100's Xeon (NVIDIA/TransformerEngine issue #2053, the microbenchmark
+#: the host speeds come from), an upper bound for the cuBLAS call alone
+LAUNCH_US_GEMM_CHUNK = 13.48
 #: a device-to-host copy of a few bytes and a stream synchronisation (us); order of a PCIe
 #: round trip plus the CUDA event wait (NCCL src/graph/tuning.cc puts a kernel launch round
 #: trip at a few us); small next to the launch times above
@@ -92,6 +101,7 @@ class HostModel:
     launch_us_fwd: float = LAUNCH_US_FWD
     launch_us_bwd: float = LAUNCH_US_BWD
     launch_us_call: float = LAUNCH_US_CALL
+    launch_us_gemm_chunk: float = LAUNCH_US_GEMM_CHUNK
     sync_us: float = SYNC_US
     graph_launch_us: float = GRAPH_LAUNCH_US
     graphs: tuple[str, ...] = ()
@@ -130,13 +140,21 @@ class HostModel:
             return self.op_kernels[base][1 if phase == "bwd" else 0]
         return 1
 
-    def issue_ns(self, name: str, phase: str, prev_scope: str, chunk: bool = False) -> tuple[float, str]:
+    def gemm_chunk_ns(self) -> float:
+        """Host time (ns) of a further GEMM chunk of an overlapped GEMM (its C++ loop)."""
+        return self.launch_us_gemm_chunk / self.cpu_speed * 1e3
+
+    def issue_ns(self, name: str, phase: str, prev_scope: str, chunk: bool = False,
+                 gemm_chunk: bool = False) -> tuple[float, str]:
         """Host time (ns) to issue task ``name`` and its scope (a graph launch is paid when
         a captured scope starts); a ``chunk`` (a further piece of the op before it, issued
-        by C++ code) costs the launch call alone."""
+        by C++ code) costs the launch call alone, a ``gemm_chunk`` (a further GEMM chunk of
+        an overlapped GEMM) :meth:`gemm_chunk_ns`."""
         sc = self.scope(name)
         if sc:
             return (self.graph_launch_us * 1e3 if sc != prev_scope else 0.0), sc
+        if gemm_chunk:
+            return self.gemm_chunk_ns(), ""
         if chunk:
             return self.launch_us_call * 1e3, ""
         per = (self.launch_us_bwd if phase == "bwd" else self.launch_us_fwd) / self.cpu_speed
@@ -162,11 +180,22 @@ def host_waits(names: list[str], phases: list[str], gpu_ns: list[int], host: Hos
         # current scaling's amax all-reduce, which Transformer Engine's C++ quantizer issues
         chunk = ("#" in names[i] or (i > 0 and names[i] == names[i - 1] and gpu_ns[i] > 0)
                  or names[i].endswith(AMAX_SUFFIX))
-        h, prev = host.issue_ns(names[i], phases[i], prev, chunk)
+        h, prev = host.issue_ns(names[i], phases[i], prev, chunk, _gemm_chunk(names, gpu_ns, i))
         issue.append(h)
     if pieces is not None and any(p > 1 for p in pieces):
         return _piecewise(issue, gpu_ns, pieces, names, phases, host, lockstep)
     return _walk(issue, names, phases, gpu_ns, host, lockstep)
+
+
+def _gemm_chunk(names: list[str], gpu_ns: list[int], i: int) -> bool:
+    """Whether compute task ``i`` is a further GEMM chunk of an overlapped GEMM: the same op
+    before it with only that op's transfer chunks (``name#k``) in between."""
+    if gpu_ns[i] <= 0 or "#" in names[i]:
+        return False
+    j = i - 1
+    while j >= 0 and "#" in names[j] and gpu_ns[j] <= 0:
+        j -= 1
+    return j < i - 1 and j >= 0 and names[j] == names[i]
 
 
 def _walk(issue: list[float], names: list[str], phases: list[str], gpu_ns: list[int] | list[float],
@@ -213,7 +242,11 @@ def _piecewise(issue: list[float], gpu_ns: list[int], pieces: list[int], names: 
             flat += [(i, k) for k in range(p)]
             i += 1
     owner = [t for t, _ in flat]
-    flat_issue = [issue[t] if k == 0 or not host.scope(names[t]) else 0.0 for t, k in flat]
+    # a compute task's further pieces are further GEMM chunks of its overlapped GEMM (the C++
+    # loop), a transfer task's the launch calls its first piece already costs
+    flat_issue = [issue[t] if k == 0 else 0.0 if host.scope(names[t])
+                  else host.gemm_chunk_ns() if gpu_ns[t] > 0 and "#" not in names[t] else issue[t]
+                  for t, k in flat]
     flat_gpu = [gpu_ns[t] / max(1, int(pieces[t])) for t in owner]
     waits = _walk(flat_issue, [names[t] for t in owner], [phases[t] for t in owner], flat_gpu, host,
                   lockstep)
