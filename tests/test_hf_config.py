@@ -73,12 +73,26 @@ def test_gpt2_and_qwen2_moe_shared_experts(tmp_path: Path) -> None:
      "layer_types"),
     ({"shared_expert_intermediate_size": 1000, "model_type": "qwen2_moe"},
      "shared_expert_intermediate_size"),
+    ({"shared_expert_intermediate_size": "x", "model_type": "qwen2_moe"},
+     "shared_expert_intermediate_size"),
 ])
 def test_bad_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
     base = json.loads((CONFIGS / "Qwen3-30B-A3B/config.json").read_text())
     d = _write(tmp_path, {**base, **change})
     with pytest.raises(InputError, match=key):
         load_model(d)
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"n_group": "x"}, "n_group"), ({"n_group": [8]}, "n_group"),
+    ({"q_lora_rank": "1536"}, "q_lora_rank"), ({"q_lora_rank": -1}, "q_lora_rank"),
+    ({"n_group": 8, "topk_group": None}, "topk_group"),
+])
+def test_bad_deepseek_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
+    """Optional integer keys (absent, null or 0 for none) take nothing else."""
+    base = json.loads((CONFIGS / "DeepSeek-V3/config.json").read_text())
+    with pytest.raises(InputError, match=key):
+        load_model(_write(tmp_path, {**base, **change}))
 
 
 def test_replay_from_a_config_folder_and_bad_json_exit_2(tmp_path: Path) -> None:
@@ -155,11 +169,15 @@ def test_nemotron_h_and_nemotron4_configs_give_the_shipped_specs(tmp_path: Path)
 @pytest.mark.parametrize("change,key", [
     ({"hybrid_override_pattern": "M-X*"}, "hybrid_override_pattern"),
     ({"layers_block_type": ["mamba", "ssm"]}, "layers_block_type"),
+    ({"layers_block_type": ["mamba", {"type": "moe"}]}, "layers_block_type"),
     ({}, "hybrid_override_pattern"),
     ({"hybrid_override_pattern": "M*E-", "num_hidden_layers": 4}, "n_routed_experts"),
     ({"hybrid_override_pattern": "M*E-", "num_hidden_layers": 4, "n_routed_experts": 8,
       "num_experts_per_tok": 2, "moe_intermediate_size": 1000,
       "moe_shared_expert_intermediate_size": 1500}, "moe_shared_expert_intermediate_size"),
+    ({"hybrid_override_pattern": "M*E-", "num_hidden_layers": 4, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 1000,
+      "moe_shared_expert_intermediate_size": "x"}, "moe_shared_expert_intermediate_size"),
 ])
 def test_bad_nemotron_h_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
     d = _write(tmp_path, {**NEMOTRON_H_56B, **change})

@@ -86,6 +86,11 @@ def _int(data: Mapping[str, Any], key: str, file: Path, default: int | None = No
     return value
 
 
+def _optional(data: Mapping[str, Any], key: str, file: Path) -> int:
+    """A key that may be absent, null or 0 (0 then), else a positive integer."""
+    return 0 if data.get(key) in (None, 0) else _int(data, key, file)
+
+
 def _name(data: Mapping[str, Any], file: Path) -> str:
     if file.name == "config.json" and file.parent.name not in ("", "."):
         return file.parent.name
@@ -163,7 +168,7 @@ def _pattern(data: Mapping[str, Any], file: Path) -> str:
     pattern = data.get("hybrid_override_pattern")
     if pattern is None and isinstance(data.get("layers_block_type"), list):
         types = data["layers_block_type"]
-        bad = [t for t in types if t not in BLOCK_TYPES]
+        bad = [t for t in types if not isinstance(t, str) or t not in BLOCK_TYPES]
         if bad:
             raise InputError(f"unknown layer type {bad[0]!r} (known: {', '.join(BLOCK_TYPES)})",
                              file, "layers_block_type")
@@ -190,7 +195,7 @@ def _nemotron_h(out: dict[str, Any], pattern: str, data: Mapping[str, Any], file
     out["experts"] = _int(data, "n_routed_experts", file)
     out["top_k"] = _int(data, "num_experts_per_tok", file)
     out["moe_ffn_hidden"] = _int(data, "moe_intermediate_size", file)
-    shared = int(data.get("moe_shared_expert_intermediate_size") or 0)
+    shared = _optional(data, "moe_shared_expert_intermediate_size", file)
     if shared:
         if shared % out["moe_ffn_hidden"]:
             raise InputError(f"{shared} is not a whole number of experts of {out['moe_ffn_hidden']}",
@@ -214,7 +219,7 @@ def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -
         if data.get("mlp_only_layers"):
             raise InputError("dense layers inside the MoE stack are not modelled (only the first "
                              "k layers can be dense)", file, "mlp_only_layers")
-        shared = int(data.get("shared_expert_intermediate_size") or 0)
+        shared = _optional(data, "shared_expert_intermediate_size", file)
         if shared:
             if shared % out["moe_ffn_hidden"]:
                 raise InputError(f"{shared} is not a whole number of experts of "
@@ -224,7 +229,7 @@ def _moe(out: dict[str, Any], mtype: str, data: Mapping[str, Any], file: Path) -
         _routed(out, data, file)
     else:  # deepseek_v2 / deepseek_v3
         _routed(out, data, file)
-        out["q_lora_rank"] = int(data.get("q_lora_rank") or 0)
+        out["q_lora_rank"] = _optional(data, "q_lora_rank", file)
         for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             out[key] = _int(data, key, file)
         out.pop("head_dim", None)
@@ -244,7 +249,7 @@ def _routed(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
                           ("first_k_dense_replace", "first_k_dense")):
         if data.get(key):
             out[spec_key] = _int(data, key, file)
-    if int(data.get("n_group") or 1) > 1:
+    if _optional(data, "n_group", file) > 1:
         out["router_groups"] = _int(data, "n_group", file)
         out["router_group_topk"] = _int(data, "topk_group", file)
 
