@@ -75,6 +75,7 @@ def test_gpt2_and_qwen2_moe_shared_experts(tmp_path: Path) -> None:
      "shared_expert_intermediate_size"),
     ({"shared_expert_intermediate_size": "x", "model_type": "qwen2_moe"},
      "shared_expert_intermediate_size"),
+    ({"torch_dtype": {"bf16": True}}, "torch_dtype"),
 ])
 def test_bad_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
     base = json.loads((CONFIGS / "Qwen3-30B-A3B/config.json").read_text())
@@ -87,10 +88,13 @@ def test_bad_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> Non
     ({"n_group": "x"}, "n_group"), ({"n_group": [8]}, "n_group"),
     ({"q_lora_rank": "1536"}, "q_lora_rank"), ({"q_lora_rank": -1}, "q_lora_rank"),
     ({"n_group": 8, "topk_group": None}, "topk_group"),
+    ({"swiglu_limit": "7"}, "swiglu_limit"), ({"swiglu_limit": -7.0}, "swiglu_limit"),
 ])
-def test_bad_deepseek_configs_name_the_key(tmp_path: Path, change: dict, key: str) -> None:
-    """Optional integer keys (absent, null or 0 for none) take nothing else."""
-    base = json.loads((CONFIGS / "DeepSeek-V3/config.json").read_text())
+def test_bad_deepseek_and_gpt_oss_configs_name_the_key(tmp_path: Path, change: dict,
+                                                       key: str) -> None:
+    """Optional keys (absent, null or 0 for none) take nothing but a positive number."""
+    folder = "gpt-oss-120b" if "swiglu_limit" in change else "DeepSeek-V3"
+    base = json.loads((CONFIGS / folder / "config.json").read_text())
     with pytest.raises(InputError, match=key):
         load_model(_write(tmp_path, {**base, **change}))
 

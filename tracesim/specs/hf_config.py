@@ -274,8 +274,11 @@ def _windows(out: dict[str, Any], data: Mapping[str, Any], file: Path, every: in
 def _gpt_oss(out: dict[str, Any], data: Mapping[str, Any], file: Path) -> None:
     """gpt-oss: windowed attention on alternate layers, the clamped SwiGLU, expert biases."""
     _windows(out, data, file)
-    if data.get("swiglu_limit"):
-        out["glu_clamp"] = float(data["swiglu_limit"])
+    limit = data.get("swiglu_limit")
+    if limit:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < 1e6:
+            raise InputError(f"expected a positive number, got {limit!r}", file, "swiglu_limit")
+        out["glu_clamp"] = float(limit)
     out["expert_bias"] = True
 
 
@@ -303,6 +306,6 @@ def _seq_len(data: Mapping[str, Any], file: Path) -> int:
 def _dtype(data: Mapping[str, Any], file: Path) -> str:
     key = "torch_dtype" if data.get("torch_dtype") is not None else "dtype"
     value = data.get(key) or "bfloat16"
-    if value not in _DTYPES:
+    if not isinstance(value, str) or value not in _DTYPES:
         raise InputError(f"expected one of {', '.join(_DTYPES)}, got {value!r}", file, key)
     return _DTYPES[value]
