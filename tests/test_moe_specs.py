@@ -23,6 +23,7 @@ PUBLISHED = [
     ("qwen3-235b-a22b", 235e9, 22e9, True, 0.02),
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, True, 0.02),
     ("gpt-oss-120b", 116.83e9, 5.13e9, False, 0.01),  # model card: unembedding counted, embedding not
+    ("gpt-oss-20b", 20.91e9, 3.61e9, False, 0.01),  # the same model card's gpt-oss-20b row
     ("deepseek-moe-16b", 16.4e9, 2.8e9, True, 0.02),
     ("mixtral-8x7b", 46.7e9, 12.9e9, True, 0.01),
     ("llama3.1-405b", 405e9, 405e9, True, 0.01),
