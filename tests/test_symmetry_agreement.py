@@ -148,3 +148,14 @@ def test_small_jobs_with_few_micro_batches_keep_every_rank() -> None:
     assert not reduces(8, 4, 12) and reduces(8, 1024, 80) and reduces(64, 1, 1)
     assert not reduces(1, 10**6, 100)  # one rank: nothing to reduce
     assert reduces(8, SYMMETRY_MIN_PASSES // 8, 1) and not reduces(8, SYMMETRY_MIN_PASSES // 8 - 1, 1)
+
+
+def test_repeated_schedules_with_deferred_fsdp_sync_reduced_matches_full(tmp_path: Path) -> None:
+    """NeMo AutoModel's pattern: the pipeline schedule run twice per iteration, FSDP
+    gathering once and reducing once (``pp_rounds``, ``fsdp_defer_sync``)."""
+    opts = {"model": _model(tmp_path, "llama3-8b", 8), "cluster": "h100x128", "nodes": 8,
+            "pp": 4, "dp": 16, "micro_batch": 1, "global_batch": 256, "seq_len": 4096,
+            "pp_rounds": 2, "fsdp": True, "stack": "torchtitan", "fsdp_reshard": False,
+            "fsdp_defer_sync": True}
+    red, full = _pair(opts)
+    assert abs(_rel(red, full)) <= 1e-9

@@ -104,12 +104,28 @@ class ReplayOptions:
                             "sharded over data parallelism.", "int", minimum=0, maximum=3)
     fsdp: bool | None = _opt("Fully sharded data parallel (per-layer parameter all-gather with "
                              "prefetch; as --zero 3).", "flag")
+    fsdp_reshard: bool | None = _opt(
+        "With --fsdp: free the gathered parameters after each forward and gather them again "
+        "for the backward (FSDP2's reshard_after_forward). Off: gathered once per micro-batch. "
+        "Default: on.", "bool")
+    fsdp_defer_sync: bool | None = _opt(
+        "With --fsdp: gather the parameters at each model chunk's first forward of the "
+        "iteration and keep them, and reduce-scatter the gradients at its last backward only "
+        "(FSDP2's gradient sync and resharding turned off between micro-batches, as NeMo "
+        "AutoModel's FSDP optimizations). Default: off, both at every micro-batch.", "flag")
     micro_batch: int | None = _opt("Sequences per micro-batch per data-parallel replica.", "int",
                                    minimum=1)
     global_batch: int | None = _opt("Sequences per iteration over all replicas (default: one "
                                     "micro-batch per replica).", "int", minimum=1)
     seq_len: int | None = _opt("Sequence length in tokens (default: the model's).", "int", minimum=1)
     schedule: str | None = _opt("Pipeline schedule.", "choice", choices=SCHEDULES)
+    pp_rounds: int | None = _opt(
+        "Runs of the pipeline schedule per iteration: the micro-batches split into N equal "
+        "rounds, each a whole schedule with its own warm-up and drain, the optimizer stepped "
+        "once after the last (trainers that accumulate gradients over local batches, each "
+        "through torch.distributed.pipelining's schedule, as NeMo AutoModel; docs/stacks.md). "
+        "Default 1: one schedule over every micro-batch (Megatron).", "int", minimum=1,
+        metavar="N")
     recompute: str | None = _opt(
         "Activation recomputation: selective (the modules of --recompute-modules), full (whole "
         "layers) or op (torchtitan's op-level selective checkpointing: every second matmul "
@@ -389,8 +405,9 @@ class ReplayOptions:
 
 
 #: the fields whose presence makes a replay a retarget (built from a layer template)
-BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "micro_batch",
-              "global_batch", "seq_len", "schedule", "recompute", "recompute_modules",
+BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "fsdp_reshard",
+              "fsdp_defer_sync", "micro_batch",
+              "global_batch", "seq_len", "schedule", "pp_rounds", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
               "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",

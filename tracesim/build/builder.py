@@ -43,14 +43,14 @@ from tracesim.build.overlap import (
     stretched,
 )
 from tracesim.build.recompute import op_shares, rerun
-from tracesim.build.schedules import get_schedule
+from tracesim.build.schedules import iteration_items
 from tracesim.build.units import Program, Unit
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split, validate_layout
 from tracesim.specs.placement import Placement
-from tracesim.template.layer import LayerTemplate, evaluate
+from tracesim.template.layer import LayerTemplate
 from tracesim.template.resolve import OpTimeFn, Resolved, resolve_template
 
 CommTimeFn = Callable[[str, str, int, int], int]  # (collective, gkind, ranks, bytes) -> ns
@@ -172,7 +172,9 @@ class _StageBuilder:
         u.edge(ag, first)
         return first
 
-    def forward_unit(self, g: int) -> Unit:
+    def forward_unit(self, g: int, gather: bool = True) -> Unit:
+        """Model chunk ``g``'s forward pass; ``gather``: with sharded parameters, each
+        segment all-gathers its parameters first (FSDP)."""
         u = Unit()
         res = self.res
         prev_first = -1
@@ -186,7 +188,7 @@ class _StageBuilder:
             segs.append((-1, res.epilogue))
         for k, (layer, sec) in enumerate(segs):
             start = len(u)
-            ag = self._gather(u, sec.params, layer, "fwd", prev_first) if self.shard and sec.params else -1
+            ag = self._gather(u, sec.params, layer, "fwd", prev_first) if gather and self.shard and sec.params else -1
             self._emit(u, sec.fwd, layer, "fwd")
             key = layer if layer >= 0 else (-1 if k == 0 and g == 0 else -2)
             first = self._first_compute(u, start)
@@ -207,7 +209,10 @@ class _StageBuilder:
             busy = sum(u.cols["dur_ns"][i] for i in range(start, len(u)) if u.cols["lane"][i] == "compute")
             stretch_cols(u, start, overlap_extra_ns(self.ov, est, busy, self.ov.nccl_sms("dpcp")))
 
-    def backward_unit(self, g: int) -> Unit:
+    def backward_unit(self, g: int, gather: bool = True, reduce: bool = True) -> Unit:
+        """Model chunk ``g``'s backward pass; with sharded parameters each segment
+        all-gathers its parameters first (``gather``) and reduce-scatters its gradients
+        after (``reduce``)."""
         u = Unit()
         res = self.res
         segs: list[tuple[int, Any, bool]] = []
@@ -227,7 +232,7 @@ class _StageBuilder:
             start = len(u)
             name = ("layer" if is_layer else "epilogue" if sec is res.epilogue
                     else "mtp" if sec is res.mtp_in or sec is res.mtp_out else "prologue")
-            ag = self._gather(u, sec.params, layer, "bwd", prev_first) if self.shard and sec.params else -1
+            ag = self._gather(u, sec.params, layer, "bwd", prev_first) if gather and self.shard and sec.params else -1
             if is_layer and self.par.recompute == "full" and layer - first_layer < n_full:
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
             bwd = list(sec.bwd)
@@ -247,12 +252,13 @@ class _StageBuilder:
                 first[layer] = self._first_compute(u, start, start)
             if ag >= 0:
                 prev_first = self._link_first(u, start, ag)
-            if self.shard and sec.params:
+            if self.shard and sec.params and reduce:
                 u.async_comm(lane="comm:dp", name="zero3.reduce_scatter", collective="reduce_scatter",
                              gkind="dpcp", msg_bytes=int(sec.params * self.grad_bytes), layer=layer,
                              phase="bwd", after=u.tail)
-                self._fsdp_interference(u, start, sec.params * (self.param_bytes + self.grad_bytes),
-                                        "all_gather")
+            if self.shard and sec.params and (gather or reduce):
+                self._fsdp_interference(u, start, sec.params * (self.param_bytes * gather
+                                                                + self.grad_bytes * reduce), "all_gather")
         u.close()
         self._offload(u, "bwd", first)
         self._host(u, "bwd")
@@ -264,10 +270,26 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     pp, m, v = par.pp, par.num_micro, par.chunks
     n_chunks = sb.n_chunks
     overlap_a2a = par.moe_a2a_overlap and not a2a_overlap.why_not(par, model)
-    items = get_schedule(par.schedule)(pp, stage, m, v)
+    items = iteration_items(par.schedule, pp, stage, m, v, par.pp_rounds)
     items, steady = a2a_overlap.reorder(items) if overlap_a2a else (items, [])
+    # FSDP gathers and reduces at every micro-batch, or (fsdp_defer_sync) gathers at each
+    # chunk's first forward and reduces at its last backward, parameters gathered between
+    each = not (sb.shard and par.fsdp_defer_sync)
     fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
-    bwd_units = {c: sb.backward_unit(c * pp + stage) for c in range(v)}
+    bwd_units = {c: sb.backward_unit(c * pp + stage, each and par.fsdp_reshard) for c in range(v)}
+    variants: dict[tuple[str, int], Unit] = {}  # a chunk's pass without them
+
+    def unit_of(i: int) -> Unit:
+        it = items[i]
+        if each or i == (first_f if it.kind == "F" else last_b)[it.chunk]:
+            return (fwd_units if it.kind == "F" else bwd_units)[it.chunk]
+        if (it.kind, it.chunk) not in variants:  # the host waits are the chunk's, counted once
+            kept = dict(sb.host_wait_ns), dict(sb.offload_wait_ns), sb.synced
+            g = it.chunk * pp + stage
+            variants[it.kind, it.chunk] = (sb.forward_unit(g, False) if it.kind == "F"
+                                           else sb.backward_unit(g, False, False))
+            sb.host_wait_ns, sb.offload_wait_ns, sb.synced = kept
+        return variants[it.kind, it.chunk]
     prog = Program()
     tp = par.tp
     act_bytes = par.micro_batch * (par.seq_len / par.cp) * model.hidden * sb.eb
@@ -290,11 +312,11 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
         g = it.chunk * pp + stage
         tag = f"{it.kind}{it.chunk}.{it.mb}"
         if it.kind == "F":
-            unit = fwd_units[it.chunk]
+            unit = unit_of(idx)
             recv_key, send_key, recv_lane, send_lane = f"f|{g}|{it.mb}", f"f|{g + 1}|{it.mb}", "comm:pp_fr", "comm:pp_fs"
             has_recv, has_send, rsel, ssel = g > 0, g < n_chunks - 1, "pp_prev", "pp_next"
         else:
-            unit = bwd_units[it.chunk]
+            unit = unit_of(idx)
             recv_key, send_key, recv_lane, send_lane = f"b|{g}|{it.mb}", f"b|{g - 1}|{it.mb}", "comm:pp_br", "comm:pp_bs"
             has_recv, has_send, rsel, ssel = g < n_chunks - 1, g > 0, "pp_next", "pp_prev"
         entry_dep: int | None = None
@@ -314,7 +336,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
                                               sb.grad_bytes, False, unit)
             unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
-        mg = (a2a_overlap.merge(unit, bwd_units[items[idx + 1].chunk], merges, *slowdown)
+        mg = (a2a_overlap.merge(unit, unit_of(idx + 1), merges, *slowdown)
               if idx in merged_with else None)
         if mg is not None:
             nb = items[idx + 1]
@@ -352,44 +374,13 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     has_emb = bool(sb.template.select("prologue")) and bool(sb.template.select("epilogue"))
     if (model.tied_embeddings or sb._mtp(sb.n_chunks - 1)) and has_emb and pp > 1 and stage in (0, pp - 1):
         c_emb = 0 if stage == 0 else v - 1
-        unit = bwd_units[c_emb]
+        unit = unit_of(last_b[c_emb])
         off = prog.offsets[last_b[c_emb]]
         e = prog.extra_task(lane="comm:dp", kind="coll", name="emb.all_reduce", phase="bwd",
                             collective="all_reduce", gkind="emb", msg_bytes=int(emb_params * sb.grad_bytes), key="emb")
         prog.edge(off + unit.tail, e)
         grad_sync.append(e)
-    # optimizer over the local (possibly sharded) parameters
-    params, expert = dpsync.stage_params(sb, stage)
-    if emb_params and model.tied_embeddings and pp > 1 and stage == pp - 1:
-        params += emb_params
-    local = params - expert
-    edp = par.edp
-    if par.zero >= 1 or sb.shard:
-        local = (params - expert) / sb.dpcp + expert / edp
-    # the FP8 weight cast runs over the whole (gathered) local weights, the rest over the shard
-    envs = [(op, {**sb.res.env, "params": params if op.name == "fp8.weight_cast" else local})
-            for op in sb.res.optimizer]
-    opt_flops = sum(evaluate(op.flops, env) for op, env in envs)
-    opt_bytes = sum(evaluate(op.bytes, env) for op, env in envs)
-    opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, env), evaluate(op.bytes, env), op, 1.0)
-                 for op, env in envs)
-    opt = prog.extra_task(lane="compute", kind="gpu", name="optimizer.step", op_class="optimizer", phase="opt",
-                          flops=opt_flops, nbytes=opt_bytes, dur_ns=opt_ns)
-    for gsync in grad_sync:
-        prog.edge(gsync, opt)
-    if sb.shard:
-        # the last ZeRO-3 reduce-scatter on the dp lane precedes the optimizer
-        rs_idx = [i for (u, _), off in zip(prog.units, prog.offsets, strict=True)
-                  for i in (off + np.flatnonzero(u.arrays["lane"] == "comm:dp")).tolist()]  # type: ignore[index]
-        if rs_idx:
-            prog.edge(rs_idx[-1], opt)
-    if 1 <= par.zero < 3 and not par.fsdp and sb.dpcp > 1 and not gather_early:
-        for gk, n in (("dpcp", params - expert), ("edp", expert)):
-            if n and (gk == "dpcp" or edp > 1):
-                ag = prog.extra_task(lane="comm:dp", kind="coll", name="zero.all_gather", phase="opt",
-                                     collective="all_gather", gkind=gk, msg_bytes=int(n * sb.param_bytes),
-                                     key=f"zag|{gk}")
-                prog.edge(opt, ag)
+    params, expert = dpsync.optimizer_step(sb, prog, grad_sync, emb_params, gather_early)
     info = {"params": params, "expert_params": expert, "items": len(items),
             "host_wait_ns": dict(sb.host_wait_ns), "offload_wait_ns": dict(sb.offload_wait_ns)}
     return prog.arrays(), info

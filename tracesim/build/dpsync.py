@@ -11,7 +11,9 @@ optimizer's parameter all-gather.
   each layer for that layer's bucket only (the prefetch of Megatron's forward pre-hooks,
   ``align_param_gather``: all buckets are launched at the start);
 * :func:`interference`: the compute time a chunk's overlapped buckets take from the pass
-  they overlap (:func:`tracesim.build.overlap.overlap_extra_ns`).
+  they overlap (:func:`tracesim.build.overlap.overlap_extra_ns`);
+* :func:`optimizer_step`: the optimizer over the stage's local parameters once they are
+  synchronised.
 
 A bucket holds ``bucket_size_params()`` parameters (Megatron-Core's ``max(40M, 1M x dp)``,
 or ``bucket_params``); dense parameters reduce over DP x CP (``dpcp``), expert parameters
@@ -22,8 +24,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from tracesim.build.overlap import overlap_extra_ns
 from tracesim.build.units import Program, Unit
+from tracesim.template.layer import evaluate
 
 if TYPE_CHECKING:
     from tracesim.build.builder import _StageBuilder
@@ -172,4 +177,45 @@ def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
             # the word embeddings (Megatron-Core), unless tied ones put it there already
             if sb._mtp(g) and stage != 0 and not sb.model.tied_embeddings:
                 params += sb.res.prologue.params
+    return params, expert
+
+
+def optimizer_step(sb: _StageBuilder, prog: Program, grad_sync: list[int], emb_params: float,
+                   gather_early: bool) -> tuple[float, float]:
+    """The optimizer step over the stage's local (possibly sharded) parameters, after the
+    gradient synchronisation tasks ``grad_sync`` (and, sharded, the last reduce-scatter), and
+    ZeRO 1-2's parameter all-gather after it unless ``gather_early``; returns the stage's
+    (parameters, expert parameters)."""
+    par, model, stage, pp = sb.par, sb.model, sb.stage, sb.par.pp
+    params, expert = stage_params(sb, stage)
+    if emb_params and model.tied_embeddings and pp > 1 and stage == pp - 1:
+        params += emb_params
+    local = params - expert
+    edp = par.edp
+    if par.zero >= 1 or sb.shard:
+        local = (params - expert) / sb.dpcp + expert / edp
+    # the FP8 weight cast runs over the whole (gathered) local weights, the rest over the shard
+    envs = [(op, {**sb.res.env, "params": params if op.name == "fp8.weight_cast" else local})
+            for op in sb.res.optimizer]
+    opt_flops = sum(evaluate(op.flops, env) for op, env in envs)
+    opt_bytes = sum(evaluate(op.bytes, env) for op, env in envs)
+    opt_ns = sum(sb.op_time(op.op_class, evaluate(op.flops, env), evaluate(op.bytes, env), op, 1.0)
+                 for op, env in envs)
+    opt = prog.extra_task(lane="compute", kind="gpu", name="optimizer.step", op_class="optimizer", phase="opt",
+                          flops=opt_flops, nbytes=opt_bytes, dur_ns=opt_ns)
+    for gsync in grad_sync:
+        prog.edge(gsync, opt)
+    if sb.shard:
+        # the last ZeRO-3 reduce-scatter on the dp lane precedes the optimizer
+        rs_idx = [i for (u, _), off in zip(prog.units, prog.offsets, strict=True)
+                  for i in (off + np.flatnonzero(u.arrays["lane"] == "comm:dp")).tolist()]  # type: ignore[index]
+        if rs_idx:
+            prog.edge(rs_idx[-1], opt)
+    if 1 <= par.zero < 3 and not par.fsdp and sb.dpcp > 1 and not gather_early:
+        for gk, n in (("dpcp", params - expert), ("edp", expert)):
+            if n and (gk == "dpcp" or edp > 1):
+                ag = prog.extra_task(lane="comm:dp", kind="coll", name="zero.all_gather", phase="opt",
+                                     collective="all_gather", gkind=gk, msg_bytes=int(n * sb.param_bytes),
+                                     key=f"zag|{gk}")
+                prog.edge(opt, ag)
     return params, expert

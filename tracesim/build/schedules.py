@@ -13,6 +13,9 @@ same order, so point-to-point transfers on a link are produced and consumed in o
   one forward / one backward, then the remaining backwards.
 * ``interleaved``: Megatron's interleaved 1F1B over ``vpp`` model chunks (Narayanan et al.
   2021); needs ``num_micro % pp == 0``.
+
+:func:`iteration_items` runs a schedule ``rounds`` times per iteration, each run over its
+own share of the micro-batches with its own warm-up and drain (``--pp-rounds``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ def get_schedule(name: str) -> ScheduleFn:
         raise InputError(
             f"unknown schedule {name!r} (known: {', '.join(sorted(SCHEDULES))})", "--schedule"
         ) from None
+
+
+def iteration_items(name: str, pp: int, stage: int, num_micro: int, vpp: int,
+                    rounds: int = 1) -> list[Item]:
+    """A stage's passes over one iteration: the schedule ``name`` run ``rounds`` times, each
+    over ``num_micro // rounds`` consecutive micro-batches (a trainer that accumulates
+    gradients over local batches, each through the whole pipeline schedule)."""
+    per = num_micro // rounds
+    one = get_schedule(name)(pp, stage, per, vpp)
+    return [Item(it.kind, it.chunk, it.mb + r * per) for r in range(rounds) for it in one]
 
 
 @register_schedule("gpipe")

@@ -34,11 +34,15 @@ Four table formats are read (the columns decide):
   the interleaved schedule's.
 * **torchtitan runs** (``system, model, gpus, precision, local_batch, seq_len, tp, ac,
   compile, tokens_per_s_per_gpu``, optional ``attention``, ``fsdp_fp8_all_gather``,
-  ``stack``, ``optimizer``, ``loss_fp32`` and ``cudnn``): compared on tokens/s per GPU, replayed with the
-  torchtitan stack (or the row's ``stack``: ``transformers``, with DDP), FSDP over the GPUs TP
-  leaves, one micro-batch of the local batch, the row's activation checkpointing
-  (``none``, ``op``, ``full``), torch.compile and attention kernel, torchao float8
-  (``fp8-cs``) as FP8 current scaling (:func:`titan_options`).
+  ``stack``, ``optimizer``, ``loss_fp32``, ``cudnn``, and for PyTorch-native trainers with
+  pipelines, experts and gradient accumulation such as NeMo AutoModel ``ga``, ``mbs``, ``pp``,
+  ``vp``, ``ep``, ``dispatcher``, ``reshard_after_forward`` and ``defer_sync``): compared on
+  tokens/s per GPU, replayed with the torchtitan stack (or the row's ``stack``:
+  ``transformers``, with DDP), FSDP over the GPUs TP and PP leave, the local batch as one
+  micro-batch (or micro-batches of ``mbs`` through the pipeline, its schedule run once per
+  local batch), the row's activation checkpointing (``none``, ``op``, ``full``),
+  torch.compile and attention kernel, torchao float8 (``fp8-cs``) as FP8 current scaling
+  (:func:`titan_options`).
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
   layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
   paper's FLOP formula, replayed with the 2021 stack (unfused attention, full recomputation)
@@ -74,14 +78,15 @@ from tracesim.pipeline.published_cells import (
     int_cell,
     known_cell,
     model_cell,
+    pipeline_split,
     segment_gpus,
     system_cell,
 )
 from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
+from tracesim.pipeline.published_titan import TITAN_COLUMNS, titan_options
 from tracesim.pipeline.recipe_spec import nemo_cudnn
 from tracesim.pipeline.recipes import ROW_RECIPE_COLUMNS, recipe_options, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
-from tracesim.template.optimizer import OPTIMIZERS
 
 BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
                   "tokens_per_s_per_gpu")
@@ -90,10 +95,6 @@ SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "globa
 MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
 #: table formats compared on tokens/s per GPU (the others on TFLOP/s per GPU)
 TOKEN_FORMATS = ("bridge", "titan")
-TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
-                 "compile", "tokens_per_s_per_gpu")
-#: stacks a torchtitan-format row may name in its ``stack`` column
-TITAN_STACKS = ("torchtitan", "transformers")
 @dataclass(frozen=True)
 class PublishedRow:
     """One published row, its replay and the comparison.
@@ -227,67 +228,6 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     return recipe_options(run, opts, spec.layers, release) if run is not None else opts
 
 
-def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
-    """The replay options of a torchtitan row (module docstring): FSDP over the GPUs TP leaves,
-    the row's local batch as one micro-batch, its activation checkpointing (``ac``: none,
-    op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
-    (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered). Optional ``stack``
-    (``transformers``: Hugging Face modules in eager PyTorch with DDP instead of FSDP),
-    ``optimizer`` (``adam``, ``sgd``), ``loss_fp32`` (true / false) and ``cudnn`` (the run's
-    cuDNN version) cells."""
-    system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
-    stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
-    gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
-    if tp < 1 or gpus % tp:
-        raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
-    ac = row["ac"].strip()
-    if ac not in ("none", "op", "full"):
-        raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
-    lb, dp = int_cell(row, "local_batch", path, k), gpus // tp
-    dtype, recipe = PRECISIONS[prec]
-    opts: dict[str, Any] = {
-        "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
-        "tp": tp, "dp": dp, "fsdp": dp > 1 and stack == "torchtitan", "micro_batch": lb,
-        "global_batch": lb * dp, "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype,
-        "stack": stack, "template": "analytic", "recompute": ac,
-        "compile": flag_cell(row, "compile", path, k)}
-    if (row.get("attention") or "").strip():
-        opts["attention"] = row["attention"].strip()
-    if (row.get("optimizer") or "").strip():
-        opts["optimizer"] = known_cell(row, "optimizer", OPTIMIZERS, path, k)
-    if (row.get("loss_fp32") or "").strip():  # the loss on fp32 or on the compute-dtype logits
-        opts["loss_fp32"] = flag_cell(row, "loss_fp32", path, k)
-    if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
-        opts["cudnn"] = check_value("cudnn", row["cudnn"].strip(), path, f"row {k + 2}: cudnn")
-    if recipe:
-        opts.update(fp8_recipe=recipe, fp8_param_gather=flag_cell(row, "fsdp_fp8_all_gather", path, k))
-    return opts
-
-
-def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
-    """Transformer layers per model chunk (``pp * vp`` entries, pipeline order) when
-    ``layers`` do not split evenly, else None. As Megatron-Bridge's recipes for such models
-    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``):
-    the embedding and the loss count as one layer each, so the first and the last chunk run
-    one transformer layer fewer; where ``layers + 2`` does not divide either, the earlier
-    chunks take one more (Llama 3.1 405B's 126 layers on pp 8 x vp 8: 1, 2, ..., 2, 1).
-    Where ``layers + 2`` is exactly one per chunk, the first chunk runs the embedding alone
-    and the last the loss alone (126 layers on pp 16 x vp 8: 0, 1, ..., 1, 0). Other splits
-    that would leave a chunk empty spread the layers alone that way (DeepSeek-V3's 61 on 32
-    chunks: 29 of 2, 3 of 1)."""
-    n = pp * vp
-    if n <= 1 or layers % n == 0 or layers + 2 < n or layers < n and (layers + 2) % n:
-        return None  # even, or fewer layers than chunks (the layout check says so)
-    base, rem = divmod(layers + 2, n)
-    out = [base + (1 if i < rem else 0) for i in range(n)]
-    out[0] -= 1
-    out[-1] -= 1
-    if min(out) < 1 and not (rem == 0 and n > 2 and min(out[1:-1]) >= 1):
-        base, rem = divmod(layers, n)
-        out = [base + (1 if i < rem else 0) for i in range(n)]
-    return tuple(out)
-
-
 def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
     """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt`` table."""
     if fmt == "bridge":
@@ -301,8 +241,9 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
                           f"{row['gpus']} GPUs {opts['micro_batch']}x{opts['seq_len']} "
                           f"{opts.get('attention', 'flash')}"), ()
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
-                      f"tp{opts['tp']} fsdp{opts['dp']} ac {opts['recompute']}"
-                      f"{' compiled' if opts['compile'] else ''}"), ()
+                      f"tp{opts['tp']}{' pp' + str(opts['pp']) if opts['pp'] > 1 else ''} "
+                      f"fsdp{opts['dp']}{' ep' + str(opts['ep']) if 'ep' in opts else ''} "
+                      f"ac {opts['recompute']}{' compiled' if opts['compile'] else ''}"), ()
     if fmt == "mcore":
         opts = mcore_options(row, p, k)
         return opts, (f"{row['system'].removeprefix('DGX-')} {opts['model'].name} {row['gpus']} GPUs "

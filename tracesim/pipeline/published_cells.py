@@ -6,6 +6,9 @@ no model for -- a model it does not ship, a system without a cluster spec, a pre
 not price -- raises :class:`NotModelled`, which ``tracesim validate published`` reports on that
 row ("not replayed: ...") while it replays the others: a newer release's table with a model
 or GPU tracesim lacks is still checked on the rows it can replay.
+
+:func:`pipeline_split` splits a row's layers over its pipeline chunks where they do not divide
+evenly, as the recipes do.
 """
 
 from __future__ import annotations
@@ -101,3 +104,27 @@ def ctas_cell(row: dict[str, str], path: Path, k: int) -> tuple[tuple[str, int],
     """The run's NCCL CTA caps (``max_ctas``: Megatron-Core communicator names and counts,
     ``dp_cp=8 cp=1 pp=2``), as a cluster spec's ``collectives.max_ctas``."""
     return cta_pairs(row.get("max_ctas") or "", path, f"row {k + 2}: max_ctas")
+
+
+def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Transformer layers per model chunk (``pp * vp`` entries, pipeline order) when
+    ``layers`` do not split evenly, else None. As Megatron-Bridge's recipes for such models
+    (``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``):
+    the embedding and the loss count as one layer each, so the first and the last chunk run
+    one transformer layer fewer; where ``layers + 2`` does not divide either, the earlier
+    chunks take one more (Llama 3.1 405B's 126 layers on pp 8 x vp 8: 1, 2, ..., 2, 1).
+    Where ``layers + 2`` is exactly one per chunk, the first chunk runs the embedding alone
+    and the last the loss alone (126 layers on pp 16 x vp 8: 0, 1, ..., 1, 0). Other splits
+    that would leave a chunk empty spread the layers alone that way (DeepSeek-V3's 61 on 32
+    chunks: 29 of 2, 3 of 1)."""
+    n = pp * vp
+    if n <= 1 or layers % n == 0 or layers + 2 < n or layers < n and (layers + 2) % n:
+        return None  # even, or fewer layers than chunks (the layout check says so)
+    base, rem = divmod(layers + 2, n)
+    out = [base + (1 if i < rem else 0) for i in range(n)]
+    out[0] -= 1
+    out[-1] -= 1
+    if min(out) < 1 and not (rem == 0 and n > 2 and min(out[1:-1]) >= 1):
+        base, rem = divmod(layers, n)
+        out = [base + (1 if i < rem else 0) for i in range(n)]
+    return tuple(out)

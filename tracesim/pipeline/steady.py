@@ -30,7 +30,8 @@ def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[fl
     and ``P = D / (m2 - m1)``. Where the stages disagree (the first stages still catching up
     with a slower one), ``m1`` is replayed as well and ``P = (T(m2) - T(m1)) / (m2 - m1)``.
     Without a pipeline the samples are 4 and 8 micro-batches, both replayed. Rows with fewer
-    micro-batches are replayed whole. tests/test_published.py compares both ways with the
+    micro-batches, and rows whose schedule runs more than once per iteration (``pp_rounds``),
+    are replayed whole. tests/test_published.py compares both ways with the
     full replay."""
     from tracesim.pipeline.run import predict
 
@@ -38,7 +39,7 @@ def steady_iteration_s(opts: dict[str, Any], file: Path, where: str) -> tuple[fl
     per = int(opts["micro_batch"]) * int(opts["dp"])
     m = int(opts["global_batch"]) // per if per else 0
     m1, m2 = (2 * pp, 3 * pp) if pp > 1 else (4, 8)
-    if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per:
+    if m <= SAMPLE_FACTOR * m2 or int(opts["global_batch"]) % per or int(opts.get("pp_rounds") or 1) > 1:
         res = predict(None, ReplayOptions.from_mapping(opts, file, where), breakdown=False)
         return res.iteration_time_s, tuple(res.warnings)
 

@@ -5,8 +5,9 @@ the compute dtype (``max(eb, 2)`` bytes), its gradient (``max(eb, 2)``) and Adam
 (12 bytes: fp32 master weight and two moments in mixed precision; 8 in pure fp32, where the
 weight is its own master). ZeRO-1 shards the optimizer states over the data-parallel (x
 context-parallel) group, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights (plus two
-gathered layers in flight: the current one and the prefetched one). Expert weights shard over
-the expert-data-parallel group instead.
+gathered layers in flight: the current one and the prefetched one; with ``fsdp_defer_sync`` the
+stage's dense weights and gradients whole, gathered for the iteration). Expert weights shard
+over the expert-data-parallel group instead.
 
 Activations per transformer layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models"), generalised to any FFN width,
@@ -51,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracesim.build.schedules import get_schedule
+from tracesim.build.schedules import iteration_items
 from tracesim.specs.hybrid import ATTENTION, MAMBA, d_inner, in_width
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec, stage_split
@@ -164,7 +165,7 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, f
 
 def in_flight(par: ParallelSpec, stage: int) -> list[int]:
     """Peak micro-batches held per local chunk on ``stage`` (at the schedule's worst point)."""
-    items = get_schedule(par.schedule)(par.pp, stage, par.num_micro, par.chunks)
+    items = iteration_items(par.schedule, par.pp, stage, par.num_micro, par.chunks, par.pp_rounds)
     return [max(1, _peak(items, c)) for c in range(par.chunks)]
 
 
@@ -220,7 +221,11 @@ def estimate_memory(
             edp if par.zero >= 2 or par.shard_params else 1)
         o = dense * ob / (dpcp if par.zero >= 1 or par.shard_params else 1) + expert * ob / (
             edp if par.zero >= 1 or par.shard_params else 1)
-        if par.shard_params and dpcp > 1:
+        if par.shard_params and dpcp > 1 and par.fsdp_defer_sync:
+            # the stage's weights stay gathered through the iteration, its gradients unsharded
+            w += dense * wb * (1 - 1 / dpcp)
+            g += dense * wb * (1 - 1 / dpcp)  # in the weights' dtype until reduced
+        elif par.shard_params and dpcp > 1:
             n_layers = sum(split[c * par.pp + stage] for c in range(par.chunks))
             w += 2 * (stage_params[stage] / max(n_layers, 1)) * wb  # gathered layers in flight
         # activations: peak in-flight micro-batches per chunk x that chunk's layers

@@ -54,6 +54,8 @@ def headline(res: Mapping[str, Any]) -> str:
                                     or (k == "etp" and par[k] == 1)))
     if par.get("mtp_layers"):
         lay += f" MTP{par['mtp_layers']}" + (" (one shared layer)" if par.get("mtp_repeated") else "")
+    if int(par.get("pp_rounds") or 1) > 1 and int(par.get("pp") or 1) > 1:
+        lay += f", the pipeline schedule run {par['pp_rounds']} times"
     dev = str(res.get("device", "") or "?")
     unit = "rank(s)" if _on_cpu(res) else "GPU(s)"
     return (f"tracesim {res.get('mode', 'replay')}: {mname or 'unknown model'} on "

@@ -53,10 +53,18 @@ class ParallelSpec:
         vpp: virtual pipeline stages (model chunks) per pipeline rank, for ``interleaved``.
         zero: ZeRO stage 0-3 (1: optimizer states sharded, 2: + gradients, 3: + parameters).
         fsdp: PyTorch FSDP (per-layer all-gather with prefetch; the pattern of ``zero=3``).
+        fsdp_reshard: sharded parameters are freed after each forward and all-gathered again
+            for the backward (FSDP2's ``reshard_after_forward``); off: gathered once per
+            micro-batch.
+        fsdp_defer_sync: sharded parameters gathered at each chunk's first forward of the
+            iteration and kept, gradients reduce-scattered at its last backward only (FSDP2's
+            ``set_requires_gradient_sync`` / ``set_reshard_after_backward`` off between).
         micro_batch: sequences per micro-batch per data-parallel replica.
         global_batch: sequences per iteration over all replicas.
         seq_len: sequence length in tokens.
         schedule: ``gpipe`` | ``1f1b`` | ``interleaved``.
+        pp_rounds: runs of the schedule per iteration, each over ``num_micro / pp_rounds``
+            micro-batches with its own warm-up and drain (1: one run over all).
         recompute: activation recomputation ``none`` | ``selective`` | ``full`` | ``op``.
         recompute_modules: with ``selective``, the modules recomputed (Megatron-Core's
             names, :data:`tracesim.specs.names.RECOMPUTE_MODULES`).
@@ -132,10 +140,13 @@ class ParallelSpec:
     vpp: int = 1
     zero: int = 0
     fsdp: bool = False
+    fsdp_reshard: bool = True
+    fsdp_defer_sync: bool = False
     micro_batch: int = 1
     global_batch: int = 1
     seq_len: int = 2048
     schedule: str = "1f1b"
+    pp_rounds: int = 1
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ("core_attn",)
     recompute_layers: int = 0
@@ -286,6 +297,9 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"ZeRO stage must be 0, 1, 2 or 3, got {par.zero!r}", "zero")
     if par.fsdp and par.zero not in (0, 3):
         raise _err(f"--fsdp shards like ZeRO-3 and cannot be combined with zero {par.zero}", "fsdp")
+    for key, off in (("fsdp_reshard", not par.fsdp_reshard), ("fsdp_defer_sync", par.fsdp_defer_sync)):
+        if off and not par.shard_params:
+            raise _err("applies to sharded parameters (--fsdp or --zero 3)", key)
     for pattern, style in par.tp_plan:
         if style not in TP_STYLES:
             raise _err(f"plan style {style!r} for {pattern!r} is not one of {', '.join(TP_STYLES)}", "tp_plan")
@@ -361,9 +375,14 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
             "global_batch",
         )
     m = par.num_micro
-    if par.schedule == "interleaved" and m % par.pp:
+    rounds = par.pp_rounds
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1 or m % rounds:
+        raise _err(f"{rounds!r} schedule runs do not split the {m} micro-batches per pipeline "
+                   "evenly", "pp_rounds")
+    if par.schedule == "interleaved" and (m // rounds) % par.pp:
+        per = f" per schedule run ({m // rounds} = {m} / {rounds})" if rounds > 1 else f" ({m})"
         raise _err(
-            f"interleaved 1F1B needs micro-batches ({m}) divisible by pp {par.pp}", "global_batch"
+            f"interleaved 1F1B needs micro-batches{per} divisible by pp {par.pp}", "global_batch"
         )
     s = par.seq_len
     if par.cp > 1 and model.is_hybrid and "M" in model.hybrid_pattern:

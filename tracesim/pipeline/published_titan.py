@@ -1,0 +1,95 @@
+"""The torchtitan table format of ``tracesim validate published`` (:mod:`tracesim.pipeline.published`):
+one row per run of a PyTorch-native trainer (torchtitan, Hugging Face transformers, NeMo
+AutoModel), its replay options from its cells (:func:`titan_options`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracesim.catalog import cluster_with_nodes
+from tracesim.errors import InputError
+from tracesim.options import check_value
+from tracesim.pipeline.published_cells import (
+    PRECISIONS,
+    SYSTEMS,
+    flag_cell,
+    int_cell,
+    known_cell,
+    model_cell,
+    pipeline_split,
+    system_cell,
+)
+from tracesim.specs.parallel import MOE_DISPATCHERS
+from tracesim.template.optimizer import OPTIMIZERS
+
+TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
+                 "compile", "tokens_per_s_per_gpu")
+#: stacks a torchtitan-format row may name in its ``stack`` column
+TITAN_STACKS = ("torchtitan", "transformers")
+
+
+def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
+    """The replay options of a torchtitan row (module docstring): FSDP over the GPUs TP leaves,
+    the row's local batch as one micro-batch, its activation checkpointing (``ac``: none,
+    op, full), torch.compile and attention kernel, torchao float8 as FP8 current scaling
+    (``fp8-cs``; ``fsdp_fp8_all_gather``: FP8 parameters all-gathered). Optional ``stack``
+    (``transformers``: Hugging Face modules in eager PyTorch with DDP instead of FSDP),
+    ``optimizer`` (``adam``, ``sgd``), ``loss_fp32`` (true / false), ``cudnn`` (the run's
+    cuDNN version), ``ga`` (local batches per step, gradient accumulation; default 1), ``ep``
+    (expert parallelism), ``dispatcher`` (the MoE token dispatcher), ``pp`` and ``vp`` (a
+    pipeline and its model chunks per rank, split as :func:`pipeline_split`) and ``mbs`` (the
+    pipeline's micro-batch; default the local batch), ``reshard_after_forward`` (FSDP2's,
+    true / false; default true) and ``defer_sync`` (true: parameters gathered and gradients
+    reduced once per iteration) cells. With a pipeline each of the
+    ``ga`` local batches runs the whole schedule (``pp_rounds``), as torch.distributed.pipelining
+    does when a trainer accumulates gradients over local batches."""
+    system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
+    stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
+    gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
+    if tp < 1 or gpus % tp:
+        raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
+    ac = row["ac"].strip()
+    if ac not in ("none", "op", "full"):
+        raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
+    pp, vp = int_cell(row, "pp", path, k, 1), int_cell(row, "vp", path, k, 1)
+    if pp < 1 or gpus % (tp * pp):
+        raise InputError(f"tp x pp {tp * pp} does not divide the {gpus} GPUs", path, f"row {k + 2}: pp")
+    lb, dp = int_cell(row, "local_batch", path, k), gpus // (tp * pp)
+    mbs = int_cell(row, "mbs", path, k, lb)  # the pipeline's micro-batch
+    ga = int_cell(row, "ga", path, k, 1)  # local batches per step (gradient accumulation)
+    if ga < 1 or mbs < 1 or lb % mbs:
+        raise InputError(f"expected ga >= 1 and an mbs that divides the local batch {lb}", path,
+                         f"row {k + 2}: {'ga' if ga < 1 else 'mbs'}")
+    dtype, recipe = PRECISIONS[prec]
+    opts: dict[str, Any] = {
+        "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "tp": tp, "pp": pp, "dp": dp, "fsdp": dp > 1 and stack == "torchtitan", "micro_batch": mbs,
+        "global_batch": lb * dp * ga, "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype,
+        "stack": stack, "template": "analytic", "recompute": ac,
+        "compile": flag_cell(row, "compile", path, k)}
+    if vp > 1:
+        opts["vpp"] = vp
+    if pp > 1 and ga > 1:  # each local batch runs the whole schedule, warm-up and drain
+        opts["pp_rounds"] = ga
+    if pp > 1 and (split := pipeline_split(model_cell(row, path, k)[1].layers, pp, vp)) is not None:
+        opts["stage_layers"] = split
+    if (row.get("reshard_after_forward") or "").strip():  # FSDP2's, per row
+        opts["fsdp_reshard"] = flag_cell(row, "reshard_after_forward", path, k)
+    if flag_cell(row, "defer_sync", path, k):  # gathered once, reduced once per iteration
+        opts["fsdp_defer_sync"] = True
+    if int_cell(row, "ep", path, k, 1) > 1:  # experts sharded over the FSDP group's GPUs
+        opts["ep"] = int_cell(row, "ep", path, k)
+    if (row.get("dispatcher") or "").strip():
+        opts["moe_dispatcher"] = known_cell(row, "dispatcher", MOE_DISPATCHERS, path, k)
+    if (row.get("attention") or "").strip():
+        opts["attention"] = row["attention"].strip()
+    if (row.get("optimizer") or "").strip():
+        opts["optimizer"] = known_cell(row, "optimizer", OPTIMIZERS, path, k)
+    if (row.get("loss_fp32") or "").strip():  # the loss on fp32 or on the compute-dtype logits
+        opts["loss_fp32"] = flag_cell(row, "loss_fp32", path, k)
+    if (row.get("cudnn") or "").strip():  # the cuDNN version the run's container had
+        opts["cudnn"] = check_value("cudnn", row["cudnn"].strip(), path, f"row {k + 2}: cudnn")
+    if recipe:
+        opts.update(fp8_recipe=recipe, fp8_param_gather=flag_cell(row, "fsdp_fp8_all_gather", path, k))
+    return opts
