@@ -214,13 +214,22 @@ REPLAYED = sorted(p for p in ZOO.parent.glob("*.csv") if p.name != "megatron_bri
 @pytest.mark.parametrize("table", REPLAYED, ids=lambda p: p.name)
 def test_every_shipped_table_reads_and_states_its_rows(table: Path) -> None:
     """Every replayed table in benchmarks/published is read, each row's options built and
-    its published number taken, without a replay (the replays are the benchmark)."""
+    its published number taken, without a replay (the replays are the benchmark); the only
+    rows left out name a model no spec is shipped for (NeMo AutoModel's Nemotron 3 Ultra)."""
     from tracesim.pipeline.published import row_options
+    from tracesim.pipeline.published_cells import NotModelled
 
     fmt, rows = read_table(table)
     metric = "tokens_per_s_per_gpu" if fmt in ("bridge", "titan") else "tflops_per_gpu"
     assert rows
+    built = 0
     for k, row in enumerate(rows):
-        opts, label, _ = row_options(fmt, row, table, k)
+        try:
+            opts, label, _ = row_options(fmt, row, table, k)
+        except NotModelled as exc:
+            assert exc.where == f"row {k + 2}: model" and "unknown model" in exc.message
+            continue
+        built += 1
         assert opts["dp"] >= 1 and label
         assert published_value(row, metric, table, k) > 0
+    assert built >= len(rows) - 1

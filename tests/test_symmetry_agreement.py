@@ -152,10 +152,11 @@ def test_small_jobs_with_few_micro_batches_keep_every_rank() -> None:
 
 def test_repeated_schedules_with_deferred_fsdp_sync_reduced_matches_full(tmp_path: Path) -> None:
     """NeMo AutoModel's pattern: the pipeline schedule run twice per iteration, FSDP
-    gathering once and reducing once (``pp_rounds``, ``fsdp_defer_sync``)."""
+    gathering once and reducing once (``pp_rounds``, ``fsdp_keep_gathered``,
+    ``fsdp_defer_sync``)."""
     opts = {"model": _model(tmp_path, "llama3-8b", 8), "cluster": "h100x128", "nodes": 8,
             "pp": 4, "dp": 16, "micro_batch": 1, "global_batch": 256, "seq_len": 4096,
-            "pp_rounds": 2, "fsdp": True, "stack": "torchtitan", "fsdp_reshard": False,
-            "fsdp_defer_sync": True}
+            "pp_rounds": 2, "fsdp": True, "stack": "torchtitan", "fsdp_defer_sync": True,
+            "fsdp_keep_gathered": True}
     red, full = _pair(opts)
     assert abs(_rel(red, full)) <= 1e-9

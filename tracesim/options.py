@@ -26,7 +26,7 @@ from tracesim.errors import InputError
 from tracesim.option_values import Option, checked
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.model import ModelSpec
-from tracesim.specs.parallel import MOE_DISPATCHERS
+from tracesim.specs.parallel import MOE_DISPATCHERS, MOE_ROUTINGS
 
 
 def _opt(help: str, kind: str = "str", *, group: str = "layout", choices: tuple[str, ...] = (),
@@ -109,10 +109,14 @@ class ReplayOptions:
         "for the backward (FSDP2's reshard_after_forward). Off: gathered once per micro-batch. "
         "Default: on.", "bool")
     fsdp_defer_sync: bool | None = _opt(
+        "With --fsdp: reduce-scatter the gradients at each model chunk's last backward of the "
+        "iteration only, accumulating them unsharded before (FSDP2's gradient sync off between "
+        "micro-batches). Default: off, at every micro-batch.", "flag")
+    fsdp_keep_gathered: bool | None = _opt(
         "With --fsdp: gather the parameters at each model chunk's first forward of the "
-        "iteration and keep them, and reduce-scatter the gradients at its last backward only "
-        "(FSDP2's gradient sync and resharding turned off between micro-batches, as NeMo "
-        "AutoModel's FSDP optimizations). Default: off, both at every micro-batch.", "flag")
+        "iteration and keep them to its last backward (FSDP2's resharding off between "
+        "micro-batches; with --fsdp-defer-sync NeMo AutoModel's FSDP optimizations). Default: "
+        "off, gathered at every micro-batch.", "flag")
     micro_batch: int | None = _opt("Sequences per micro-batch per data-parallel replica.", "int",
                                    minimum=1)
     global_batch: int | None = _opt("Sequences per iteration over all replicas (default: one "
@@ -170,6 +174,11 @@ class ReplayOptions:
         "sent), deepep or hybridep (the flex dispatcher's backends: a token is sent once per "
         "destination rank, across nodes once per node and forwarded over NVLink; docs/moe.md). "
         "Default alltoall.", "choice", choices=MOE_DISPATCHERS)
+    moe_routing: str | None = _opt(
+        "How balanced routing picks a token's experts: uniform (distinct experts at random, "
+        "Megatron-Core's forced load balancing) or round-robin (top_k consecutive experts per "
+        "token, NeMo AutoModel's fake balanced gate: a token reaches one or two ranks). It sets "
+        "what deepep and hybridep send. Default uniform.", "choice", choices=MOE_ROUTINGS)
     moe_a2a_overlap: bool | None = _opt(
         "Overlap the MoE all-to-all with another micro-batch's compute (Megatron-Core's "
         "--overlap-moe-expert-parallel-comm): each steady-state forward / backward pair runs "
@@ -406,11 +415,11 @@ class ReplayOptions:
 
 #: the fields whose presence makes a replay a retarget (built from a layer template)
 BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp", "fsdp_reshard",
-              "fsdp_defer_sync", "micro_batch",
+              "fsdp_defer_sync", "fsdp_keep_gathered", "micro_batch",
               "global_batch", "seq_len", "schedule", "pp_rounds", "recompute", "recompute_modules",
               "recompute_layers", "dtype", "stage_layers",
               "tp_plan", "bucket_params", "first_bucket_params", "dp_overlap", "p2p_blocking",
-              "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_a2a_overlap",
+              "moe_imbalance", "moe_capacity_factor", "moe_dispatcher", "moe_routing", "moe_a2a_overlap",
               "moe_shared_expert_overlap", "mtp_layers", "mtp_repeated", "moe_router_padding",
               "moe_router_fusion", "cpu_offload_layers", "template", "attention", "cudnn", "compile",
               "cross_entropy_fusion", "optimizer", "loss_fp32",

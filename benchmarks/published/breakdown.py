@@ -55,7 +55,7 @@ def main() -> int:
     only = (lambda lb: args.only in lb) if args.only else None
     rows = []
     try:
-        for p, k, fmt, row, opts, label, _ in table_rows(args.tables, only):
+        for p, k, fmt, row, opts, label, _ in table_rows(args.tables, only, skip_unmodelled=True):
             rows.append(row_breakdown(p, k, fmt, row, opts, label))
             if not args.json:
                 r = rows[-1]

@@ -90,7 +90,8 @@ def main() -> int:
     args = ap.parse_intermixed_args()
     errs: dict[str, list[float]] = {"as published": [], "changed": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb):
+        for p, k, fmt, row, opts, label, _ in table_rows([args.table], lambda lb: args.only in lb,
+                                                              skip_unmodelled=True):
             rc = _row(args.changes, p, k, fmt, row, opts, label, Path(tmp), errs)
             if rc or not args.all:
                 return rc

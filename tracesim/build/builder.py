@@ -272,22 +272,25 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
     overlap_a2a = par.moe_a2a_overlap and not a2a_overlap.why_not(par, model)
     items = iteration_items(par.schedule, pp, stage, m, v, par.pp_rounds)
     items, steady = a2a_overlap.reorder(items) if overlap_a2a else (items, [])
-    # FSDP gathers and reduces at every micro-batch, or (fsdp_defer_sync) gathers at each
-    # chunk's first forward and reduces at its last backward, parameters gathered between
-    each = not (sb.shard and par.fsdp_defer_sync)
+    # FSDP gathers (forward, and backward unless kept from the forward) and reduces at every
+    # micro-batch; fsdp_keep_gathered: gathers at each chunk's first forward only,
+    # fsdp_defer_sync: reduces at its last backward only
+    keep, defer = sb.shard and par.fsdp_keep_gathered, sb.shard and par.fsdp_defer_sync
+    bwd_gather = par.fsdp_reshard and not keep
     fwd_units = {c: sb.forward_unit(c * pp + stage) for c in range(v)}
-    bwd_units = {c: sb.backward_unit(c * pp + stage, each and par.fsdp_reshard) for c in range(v)}
+    bwd_units = {c: sb.backward_unit(c * pp + stage, bwd_gather) for c in range(v)}
     variants: dict[tuple[str, int], Unit] = {}  # a chunk's pass without them
 
     def unit_of(i: int) -> Unit:
         it = items[i]
-        if each or i == (first_f if it.kind == "F" else last_b)[it.chunk]:
+        if (it.kind == "F" and (not keep or i == first_f[it.chunk])
+                or it.kind == "B" and (not defer or i == last_b[it.chunk])):
             return (fwd_units if it.kind == "F" else bwd_units)[it.chunk]
         if (it.kind, it.chunk) not in variants:  # the host waits are the chunk's, counted once
             kept = dict(sb.host_wait_ns), dict(sb.offload_wait_ns), sb.synced
             g = it.chunk * pp + stage
             variants[it.kind, it.chunk] = (sb.forward_unit(g, False) if it.kind == "F"
-                                           else sb.backward_unit(g, False, False))
+                                           else sb.backward_unit(g, bwd_gather, False))
             sb.host_wait_ns, sb.offload_wait_ns, sb.synced = kept
         return variants[it.kind, it.chunk]
     prog = Program()

@@ -241,7 +241,8 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
                           f"{row['gpus']} GPUs {opts['micro_batch']}x{opts['seq_len']} "
                           f"{opts.get('attention', 'flash')}"), ()
         return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
-                      f"tp{opts['tp']}{' pp' + str(opts['pp']) if opts['pp'] > 1 else ''} "
+                      f"tp{opts['tp']}{' pp' + str(opts['pp']) if opts['pp'] > 1 else ''}"
+                      f"{' cp' + str(opts['cp']) if opts['cp'] > 1 else ''} "
                       f"fsdp{opts['dp']}{' ep' + str(opts['ep']) if 'ep' in opts else ''} "
                       f"ac {opts['recompute']}{' compiled' if opts['compile'] else ''}"), ()
     if fmt == "mcore":
@@ -253,13 +254,15 @@ def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[st
 
 
 def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None = None,
+               skip_unmodelled: bool = False,
                ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any], str, tuple[str, ...]]]:
     """(table path, row index, format, row, replay options, label, settings without a
-    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts (a row
-    naming what tracesim has no model for: :class:`NotModelled`)."""
-    for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=False):
-        assert opts is not None
-        yield p, k, fmt, row, opts, label, gaps
+    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts; a row
+    naming what tracesim has no model for raises :class:`NotModelled`, or with
+    ``skip_unmodelled`` is left out."""
+    for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=skip_unmodelled):
+        if opts is not None:
+            yield p, k, fmt, row, opts, label, gaps
 
 
 def _rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None, keep: bool,

@@ -20,7 +20,7 @@ from tracesim.pipeline.published_cells import (
     pipeline_split,
     system_cell,
 )
-from tracesim.specs.parallel import MOE_DISPATCHERS
+from tracesim.specs.parallel import MOE_DISPATCHERS, MOE_ROUTINGS
 from tracesim.template.optimizer import OPTIMIZERS
 
 TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
@@ -39,11 +39,14 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     cuDNN version), ``ga`` (local batches per step, gradient accumulation; default 1), ``ep``
     (expert parallelism), ``dispatcher`` (the MoE token dispatcher), ``pp`` and ``vp`` (a
     pipeline and its model chunks per rank, split as :func:`pipeline_split`) and ``mbs`` (the
-    pipeline's micro-batch; default the local batch), ``reshard_after_forward`` (FSDP2's,
-    true / false; default true) and ``defer_sync`` (true: parameters gathered and gradients
-    reduced once per iteration) cells. With a pipeline each of the
-    ``ga`` local batches runs the whole schedule (``pp_rounds``), as torch.distributed.pipelining
-    does when a trainer accumulates gradients over local batches."""
+    pipeline's micro-batch; default the local batch), ``cp`` (context parallelism, FSDP then
+    over data x context parallel ranks), ``grad_reduce`` (fp32 / bf16), ``routing``
+    (``uniform``, ``round-robin``: how the run's balanced gate picks experts), and FSDP2's timing:
+    ``reshard_after_forward`` (true / false; default true), ``defer_sync`` (true: gradients
+    reduce-scattered once per iteration) and ``keep_gathered`` (true: parameters gathered
+    once per iteration) cells. With a pipeline each of the ``ga`` local batches runs the whole
+    schedule (``pp_rounds``), as torch.distributed.pipelining does when a trainer accumulates
+    gradients over local batches."""
     system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
     stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
     gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
@@ -53,9 +56,11 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     if ac not in ("none", "op", "full"):
         raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
     pp, vp = int_cell(row, "pp", path, k, 1), int_cell(row, "vp", path, k, 1)
-    if pp < 1 or gpus % (tp * pp):
-        raise InputError(f"tp x pp {tp * pp} does not divide the {gpus} GPUs", path, f"row {k + 2}: pp")
-    lb, dp = int_cell(row, "local_batch", path, k), gpus // (tp * pp)
+    cp = int_cell(row, "cp", path, k, 1)
+    if pp < 1 or cp < 1 or gpus % (tp * pp * cp):
+        raise InputError(f"tp x pp x cp {tp * pp * cp} does not divide the {gpus} GPUs", path,
+                         f"row {k + 2}: {'cp' if cp > 1 else 'pp'}")
+    lb, dp = int_cell(row, "local_batch", path, k), gpus // (tp * pp * cp)
     mbs = int_cell(row, "mbs", path, k, lb)  # the pipeline's micro-batch
     ga = int_cell(row, "ga", path, k, 1)  # local batches per step (gradient accumulation)
     if ga < 1 or mbs < 1 or lb % mbs:
@@ -64,7 +69,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
         "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
-        "tp": tp, "pp": pp, "dp": dp, "fsdp": dp > 1 and stack == "torchtitan", "micro_batch": mbs,
+        "tp": tp, "pp": pp, "cp": cp, "dp": dp, "fsdp": dp * cp > 1 and stack == "torchtitan",
+        "micro_batch": mbs,
         "global_batch": lb * dp * ga, "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype,
         "stack": stack, "template": "analytic", "recompute": ac,
         "compile": flag_cell(row, "compile", path, k)}
@@ -76,12 +82,17 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["stage_layers"] = split
     if (row.get("reshard_after_forward") or "").strip():  # FSDP2's, per row
         opts["fsdp_reshard"] = flag_cell(row, "reshard_after_forward", path, k)
-    if flag_cell(row, "defer_sync", path, k):  # gathered once, reduced once per iteration
-        opts["fsdp_defer_sync"] = True
+    for cell, key in (("defer_sync", "fsdp_defer_sync"), ("keep_gathered", "fsdp_keep_gathered")):
+        if flag_cell(row, cell, path, k):  # reduced / gathered once per iteration
+            opts[key] = True
+    if (row.get("grad_reduce") or "").strip():  # the gradient reduce-scatter's dtype
+        opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     if int_cell(row, "ep", path, k, 1) > 1:  # experts sharded over the FSDP group's GPUs
         opts["ep"] = int_cell(row, "ep", path, k)
     if (row.get("dispatcher") or "").strip():
         opts["moe_dispatcher"] = known_cell(row, "dispatcher", MOE_DISPATCHERS, path, k)
+    if (row.get("routing") or "").strip():  # how the run's balanced gate picks experts
+        opts["moe_routing"] = known_cell(row, "routing", MOE_ROUTINGS, path, k)
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
     if (row.get("optimizer") or "").strip():

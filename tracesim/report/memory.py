@@ -5,9 +5,9 @@ the compute dtype (``max(eb, 2)`` bytes), its gradient (``max(eb, 2)``) and Adam
 (12 bytes: fp32 master weight and two moments in mixed precision; 8 in pure fp32, where the
 weight is its own master). ZeRO-1 shards the optimizer states over the data-parallel (x
 context-parallel) group, ZeRO-2 also the gradients, ZeRO-3 / FSDP also the weights (plus two
-gathered layers in flight: the current one and the prefetched one; with ``fsdp_defer_sync`` the
-stage's dense weights and gradients whole, gathered for the iteration). Expert weights shard
-over the expert-data-parallel group instead.
+gathered layers in flight: the current one and the prefetched one; the stage's dense weights
+whole with ``fsdp_keep_gathered``, its gradients unsharded with ``fsdp_defer_sync``). Expert
+weights shard over the expert-data-parallel group instead.
 
 Activations per transformer layer and micro-batch follow Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models"), generalised to any FFN width,
@@ -222,9 +222,9 @@ def estimate_memory(
         o = dense * ob / (dpcp if par.zero >= 1 or par.shard_params else 1) + expert * ob / (
             edp if par.zero >= 1 or par.shard_params else 1)
         if par.shard_params and dpcp > 1 and par.fsdp_defer_sync:
-            # the stage's weights stay gathered through the iteration, its gradients unsharded
-            w += dense * wb * (1 - 1 / dpcp)
-            g += dense * wb * (1 - 1 / dpcp)  # in the weights' dtype until reduced
+            g += dense * wb * (1 - 1 / dpcp)  # unsharded, in the weights' dtype until reduced
+        if par.shard_params and dpcp > 1 and par.fsdp_keep_gathered:
+            w += dense * wb * (1 - 1 / dpcp)  # the stage's weights gathered for the iteration
         elif par.shard_params and dpcp > 1:
             n_layers = sum(split[c * par.pp + stage] for c in range(par.chunks))
             w += 2 * (stage_params[stage] / max(n_layers, 1)) * wb  # gathered layers in flight

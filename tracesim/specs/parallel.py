@@ -36,6 +36,7 @@ RECOMPUTE = ("none", "selective", "full", "op")
 FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
 #: MoE token dispatchers: Megatron-Core's all-to-all, the flex dispatcher's backends
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+MOE_ROUTINGS = ("uniform", "round-robin")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -56,9 +57,11 @@ class ParallelSpec:
         fsdp_reshard: sharded parameters are freed after each forward and all-gathered again
             for the backward (FSDP2's ``reshard_after_forward``); off: gathered once per
             micro-batch.
-        fsdp_defer_sync: sharded parameters gathered at each chunk's first forward of the
-            iteration and kept, gradients reduce-scattered at its last backward only (FSDP2's
-            ``set_requires_gradient_sync`` / ``set_reshard_after_backward`` off between).
+        fsdp_defer_sync: gradients reduce-scattered at each chunk's last backward of the
+            iteration only (FSDP2's ``set_requires_gradient_sync(False)`` between).
+        fsdp_keep_gathered: sharded parameters gathered at each chunk's first forward of the
+            iteration and kept (FSDP2's ``set_reshard_after_backward(False)`` between, and
+            no resharding after the forward).
         micro_batch: sequences per micro-batch per data-parallel replica.
         global_batch: sequences per iteration over all replicas.
         seq_len: sequence length in tokens.
@@ -87,6 +90,10 @@ class ParallelSpec:
         moe_capacity_factor: expert capacity in mean routed tokens per expert (Megatron's
             ``--moe-expert-capacity-factor``): tokens beyond it dropped; 0 dropless (default).
         moe_dispatcher: ``alltoall``, ``deepep`` or ``hybridep`` (docs/moe.md, "Dispatchers").
+        moe_routing: how balanced routing picks a token's experts, ``uniform`` (distinct at
+            random: Megatron's forced load balancing) or ``round-robin`` (``top_k``
+            consecutive experts per token: NeMo AutoModel's fake balanced gate); it sets what
+            the deduplicating dispatchers send.
         moe_a2a_overlap: steady-state forward / backward pairs merged, each one's EP
             all-to-alls beside the other's compute (:mod:`tracesim.build.a2a_overlap`).
         moe_shared_expert_overlap: shared experts beside the EP all-to-alls (build.shared_overlap).
@@ -142,6 +149,7 @@ class ParallelSpec:
     fsdp: bool = False
     fsdp_reshard: bool = True
     fsdp_defer_sync: bool = False
+    fsdp_keep_gathered: bool = False
     micro_batch: int = 1
     global_batch: int = 1
     seq_len: int = 2048
@@ -160,6 +168,7 @@ class ParallelSpec:
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
     moe_dispatcher: str = "alltoall"
+    moe_routing: str = "uniform"
     moe_a2a_overlap: bool = False
     moe_shared_expert_overlap: bool = False
     mtp_layers: int = 0
@@ -290,14 +299,15 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise _err(f"must be a positive integer, got {value!r}", key)
     for key, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("dtype", DTYPES),
-                         ("moe_dispatcher", MOE_DISPATCHERS)):
+                         ("moe_dispatcher", MOE_DISPATCHERS), ("moe_routing", MOE_ROUTINGS)):
         if getattr(par, key) not in allowed:
             raise _err(f"{getattr(par, key)!r} is not one of {', '.join(allowed)}", key)
     if par.zero not in (0, 1, 2, 3):
         raise _err(f"ZeRO stage must be 0, 1, 2 or 3, got {par.zero!r}", "zero")
     if par.fsdp and par.zero not in (0, 3):
         raise _err(f"--fsdp shards like ZeRO-3 and cannot be combined with zero {par.zero}", "fsdp")
-    for key, off in (("fsdp_reshard", not par.fsdp_reshard), ("fsdp_defer_sync", par.fsdp_defer_sync)):
+    for key, off in (("fsdp_reshard", not par.fsdp_reshard), ("fsdp_defer_sync", par.fsdp_defer_sync),
+                     ("fsdp_keep_gathered", par.fsdp_keep_gathered)):
         if off and not par.shard_params:
             raise _err("applies to sharded parameters (--fsdp or --zero 3)", key)
     for pattern, style in par.tp_plan:

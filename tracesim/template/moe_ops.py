@@ -127,7 +127,8 @@ def dispatch_algorithm(op: TemplateOp, model: ModelSpec, par: ParallelSpec) -> s
     routing (:mod:`tracesim.network.collectives.dedup`), else "" (NCCL's choice)."""
     if op.group_kind != "ep" or op.collective != "all_to_all" or par.moe_dispatcher == "alltoall":
         return ""
-    return dedup_name(model.experts, model.top_k, model.router_groups, model.router_group_topk)
+    return dedup_name(model.experts, model.top_k, model.router_groups, model.router_group_topk,
+                      par.moe_routing == "round-robin")
 
 
 def is_expert_op(template_op: TemplateOp) -> bool:

@@ -30,7 +30,10 @@ convention). One phase, per byte of it, on a group of ``n`` ranks on ``N`` nodes
 
 Everything runs at once (DeepEP pipelines the forwarding with the network transfers).
 Group-limited routing (DeepSeek-V3: the 8 experts of a token from 4 of 8 groups;
-``dedup:E:K:G:M``) narrows the parts a token reaches (:func:`kept_share`).
+``dedup:E:K:G:M``) narrows the parts a token reaches (:func:`kept_share`). Round-robin
+routing (``dedup:E:K:rr``: NeMo AutoModel's ``FakeBalancedGate``, which gives a rank's token
+``t`` the ``K`` consecutive experts from ``K t`` on, modulo ``E``) sends a token to the one or
+two parts its block of experts spans (:func:`kept_share_round_robin`).
 
 Calibration, on the kernels' own benchmarks (not on training runs):
 
@@ -106,9 +109,24 @@ def kept_share(experts: float, top_k: int, parts: float, groups: int = 1,
     return parts / top_k * (1.0 - miss)
 
 
-def algorithm_name(experts: int, top_k: int, groups: int = 0, group_topk: int = 0) -> str:
+def kept_share_round_robin(experts: int, top_k: int, parts: float) -> float:
+    """:func:`kept_share` for round-robin routing: token ``t`` takes experts ``K t .. K t +
+    K - 1`` (modulo ``E``); the distinct parts of each token, averaged over the routing's
+    period of ``E / gcd(K, E)`` tokens, over ``K``."""
+    per = experts / parts
+    period = experts // math.gcd(top_k, experts)
+    reached = sum(len({int(((t * top_k + j) % experts) // per) for j in range(top_k)})
+                  for t in range(period))
+    return reached / period / top_k
+
+
+def algorithm_name(experts: int, top_k: int, groups: int = 0, group_topk: int = 0,
+                   round_robin: bool = False) -> str:
     """The network algorithm of a deduplicated dispatch for ``experts`` routed top-``top_k``
-    (``groups``, ``group_topk``: group-limited routing, 0 without)."""
+    (``groups``, ``group_topk``: group-limited routing, 0 without; ``round_robin``: the
+    round-robin routing of a balanced fake gate, which has no groups)."""
+    if round_robin:
+        return f"{NAME}:{experts}:{top_k}:rr"
     tail = f":{groups}:{group_topk}" if groups > 1 else ""
     return f"{NAME}:{experts}:{top_k}{tail}"
 
@@ -126,6 +144,13 @@ class Dedup(Algorithm):
     top_k = 0
     groups = 1
     group_topk = 1
+    round_robin = False
+
+    def share(self, parts: float) -> float:
+        """Share of a token's copies sent to ``parts`` equal parts of the experts."""
+        if self.round_robin:
+            return kept_share_round_robin(self.experts, self.top_k, parts)
+        return kept_share(self.experts, self.top_k, parts, self.groups, self.group_topk)
 
     def check(self, group: Group, collective: str) -> str | None:
         why = super().check(group, collective)
@@ -137,9 +162,7 @@ class Dedup(Algorithm):
 
     def phases(self, group: Group, collective: str) -> list[Phase]:
         n, nodes = group.n, len(group.nodes)
-        route = (self.experts, self.top_k)
-        f_rank = kept_share(*route, n, self.groups, self.group_topk)
-        f_node = kept_share(*route, nodes, self.groups, self.group_topk)
+        f_rank, f_node = self.share(n), self.share(nodes)
         ph = Phase(1, 0 if group.single_node else 1)
         for rs in group.by_node:
             for a in rs:
@@ -157,10 +180,13 @@ class Dedup(Algorithm):
         return [ph]
 
     def with_args(self, args: str) -> Algorithm | None:
-        """``dedup:E:K`` or ``dedup:E:K:G:M`` (``args`` after the first colon), None unless
-        ``1 <= K <= E`` and the groups divide the experts and hold the top-k."""
+        """``dedup:E:K``, ``dedup:E:K:G:M`` or ``dedup:E:K:rr`` (``args`` after the first
+        colon), None unless ``1 <= K <= E`` and the groups divide the experts and hold the
+        top-k."""
+        fields = args.split(":")
+        rr = len(fields) == 3 and fields[2] == "rr"
         try:
-            nums = [int(x) for x in args.split(":")]
+            nums = [int(x) for x in (fields[:2] if rr else fields)]
         except ValueError:
             return None
         if len(nums) not in (2, 4):
@@ -171,6 +197,7 @@ class Dedup(Algorithm):
         if not 1 <= group_topk <= groups or top_k > group_topk * experts // groups:
             return None
         algo = Dedup()
-        algo.name = algorithm_name(experts, top_k, groups, group_topk)
+        algo.name = algorithm_name(experts, top_k, groups, group_topk, rr)
         algo.experts, algo.top_k, algo.groups, algo.group_topk = experts, top_k, groups, group_topk
+        algo.round_robin = rr
         return algo
