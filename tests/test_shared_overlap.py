@@ -102,6 +102,21 @@ def test_megatron_core_conditions(changes: dict, reason: str) -> None:
     assert "no shared experts" in why_not(ParallelSpec(dp=8, ep=8), load_model("qwen3-30b-a3b"))
 
 
+def test_pytorch_native_stacks_run_it_beside_any_dispatcher() -> None:
+    """NeMo AutoModel's side stream runs the shared experts beside DeepEP's dispatch: on a
+    PyTorch-native stack the dispatcher does not stop the option, and it hides time."""
+    model = load_model("deepseek-v3")
+    assert why_not(ParallelSpec(dp=8, ep=8, moe_dispatcher="deepep", stack="torchtitan"), model) == ""
+    assert "alltoall" in why_not(ParallelSpec(dp=8, ep=8, moe_dispatcher="deepep",
+                                              stack="megatron-core"), model)
+    opts = {"model": "deepseek-moe-16b", "cluster": "h100x8", "dp": 8, "ep": 8, "fsdp": True,
+            "stack": "torchtitan", "moe_dispatcher": "deepep", "micro_batch": 1,
+            "global_batch": 8, "seq_len": 4096}
+    off, on = retarget(opts), retarget({**opts, "moe_shared_expert_overlap": True})
+    assert on.iteration_time_s < off.iteration_time_s
+    assert not any("ignored" in w for w in on.warnings)
+
+
 def test_ignored_with_a_warning_where_megatron_core_refuses() -> None:
     res = retarget({"model": "qwen3-30b-a3b", "cluster": "h100x8", "tp": 1, "pp": 1, "dp": 8,
                     "ep": 8, "micro_batch": 1, "global_batch": 8, "seq_len": 1024,

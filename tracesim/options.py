@@ -186,7 +186,8 @@ class ReplayOptions:
         "(docs/moe.md). Default off.", "bool")
     moe_shared_expert_overlap: bool | None = _opt(
         "Run the shared experts on their own stream beside the MoE all-to-alls "
-        "(Megatron-Core's --moe-shared-expert-overlap; alltoall dispatcher only; docs/moe.md). "
+        "(Megatron-Core's --moe-shared-expert-overlap, with the alltoall dispatcher only; "
+        "PyTorch-native stacks' side stream, as NeMo AutoModel's, with any; docs/moe.md). "
         "Default off.", "bool")
     mtp_layers: int | None = _opt(
         "Multi-token prediction modules (DeepSeek-V3's MTP; Megatron-Core's --mtp-num-layers): "

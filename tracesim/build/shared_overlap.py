@@ -28,7 +28,10 @@ TP collectives run as plain NCCL collectives (``explicit_expert_comm``: no userb
 
 Megatron-Core's conditions (``TransformerConfig.__post_init__``): shared experts, the
 ``alltoall`` dispatcher, not with ``--moe-a2a-overlap`` (which places the shared experts
-itself) and not with the shared experts recomputed; :func:`why_not` says which fails.
+itself) and not with the shared experts recomputed; :func:`why_not` says which fails. On the
+PyTorch-native stacks the dispatcher is free: NeMo AutoModel's MoE layer
+(``components/moe/layers.py``) runs the shared experts on a side stream of their own beside
+the routed path, DeepEP's dispatch included.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ def why_not(par: ParallelSpec, model: ModelSpec) -> str:
     it would)."""
     if not model.is_moe or model.shared_experts <= 0:
         return f"{model.name} has no shared experts"
-    if par.moe_dispatcher != "alltoall":
-        return f"it needs the alltoall dispatcher, not {par.moe_dispatcher}"
+    if par.moe_dispatcher != "alltoall" and par.stack in ("", "megatron-core"):
+        return f"Megatron-Core runs it with the alltoall dispatcher only, not {par.moe_dispatcher}"
     if par.moe_a2a_overlap:
         return "--moe-a2a-overlap places the shared experts itself"
     if par.recompute == "selective" and "shared_experts" in par.recompute_modules:

@@ -41,7 +41,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     pipeline and its model chunks per rank, split as :func:`pipeline_split`) and ``mbs`` (the
     pipeline's micro-batch; default the local batch), ``cp`` (context parallelism, FSDP then
     over data x context parallel ranks), ``grad_reduce`` (fp32 / bf16), ``routing``
-    (``uniform``, ``round-robin``: how the run's balanced gate picks experts), and FSDP2's timing:
+    (``uniform``, ``round-robin``: how the run's balanced gate picks experts),
+    ``shared_overlap`` (true: the shared experts run beside the dispatch), and FSDP2's timing:
     ``reshard_after_forward`` (true / false; default true), ``defer_sync`` (true: gradients
     reduce-scattered once per iteration) and ``keep_gathered`` (true: parameters gathered
     once per iteration) cells. With a pipeline each of the ``ga`` local batches runs the whole
@@ -93,6 +94,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["moe_dispatcher"] = known_cell(row, "dispatcher", MOE_DISPATCHERS, path, k)
     if (row.get("routing") or "").strip():  # how the run's balanced gate picks experts
         opts["moe_routing"] = known_cell(row, "routing", MOE_ROUTINGS, path, k)
+    if flag_cell(row, "shared_overlap", path, k):  # shared experts on a side stream
+        opts["moe_shared_expert_overlap"] = True
     if (row.get("attention") or "").strip():
         opts["attention"] = row["attention"].strip()
     if (row.get("optimizer") or "").strip():
