@@ -31,7 +31,13 @@ def test_the_tables_layouts_add_up() -> None:
         # the header's GA is the micro-batches per step of every scale (weak scaling)
         assert gbs == gpus // (tp * pp * cp) * mbs * ga, r
         assert 0.5 < float(r["step_time_s"]) < 60 and r["nemo"] in ("24.09", "24.11", "24.12", "25.04")
-        assert r["recompute"] == "" and "README" in r["note"]
+        assert "README" in r["note"]
+        # the 24.11 Nemotron-4 340B recipe: selective recompute, flash-attn (NVTE_FUSED_ATTN=0)
+        own_340b = r["model"] == "nemotron4-340b" and r["nemo"] == "24.11"
+        assert (r["recompute"], r["attention"]) == (
+            ("selective:core_attn", "flash2") if own_340b else ("", ""))
+        # the 25.04 launch script's --cuda_graphs true on GB200: every layer captured whole
+        assert r["cuda_graph"] == ("local:attn,mlp" if r["system"] == "DGX-GB200" else "")
     assert counts == SERIES
 
 
@@ -45,6 +51,27 @@ def test_rows_replay_with_their_own_settings() -> None:
         assert "cudnn" not in opts and opts["stack"] == "megatron-core"
         assert opts["fp8_recipe" if row["precision"] == "fp8-ds" else "dtype"] == (
             "delayed" if row["precision"] == "fp8-ds" else "bf16")
+        own_340b = row["model"] == "nemotron4-340b" and row["nemo"] == "24.11"
+        assert (opts.get("recompute"), opts.get("recompute_modules"), opts.get("attention")) == (
+            ("selective", "core_attn", "flash2") if own_340b else (None, None, None))
+        assert opts.get("cuda_graphs") == ("attn,mlp" if row["system"] == "DGX-GB200" else None)
         layers = load_model(row["model"]).layers
         vpp = opts.get("vpp", 1)
         assert layers % (opts["pp"] * vpp) == 0 and "stage_layers" not in opts
+
+
+def test_what_if_unsets_an_option() -> None:
+    """``what_if.py ... cuda_graphs=`` replays a GB200 FP8 row without its CUDA graphs: its
+    TP 8 overlap's GEMM chunks are then launched one by one from the Grace host, so the
+    iteration is longer than with the layers captured."""
+    import subprocess
+    import sys
+
+    script = TABLE.with_name("what_if.py")
+    run = [sys.executable, str(script), str(TABLE), "--only", "GB200 nemotron4-340b fp8-ds 128",
+           "--all", "cuda_graphs="]
+    ok = subprocess.run(run, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    times = [float(line.split("iteration")[1].split()[0]) for line in ok.stdout.splitlines()
+             if "iteration" in line]
+    assert len(times) == 4 and times[1] > times[0] * 1.05 and times[3] > times[2] * 1.05

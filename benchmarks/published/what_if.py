@@ -5,7 +5,8 @@ example the layout its recipe's config names where the table prints another).
     .venv/bin/python benchmarks/published/what_if.py TABLE --only TEXT KEY=VALUE ...
 
 KEY is a replay option of the row (``ep``, ``micro_batch``, ``vpp``, ...; the row's options
-are printed first); VALUE takes the type of the row's value. ``routing=ecmp`` (or
+are printed first); VALUE takes the type of the row's value, and ``KEY=`` (no value) unsets
+the option, the replay taking its default (``cuda_graphs=``: no CUDA graphs). ``routing=ecmp`` (or
 ``adaptive``) sets the row's cluster's inter-node routing (docs/network.md, "Routing"). A
 change the layout cannot take (``vpp`` on a row whose ``stage_layers`` were set for another)
 is reported, exit 2; a row the replay cannot run as published is reported and skipped. ``sustained_clock=VALUE`` runs the row's GPU (its cluster's
@@ -116,6 +117,9 @@ def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts
             except (InputError, ValueError) as exc:
                 print(f"{key}: {exc}", file=sys.stderr)
                 return 2
+            continue
+        if c.endswith("=") and c.count("=") == 1:  # KEY=: the option unset (its default)
+            changed.pop(c[:-1], None)
             continue
         if not c.startswith("routing="):
             changed.update([_typed(opts, c)])
