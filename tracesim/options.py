@@ -43,7 +43,7 @@ NETWORKS = ("flow", "flow-relays", "estimate")
 ATTENTION = ("flash", "flash2", "unfused")
 STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "transformers", "eager")
 OPTIMIZERS = ("adam", "sgd")
-FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
+FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4", "blockwise")
 TP_STYLES = ("colwise", "rowwise", "replicate")
 
 
@@ -255,7 +255,9 @@ class ReplayOptions:
         group="stack")
     fp8_recipe: str | None = _opt(
         "Recipe with --dtype fp8: current (FP8 current scaling, Megatron-Bridge fp8-cs), delayed, "
-        "mxfp8, or nvfp4 (linears in NVFP4, FP4 rate; Blackwell). Default: the stack's first.", "choice",
+        "mxfp8, nvfp4 (linears in NVFP4, FP4 rate; Blackwell), or blockwise (1x128 / 128x128 "
+        "FP32-scaled blocks, Megatron --fp8-recipe blockwise, fp8-sc; megatron-core). Default: "
+        "the stack's first.", "choice",
         group="stack", choices=FP8_RECIPES)
     fp8_plan: str | None = _opt(
         "Per-linear precision under --dtype fp8, GLOB=RECIPE pairs (e.g. "

@@ -33,7 +33,10 @@ from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
 from benchmarks.kernels.datasheet_specs import SPECS
 from benchmarks.kernels.flash2 import flash2_params
 from benchmarks.kernels.gemm_precision import (
+    HOPPER,
     ULTRA,
+    block_over_fp8,
+    block_source,
     mxfp8_over_fp8,
     nvfp4_over_fp8,
     quantize_rate,
@@ -160,6 +163,8 @@ def gemm_ceilings(name: str) -> dict[str, float]:
         out[dt] = round(q * flops / t / (_peak(spec, "bf16" if src == "default" else src) * 1e12), 4)
     if "mxfp8" in spec["peak_tflops"]:  # Blackwell's MX units: FP8's level times the measured ratio
         out["mxfp8"] = round(out["mxfp8"] * mxfp8_over_fp8(), 4)
+    elif "fp8" in out:  # block-scaled FP8 without MX units: FP8's (Hopper: the measured ratio)
+        out["mxfp8"] = round(out["fp8"] * (block_over_fp8() if name in HOPPER else 1.0), 4)
     if "nvfp4" in spec["peak_tflops"]:
         out["nvfp4"] = round(nvfp4_fit(name)[2] * ultra_nvfp4_factor(name, out["fp8"]), 4)
     return out
@@ -238,9 +243,14 @@ def gemm_plateaus(name: str) -> tuple[dict[str, float], dict[str, float], dict[s
         plateau["mxfp8"], curve["mxfp8"] = round(plateau["fp8"] * r, 4), round(curve["fp8"] * r, 4)
         src["mxfp8"] = (f"FP8's plateau x {r}: {precision_source('mxfp8')}"
                         + ("" if name == "b300" else " (derived: the same kernels)"))
-    elif "fp8" in plateau:  # Hopper has no MX units: its MXFP8 (software block scaling) at FP8's
+    elif "fp8" in plateau and name in HOPPER:  # Hopper: cuBLAS's 1x128 / 128x128 block-scaled FP8
+        r = block_over_fp8()
+        plateau["mxfp8"], curve["mxfp8"] = round(plateau["fp8"] * r, 4), round(curve["fp8"] * r, 4)
+        src["mxfp8"] = (f"block-scaled FP8 (Transformer Engine's blockwise recipe), FP8's plateau x {r}: "
+                        f"{block_source()}" + ("" if name == "h200" else " (derived: the same die and kernels)"))
+    elif "fp8" in plateau:  # no MX units and no block-scaled data: FP8's
         plateau["mxfp8"], curve["mxfp8"] = plateau["fp8"], curve["fp8"]
-        src["mxfp8"] = "no MXFP8 GEMM data: FP8's plateau (derived; DeepGEMM's block-scaled FP8 on H800 reaches the H100 FP8 MAMF)"
+        src["mxfp8"] = "no block-scaled FP8 GEMM data: FP8's plateau (derived)"
     if "nvfp4" in spec["peak_tflops"]:
         plateau["nvfp4"], curve["nvfp4"], _, src["nvfp4"] = nvfp4_fit(name)
         f = ultra_nvfp4_factor(name, gemm_ceilings(name)["fp8"])

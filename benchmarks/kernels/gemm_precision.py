@@ -31,6 +31,21 @@ those of a MAMF sweep.
   ``quantize`` rates (current scaling's casts run at the memory-bound rate of the
   ``elementwise`` class; B300 measured, the other Blackwell GPUs derived). NVFP4's includes
   the random Hadamard transform of its weight-gradient operands.
+
+* Hopper's block-scaled FP8 over its per-tensor FP8 (:func:`block_over_fp8`): the same
+  profiler on an H200 NVL (Hopper) times Transformer Engine's blockwise recipe
+  (``Float8BlockScaling``: 1x128 activation and gradient blocks, 128x128 weight blocks, FP32
+  scales; cuBLAS's block-scaled kernels, split accumulation) in autocast only (Hopper's
+  cuBLAS has no pre-quantized path for it). Its GEMM time is the autocast time less its
+  quantization, which is taken at current scaling's rate per byte (autocast less
+  pre-quantized, over 6 bytes per element) on its 4.0625 bytes per element; over current
+  scaling's pre-quantized GEMM time it gives the rate the ``h200`` profile's ``mxfp8`` level
+  (block-scaled FP8) is its FP8 level times (``h100`` derived: the same GH100 die and
+  kernels). The table's FP8 GEMMs run with fast accumulation (every call is a forward), the
+  blockwise ones with split accumulation, which the profiles' FP8 level already is (the MAMF
+  rows), so the ratio prices Hopper's blockwise GEMMs by up to the fast / split difference
+  slow (docs/devices.md). Held out in the same table: delayed scaling's autocast time from
+  current scaling's GEMMs and its 4 bytes per element (:func:`delayed_check`).
 """
 
 from __future__ import annotations
@@ -41,18 +56,64 @@ from benchmarks.kernels import kernel_fit as kf
 
 #: the profiles whose NVFP4 level follows :func:`nvfp4_over_fp8` (Blackwell Ultra)
 ULTRA = ("b300", "gb300")
+#: NVIDIA Hopper profiles: block-scaled FP8 (the ``mxfp8`` level) at :func:`block_over_fp8`
+#: times FP8's (``h200`` measured, ``h100`` derived)
+HOPPER = ("h100", "h200")
+#: the table's precision columns (``<column>_ms``)
+_COLUMNS = ("bf16", "fp8_current", "fp8_delayed", "fp8_block", "mxfp8", "nvfp4")
 
 
 @functools.cache
-def _sums(mode: str = "pre-quantized") -> dict[str, float]:
-    """Per-precision time summed over the passes of one mode (ms); read once, read-only."""
+def _sums(mode: str = "pre-quantized", profile: str = "b300") -> dict[str, float]:
+    """Per-precision time of one GPU summed over the passes of one mode (ms), for the
+    columns it has; read once, read-only."""
     out: dict[str, float] = {}
     for r in kf.rows("gemm_precision"):
-        if r["mode"] != mode:
+        if r["mode"] != mode or r["profile"] != profile:
             continue
-        for col in ("bf16", "fp8_current", "mxfp8", "nvfp4"):
-            out[col] = out.get(col, 0.0) + float(r[f"{col}_ms"])
+        for col in _COLUMNS:
+            if r[f"{col}_ms"]:
+                out[col] = out.get(col, 0.0) + float(r[f"{col}_ms"])
     return out
+
+
+def _cast_bytes(recipe: str) -> float:
+    from tracesim.template.fp8 import CAST_BYTES_PER_ELEM
+
+    return float(CAST_BYTES_PER_ELEM[recipe])
+
+
+def _hopper_quant_ms_per_byte() -> float:
+    """Current scaling's quantization time on the H200 NVL per byte per element (ms)."""
+    auto, pre = _sums("autocast", "h200"), _sums("pre-quantized", "h200")
+    return (auto["fp8_current"] - pre["fp8_current"]) / _cast_bytes("current")
+
+
+def block_over_fp8() -> float:
+    """Hopper's block-scaled FP8 GEMM rate over its per-tensor FP8 rate (module docstring)."""
+    auto, pre = _sums("autocast", "h200"), _sums("pre-quantized", "h200")
+    gemm = auto["fp8_block"] - _hopper_quant_ms_per_byte() * _cast_bytes("blockwise")
+    return round(pre["fp8_current"] / gemm, 4)
+
+
+def delayed_check() -> tuple[float, float]:
+    """(predicted, measured) autocast time (ms per layer) of delayed scaling on the H200 NVL:
+    current scaling's GEMMs plus delayed scaling's 4 bytes per element at current scaling's
+    quantization rate (held out: nothing is set from it)."""
+    auto, pre = _sums("autocast", "h200"), _sums("pre-quantized", "h200")
+    pred = pre["fp8_current"] + _hopper_quant_ms_per_byte() * _cast_bytes("delayed")
+    return round(pred, 3), round(auto["fp8_delayed"], 3)
+
+
+def block_source() -> str:
+    """The text a Hopper profile's calibration entry cites for its block-scaled level."""
+    auto, pre = _sums("autocast", "h200"), _sums("pre-quantized", "h200")
+    return ("Transformer Engine's GEMM profiler on H200 NVL (data/gemm_precision.csv, source "
+            "TE-GEMM-PROFILING): one layer's 12 GEMMs at 15,872 tokens, FP8 current scaling "
+            f"pre-quantized {pre['fp8_current']:.3f} ms, blockwise (Float8BlockScaling) autocast "
+            f"{auto['fp8_block']:.3f} ms less its quantization at current scaling's rate per byte "
+            f"(4.0625 of 6 bytes of {auto['fp8_current'] - pre['fp8_current']:.3f} ms): "
+            f"block-scaled FP8 at {block_over_fp8()} x FP8's rate")
 
 
 def mxfp8_over_fp8() -> float:
@@ -110,6 +171,12 @@ def main() -> None:
     print(f"MXFP8 / FP8 rate {mxfp8_over_fp8()}; NVFP4 / FP8 rate {nvfp4_over_fp8()}")
     print(f"quantization over current scaling's: MXFP8 {quantize_rate('mxfp8')}, "
           f"NVFP4 {quantize_rate('nvfp4')}")
+    for mode in ("pre-quantized", "autocast"):
+        s = _sums(mode, "h200")
+        print(f"H200 NVL {mode:>13}: " + "  ".join(f"{k} {v:.3f} ms" for k, v in s.items()))
+    pred, meas = delayed_check()
+    print(f"Hopper block-scaled FP8 / FP8 rate {block_over_fp8()}; held out: delayed scaling "
+          f"autocast {pred} ms predicted, {meas} measured ({pred / meas - 1:+.1%})")
 
 
 if __name__ == "__main__":

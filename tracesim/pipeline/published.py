@@ -9,7 +9,8 @@ Four table formats are read (the columns decide):
   the Megatron-Core stack on the system's cluster spec (``DGX-H100`` -> ``h100x1024``,
   ``DGX-B200`` -> ``dgx-b200``, ``DGX-B300`` -> ``dgx-b300``, ``DGX-GB200`` -> ``gb200-nvl72``,
   ``DGX-GB300`` -> ``gb300-nvl72``, with as many nodes as the row's GPUs need), the row's layout, batch and
-  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8; ``fsdp`` > 0: FSDP;
+  precision (``fp8-cs``: FP8 with current scaling, ``fp8-mx``: MXFP8, ``fp8-sc``: FP8 with
+  sub-channel (blockwise) scaling; ``fsdp`` > 0: FSDP;
   ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too; ``attention``
   ``flash2``: FlashAttention-2 where the run's Transformer Engine picked it over cuDNN;
   ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather;

@@ -44,9 +44,11 @@ def segment_gpus(gpus: int, gpus_per_tray: int = 4) -> int | None:
     return seg * gpus_per_tray
 
 
-#: precision column -> (dtype, FP8 recipe)
+#: precision column -> (dtype, FP8 recipe); ``fp8-sc``: sub-channel (blockwise) scaling,
+#: Megatron-Bridge's ``fp8_sc`` (``bf16_with_fp8_subchannel_scaling_mixed``)
 PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", "current"),
-              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8"), "nvfp4": ("fp8", "nvfp4")}
+              "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "mxfp8"), "nvfp4": ("fp8", "nvfp4"),
+              "fp8-sc": ("fp8", "blockwise")}
 
 
 class NotModelled(InputError):

@@ -33,7 +33,7 @@ from tracesim.specs.stages import (
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
-FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4")
+FP8_RECIPES = ("current", "delayed", "mxfp8", "nvfp4", "blockwise")
 #: MoE token dispatchers: Megatron-Core's all-to-all, the flex dispatcher's backends
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 MOE_ROUTINGS = ("uniform", "round-robin")
@@ -127,7 +127,8 @@ class ParallelSpec:
             multiprocessors from it (the SM counts of :mod:`tracesim.build.overlap`); False:
             overlapped compute runs at full speed.
         fp8_recipe: recipe with ``dtype`` fp8: ``current`` (tensor-wise current scaling),
-            ``delayed``, ``mxfp8`` or ``nvfp4`` (Blackwell); "" for other dtypes.
+            ``delayed``, ``mxfp8`` or ``nvfp4`` (Blackwell), ``blockwise`` (1x128 / 128x128
+            blocks, :mod:`tracesim.template.fp8`); "" for other dtypes.
         host_launch: model the host that launches the kernels (tracesim.build.host).
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather.
@@ -200,7 +201,10 @@ class ParallelSpec:
 
     @property
     def gemm_dtype(self) -> str:
-        """The cost-model dtype of an FP8 GEMM: its block-scaled recipe's, else ``dtype``."""
+        """The cost-model dtype of an FP8 GEMM: its block-scaled recipe's (``blockwise``: the
+        device's block-scaled FP8 level, ``mxfp8``), else ``dtype``."""
+        if self.dtype == "fp8" and self.fp8_recipe == "blockwise":
+            return "mxfp8"
         block = self.dtype == "fp8" and self.fp8_recipe in ("mxfp8", "nvfp4")
         return self.fp8_recipe if block else self.dtype
 

@@ -25,6 +25,9 @@ are low precision and what the scaling costs.
              BF16 tensor (read 2n, write 2 x (n/2 + n/16); the
              random Hadamard transform of the wgrad operand and
              the gradients' stochastic rounding fused in)
+  blockwise  row- and column-wise 1x128 block quantization with     4 n + n/16
+             FP32 scales, both from the BF16 tensor (no global
+             amax)
   ========== ==================================================== ===========
 
   The transposed copy of the per-tensor recipes (``current``, ``delayed``) is Hopper's:
@@ -34,6 +37,18 @@ are low precision and what the scaling costs.
   a row-parallel one's output gradient) is cast on the rank's shard without the transpose
   and transposed after the gather, in the backward before the weight gradient (read and
   write one byte per element of the gathered tensor; :func:`_transposed`).
+
+  ``blockwise`` is Transformer Engine's ``Float8BlockScaling`` (Megatron's ``--fp8-recipe
+  blockwise``, Megatron-Bridge's ``fp8_sc``; DeepSeek-V3's scheme): activations and gradients
+  in 1x128 blocks, weights in 128x128 blocks, an FP32 scale each; because a block's scale
+  runs along one direction, the row- and column-wise copies are both quantized from the
+  BF16 tensor on every GPU (``transformer_engine/common/recipe/__init__.py``). Its GEMMs
+  (split accumulation always) run at the device's block-scaled FP8 level (``dtype``
+  ``mxfp8``: on Hopper cuBLAS's 1x128 / 128x128 block-scaled kernels, docs/devices.md; on
+  Blackwell Transformer Engine runs it through the MXFP8 kernels). With sequence parallelism
+  the rank's shard is quantized row-wise before the all-gather, and the backward's
+  re-gathered column-wise copy is reordered after its gather (``swap_first_dims``: read and
+  write one byte an element, :func:`_transposed`), on every GPU.
 
   (NVFP4: E2M1 values with an E4M3 scale per 16 elements and a per-tensor FP32 scale; both
   layouts are quantized from the high-precision tensor; the wgrad GEMM's operands get a 16 x
@@ -93,25 +108,32 @@ from tracesim.template.moe_ops import is_expert_op
 #: name suffix of current scaling's amax all-reduce over the TP group (module docstring)
 AMAX_SUFFIX = ".fp8_amax"
 #: bytes moved per element of the quantized tensor, by recipe (module docstring)
-CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625", "nvfp4": "5.125"}
+CAST_BYTES_PER_ELEM = {"current": "6", "delayed": "4", "mxfp8": "4.0625", "nvfp4": "5.125",
+                       "blockwise": "4.0625"}
 #: the dtype of a recipe's quantized tensors on the wire (:data:`tracesim.ops.dtypes.WIRE_BYTES`)
-_WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+_WIRE_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4",
+               "blockwise": "mxfp8"}  # 1 byte + a 4-byte scale per 128: MXFP8's 1 + 1/32
 #: the block-scaled recipes, whose casts run at the device's ``quantize`` rate
 _BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: the recipes with a per-tensor amax of each quantized tensor (reduced over TP with SP)
 _TENSOR_AMAX = ("current", "nvfp4")
 #: the cost-model dtype of a recipe's GEMMs (``ParallelSpec.gemm_dtype``)
-_GEMM_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+_GEMM_DTYPE = {"current": "fp8", "delayed": "fp8", "mxfp8": "mxfp8", "nvfp4": "nvfp4",
+               "blockwise": "mxfp8"}
 #: bytes per parameter of the once-per-step weight cast (module docstring)
 _WEIGHT_CAST_BYTES = {"nvfp4": "3"}
 #: the per-tensor scaling recipes: one FP8 copy of a tensor, plus its transpose where the
 #: device's FP8 GEMMs need it (module docstring)
 _PER_TENSOR = ("current", "delayed")
+#: the recipes whose gathered tensors are quantized row-wise on the shard and whose column-wise
+#: copy is reordered after the backward's gather on every GPU (module docstring)
+_REORDERED = ("blockwise",)
 
 
 def _transposed(o: TemplateOp) -> list[TemplateOp]:
     """The FP8 transpose of what sequence parallelism gathered for the backward GEMM ``o``
-    (Hopper, per-tensor recipes): the re-gathered input of a column-parallel linear, the
+    (Hopper, per-tensor recipes; the blockwise recipe's reorder of its gathered column-wise
+    copy on every GPU, the same bytes): the re-gathered input of a column-parallel linear, the
     gathered output gradient of a row-parallel one, each quantized rowwise on its shard and
     transposed after the gather for the weight gradient (Transformer Engine
     ``update_usage(columnwise_usage=True)`` on the gathered ``Float8Tensor``: read and write
@@ -202,10 +224,10 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
             # all-gather
             local = f"{n}/tps" if gathered else n
             bytes_ = f"{per_elem}*{local}"
-            if rec in _PER_TENSOR:
-                if not transposes:
+            if rec in _PER_TENSOR or rec in _REORDERED:
+                if rec in _PER_TENSOR and not transposes:
                     bytes_ = f"{float(per_elem) - 1:g}*{local}"
-                elif gathered:  # transposed after the gather where SP gathers it
+                elif gathered:  # transposed (reordered) after the gather where SP gathers it
                     bytes_ = f"({per_elem}-min(tps-1,1))*{local}"
             fwd = o.phase == "fwd"  # its output, the GEMM's whole input, is what TP gathers
             ops.append(TemplateOp(
@@ -214,7 +236,7 @@ def fp8_template(template: LayerTemplate, recipe: str, param_gather: bool,
                 part=o.part, shard="sequence" if gathered else o.shard,
                 fwd=(o.fwd or o.name) if o.phase == "bwd" else "", out=n if fwd else "0",
                 out_dtype=_WIRE_DTYPE[rec] if fwd else "", quant=rec if rec in _BLOCK_SCALED else ""))
-        if o.phase == "bwd" and transposes and rec in _PER_TENSOR:
+        if o.phase == "bwd" and (transposes and rec in _PER_TENSOR or rec in _REORDERED):
             ops += _transposed(o)
         ops.append(o.replace(dtype=gemm_dtype if rec == recipe else _GEMM_DTYPE[rec]))
     per_param = _WEIGHT_CAST_BYTES.get(recipe) or (

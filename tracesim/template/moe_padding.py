@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 #: Megatron-Core's alignment of an expert's tokens per quantization recipe
-ALIGN = {"current": 16, "delayed": 16, "mxfp8": 32, "nvfp4": 128}
+ALIGN = {"current": 16, "delayed": 16, "blockwise": 16, "mxfp8": 32, "nvfp4": 128}
 
 
 def align_size(par: Any) -> int:

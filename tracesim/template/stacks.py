@@ -170,7 +170,7 @@ def _eager(par: Any, dev: Any) -> dict[str, Any]:
 register_stack(Stack(
     "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
     sp_regather=True, fused_ce=True, megatron_ce=True,
-    fp8_recipes=("current", "delayed", "mxfp8", "nvfp4"),
+    fp8_recipes=("current", "delayed", "mxfp8", "nvfp4", "blockwise"),
     mcore_paths=True,
     defaults=_megatron_core,
     kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
