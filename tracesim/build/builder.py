@@ -402,6 +402,7 @@ def build_graph(
     sm_count: int = 0,
     blackwell: bool = False,
     comm_estimate: CommEstimateFn | None = None,
+    hbm_GBps: float = 0.0,
     ranks: Sequence[int] | None = None,
     offload: Offload | None = None,
     nccl_ctas: tuple[tuple[str, int], ...] = (),
@@ -421,7 +422,8 @@ def build_graph(
         merge_compute: merge runs of consecutive compute tasks (:meth:`Unit.compacted`).
         sm_count, blackwell: the device's SMs (0: unknown: overlapped compute is not slowed)
             and whether it is a Blackwell GPU (its userbuffers settings), for the overlaps
-            of :mod:`tracesim.build.overlap`.
+            of :mod:`tracesim.build.overlap`; ``hbm_GBps``: its memory bandwidth (0: unknown:
+            overlapped transfers take no memory time from the compute, ``Overlaps.contention_ns``).
         comm_estimate: uncongested time (ns) of a collective ``(collective, group kind,
             bytes)``: how long an NCCL collective takes SMs from the compute it overlaps
             (None: not charged).
@@ -435,7 +437,7 @@ def build_graph(
     progs = stage_programs(model, par, template, op_time, comm_time=comm_time, gpus=gpus,
                            merge_compute=merge_compute, sm_count=sm_count, blackwell=blackwell,
                            comm_estimate=comm_estimate, offload=offload, nccl_ctas=nccl_ctas,
-                           cpu_speed=cpu_speed)
+                           cpu_speed=cpu_speed, hbm_GBps=hbm_GBps)
     placement = progs.placement
     if ranks is None:
         ranks = placement.representatives() if representatives else list(range(par.world))
@@ -465,6 +467,7 @@ def stage_programs(
     offload: Offload | None = None,
     nccl_ctas: tuple[tuple[str, int], ...] = (),
     cpu_speed: float = 1.0,
+    hbm_GBps: float = 0.0,
 ) -> StagePrograms:
     """The stage programs :func:`build_graph` gives to ranks (same arguments)."""
     validate_layout(model, par, gpus)
@@ -475,7 +478,7 @@ def stage_programs(
     res = resolve_template(template, model, par, op_time)
     stage_progs = []
     infos = []
-    ov = overlaps_for(par, sm_count, blackwell, comm_estimate, nccl_ctas)
+    ov = overlaps_for(par, sm_count, blackwell, comm_estimate, nccl_ctas, hbm_GBps)
     if par.moe_shared_expert_overlap and not shared_overlap.why_not(par, model):
         res = shared_overlap.apply(res, ov)
     for stage in range(par.pp):

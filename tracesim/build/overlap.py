@@ -62,6 +62,12 @@ times ``S / (S - s)``. ``s`` is the userbuffers configuration's ``num_sm`` for t
 H100 / B200 BF16 and FP8 configurations of the 25.11 recipes; ring exchange moves data
 with the copy engines and 1 SM), and :data:`NCCL_SMS` for an NCCL collective, charged only
 for the time it overlaps (its uncongested estimate, capped by the compute it overlaps).
+
+Memory contention: a tensor-parallel transfer beside a GEMM (every pattern above) moves its
+bytes through the GPU's memory, ``(tp - 1) / tp`` of the message each way; the GEMM lasts
+longer by that memory time (``Overlaps.contention_ns``, with ``comm_interference``; checked on
+pytorch/pytorch #172714's GEMM beside an all-gather on 8 H100 within 0.4% and 4.1%,
+``benchmarks/kernels/overlap_contention.py``).
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.resolve import ROp
 from tracesim.template.ub_chunks import PIPE_SPLITS
 
+#: memory contention of a TP transfer beside compute (module docstring, "Memory contention"):
+#: the compute loses this times the transfer's memory time
+CONTENTION = 1.0
 #: SMs an NCCL collective occupies while it overlaps compute: the 16 SMs Transformer Engine's
 #: norm kernels leave free for concurrent communication in the Megatron-Bridge recipes
 #: (``NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16``, scripts/performance/perf_plugins.py @v0.2.1)
@@ -123,6 +132,8 @@ class Overlaps:
     chunked: bool = False  # every chunk its own task (:data:`CHUNKED`)
     #: NCCL's CTA cap per group kind (the cluster spec's ``collectives.max_ctas``)
     ctas: tuple[tuple[str, int], ...] = ()
+    #: the device's memory bandwidth, bytes/s (0: unknown, no memory contention)
+    hbm_Bps: float = 0.0
 
     def nccl_sms(self, kind: str) -> int:
         """SMs an NCCL collective on the communicator of group kind ``kind`` takes:
@@ -152,6 +163,15 @@ class Overlaps:
         part = dur_ns if overlapped_ns is None else min(max(overlapped_ns, 0.0), dur_ns)
         return int(round(dur_ns + part * sms / (self.sm_count - sms)))
 
+    def contention_ns(self, collective: str, msg_bytes: float, compute_ns: float) -> float:
+        """Compute time a TP transfer of ``msg_bytes`` takes from ``compute_ns`` of compute it
+        overlaps (module docstring, "Memory contention"): its bytes through this GPU's memory
+        (an all-reduce twice) at the memory bandwidth, at most the compute."""
+        if not self.interference or self.hbm_Bps <= 0 or msg_bytes <= 0 or compute_ns <= 0:
+            return 0.0
+        share = 2.0 * (self.tp - 1) / max(self.tp, 1) * (2.0 if collective == "all_reduce" else 1.0)
+        return min(compute_ns, CONTENTION * share * msg_bytes / self.hbm_Bps * 1e9)
+
     def est(self, collective: str, gkind: str, msg_bytes: int, algorithm: str = "") -> float | None:
         if self.estimate is None:
             return None
@@ -161,16 +181,17 @@ class Overlaps:
 
 def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
                  estimate: CommEstimateFn | None = None,
-                 ctas: tuple[tuple[str, int], ...] = ()) -> Overlaps:
+                 ctas: tuple[tuple[str, int], ...] = (), hbm_GBps: float = 0.0) -> Overlaps:
     """:class:`Overlaps` of layout ``par`` (a ParallelSpec) on a device of ``sm_count``
-    SMs (0: unknown, no interference), NCCL communicators capped at ``ctas``."""
+    SMs (0: unknown, no interference) and ``hbm_GBps`` of memory bandwidth, NCCL
+    communicators capped at ``ctas``."""
     fp8 = getattr(par, "dtype", "") == "fp8"
     return Overlaps(tp=int(getattr(par, "tp", 1)), ub=bool(getattr(par, "tp_comm_overlap", False)),
                     tp_bwd=bool(getattr(par, "tp_bwd_overlap", False)),
                     interference=bool(getattr(par, "comm_interference", False)),
                     sm_count=int(sm_count),
                     config="fp8" if fp8 else ("bf16-blackwell" if blackwell else "bf16"),
-                    estimate=estimate, chunked=CHUNKED, ctas=tuple(ctas))
+                    estimate=estimate, chunked=CHUNKED, ctas=tuple(ctas), hbm_Bps=hbm_GBps * 1e9)
 
 
 def _is_tp(r: ROp, marks: tuple[str, ...]) -> bool:
@@ -309,14 +330,16 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
     rs_sms = ov.ub_method(g.ub, "wgrad")[1] if ov.ub else ov.nccl_sms("tp")
     ag_ns = None if ov.ub or pre is None else ov.est(pre.collective, "tp", pre.msg_bytes)
     rs_ns = None if ov.ub or post is None else ov.est(post.collective, "tp", post.msg_bytes)
-    dgrad = _gemm(u, g, ov.slowed(d_ns, ag_sms, ag_ns) if pre is not None else d_ns, 0.5,
-                  layer, phase, prefix)
+    if pre is not None:
+        d_ns = ov.slowed(d_ns, ag_sms, ag_ns) + ov.contention_ns(pre.collective, pre.msg_bytes, d_ns)
+    dgrad = _gemm(u, g, d_ns, 0.5, layer, phase, prefix)
     rs = -1
     if post is not None:
         rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix, ov)
         u.edge(dgrad, rs)
-    wgrad = _gemm(u, g, ov.slowed(w_ns, rs_sms, rs_ns) if post is not None else w_ns, 0.5,
-                  layer, phase, prefix)
+    if post is not None:
+        w_ns = ov.slowed(w_ns, rs_sms, rs_ns) + ov.contention_ns(post.collective, post.msg_bytes, w_ns)
+    wgrad = _gemm(u, g, w_ns, 0.5, layer, phase, prefix)
     u.edge(ag, wgrad)
     if rs >= 0:
         u.joins.append(rs)
@@ -334,9 +357,11 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
     chunk with ``ov.chunked``)."""
     n = max(n, 2)
     total = g.dur_ns * frac if dur is None else dur
-    chunk = ov.slowed(total / n * g.chunk_ratio(n), sms)
+    plain = ov.slowed(total / n * g.chunk_ratio(n), sms)
     tail, joins = u.tail, list(u.joins)
     msg = int(round(comm.msg_bytes / (n - 1)))
+    # the chunks beside a transfer (all but the last) lose its memory time
+    chunk = plain + ov.contention_ns(comm.collective, msg, plain)
 
     def first_comm(c: int) -> None:
         u.edge(tail, c)
@@ -348,7 +373,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
         c = _comm(u, comm, f"{comm.name}#1-{n - 1}", msg * (n - 1), layer, phase, prefix, ov,
                   chunks=n - 1)
         first_comm(c)
-        u.edge(c, _gemm(u, g, chunk, frac / n, layer, phase, prefix))
+        u.edge(c, _gemm(u, g, plain, frac / n, layer, phase, prefix))
         return
     for k in range(n):
         c = -1
@@ -356,7 +381,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
             c = _comm(u, comm, f"{comm.name}#{k}", msg, layer, phase, prefix, ov)
             if k == 1:
                 first_comm(c)
-        t = _gemm(u, g, chunk, frac / n, layer, phase, prefix)
+        t = _gemm(u, g, chunk if k < n - 1 else plain, frac / n, layer, phase, prefix)
         u.edge(c, t)
 
 
@@ -374,10 +399,12 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     chunk with ``ov.chunked``)."""
     splits = PIPE_SPLITS if method == "pipe" else max(ov.tp, 2)
     n_comm = splits if method == "pipe" else splits - 1
-    chunk = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
+    plain = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
     msg = int(round(comm.msg_bytes / n_comm))
+    # every chunk after the first runs beside a transfer and loses its memory time
+    chunk = plain + ov.contention_ns(comm.collective, msg, plain)
     if not ov.chunked:
-        first = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
+        first = _gemm(u, g, plain, 1.0 / splits, layer, phase, prefix)
         rest = n_comm - 1
         before = first
         if rest:
@@ -395,7 +422,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
         return
     last_c = -1
     for k in range(splits):
-        t = _gemm(u, g, chunk, 1.0 / splits, layer, phase, prefix)
+        t = _gemm(u, g, plain if k == 0 else chunk, 1.0 / splits, layer, phase, prefix)
         if k < n_comm:
             last_c = _comm(u, comm, f"{comm.name}#{k + 1}", msg, layer, phase, prefix, ov)
             u.edge(t, last_c)

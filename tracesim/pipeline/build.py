@@ -199,6 +199,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         merge_compute=merged, sm_count=device.sm_count,
                         blackwell=_blackwell(device),
                         comm_estimate=_comm_estimate(cluster.healthy, par), ranks=ranks,
+                        hbm_GBps=device.hbm_GBps,
                         offload=offload, nccl_ctas=cluster.collectives.max_ctas,
                         cpu_speed=speed)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
