@@ -331,14 +331,14 @@ def _pattern(u: Unit, pre: ROp | None, g: ROp, post: ROp | None, ov: Overlaps, *
     ag_ns = None if ov.ub or pre is None else ov.est(pre.collective, "tp", pre.msg_bytes)
     rs_ns = None if ov.ub or post is None else ov.est(post.collective, "tp", post.msg_bytes)
     if pre is not None:
-        d_ns = ov.slowed(d_ns, ag_sms, ag_ns) + ov.contention_ns(pre.collective, pre.msg_bytes, d_ns)
+        d_ns = ov.slowed(d_ns, ag_sms, ag_ns) + int(round(ov.contention_ns(pre.collective, pre.msg_bytes, d_ns)))
     dgrad = _gemm(u, g, d_ns, 0.5, layer, phase, prefix)
     rs = -1
     if post is not None:
         rs = _comm(u, post, post.name, post.msg_bytes, layer, phase, prefix, ov)
         u.edge(dgrad, rs)
     if post is not None:
-        w_ns = ov.slowed(w_ns, rs_sms, rs_ns) + ov.contention_ns(post.collective, post.msg_bytes, w_ns)
+        w_ns = ov.slowed(w_ns, rs_sms, rs_ns) + int(round(ov.contention_ns(post.collective, post.msg_bytes, w_ns)))
     wgrad = _gemm(u, g, w_ns, 0.5, layer, phase, prefix)
     u.edge(ag, wgrad)
     if rs >= 0:
@@ -361,7 +361,7 @@ def _ring_in(u: Unit, comm: ROp, g: ROp, frac: float, ov: Overlaps, n: int, sms:
     tail, joins = u.tail, list(u.joins)
     msg = int(round(comm.msg_bytes / (n - 1)))
     # the chunks beside a transfer (all but the last) lose its memory time
-    chunk = plain + ov.contention_ns(comm.collective, msg, plain)
+    chunk = plain + int(round(ov.contention_ns(comm.collective, msg, plain)))
 
     def first_comm(c: int) -> None:
         u.edge(tail, c)
@@ -402,7 +402,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     plain = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
     msg = int(round(comm.msg_bytes / n_comm))
     # every chunk after the first runs beside a transfer and loses its memory time
-    chunk = plain + ov.contention_ns(comm.collective, msg, plain)
+    chunk = plain + int(round(ov.contention_ns(comm.collective, msg, plain)))
     if not ov.chunked:
         first = _gemm(u, g, plain, 1.0 / splits, layer, phase, prefix)
         rest = n_comm - 1
