@@ -35,16 +35,20 @@ def test_the_h100_microbenchmark(mode: str, tol: float) -> None:
         assert modelled(mode, contention=False) < 0.87 * measured()[mode]
 
 
-def test_a_tp_replay_pays_it_and_a_tp1_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tp_and_dp_replays_pay_it_and_a_single_gpu_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     import tracesim.build.overlap as overlap
 
-    def compute(tp: int) -> int:
+    def compute(tp: int, dp: int) -> int:
         opts = {"model": "llama3-8b", "cluster": "h100x8", "micro_batch": 1, "seq_len": 4096,
-                "tp": tp, "dp": 8 // tp, "global_batch": 8 // tp}
+                "tp": tp, "dp": dp, "global_batch": dp}
         return int(build(None, ReplayOptions.from_mapping(opts)).graph.tasks["dur_ns"].sum())
 
-    with_it = {tp: compute(tp) for tp in (1, 4)}
+    layouts = ((1, 1), (4, 2), (1, 8))
+    with_it = {lay: compute(*lay) for lay in layouts}
     monkeypatch.setattr(overlap, "CONTENTION", 0.0)
-    without = {tp: compute(tp) for tp in (1, 4)}
-    assert with_it[1] == without[1]  # nothing tensor-parallel overlaps
-    assert with_it[4] > without[4] * 1.01
+    without = {lay: compute(*lay) for lay in layouts}
+    assert with_it[(1, 1)] == without[(1, 1)]  # one GPU: nothing moves beside its compute
+    assert with_it[(4, 2)] > without[(4, 2)] * 1.01  # TP transfers beside the GEMMs
+    # DP 8 at one micro-batch: the whole gradient reduce-scatter beside the last backward and
+    # the parameter all-gather beside the first forward
+    assert with_it[(1, 8)] > without[(1, 8)] * 1.01

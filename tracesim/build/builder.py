@@ -203,11 +203,14 @@ class _StageBuilder:
         return (u.compacted() if self.merge else u).freeze()
 
     def _fsdp_interference(self, u: Unit, start: int, nbytes: float, collective: str) -> None:
-        """ZeRO-3 / FSDP: the segment's compute loses the SMs of its collective."""
+        """ZeRO-3 / FSDP: the segment's compute loses the SMs of its collective and the memory
+        time of its bytes."""
         est = self.ov.est(collective, "dpcp", int(nbytes))
         if est:
             busy = sum(u.cols["dur_ns"][i] for i in range(start, len(u)) if u.cols["lane"][i] == "compute")
-            stretch_cols(u, start, overlap_extra_ns(self.ov, est, busy, self.ov.nccl_sms("dpcp")))
+            extra = (overlap_extra_ns(self.ov, est, busy, self.ov.nccl_sms("dpcp"))
+                     + self.ov.contention_ns(collective, nbytes, busy, self.dpcp))
+            stretch_cols(u, start, min(extra, busy))
 
     def backward_unit(self, g: int, gather: bool = True, reduce: bool = True) -> Unit:
         """Model chunk ``g``'s backward pass; with sharded parameters each segment
@@ -333,12 +336,12 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
                 prog.edge(entry_dep, ag)
                 entry_dep = ag
         if it.kind == "F" and gather_early and idx == first_f[it.chunk]:
-            ns, _ = dpsync.bucket_comm_ns(sb, g, "all_gather", sb.param_bytes, True, unit)
-            unit = stretched(unit, 0, dpsync.interference(sb, unit, ns, 0))
+            ns, _, moved = dpsync.bucket_comm_ns(sb, g, "all_gather", sb.param_bytes, True, unit)
+            unit = stretched(unit, 0, dpsync.interference(sb, unit, ns, 0, "all_gather", moved))
         elif it.kind == "B" and reduce_early and idx == last_b[it.chunk]:
-            ns, start = dpsync.bucket_comm_ns(sb, g, "reduce_scatter" if par.zero >= 1 else "all_reduce",
-                                              sb.grad_bytes, False, unit)
-            unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1))
+            coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+            ns, start, moved = dpsync.bucket_comm_ns(sb, g, coll, sb.grad_bytes, False, unit)
+            unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1, coll, moved))
         mg = (a2a_overlap.merge(unit, unit_of(idx + 1), merges, *slowdown)
               if idx in merged_with else None)
         if mg is not None:

@@ -133,26 +133,36 @@ def param_gathers(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int
 
 
 def bucket_comm_ns(sb: _StageBuilder, g: int, collective: str, nbytes_per_param: float,
-                   forward: bool, unit: Unit) -> tuple[float, int]:
+                   forward: bool, unit: Unit) -> tuple[float, int, list[tuple[float, int]]]:
     """(estimated time of chunk ``g``'s buckets of ``collective``, index of the unit task
-    after which the first one starts), 0 time when there is no estimate."""
+    after which the first one starts, (bytes, group size) per data-parallel group), 0 time
+    when there is no estimate."""
     order = _segments(sb, unit, g, forward)
     total = 0.0
-    for gk, col, _ in _groups(sb):
+    moved: list[tuple[float, int]] = []
+    for gk, col, size in _groups(sb):
         params = sum(r[col] for r in order)
         if params > 0:
             est = sb.ov.est(collective, gk, int(params * nbytes_per_param))
             total += est or 0.0
+            moved.append((params * nbytes_per_param, size))
     first = 0 if forward else min((r[0] for r in order if r[0] >= 0), default=0)
-    return total, first
+    return total, first, moved
 
 
-def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int) -> float:
+def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int, collective: str = "",
+                 moved: list[tuple[float, int]] | None = None) -> float:
     """Compute time lost by ``unit`` to ``comm_ns`` of NCCL collectives that overlap its
-    compute from task ``start`` on (:func:`tracesim.build.overlap.overlap_extra_ns`)."""
+    compute from task ``start`` on: their SMs (:func:`tracesim.build.overlap.overlap_extra_ns`)
+    and, for ``moved`` (bytes, group size) of ``collective``, the memory time of their bytes
+    (:meth:`tracesim.build.overlap.Overlaps.contention_ns`)."""
     from tracesim.build.overlap import compute_ns
 
-    return overlap_extra_ns(sb.ov, comm_ns, compute_ns(unit, start), sb.ov.nccl_sms("dpcp"))
+    busy = compute_ns(unit, start)
+    extra = overlap_extra_ns(sb.ov, comm_ns, busy, sb.ov.nccl_sms("dpcp"))
+    if comm_ns > 0:
+        extra += sum(sb.ov.contention_ns(collective, nbytes, busy, size) for nbytes, size in moved or ())
+    return min(extra, busy)
 
 
 def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:

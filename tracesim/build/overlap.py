@@ -39,9 +39,7 @@ TP links while a pipeline runs (the flow network: a merged transfer sends its ch
 back to back where the chunked form may wait for a GEMM chunk between them, so they meet
 the other flows at other moments; the pipeline's end is the same uncontended) or (2) the
 host is behind inside a pipeline (its waits fall on a merged task instead of the chunk
-they delay). Both move the small test layouts by under 0.1%; of the 38 published rows
-(``tracesim validate published``) one moves, by 2.5e-7 of its iteration time (B200 Llama
-3.1 405B, TP 4 CP 2), and the benchmark scenarios of docs/performance.md not at all.
+they delay). Both move the small test layouts by under 0.1% (docs/stacks.md, "Closed forms").
 * **bulk** (``bulk``; and Megatron-Core / TE's asynchronous NCCL collectives without
   userbuffers): in the backward of a column-parallel linear the re-gather of its input
   runs during the data-gradient GEMM, and the reduce-scatter (all-reduce) of that gradient
@@ -63,11 +61,12 @@ H100 / B200 BF16 and FP8 configurations of the 25.11 recipes; ring exchange move
 with the copy engines and 1 SM), and :data:`NCCL_SMS` for an NCCL collective, charged only
 for the time it overlaps (its uncongested estimate, capped by the compute it overlaps).
 
-Memory contention: a tensor-parallel transfer beside a GEMM (every pattern above) moves its
-bytes through the GPU's memory, ``(tp - 1) / tp`` of the message each way; the GEMM lasts
-longer by that memory time (``Overlaps.contention_ns``, with ``comm_interference``; checked on
-pytorch/pytorch #172714's GEMM beside an all-gather on 8 H100 within 0.4% and 4.1%,
-``benchmarks/kernels/overlap_contention.py``).
+Memory contention: a transfer beside compute moves its bytes through the GPU's memory,
+``(n - 1) / n`` of the message each way over a group of ``n``; the compute lasts longer by
+that memory time (``Overlaps.contention_ns``, with ``comm_interference``): the TP transfers
+of every pattern above, and the data-parallel buckets and ZeRO-3 / FSDP collectives beside
+a pass (:func:`tracesim.build.dpsync.interference`). Checked on pytorch/pytorch #172714's
+GEMM beside an NCCL all-gather on 8 H100 (``benchmarks/kernels/overlap_contention.py``).
 """
 
 from __future__ import annotations
@@ -82,8 +81,7 @@ from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.resolve import ROp
 from tracesim.template.ub_chunks import PIPE_SPLITS
 
-#: memory contention of a TP transfer beside compute (module docstring, "Memory contention"):
-#: the compute loses this times the transfer's memory time
+#: the compute beside a transfer loses this times its memory time (docstring, "Memory contention")
 CONTENTION = 1.0
 #: SMs an NCCL collective occupies while it overlaps compute: the 16 SMs Transformer Engine's
 #: norm kernels leave free for concurrent communication in the Megatron-Bridge recipes
@@ -163,13 +161,15 @@ class Overlaps:
         part = dur_ns if overlapped_ns is None else min(max(overlapped_ns, 0.0), dur_ns)
         return int(round(dur_ns + part * sms / (self.sm_count - sms)))
 
-    def contention_ns(self, collective: str, msg_bytes: float, compute_ns: float) -> float:
-        """Compute time a TP transfer of ``msg_bytes`` takes from ``compute_ns`` of compute it
-        overlaps (module docstring, "Memory contention"): its bytes through this GPU's memory
-        (an all-reduce twice) at the memory bandwidth, at most the compute."""
-        if not self.interference or self.hbm_Bps <= 0 or msg_bytes <= 0 or compute_ns <= 0:
+    def contention_ns(self, collective: str, msg_bytes: float, compute_ns: float,
+                      group: int | None = None) -> float:
+        """Compute time a transfer of ``msg_bytes`` over ``group`` ranks (None: TP) takes from
+        ``compute_ns`` of compute beside it (module docstring, "Memory contention"): its bytes
+        through this GPU's memory (an all-reduce twice) at the memory bandwidth, at most the compute."""
+        n = self.tp if group is None else group
+        if not self.interference or self.hbm_Bps <= 0 or msg_bytes <= 0 or compute_ns <= 0 or n <= 1:
             return 0.0
-        share = 2.0 * (self.tp - 1) / max(self.tp, 1) * (2.0 if collective == "all_reduce" else 1.0)
+        share = 2.0 * (n - 1) / n * (2.0 if collective == "all_reduce" else 1.0)
         return min(compute_ns, CONTENTION * share * msg_bytes / self.hbm_Bps * 1e9)
 
     def est(self, collective: str, gkind: str, msg_bytes: int, algorithm: str = "") -> float | None:
