@@ -30,7 +30,7 @@ from typing import Any
 from benchmarks.kernels import kernel_fit as kf
 from benchmarks.kernels.attention_blackwell import cudnn_blackwell, scaled_plateau
 from benchmarks.kernels.conv_tf32 import A100_TF32_CONV_FROM_TRACE
-from benchmarks.kernels.datasheet_specs import SPECS
+from benchmarks.kernels.datasheet_specs import DERIVED, MAMF_ROWS, MEMORY_ROWS, PLATEAU_FROM, SPECS
 from benchmarks.kernels.flash2 import flash2_params
 from benchmarks.kernels.gemm_precision import (
     HOPPER,
@@ -55,32 +55,6 @@ from benchmarks.kernels.sustained import fleet, sustained_clock
 from benchmarks.kernels.sweep_fit import SQUARE_ROWS, square_fit, sweep_fit
 from tracesim.hardware.calibrate import saturating_curve
 
-#: where a device has no kernel data of its own: what its number is taken from
-DERIVED: dict[str, dict[str, str]] = {
-    "a100-40gb": {"gemm": "a100", "attention": "a100", "memory_fraction": "a100"},
-    "h200": {"gemm_default": "h100 (MAMF table note: 'H200 is the same')", "attention": "h100"},
-    "gb200": {"attention": "b200", "memory_fraction": "b200"},
-    "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
-    "b300": {"attention": "gb300 (the same Blackwell Ultra die)"},
-    "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
-    "mi325x": {"gemm_fp8": "mi325x bf16", "attention": "h100 x GEMM ratio",
-               "memory_fraction": "mi300x"},
-    "mi355x": {"attention": "h100 x GEMM ratio", "memory_fraction": "mi300x"},
-}
-
-#: MAMF rows (data/gemm.csv ``device``) a device's GEMM plateau is solved from, per dtype
-MAMF_ROWS: dict[str, dict[str, str]] = {
-    "a100": {"default": "A100-SXM"}, "a100-40gb": {"default": "A100-SXM"},
-    "h100": {"default": "H100-SXM", "fp8": "H100-SXM"}, "h200": {"default": "H100-SXM", "fp8": "H200-SXM"},
-    "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
-    "gb300": {"default": "GB200", "fp8": "GB200"}, "b300": {"default": "B300-SXM", "fp8": "B300-SXM"},
-    "mi300x": {"default": "MI300X"}, "mi325x": {"default": "MI325X"}, "mi355x": {"default": "MI355X"},
-}
-#: devices whose own MAMF row the shared GEMM model reproduces only with a plateau above 1:
-#: B300's best BF16 shape has k = 1024, where the fitted k overhead (320) would need 1.06 of
-#: peak. Their plateau is the named profile's (its own MAMF row) times the two devices' MAMF
-#: rates over their peaks (derived); the ceiling stays the device's own MAMF
-PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
 #: dtypes whose GEMMs are capped at the MAMF (the shape model's ``ceiling``): the measured
 #: BF16 and FP8 rows, and MXFP8 at FP8's (times the Blackwell MX ratio, as its plateau); NVFP4
 #: from its own rows (nvfp4_fit; Blackwell Ultra's from FP8's, ultra_nvfp4_factor)
@@ -88,12 +62,6 @@ CEILING_DTYPES = ("default", "fp8", "mxfp8")
 #: NVFP4 GEMM rows (data/gemm.csv, source TORCHAO-NVFP4): the device they were measured on;
 #: the Blackwell GPUs without rows of their own take its fractions of the FP4 peak (derived)
 NVFP4_DEVICE = ("b200", "B200-SXM")
-#: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
-MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
-               "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
-               "gb300": "B300-SXM6-AC", "b300": "B300-SXM6-AC", "mi300x": "MI300X",
-               "mi325x": "MI300X", "mi355x": "MI300X"}
-
 #: fixed time per kernel (us): the shortest kernels of the public A100 traces last 2-3 us
 LAUNCH_OVERHEAD_US = kf.LAUNCH_US
 #: FP32 SIMT GEMM plateau: cuBLAS SGEMM 7000x1760x1760 reaches 9.9 of ~11 TFLOP/s

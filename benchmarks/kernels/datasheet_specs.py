@@ -138,3 +138,35 @@ SPECS["mi325x"] = {
                                          "MI300X's figures",
                 "hbm": f"{MLE} memory table row AMD MI325X: 256 GB HBM3e, 6.00 TB/s"},
 }
+
+#: where a device has no kernel data of its own: what its number is taken from
+DERIVED: dict[str, dict[str, str]] = {
+    "a100-40gb": {"gemm": "a100", "attention": "a100", "memory_fraction": "a100"},
+    "h200": {"gemm_default": "h100 (MAMF table note: 'H200 is the same')", "attention": "h100"},
+    "gb200": {"attention": "b200", "memory_fraction": "b200"},
+    "gb300": {"gemm": "gb200", "attention": "gb200", "memory_fraction": "B300 (FluidX3D)"},
+    "b300": {"attention": "gb300 (the same Blackwell Ultra die)"},
+    "mi300x": {"gemm_fp8": "mi300x bf16", "attention": "h100 x GEMM ratio"},
+    "mi325x": {"gemm_fp8": "mi325x bf16", "attention": "h100 x GEMM ratio",
+               "memory_fraction": "mi300x"},
+    "mi355x": {"attention": "h100 x GEMM ratio", "memory_fraction": "mi300x"},
+}
+
+#: MAMF rows (data/gemm.csv ``device``) a device's GEMM plateau is solved from, per dtype
+MAMF_ROWS: dict[str, dict[str, str]] = {
+    "a100": {"default": "A100-SXM"}, "a100-40gb": {"default": "A100-SXM"},
+    "h100": {"default": "H100-SXM", "fp8": "H100-SXM"}, "h200": {"default": "H100-SXM", "fp8": "H200-SXM"},
+    "b200": {"default": "B200-SXM", "fp8": "B200-SXM"}, "gb200": {"default": "GB200", "fp8": "GB200"},
+    "gb300": {"default": "GB200", "fp8": "GB200"}, "b300": {"default": "B300-SXM", "fp8": "B300-SXM"},
+    "mi300x": {"default": "MI300X"}, "mi325x": {"default": "MI325X"}, "mi355x": {"default": "MI355X"},
+}
+#: devices whose own MAMF row the shared GEMM model reproduces only with a plateau above 1:
+#: B300's best BF16 shape has k = 1024, where the fitted k overhead (320) would need 1.06 of
+#: peak. Their plateau is the named profile's (its own MAMF row) times the two devices' MAMF
+#: rates over their peaks (derived); the ceiling stays the device's own MAMF
+PLATEAU_FROM: dict[str, dict[str, str]] = {"b300": {"default": "b200"}}
+#: FluidX3D device (data/membw.csv) whose achieved fraction of its datasheet bandwidth is used
+MEMORY_ROWS = {"a100": "A100-SXM4-80GB", "a100-40gb": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB",
+               "h200": "H200-SXM5-141GB", "b200": "B200-SXM6-180GB", "gb200": "B200-SXM6-180GB",
+               "gb300": "B300-SXM6-AC", "b300": "B300-SXM6-AC", "mi300x": "MI300X",
+               "mi325x": "MI300X", "mi355x": "MI300X"}
