@@ -1,7 +1,7 @@
 """docs/accuracy.md's per-row tables of the published runs agree with each other and with what
 a replay reports: every table's summary line with the table's own rows, and the rows of the
-validated tables together with ``tracesim/report/validation.yaml`` (which
-``scripts/validation_summary.py`` writes from a fresh replay). Catches a table, a summary line
+validated tables together and the table of groups with ``tracesim/report/validation.yaml``
+(which ``scripts/validation_summary.py`` writes from a fresh replay). Catches a table, a summary line
 or the shipped summary left behind when a change moves predictions. The doc shows each error
 to 0.1%, so means are compared to 0.06 points and a count may differ by the rows shown at its
 bound (10.0%, 20.0%)."""
@@ -140,3 +140,28 @@ def test_each_summary_line_matches_its_table(table: Table) -> None:
 def test_summary_lines_are_found() -> None:
     """The summary-line pattern still reads the doc (the parametrized test above is not empty)."""
     assert sum(bool(_SUMMARY.match(t.after)) for t in tables()) >= 10
+
+
+def _pct(x: float, sign: bool) -> str:
+    return f"{x * 100:+.1f}%" if sign else f"{x * 100:.1f}%"
+
+
+def test_the_groups_table_is_the_shipped_summary() -> None:
+    """Section "The accuracy a replay reports": its table of groups (stack, kind, GPU) and of
+    each stack and kind over its GPUs is validation.yaml's, to the digits shown."""
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for g in shipped["groups"] + [k for k in shipped["kinds"] if len(k["devices"]) > 1]:
+        dev = g.get("device") or f"every GPU above ({len(g['devices'])})"
+        rows[(g["stack"], g["kind"], dev)] = [
+            str(g["rows"]), _pct(g["mean_error"], True), _pct(g["mean_abs_error"], False),
+            str(g["within_10pct"]), str(g["within_20pct"]), _pct(g["largest"], True)]
+    text = DOC.read_text().split("## The accuracy a replay reports", 1)[1].split("\n## ", 1)[0]
+    got: dict[tuple[str, str, str], list[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 9 and cells[0] != "stack":
+            got[(cells[0], cells[1], cells[2])] = cells[3:]
+    assert list(got) == list(rows), "the groups table lists other groups than validation.yaml"
+    for key, cells in got.items():
+        assert cells == rows[key], (key, cells, rows[key])
