@@ -1,8 +1,9 @@
 """docs/accuracy.md's per-row tables of the published runs agree with each other and with what
-a replay reports: every table's summary line with the table's own rows, and the rows of the
-validated tables together and the table of groups with ``tracesim/report/validation.yaml``
-(which ``scripts/validation_summary.py`` writes from a fresh replay). Catches a table, a summary line
-or the shipped summary left behind when a change moves predictions. The doc shows each error
+a replay reports: every table's summary line and the Summary table's quotes of it with the
+table's own rows, and the rows of the validated tables together and the table of groups with
+``tracesim/report/validation.yaml`` (which ``scripts/validation_summary.py`` writes from a
+fresh replay). Catches a table, a summary line or the shipped summary left behind when a
+change moves predictions. The doc shows each error
 to 0.1%, so means are compared to 0.06 points and a count may differ by the rows shown at its
 bound (10.0%, 20.0%)."""
 
@@ -165,3 +166,64 @@ def test_the_groups_table_is_the_shipped_summary() -> None:
     assert list(got) == list(rows), "the groups table lists other groups than validation.yaml"
     for key, cells in got.items():
         assert cells == rows[key], (key, cells, rows[key])
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub writes it."""
+    s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return s.replace(" ", "-")
+
+
+_RESULT = re.compile(r"(\d+) rows[^:|]*: MAE (\d+\.\d)%(?:[^|]*?largest ([-+]?\d+(?:\.\d)?)%)?"
+                     r"(?:[^|]*?within 10%: (\d+))?(?:[^|]*?within 20%: (\d+))?")
+
+
+def _summary_claims() -> list[tuple[int, str, tuple[str | None, ...]]]:
+    """(line, anchor, result groups) of the page's Summary table rows that quote a per-row table."""
+    lines = DOC.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("## Self-replay"):
+            break
+        m = re.match(r"\| \[[^\]]*\]\(#([^)]+)\)", line)
+        r = _RESULT.search(line)
+        if m and r:
+            out.append((i + 1, m.group(1), r.groups()))
+    return out
+
+
+def _section_lines(anchor: str) -> range:
+    lines = DOC.read_text().splitlines()
+    for i, line in enumerate(lines):
+        h = re.match(r"(#+) (.*)", line)
+        if h and _slug(h.group(2)) == anchor:
+            level = len(h.group(1))
+            end = next((j for j in range(i + 1, len(lines))
+                        if re.match(rf"#{{1,{level}}} ", lines[j])), len(lines))
+            return range(i + 1, end + 1)
+    raise AssertionError(f"no heading with the anchor #{anchor}")
+
+
+def test_summary_table_quotes_the_tables() -> None:
+    """The page's Summary table: each "N rows: MAE X%, largest Y%, within 10%: a, within 20%:
+    b" it quotes is what a per-row table of the linked section gives."""
+    claims = _summary_claims()
+    assert len(claims) >= 10
+    per_row = tables()
+    for line, anchor, (n, mae, largest, w10, w20) in claims:
+        assert n is not None and mae is not None  # the pattern's first two groups always match
+        span = _section_lines(anchor)
+        ok = []
+        for t in per_row:
+            if t.line not in span or len(t.errors) != int(n):
+                continue
+            good = abs(_mean_abs(t.errors) * 100 - float(mae)) <= 0.11
+            if largest is not None:
+                step = 0.06 if "." in largest else 0.51
+                good &= abs(max(abs(e) for e in t.errors) * 100 - abs(float(largest))) <= step
+            for count, bound in ((w10, 0.1), (w20, 0.2)):
+                if count is not None:
+                    lo, hi = _within(t.errors, bound)
+                    good &= lo <= int(count) <= hi
+            ok.append(good)
+        assert any(ok), f"accuracy.md line {line}: no table of #{anchor} gives {n} rows, MAE {mae}%"
