@@ -41,6 +41,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         report.longrepr = f"skipped in CI (a CI run must run every test): {reason}"
 
 
+#: test files that take minutes: collected first, so that ``--dist loadfile`` starts them
+#: first and the other files fill the other worker meanwhile
+LONG_FIRST = ("test_validation_current.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda it: it.path.name not in LONG_FIRST)  # stable: order kept otherwise
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator:
     outcome = yield
