@@ -37,7 +37,6 @@ from tracesim.build.offload import Offload, add_waits
 from tracesim.build.overlap import (
     CommEstimateFn,
     emit,
-    overlap_extra_ns,
     overlaps_for,
     stretch_cols,
     stretched,
@@ -208,9 +207,7 @@ class _StageBuilder:
         est = self.ov.est(collective, "dpcp", int(nbytes))
         if est:
             busy = sum(u.cols["dur_ns"][i] for i in range(start, len(u)) if u.cols["lane"][i] == "compute")
-            extra = (overlap_extra_ns(self.ov, est, busy, self.ov.nccl_sms("dpcp"))
-                     + self.ov.contention_ns(collective, nbytes, busy, self.dpcp))
-            stretch_cols(u, start, min(extra, busy))
+            stretch_cols(u, start, dpsync.lost_ns(self.ov, est, busy, collective, [(nbytes, self.dpcp)]))
 
     def backward_unit(self, g: int, gather: bool = True, reduce: bool = True) -> Unit:
         """Model chunk ``g``'s backward pass; with sharded parameters each segment

@@ -22,11 +22,12 @@ over the expert-data-parallel group (``edp``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracesim.build.overlap import overlap_extra_ns
+from tracesim.build.overlap import Overlaps, overlap_extra_ns
 from tracesim.build.units import Program, Unit
 from tracesim.template.layer import evaluate
 
@@ -158,11 +159,18 @@ def interference(sb: _StageBuilder, unit: Unit, comm_ns: float, start: int, coll
     (:meth:`tracesim.build.overlap.Overlaps.contention_ns`)."""
     from tracesim.build.overlap import compute_ns
 
-    busy = compute_ns(unit, start)
-    extra = overlap_extra_ns(sb.ov, comm_ns, busy, sb.ov.nccl_sms("dpcp"))
+    return lost_ns(sb.ov, comm_ns, compute_ns(unit, start), collective, moved or ())
+
+
+def lost_ns(ov: Overlaps, comm_ns: float, busy_ns: float, collective: str,
+            moved: Sequence[tuple[float, int]]) -> float:
+    """Compute time ``busy_ns`` of compute loses to ``comm_ns`` of data-parallel NCCL
+    collectives beside it: their SMs, and the memory time of ``moved`` (bytes, group size) of
+    ``collective``; at most ``busy_ns``."""
+    extra = overlap_extra_ns(ov, comm_ns, busy_ns, ov.nccl_sms("dpcp"))
     if comm_ns > 0:
-        extra += sum(sb.ov.contention_ns(collective, nbytes, busy, size) for nbytes, size in moved or ())
-    return min(extra, busy)
+        extra += sum(ov.contention_ns(collective, nbytes, busy_ns, size) for nbytes, size in moved)
+    return min(extra, busy_ns)
 
 
 def stage_params(sb: _StageBuilder, stage: int) -> tuple[float, float]:
