@@ -9,6 +9,7 @@ bound (10.0%, 20.0%)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +38,15 @@ class Table:
     after: str = ""
 
 
+@functools.cache
+def _lines() -> tuple[str, ...]:
+    return tuple(DOC.read_text().splitlines())
+
+
+@functools.cache
 def tables() -> list[Table]:
     """The per-row tables (header ``| row | ... | error | ...``) with the command above them."""
-    lines = DOC.read_text().splitlines()
+    lines = _lines()
     out: list[Table] = []
     csvs: list[str] = []
     header: list[str] | None = None
@@ -74,7 +81,7 @@ def tables() -> list[Table]:
     return out
 
 
-def _paragraph(lines: list[str], i: int) -> str:
+def _paragraph(lines: tuple[str, ...], i: int) -> str:
     """The first paragraph from line ``i`` on, joined into one line."""
     while i < len(lines) and not lines[i].strip():
         i += 1
@@ -157,7 +164,7 @@ def test_the_groups_table_is_the_shipped_summary() -> None:
         rows[(g["stack"], g["kind"], dev)] = [
             str(g["rows"]), _pct(g["mean_error"], True), _pct(g["mean_abs_error"], False),
             str(g["within_10pct"]), str(g["within_20pct"]), _pct(g["largest"], True)]
-    text = DOC.read_text().split("## The accuracy a replay reports", 1)[1].split("\n## ", 1)[0]
+    text = "\n".join(_lines()).split("## The accuracy a replay reports", 1)[1].split("\n## ", 1)[0]
     got: dict[tuple[str, str, str], list[str]] = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -180,7 +187,7 @@ _RESULT = re.compile(r"(\d+) rows[^:|]*: MAE (\d+\.\d)%(?:[^|]*?largest ([-+]?\d
 
 def _summary_claims() -> list[tuple[int, str, tuple[str | None, ...]]]:
     """(line, anchor, result groups) of the page's Summary table rows that quote a per-row table."""
-    lines = DOC.read_text().splitlines()
+    lines = _lines()
     out = []
     for i, line in enumerate(lines):
         if line.startswith("## Self-replay"):
@@ -193,7 +200,7 @@ def _summary_claims() -> list[tuple[int, str, tuple[str | None, ...]]]:
 
 
 def _section_lines(anchor: str) -> range:
-    lines = DOC.read_text().splitlines()
+    lines = _lines()
     for i, line in enumerate(lines):
         h = re.match(r"(#+) (.*)", line)
         if h and _slug(h.group(2)) == anchor:
