@@ -1,11 +1,15 @@
 """Replay the published tables of docs/accuracy.md and write what a retarget reports as its
 validation (``tracesim/report/validated.py``): per software stack, model kind and GPU, the
-rows' mean signed and absolute error.
+rows' mean signed and absolute error; and the page's per-row tables of those CSVs: each
+row's predicted value and error (and, where they moved, its replay wall time;
+``scripts/accuracy_rows.py``).
 
     .venv/bin/python scripts/validation_summary.py [--jobs 2] [--check]
 
-``--check`` writes nothing and exits 1 when the shipped ``validation.yaml`` differs from a
-fresh replay (run it after a change that moves predictions). About 70 s with two jobs.
+``--check`` writes nothing and exits 1 when the shipped ``validation.yaml`` or a row of the
+page differs from a fresh replay (run it after a change that moves predictions; then bring
+the page's summary lines and the prose that quotes the moved rows along, which
+``tests/test_accuracy_doc.py`` checks for the summary lines). About 2.5 min with two jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # accuracy_rows, also when loaded from a file path
+
+from accuracy_rows import DOC, compare, matched_csvs  # noqa: E402
 
 from tracesim.catalog import load_cluster, load_model  # noqa: E402
 from tracesim.pipeline.published import summary, validate_rows  # noqa: E402
@@ -52,7 +59,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    rows = [r for r in validate_rows([str(p) for p in tables()], jobs=args.jobs) if not r.error]
+    every = list(validate_rows([str(p) for p in tables()], jobs=args.jobs))
+    rows = [r for r in every if not r.error]
     overall = {k: (round(v, 4) if isinstance(v, float) else v)  # wall time: not a result
                for k, v in summary(rows).items() if k != "max_wall_s"}
     data = {"command": "python scripts/validation_summary.py",
@@ -60,14 +68,27 @@ def main() -> int:
             **summarize((*group_of(r.options), r.rel_error) for r in rows)}
     text = ("# Written by scripts/validation_summary.py (docs/accuracy.md, \"The accuracy a replay "
             "reports\"); do not edit.\n" + yaml.safe_dump(data, sort_keys=False))
+    page = DOC.read_text()
+    lines, changes = compare(every, page.splitlines())
+    missing = sorted({p.name for p in tables()} - matched_csvs(every, page.splitlines()))
+    if missing:  # a table the page does not show row by row (or shows other rows of)
+        print(f"{DOC}: no per-row table matches {', '.join(missing)}", file=sys.stderr)
+        return 1
+    for c in changes:
+        print(f"{DOC.name}:{c.line}: {c.label}: {' '.join(c.old)} -> {' '.join(c.new)}")
     if args.check:
-        if not FILE.exists() or FILE.read_text() != text:
-            print(f"{FILE} is stale: run python scripts/validation_summary.py", file=sys.stderr)
+        stale = [str(f) for f, bad in ((FILE, not FILE.exists() or FILE.read_text() != text),
+                                       (DOC, bool(changes))) if bad]
+        if stale:
+            print(f"{' and '.join(stale)} stale: run python scripts/validation_summary.py",
+                  file=sys.stderr)
             return 1
-        print(f"{FILE}: current ({data['all']['rows']} rows)")
+        print(f"{FILE}: current ({data['all']['rows']} rows); {DOC.name}'s rows current")
         return 0
     FILE.write_text(text)
-    print(f"wrote {FILE}: {data['all']['rows']} rows, {len(data['groups'])} groups")
+    DOC.write_text("\n".join(lines) + ("\n" if page.endswith("\n") else ""))
+    print(f"wrote {FILE}: {data['all']['rows']} rows, {len(data['groups'])} groups; "
+          f"{DOC.name}: {len(changes)} rows rewritten (bring its summary lines and prose along)")
     return 0
 
 

@@ -1,8 +1,10 @@
 """The shipped accuracy summary is what the model gives now: every published row of
 docs/accuracy.md's tables replayed afresh (``scripts/validation_summary.py --check``, one
 process, about four minutes on one core) gives ``tracesim/report/validation.yaml`` byte for
-byte. A change that moves predictions without rerunning the script fails here, and
-``tests/test_accuracy_doc.py`` then holds the page's tables to the rerun summary."""
+byte, and each of the page's rows of those tables its predicted value and error as shown
+(``scripts/accuracy_rows.py``). A change that moves predictions without rerunning the script
+fails here, and ``tests/test_accuracy_doc.py`` then holds the page's summary lines to the
+rerun rows."""
 
 from __future__ import annotations
 

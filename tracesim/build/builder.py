@@ -148,8 +148,10 @@ class _StageBuilder:
                 while j < len(ops) and ops[j].recompute and ops[j].kind == "gpu":
                     j += 1
                 msg = self.ring_msg * (2 if phase == "bwd" and not prefix else 1)
+                # the block sent and the one received pass through memory beside the chunk
+                hold = self.ov.contention_ns("send", 2 * msg, sum(r.dur_ns for r in ops[i:j]) / cp, group=2)
                 u.ring(ops[i:j], cp, msg, layer=layer, phase=phase, prefix=prefix,
-                       overlap=self.par.cp_overlap)
+                       overlap=self.par.cp_overlap, contention_ns=hold)
                 i = j
                 continue
             plain.append(r)

@@ -64,8 +64,9 @@ for the time it overlaps (its uncongested estimate, capped by the compute it ove
 Memory contention: a transfer beside compute moves its bytes through the GPU's memory,
 ``(n - 1) / n`` of the message each way over a group of ``n``; the compute lasts longer by
 that memory time (``Overlaps.contention_ns``, with ``comm_interference``): the TP transfers
-of every pattern above, and the data-parallel buckets and ZeRO-3 / FSDP collectives beside
-a pass (:func:`tracesim.build.dpsync.interference`). Checked on pytorch/pytorch #172714's
+of every pattern above, the data-parallel buckets and ZeRO-3 / FSDP collectives beside a pass
+(:func:`tracesim.build.dpsync.interference`), ring attention's blocks (:meth:`Unit.ring`,
+the block sent and the one received). Checked on pytorch/pytorch #172714's
 GEMM beside an NCCL all-gather on 8 H100 (``benchmarks/kernels/overlap_contention.py``).
 """
 

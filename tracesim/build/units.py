@@ -177,10 +177,12 @@ class Unit:
         return i
 
     def ring(self, core: Sequence[ROp], steps: int, msg_bytes: int, *, layer: int,
-             phase: str, prefix: str = "", overlap: bool = True) -> None:
+             phase: str, prefix: str = "", overlap: bool = True, contention_ns: float = 0.0) -> None:
         """Ring attention over ``steps`` context-parallel ranks: the core ops run once per
         step on 1/steps of the keys while the key/value block moves one rank on
-        (``overlap``; False: each step's core waits for that step's transfer too)."""
+        (``overlap``; False: each step's core waits for that step's transfer too). An
+        overlapped step's core ops take ``contention_ns`` more in all (shared in proportion
+        to their times): the memory time of the block the GPU sends and receives beside them."""
         self.close()
         kv_ready = self.tail
         prev_recv = -1
@@ -200,10 +202,12 @@ class Unit:
                     self.edge(self.tail, send)
                 if self.tail < 0:
                     self.entry.append(send)
+            total = sum(r.dur_ns for r in core) / steps
+            grow = 1.0 + (contention_ns / total if overlap and send >= 0 and total > 0 else 0.0)
             for k, r in enumerate(core):
                 i = self.add(lane="compute", kind="gpu", name=f"{prefix}{r.name}", op_class=r.op_class,
                              phase=phase, flops=r.flops / steps, nbytes=r.bytes / steps,
-                             dur_ns=int(round(r.dur_ns / steps)), layer=layer)
+                             dur_ns=int(round(r.dur_ns / steps * grow)), layer=layer)
                 if self.first_compute < 0:
                     self.first_compute = i
                 self._chain(i, "compute")

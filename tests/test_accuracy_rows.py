@@ -1,0 +1,73 @@
+"""scripts/accuracy_rows.py: docs/accuracy.md's per-row tables matched to replayed rows by
+their published values, row by row, and their cells rewritten as a replay gives them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("accuracy_rows", ROOT / "scripts" / "accuracy_rows.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy_rows"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@dataclass
+class Row:
+    table: str
+    label: str
+    published: float
+    predicted: float
+    rel_error: float
+    wall_s: float = 0.5
+    error: str = ""
+
+
+PAGE = """Some text.
+
+| row | published | predicted | error | replay wall s |
+|---|---|---|---|---|
+| A 8 GPUs (a note) | 37,556 | 37,040 | -1.4% | 0.0 |
+| A 64 GPUs | 999.0 | 963.7 | -3.5% | 0.8 |
+| B 128 GPUs | 815.0 | not replayed (no spec) | | |
+
+12 rows: ...
+
+| row | published | predicted | error |
+|---|---|---|---|
+| C | 10.0 | 11 | +10.0% |
+"""
+
+
+def test_cells_are_the_replays_and_only_moved_rows_change() -> None:
+    m = _module()
+    assert [m.predicted_cell(v) for v in (37040.2, 963.74, 886.0, 5020.4, 1.23456)] == [
+        "37,040", "963.7", "886", "5,020", "1.235"]
+    rows = [Row("t.csv", "A 8 GPUs", 37556, 37040.1, 37040.1 / 37556 - 1),
+            Row("t.csv", "A 64 GPUs", 999.0, 963.3, 963.3 / 999 - 1, wall_s=0.9),
+            Row("t.csv", "B 128 GPUs", 815.0, float("nan"), float("nan"), error="no spec")]
+    lines, changes = m.compare(rows, PAGE.splitlines())
+    assert [(c.line, c.label, c.old, c.new) for c in changes] == [
+        (6, "A 64 GPUs", ("963.7", "-3.5%"), ("963.3", "-3.6%"))]
+    assert lines[5] == "| A 64 GPUs | 999.0 | 963.3 | -3.6% | 0.9 |"  # its wall time with it
+    assert lines[4] == PAGE.splitlines()[4] and lines[6] == PAGE.splitlines()[6]
+    assert lines[10:] == PAGE.splitlines()[10:]  # a table of no replayed CSV is left alone
+    assert m.matched_csvs(rows, PAGE.splitlines()) == {"t.csv"}
+
+
+def test_a_table_showing_other_published_values_is_not_matched() -> None:
+    m = _module()
+    rows = [Row("t.csv", "A 8 GPUs", 37556, 1.0, 0.0), Row("t.csv", "A 64 GPUs", 998.0, 1.0, 0.0),
+            Row("t.csv", "B 128 GPUs", 815.0, 1.0, 0.0)]
+    lines, changes = m.compare(rows, PAGE.splitlines())
+    assert lines == PAGE.splitlines() and changes == []
+    assert m.matched_csvs(rows, PAGE.splitlines()) == set()
