@@ -48,3 +48,38 @@ def test_split_keeps_the_total_per_step() -> None:
     # the loop cost per event of such a step: the floor of the step calibration
     assert loop_floor(counts, loops) == round((1800 * 6000 + 33 * 2000) / 1833)
     assert split_per_event(loop_floor(counts, loops), counts, loops) == (6000, 2000)
+
+
+def test_a_calibration_claiming_most_of_a_recorded_step_is_not_applied(tmp_path: Path) -> None:
+    """Calibration cycles that ran under other load than the recorded step can claim more of
+    it than it lasted, which would replay the step as (nearly) nothing: above
+    MAX_OVERHEAD_SHARE of a recorded step the self-replay takes none out and says why."""
+    import shutil
+
+    import yaml
+
+    from tracesim.pipeline.run import predict
+    from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, largest_claim
+
+    step = {"dur_us": 80_000.0, "cpu_ops": 1800, "module_scopes": 28, "annotations": 5}
+    meta = {"per_rank": [{"rank": 0, "profiled_step_events": [step]}]}
+    assert largest_claim(meta, (20_000.0, 5_000.0)) == pytest.approx(
+        (20_000 * 1800 + 5_000 * 33) / 80e6)
+    assert largest_claim({"per_rank": [{"rank": 0}]}, (1e9, 1e9)) == 0.0  # no step events
+
+    bundle = tmp_path / "gpt-tiny"
+    shutil.copytree(ROOT / "workloads" / "bundles" / "gpt-tiny", bundle)
+    plain = predict(bundle)
+    assert not any("profiler overhead not taken out" in w for w in plain.warnings)
+    m = yaml.safe_load((bundle / "meta.yaml").read_text())
+    ev = m["per_rank"][0]["profiled_step_events"][0]
+    per_op = 0.9 * ev["dur_us"] * 1e3 / ev["cpu_ops"]  # 90% of the step in its ops alone
+    for po in (m["profiler_overhead"], m["per_rank"][0]["profiler_overhead"]):
+        po.update(per_event_ns=round(per_op), per_op_ns=per_op, per_annotation_ns=0)
+    (bundle / "meta.yaml").write_text(yaml.safe_dump(m))
+    assert largest_claim(m, (per_op, 0.0)) > MAX_OVERHEAD_SHARE
+    res = predict(bundle)
+    assert any("profiler overhead not taken out: its calibration would remove 90%" in w
+               for w in res.warnings), res.warnings
+    assert res.details["profiler_overhead_removed_ns"] == {"per_op": 0.0, "per_annotation": 0.0}
+    assert res.iteration_time_s > plain.iteration_time_s  # the profiled step, nothing removed

@@ -313,13 +313,21 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     the bundle measured it): steps, iteration time, breakdown."""
     from tracesim.report.selfresult import self_result
     from tracesim.trace.extract import extract_source
-    from tracesim.trace.overhead import profiler_overhead
+    from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, largest_claim, profiler_overhead
     from tracesim.trace.sources import gc_paused, load_source
     from tracesim.trace.traceinfo import whole_trace_warnings
 
+    notes: list[str] = []
     with gc_paused():
         src = load_source(source)
         overhead = profiler_overhead(src.meta) or (0.0, 0.0)
+        claim = largest_claim(src.meta, overhead) if any(overhead) else 0.0
+        if claim > MAX_OVERHEAD_SHARE:  # the calibration does not describe the recorded steps
+            notes.append(f"profiler overhead not taken out: its calibration would remove "
+                         f"{100 * claim:.0f}% of a recorded step (more than "
+                         f"{100 * MAX_OVERHEAD_SHARE:.0f}%: the calibration cycles ran under other "
+                         "load); the steps replay as profiled (collect on a quieter machine)")
+            overhead = (0.0, 0.0)
         graph = extract_source(src, overhead)
     result = replay(graph)
     res, per_rank = self_result(src, graph, result, unprofiled=any(overhead))
@@ -332,8 +340,8 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
         cluster=res["cluster"], device=res["device"], breakdown=res["breakdown"],
         tokens_per_s=res["tokens_per_s"], tflops_per_gpu=res["tflops_per_gpu"], mfu=res["mfu"],
         model=res["model"], parallel=res["parallel"], memory_gib_per_gpu=None,
-        warnings=tuple(w for w in (*whole_trace_warnings(src.meta), result.fallback_summary(),
-                                   mfu_note) if w),
+        warnings=tuple(w for w in (*whole_trace_warnings(src.meta), *notes,
+                                   result.fallback_summary(), mfu_note) if w),
         details=details, makespan_ns=result.makespan_ns, graph=graph, start_ns=result.start_ns,
         end_ns=result.end_ns, methods=np.full(graph.n_tasks, "measured", dtype=object),
         per_rank=per_rank)

@@ -127,7 +127,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     if "batch" in meta and "seq_len" in meta:
         tokens = float(meta["batch"]) * float(meta["seq_len"]) * float(par.get("dp", 1))
     flops = model_flops_per_step(source, r0, last[1])
-    tflops = flops / (it_ns / 1e9) / 1e12 if flops else None
+    tflops = flops / (it_ns / 1e9) / 1e12 if flops and it_ns > 0 else None
     mfu = None
     mfu_note = ""
     device_name = source.device or str(meta.get("device", ""))

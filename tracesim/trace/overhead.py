@@ -126,3 +126,27 @@ def rank_overheads(meta: Mapping[str, Any] | None) -> tuple[tuple[int, float, fl
         if pair is not None and isinstance(entry.get("rank"), int):
             out.append((int(entry["rank"]), *pair))
     return tuple(out)
+
+
+def largest_claim(meta: Mapping[str, Any] | None, pair: tuple[float, float]) -> float:
+    """The largest share of a recorded profiled step (``per_rank[].profiled_step_events``:
+    its duration and event counts) that a cost of ``pair`` (per op, per annotation ns) per
+    event would take out; each rank at its own calibration where it has one. 0 where the
+    bundle records no step events. A share near or above 1 means the calibration cycles ran
+    under other load than the recorded step (they are medians of a few steps): removing it
+    would leave the step little or nothing; the self-replay then applies none, as the
+    template extractor does above :data:`MAX_OVERHEAD_SHARE` (:class:`OverheadTaker`)."""
+    share = 0.0
+    for entry in (meta or {}).get("per_rank") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        own = profiler_overhead(meta, entry.get("rank")) if isinstance(entry.get("rank"), int) else None
+        op_ns, an_ns = own or pair
+        for st in entry.get("profiled_step_events") or []:
+            if not isinstance(st, Mapping) or not isinstance(st.get("dur_us"), (int, float)) or st["dur_us"] <= 0:
+                continue
+            annotations = float(st.get("module_scopes", 0) or 0) + float(st.get("annotations", 0) or 0)
+            claim = op_ns * float(st.get("cpu_ops", 0) or 0) + an_ns * annotations
+            share = max(share, claim / (float(st["dur_us"]) * 1e3))
+    return share
+
