@@ -5,20 +5,28 @@ table's rows in the table's order. :func:`compare` matches the doc's rows to rep
 (:class:`tracesim.pipeline.published.PublishedRow`) of the CSV whose published values the
 doc's table shows, row by row in order, and gives the cells a replay writes: ``predicted``
 to four significant digits, ``error`` to 0.1% and, where one of those changed, ``replay wall
-s`` from this replay. Tables of CSVs not replayed are left alone; a row the replay could not
-run keeps its cells. Used by ``scripts/validation_summary.py`` (``--check``: the page must
-show what the model gives; without it the cells are rewritten).
+s`` from this replay; and the summary line under the table (``N rows: mean absolute error
+X% (signed S%), largest L%, within 10%: a, within 20%: b``, the fields it has) from the
+replayed rows' errors. Tables of CSVs not replayed are left alone; a row the replay could
+not run keeps its cells. Used by ``scripts/validation_summary.py`` (``--check``: the page
+must show what the model gives; without it the cells are rewritten).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "accuracy.md"
+#: a table's summary line (tests/test_accuracy_doc.py reads it the same way): rows, mean
+#: absolute error, signed error, largest (its sign, where shown, before it), within 10% / 20%
+SUMMARY = re.compile(r"^(\d+) rows(?: replayed)?: mean absolute error (\d+\.\d)%(?: \(signed ([-+]?\d+\.\d)%\))?"
+                     r"[,;] largest [-+]?(\d+\.\d)%(?: \([^)]*\))?(?:[,;] within 10%: (\d+))?"
+                     r"(?:[,;] within 20%: (\d+))?")
 
 
 def predicted_cell(value: float) -> str:
@@ -45,9 +53,9 @@ class Change:
     """A doc row whose replayed cells differ from the page's."""
 
     line: int  # 1-based line of docs/accuracy.md
-    label: str
-    old: tuple[str, str]  # (predicted, error) on the page
-    new: tuple[str, str]  # (predicted, error) of the replay
+    label: str  # the row's, or "summary line"
+    old: tuple[str, ...]  # (predicted, error) on the page, or the summary line's line
+    new: tuple[str, ...]  # the same of the replay
 
 
 def _tables(lines: Sequence[str]) -> list[tuple[list[str], list[int]]]:
@@ -109,7 +117,54 @@ def compare(rows: Sequence[Any], lines: Sequence[str]) -> tuple[list[str], list[
             if iw is not None:
                 cells[iw] = f"{r.wall_s:.1f}"
             out[k] = "| " + " | ".join(cells) + " |"
+        errors = [r.rel_error for r in by_csv[csv] if not r.error and math.isfinite(r.rel_error)]
+        changes += _summary_line(out, body[-1] + 1, errors)
     return out, changes
+
+
+def _summary_line(out: list[str], start: int, errors: list[float]) -> list[Change]:
+    """Rewrite in ``out`` the summary line of a table ending before line ``start`` (its
+    first paragraph, when it reads as one) from ``errors``; the lines it changed."""
+    i = start
+    while i < len(out) and not out[i].strip():
+        i += 1
+    para: list[int] = []
+    while i < len(out) and out[i].strip():
+        para.append(i)
+        i += 1
+    joined, offsets, pos = [], [], 0
+    for k in para:
+        offsets.append(pos)
+        joined.append(out[k].strip())
+        pos += len(joined[-1]) + 1
+    m = SUMMARY.match(" ".join(joined))
+    if m is None or not errors:
+        return []
+    n = len(errors)
+    largest = max(errors, key=abs)
+    new = [str(n), f"{100 * sum(abs(e) for e in errors) / n:.1f}", f"{100 * sum(errors) / n:+.1f}",
+           f"{100 * abs(largest):.1f}", str(sum(abs(e) <= 0.10 for e in errors)),
+           str(sum(abs(e) <= 0.20 for e in errors))]
+    edits: dict[int, list[tuple[int, int, str]]] = {}
+    for g, text in enumerate(new, start=1):
+        if m.group(g) is None:
+            continue
+        a, b = m.span(g)
+        if g == 4 and a > 0 and joined and " ".join(joined)[a - 1] in "+-":
+            a, text = a - 1, ("-" if largest < 0 else "+") + text
+        j = max(x for x in range(len(para)) if offsets[x] <= a)
+        edits.setdefault(j, []).append((a - offsets[j], b - offsets[j], text))
+    changes = []
+    for j, spans in edits.items():
+        line = out[para[j]]
+        indent = len(line) - len(line.lstrip())
+        text = line
+        for a, b, rep in sorted(spans, reverse=True):
+            text = text[:indent + a] + rep + text[indent + b:]
+        if text != line:
+            changes.append(Change(para[j] + 1, "summary line", (line.strip(),), (text.strip(),)))
+            out[para[j]] = text
+    return changes
 
 
 def matched_csvs(rows: Sequence[Any], lines: Sequence[str]) -> set[str]:

@@ -1,15 +1,15 @@
 """Replay the published tables of docs/accuracy.md and write what a retarget reports as its
 validation (``tracesim/report/validated.py``): per software stack, model kind and GPU, the
 rows' mean signed and absolute error; and the page's per-row tables of those CSVs: each
-row's predicted value and error (and, where they moved, its replay wall time;
-``scripts/accuracy_rows.py``).
+row's predicted value and error (and, where they moved, its replay wall time) and the
+summary line under each table (``scripts/accuracy_rows.py``).
 
     .venv/bin/python scripts/validation_summary.py [--jobs 2] [--check]
 
 ``--check`` writes nothing and exits 1 when the shipped ``validation.yaml`` or a row of the
 page differs from a fresh replay (run it after a change that moves predictions; then bring
-the page's summary lines and the prose that quotes the moved rows along, which
-``tests/test_accuracy_doc.py`` checks for the summary lines). About 2.5 min with two jobs.
+the Summary table's quotes and the prose that quotes the moved rows along by hand;
+``tests/test_accuracy_doc.py`` checks the quotes). About 2.5 min with two jobs.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main() -> int:
     FILE.write_text(text)
     DOC.write_text("\n".join(lines) + ("\n" if page.endswith("\n") else ""))
     print(f"wrote {FILE}: {data['all']['rows']} rows, {len(data['groups'])} groups; "
-          f"{DOC.name}: {len(changes)} rows rewritten (bring its summary lines and prose along)")
+          f"{DOC.name}: {len(changes)} lines rewritten (bring the Summary table and prose along)")
     return 0
 
 

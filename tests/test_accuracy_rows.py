@@ -71,3 +71,23 @@ def test_a_table_showing_other_published_values_is_not_matched() -> None:
     lines, changes = m.compare(rows, PAGE.splitlines())
     assert lines == PAGE.splitlines() and changes == []
     assert m.matched_csvs(rows, PAGE.splitlines()) == set()
+
+
+def test_the_summary_line_under_a_table_follows_its_rows() -> None:
+    """The fields of the line under a table are the replayed rows' (exact errors, not the
+    rounded cells), wrapped lines included; the words around them stay."""
+    m = _module()
+    page = """| row | published | predicted | error |
+|---|---|---|---|
+| A | 100.0 | 130 | +30.0% |
+| B | 100.0 | 95 | -5.0% |
+
+2 rows: mean absolute error 9.9% (signed +1.0%), largest -3.0% (row B); within 10%: 2, within
+20%: 0; slowest replay 1.0 s.
+"""
+    rows = [Row("t.csv", "A", 100.0, 110.04, 0.1004), Row("t.csv", "B", 100.0, 95.0, -0.05)]
+    lines, changes = m.compare(rows, page.splitlines())
+    assert lines[5:7] == [
+        "2 rows: mean absolute error 7.5% (signed +2.5%), largest +10.0% (row B); within 10%: 1, within",
+        "20%: 2; slowest replay 1.0 s."]
+    assert [c.label for c in changes] == ["A", "summary line", "summary line"]
