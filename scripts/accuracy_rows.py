@@ -8,8 +8,10 @@ to four significant digits, ``error`` to 0.1% and, where one of those changed, `
 s`` from this replay; and the summary line under the table (``N rows: mean absolute error
 X% (signed S%), largest L%, within 10%: a, within 20%: b``, the fields it has) from the
 replayed rows' errors. Tables of CSVs not replayed are left alone; a row the replay could
-not run keeps its cells. Used by ``scripts/validation_summary.py`` (``--check``: the page
-must show what the model gives; without it the cells are rewritten).
+not run keeps its cells. :func:`groups` does the same for the table of groups in section
+"The accuracy a replay reports" from the summary ``validation.yaml`` holds. Used by
+``scripts/validation_summary.py`` (``--check``: the page must show what the model gives;
+without it the cells are rewritten).
 """
 
 from __future__ import annotations
@@ -181,3 +183,41 @@ def matched_csvs(rows: Sequence[Any], lines: Sequence[str]) -> set[str]:
                                             for s, r in zip(shown, rs, strict=True)):
                 found.add(c)
     return found
+
+
+def _pct(x: float, sign: bool) -> str:
+    return f"{x * 100:+.1f}%" if sign else f"{x * 100:.1f}%"
+
+
+def groups(lines: Sequence[str], shipped: dict[str, Any]) -> tuple[list[str], list[Change], bool]:
+    """The page's lines with its table of groups (stack, kind, GPU; and each stack and kind
+    over its GPUs) as ``shipped`` (``validation.yaml``) gives them, the lines that changed,
+    and whether the table lists the same groups (else nothing is rewritten: a group added or
+    gone is a line to write by hand, in its place)."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for g in shipped["groups"] + [k for k in shipped["kinds"] if len(k["devices"]) > 1]:
+        dev = g.get("device") or f"every GPU above ({len(g['devices'])})"
+        rows[(g["stack"], g["kind"], dev)] = [
+            str(g["rows"]), _pct(g["mean_error"], True), _pct(g["mean_abs_error"], False),
+            str(g["within_10pct"]), str(g["within_20pct"]), _pct(g["largest"], True)]
+    out = list(lines)
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("## The accuracy a replay reports")), None)
+    if start is None:
+        return out, [], False
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    found: dict[tuple[str, str, str], int] = {}
+    for i in range(start, end):
+        cells = _cells(lines[i])
+        if lines[i].startswith("| ") and len(cells) == 9 and cells[0] != "stack":
+            found[(cells[0], cells[1], cells[2])] = i
+    if list(found) != list(rows):
+        return out, [], False
+    changes = []
+    for key, i in found.items():
+        cells = _cells(lines[i])
+        new = cells[:3] + rows[key]
+        if new != cells:
+            out[i] = "| " + " | ".join(new) + " |"
+            changes.append(Change(i + 1, "groups: " + " ".join(key), tuple(cells[3:]), tuple(new[3:])))
+    return out, changes, True
+

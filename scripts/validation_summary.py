@@ -1,8 +1,8 @@
 """Replay the published tables of docs/accuracy.md and write what a retarget reports as its
 validation (``tracesim/report/validated.py``): per software stack, model kind and GPU, the
 rows' mean signed and absolute error; and the page's per-row tables of those CSVs: each
-row's predicted value and error (and, where they moved, its replay wall time) and the
-summary line under each table (``scripts/accuracy_rows.py``).
+row's predicted value and error (and, where they moved, its replay wall time), the
+summary line under each table, and the table of groups (``scripts/accuracy_rows.py``).
 
     .venv/bin/python scripts/validation_summary.py [--jobs 2] [--check]
 
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # accuracy_rows, also when loaded from a file path
 
-from accuracy_rows import DOC, compare, matched_csvs  # noqa: E402
+from accuracy_rows import DOC, compare, groups, matched_csvs  # noqa: E402
 
 from tracesim.catalog import load_cluster, load_model  # noqa: E402
 from tracesim.pipeline.published import summary, validate_rows  # noqa: E402
@@ -74,6 +74,12 @@ def main() -> int:
     if missing:  # a table the page does not show row by row (or shows other rows of)
         print(f"{DOC}: no per-row table matches {', '.join(missing)}", file=sys.stderr)
         return 1
+    lines, grouped, same = groups(lines, yaml.safe_load(text))
+    if not same:
+        print(f"{DOC}: its table of groups lists other groups than the replay's; add or drop "
+              "those lines by hand", file=sys.stderr)
+        return 1
+    changes += grouped
     for c in changes:
         print(f"{DOC.name}:{c.line}: {c.label}: {' '.join(c.old)} -> {' '.join(c.new)}")
     if args.check:

@@ -91,3 +91,22 @@ def test_the_summary_line_under_a_table_follows_its_rows() -> None:
         "2 rows: mean absolute error 7.5% (signed +2.5%), largest +10.0% (row B); within 10%: 1, within",
         "20%: 2; slowest replay 1.0 s."]
     assert [c.label for c in changes] == ["A", "summary line", "summary line"]
+
+
+def test_the_table_of_groups_is_rewritten_from_the_summary() -> None:
+    """The page's table of groups is validation.yaml's (tests/test_accuracy_doc.py checks it);
+    a stale cell is rewritten, a group missing from the page is left to be written by hand."""
+    import yaml
+
+    m = _module()
+    shipped = yaml.safe_load((ROOT / "tracesim" / "report" / "validation.yaml").read_text())
+    lines = (ROOT / "docs" / "accuracy.md").read_text().splitlines()
+    same_lines, changes, same = m.groups(lines, shipped)
+    assert same and changes == [] and same_lines == lines
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("| megatron-core | dense | h100 |"))
+    stale = list(lines)
+    stale[i] = stale[i].replace("| 92 |", "| 91 |")
+    fixed, changes, same = m.groups(stale, shipped)
+    assert same and fixed == lines and [c.line for c in changes] == [i + 1]
+    _, _, same = m.groups(lines[:i] + lines[i + 1:], shipped)
+    assert not same
