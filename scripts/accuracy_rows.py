@@ -189,17 +189,25 @@ def _pct(x: float, sign: bool) -> str:
     return f"{x * 100:+.1f}%" if sign else f"{x * 100:.1f}%"
 
 
-def groups(lines: Sequence[str], shipped: dict[str, Any]) -> tuple[list[str], list[Change], bool]:
-    """The page's lines with its table of groups (stack, kind, GPU; and each stack and kind
-    over its GPUs) as ``shipped`` (``validation.yaml``) gives them, the lines that changed,
-    and whether the table lists the same groups (else nothing is rewritten: a group added or
-    gone is a line to write by hand, in its place)."""
+def group_cells(shipped: dict[str, Any]) -> dict[tuple[str, str, str], list[str]]:
+    """The table of groups as ``shipped`` (``validation.yaml``) gives it: (stack, kind, GPU
+    or "every GPU above (n)") -> rows, mean error, mean absolute error, within 10%, within
+    20%, largest, as the page shows them."""
     rows: dict[tuple[str, str, str], list[str]] = {}
     for g in shipped["groups"] + [k for k in shipped["kinds"] if len(k["devices"]) > 1]:
         dev = g.get("device") or f"every GPU above ({len(g['devices'])})"
         rows[(g["stack"], g["kind"], dev)] = [
             str(g["rows"]), _pct(g["mean_error"], True), _pct(g["mean_abs_error"], False),
             str(g["within_10pct"]), str(g["within_20pct"]), _pct(g["largest"], True)]
+    return rows
+
+
+def groups(lines: Sequence[str], shipped: dict[str, Any]) -> tuple[list[str], list[Change], bool]:
+    """The page's lines with its table of groups (stack, kind, GPU; and each stack and kind
+    over its GPUs) as ``shipped`` (``validation.yaml``) gives them (:func:`group_cells`), the
+    lines that changed, and whether the table lists the same groups (else nothing is
+    rewritten: a group added or gone is a line to write by hand, in its place)."""
+    rows = group_cells(shipped)
     out = list(lines)
     start = next((i for i, ln in enumerate(lines) if ln.startswith("## The accuracy a replay reports")), None)
     if start is None:

@@ -10,9 +10,12 @@ bound (10.0%, 20.0%)."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -150,20 +153,20 @@ def test_summary_lines_are_found() -> None:
     assert sum(bool(_SUMMARY.match(t.after)) for t in tables()) >= 10
 
 
-def _pct(x: float, sign: bool) -> str:
-    return f"{x * 100:+.1f}%" if sign else f"{x * 100:.1f}%"
+def _accuracy_rows() -> ModuleType:
+    """scripts/accuracy_rows.py (the same cells scripts/validation_summary.py writes)."""
+    spec = importlib.util.spec_from_file_location("accuracy_rows", ROOT / "scripts" / "accuracy_rows.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("accuracy_rows", mod)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_the_groups_table_is_the_shipped_summary() -> None:
     """Section "The accuracy a replay reports": its table of groups (stack, kind, GPU) and of
     each stack and kind over its GPUs is validation.yaml's, to the digits shown."""
-    shipped = yaml.safe_load(SHIPPED.read_text())
-    rows: dict[tuple[str, str, str], list[str]] = {}
-    for g in shipped["groups"] + [k for k in shipped["kinds"] if len(k["devices"]) > 1]:
-        dev = g.get("device") or f"every GPU above ({len(g['devices'])})"
-        rows[(g["stack"], g["kind"], dev)] = [
-            str(g["rows"]), _pct(g["mean_error"], True), _pct(g["mean_abs_error"], False),
-            str(g["within_10pct"]), str(g["within_20pct"]), _pct(g["largest"], True)]
+    rows = _accuracy_rows().group_cells(yaml.safe_load(SHIPPED.read_text()))
     text = "\n".join(_lines()).split("## The accuracy a replay reports", 1)[1].split("\n## ", 1)[0]
     got: dict[tuple[str, str, str], list[str]] = {}
     for line in text.splitlines():
