@@ -40,7 +40,7 @@ def predicted_cell(value: float) -> str:
 
 
 def error_cell(rel_error: float) -> str:
-    return f"{100 * rel_error:+.1f}%"
+    return _pct(rel_error, True)
 
 
 def _number(cell: str) -> float | None:
@@ -90,15 +90,16 @@ def _same_published(cell: str, value: float) -> bool:
     return shown is not None and abs(shown - value) <= 0.5 * 10.0 ** -decimals + 1e-9
 
 
-def compare(rows: Sequence[Any], lines: Sequence[str]) -> tuple[list[str], list[Change]]:
-    """The page's lines with every matched row's cells as the replay gives them, and the rows
-    that changed. ``rows``: replayed published rows (``table``, ``label``, ``published``,
+def compare(rows: Sequence[Any], lines: Sequence[str]) -> tuple[list[str], list[Change], set[str]]:
+    """The page's lines with every matched row's cells as the replay gives them, the rows
+    that changed, and the CSVs some table of the page shows (the rest have none). ``rows``: replayed published rows (``table``, ``label``, ``published``,
     ``predicted``, ``rel_error``, ``wall_s``, ``error``) of one or more CSVs, in table order."""
     by_csv: dict[str, list[Any]] = {}
     for r in rows:
         by_csv.setdefault(r.table, []).append(r)
     out = list(lines)
     changes: list[Change] = []
+    matched: set[str] = set()
     for header, body in _tables(lines):
         ip, ie, ipub = header.index("predicted"), header.index("error"), header.index("published")
         iw = header.index("replay wall s") if "replay wall s" in header else None
@@ -107,6 +108,7 @@ def compare(rows: Sequence[Any], lines: Sequence[str]) -> tuple[list[str], list[
             _same_published(s, r.published) for s, r in zip(shown, rs, strict=True))), None)
         if csv is None:
             continue
+        matched.add(csv)
         for k, r in zip(body, by_csv[csv], strict=True):
             cells = _cells(lines[k])
             if r.error or not math.isfinite(r.predicted):
@@ -121,7 +123,7 @@ def compare(rows: Sequence[Any], lines: Sequence[str]) -> tuple[list[str], list[
             out[k] = "| " + " | ".join(cells) + " |"
         errors = [r.rel_error for r in by_csv[csv] if not r.error and math.isfinite(r.rel_error)]
         changes += _summary_line(out, body[-1] + 1, errors)
-    return out, changes
+    return out, changes, matched
 
 
 def _summary_line(out: list[str], start: int, errors: list[float]) -> list[Change]:
@@ -139,7 +141,8 @@ def _summary_line(out: list[str], start: int, errors: list[float]) -> list[Chang
         offsets.append(pos)
         joined.append(out[k].strip())
         pos += len(joined[-1]) + 1
-    m = SUMMARY.match(" ".join(joined))
+    paragraph = " ".join(joined)
+    m = SUMMARY.match(paragraph)
     if m is None or not errors:
         return []
     n = len(errors)
@@ -152,7 +155,7 @@ def _summary_line(out: list[str], start: int, errors: list[float]) -> list[Chang
         if m.group(g) is None:
             continue
         a, b = m.span(g)
-        if g == 4 and a > 0 and joined and " ".join(joined)[a - 1] in "+-":
+        if g == 4 and a > 0 and paragraph[a - 1] in "+-":
             a, text = a - 1, ("-" if largest < 0 else "+") + text
         j = max(x for x in range(len(para)) if offsets[x] <= a)
         edits.setdefault(j, []).append((a - offsets[j], b - offsets[j], text))
@@ -167,22 +170,6 @@ def _summary_line(out: list[str], start: int, errors: list[float]) -> list[Chang
             changes.append(Change(para[j] + 1, "summary line", (line.strip(),), (text.strip(),)))
             out[para[j]] = text
     return changes
-
-
-def matched_csvs(rows: Sequence[Any], lines: Sequence[str]) -> set[str]:
-    """The CSVs of ``rows`` that some table of the page shows (the rest have no table)."""
-    by_csv: dict[str, list[Any]] = {}
-    for r in rows:
-        by_csv.setdefault(r.table, []).append(r)
-    found = set()
-    for header, body in _tables(lines):
-        ipub = header.index("published")
-        shown = [_cells(lines[k])[ipub] for k in body]
-        for c, rs in by_csv.items():
-            if len(rs) == len(body) and all(_same_published(s, r.published)
-                                            for s, r in zip(shown, rs, strict=True)):
-                found.add(c)
-    return found
 
 
 def _pct(x: float, sign: bool) -> str:

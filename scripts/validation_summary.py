@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # accuracy_rows, also when loaded from a file path
 
-from accuracy_rows import DOC, compare, groups, matched_csvs  # noqa: E402
+from accuracy_rows import DOC, compare, groups  # noqa: E402
 
 from tracesim.catalog import load_cluster, load_model  # noqa: E402
 from tracesim.pipeline.published import summary, validate_rows  # noqa: E402
@@ -69,8 +69,8 @@ def main() -> int:
     text = ("# Written by scripts/validation_summary.py (docs/accuracy.md, \"The accuracy a replay "
             "reports\"); do not edit.\n" + yaml.safe_dump(data, sort_keys=False))
     page = DOC.read_text()
-    lines, changes = compare(every, page.splitlines())
-    missing = sorted({p.name for p in tables()} - matched_csvs(every, page.splitlines()))
+    lines, changes, matched = compare(every, page.splitlines())
+    missing = sorted({p.name for p in tables()} - matched)
     if missing:  # a table the page does not show row by row (or shows other rows of)
         print(f"{DOC}: no per-row table matches {', '.join(missing)}", file=sys.stderr)
         return 1

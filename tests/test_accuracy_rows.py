@@ -55,22 +55,22 @@ def test_cells_are_the_replays_and_only_moved_rows_change() -> None:
     rows = [Row("t.csv", "A 8 GPUs", 37556, 37040.1, 37040.1 / 37556 - 1),
             Row("t.csv", "A 64 GPUs", 999.0, 963.3, 963.3 / 999 - 1, wall_s=0.9),
             Row("t.csv", "B 128 GPUs", 815.0, float("nan"), float("nan"), error="no spec")]
-    lines, changes = m.compare(rows, PAGE.splitlines())
+    lines, changes, matched = m.compare(rows, PAGE.splitlines())
     assert [(c.line, c.label, c.old, c.new) for c in changes] == [
         (6, "A 64 GPUs", ("963.7", "-3.5%"), ("963.3", "-3.6%"))]
     assert lines[5] == "| A 64 GPUs | 999.0 | 963.3 | -3.6% | 0.9 |"  # its wall time with it
     assert lines[4] == PAGE.splitlines()[4] and lines[6] == PAGE.splitlines()[6]
     assert lines[10:] == PAGE.splitlines()[10:]  # a table of no replayed CSV is left alone
-    assert m.matched_csvs(rows, PAGE.splitlines()) == {"t.csv"}
+    assert matched == {"t.csv"}
 
 
 def test_a_table_showing_other_published_values_is_not_matched() -> None:
     m = _module()
     rows = [Row("t.csv", "A 8 GPUs", 37556, 1.0, 0.0), Row("t.csv", "A 64 GPUs", 998.0, 1.0, 0.0),
             Row("t.csv", "B 128 GPUs", 815.0, 1.0, 0.0)]
-    lines, changes = m.compare(rows, PAGE.splitlines())
+    lines, changes, matched = m.compare(rows, PAGE.splitlines())
     assert lines == PAGE.splitlines() and changes == []
-    assert m.matched_csvs(rows, PAGE.splitlines()) == set()
+    assert matched == set()
 
 
 def test_the_summary_line_under_a_table_follows_its_rows() -> None:
@@ -86,7 +86,7 @@ def test_the_summary_line_under_a_table_follows_its_rows() -> None:
 20%: 0; slowest replay 1.0 s.
 """
     rows = [Row("t.csv", "A", 100.0, 110.04, 0.1004), Row("t.csv", "B", 100.0, 95.0, -0.05)]
-    lines, changes = m.compare(rows, page.splitlines())
+    lines, changes, _ = m.compare(rows, page.splitlines())
     assert lines[5:7] == [
         "2 rows: mean absolute error 7.5% (signed +2.5%), largest +10.0% (row B); within 10%: 1, within",
         "20%: 2; slowest replay 1.0 s."]

@@ -186,6 +186,8 @@ class Unit:
         self.close()
         kv_ready = self.tail
         prev_recv = -1
+        chunk_ns = sum(r.dur_ns for r in core) / steps
+        held = 1.0 + (contention_ns / chunk_ns if overlap and chunk_ns > 0 else 0.0)
         for j in range(steps):
             send = recv = -1
             if j < steps - 1:
@@ -202,8 +204,7 @@ class Unit:
                     self.edge(self.tail, send)
                 if self.tail < 0:
                     self.entry.append(send)
-            total = sum(r.dur_ns for r in core) / steps
-            grow = 1.0 + (contention_ns / total if overlap and send >= 0 and total > 0 else 0.0)
+            grow = held if send >= 0 else 1.0
             for k, r in enumerate(core):
                 i = self.add(lane="compute", kind="gpu", name=f"{prefix}{r.name}", op_class=r.op_class,
                              phase=phase, flops=r.flops / steps, nbytes=r.bytes / steps,
