@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,23 @@ def test_not_a_trace(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"hello": 1}')
     with pytest.raises(InputError, match="traceEvents"):
+        read_kineto(p)
+
+
+def test_an_execution_trace_is_named_as_one(tmp_path):
+    """A PyTorch execution trace given where a Kineto trace belongs says what it is, on the
+    json.load path and the streaming one (large files) alike."""
+    from tracesim.trace.stream import load_trace_streaming
+
+    et = Path(__file__).parent / "data/traces/astra-megatron-gpt-tp8-a100/et/megatron_et_0.json.gz"
+    with pytest.raises(InputError, match="execution trace.*Kineto") as err:
+        read_kineto(et)
+    assert "traceEvents" in str(err.value)
+    with pytest.raises(InputError, match="execution trace.*Kineto"):
+        load_trace_streaming(et)
+    p = tmp_path / "x.json"
+    p.write_text('{"nodes": "not a list"}')
+    with pytest.raises(InputError, match="no 'traceEvents' list"):
         read_kineto(p)
 
 

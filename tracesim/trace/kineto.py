@@ -73,7 +73,9 @@ def load_trace_json(path: str | Path) -> dict[str, Any]:
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise InputError("not a Chrome/Kineto trace: no 'traceEvents' list", path, "traceEvents")
+        from tracesim.trace.stream import not_trace_message
+
+        raise InputError(not_trace_message(data if isinstance(data, dict) else {}), path, "traceEvents")
     return data
 
 

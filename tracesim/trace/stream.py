@@ -35,6 +35,16 @@ SKIPPED: Any = MappingProxyType({})
 
 _WS = " \t\n\r"
 _NOT_TRACE = "not a Chrome/Kineto trace: no 'traceEvents' list"
+_ET_NOT_TRACE = ("a PyTorch execution trace (its 'nodes' have no times), not a Kineto trace: "
+                 "give the torch.profiler trace recorded with it, or the folder holding both "
+                 "(docs/import.md)")
+
+
+def not_trace_message(top: dict[str, Any]) -> str:
+    """Why a JSON object with these top-level keys is no Kineto trace: a PyTorch execution
+    trace (``nodes``, ExecutionTraceObserver) is named as one, anything else has no
+    ``traceEvents`` list."""
+    return _ET_NOT_TRACE if isinstance(top.get("nodes"), list) else _NOT_TRACE
 
 
 class _Text:
@@ -194,7 +204,7 @@ def stream_trace(path: str | Path, meta: dict[str, Any] | None = None, *,
         if text.peek() != "":
             raise text.fail("Extra data")
         if not found:
-            raise InputError(_NOT_TRACE, path, "traceEvents")
+            raise InputError(not_trace_message(meta), path, "traceEvents")
     finally:
         text.close()
 
