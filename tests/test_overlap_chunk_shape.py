@@ -57,7 +57,7 @@ def test_the_patterns_take_the_chunk_price(kind: str) -> None:
 
     def gemm_ns(slow: tuple[tuple[int, float], ...]) -> int:
         u = Unit()
-        emit(u, ops(slow), Overlaps(tp=4, ub=True, config="fp8"), layer=0, phase="fwd")
+        emit(u, ops(slow), Overlaps(tp=4, ub=True, config="bridge-fp8"), layer=0, phase="fwd")
         return sum(d for d, k in zip(u.cols["dur_ns"], u.cols["kind"], strict=True) if k == "gpu")
 
     assert gemm_ns(()) == 8000

@@ -142,7 +142,7 @@ def _ops(kind: str, g_ns: int, c_bytes: int) -> list[ROp]:
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
 @pytest.mark.parametrize("kind", ["qkv", "proj"])
-@pytest.mark.parametrize("config", ["bf16", "fp8"])
+@pytest.mark.parametrize("config", ["bridge-bf16", "bridge-fp8"])
 @pytest.mark.parametrize("c_bytes", [700, 4200, 9100, 30000])
 def test_closed_form_by_hand(tp: int, kind: str, config: str, c_bytes: int) -> None:
     out = {}

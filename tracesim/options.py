@@ -225,6 +225,12 @@ class ReplayOptions:
         "Transformer Engine userbuffers TP overlap: sequence-parallel all-gathers and reduce-"
         "scatters in chunks pipelined with the GEMM chunks, bulk overlap in the backward "
         "(needs --sp and tp > 1). Default: the stack's.", "bool", group="stack")
+    tp_comm_overlap_cfg: str | None = _opt(
+        "Userbuffers configuration of the TP overlap (Megatron-LM's --tp-comm-overlap-cfg): a "
+        "YAML file of Transformer Engine layer names (qkv_fprop, proj_fprop, ...) and their "
+        "method, num_sm, num_splits, fp8_buf (also NeMo's ub_tp_comm_overlap_cfg), or a shipped "
+        "name: bridge-bf16, bridge-bf16-blackwell, bridge-fp8, te-defaults (docs/stacks.md). "
+        "Default: the stack's.", group="stack", metavar="NAME|YAML")
     tp_bwd_overlap: bool | None = _opt(
         "A column-parallel linear's gradient all-reduce / reduce-scatter during its weight-"
         "gradient GEMM and its input re-gather during the data-gradient GEMM (asynchronous "
@@ -427,6 +433,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "moe_router_fusion", "cpu_offload_layers", "template", "attention", "cudnn", "compile",
               "cross_entropy_fusion", "optimizer", "loss_fp32",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
+              "tp_comm_overlap_cfg",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",
               "bf16_layers", "fp8_param_gather", "fp8_attention", "host_launch", "cuda_graphs",

@@ -56,9 +56,9 @@ collectives outside these patterns stay NCCL collectives.
 A communication kernel beside a GEMM takes streaming multiprocessors from it
 (``comm_interference``): the GEMM runs on ``S - s`` of the device's ``S`` SMs, its time
 times ``S / (S - s)``. ``s`` is the userbuffers configuration's ``num_sm`` for the GEMM
-(:data:`UB_SMS`, from NVIDIA-NeMo/Megatron-Bridge v0.2.1 ``training/comm_overlap.py``: the
-H100 / B200 BF16 and FP8 configurations of the 25.11 recipes; ring exchange moves data
-with the copy engines and 1 SM), and :data:`NCCL_SMS` for an NCCL collective, charged only
+(:mod:`tracesim.specs.ub_config`: the Megatron-Bridge configuration the stack runs, or one
+given; ring exchange moves data with the copy engines and 1 SM), and :data:`NCCL_SMS` for an
+NCCL collective, charged only
 for the time it overlaps (its uncongested estimate, capped by the compute it overlaps).
 
 Memory contention: a transfer beside compute moves its bytes through the GPU's memory,
@@ -78,6 +78,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tracesim.build.units import Unit
+from tracesim.specs import ub_config
 from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.resolve import ROp
 from tracesim.template.ub_chunks import PIPE_SPLITS
@@ -89,22 +90,6 @@ CONTENTION = 1.0
 #: (``NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16``, scripts/performance/perf_plugins.py @v0.2.1)
 NCCL_SMS = 16
 
-#: userbuffers method and SMs per (linear, pass): Megatron-Bridge v0.2.1
-#: ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192`` (``bf16``),
-#: ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192`` (``bf16-blackwell``) and
-#: ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192`` (``fp8``; the B200 FP8 one is equal);
-#: ``ring`` is ring exchange (1 SM), ``pipe`` the 4-split pipelined reduce-scatter
-UB_SMS: dict[str, dict[str, tuple[str, int]]] = {
-    "bf16": {"qkv_dgrad": ("bulk", 4), "qkv_wgrad": ("bulk", 24), "fc1_dgrad": ("bulk", 2),
-             "fc1_wgrad": ("bulk", 4), "proj_fprop": ("pipe", 24), "fc2_fprop": ("pipe", 16)},
-    "bf16-blackwell": {"qkv_dgrad": ("bulk", 16), "qkv_wgrad": ("bulk", 24),
-                       "fc1_dgrad": ("bulk", 2), "fc1_wgrad": ("bulk", 4),
-                       "proj_fprop": ("pipe", 32), "fc2_fprop": ("pipe", 16)},
-    "fp8": {"qkv_dgrad": ("bulk", 4), "qkv_wgrad": ("bulk", 24), "fc1_dgrad": ("bulk", 2),
-            "fc1_wgrad": ("bulk", 4), "proj_fprop": ("ring", 1), "fc2_fprop": ("ring", 1)},
-}
-#: Transformer Engine's defaults for a linear the configurations above leave out
-UB_DEFAULT = {"fprop": ("ring", 1), "dgrad": ("ring", 1), "bulk": ("bulk", 16), "rs": ("pipe", 16)}
 #: the network algorithm of a userbuffers transfer (tracesim.network.collectives.userbuffers:
 #: copy engines and userbuffers' own kernels over NVLink, no NCCL protocol or base latency)
 UB_ALGORITHM = "userbuffers"
@@ -126,7 +111,12 @@ class Overlaps:
     tp_bwd: bool = False  # asynchronous NCCL backward overlap
     interference: bool = False
     sm_count: int = 0
-    config: str = "bf16"
+    config: str = "bridge-bf16"  # the stack's userbuffers configuration (ub_config.SHIPPED)
+    #: a configuration given (``--tp-comm-overlap-cfg``), else ``config``'s
+    ub_table: tuple[ub_config.Entry, ...] = ()
+    #: an FP8 run with per-tensor scaling: a pipelined reduce-scatter whose configuration sets
+    #: ``fp8_buf`` moves one byte per element
+    fp8_rs: bool = False
     estimate: CommEstimateFn | None = None
     chunked: bool = False  # every chunk its own task (:data:`CHUNKED`)
     #: NCCL's CTA cap per group kind (the cluster spec's ``collectives.max_ctas``)
@@ -142,17 +132,24 @@ class Overlaps:
                 return min(NCCL_SMS, n)
         return NCCL_SMS
 
+    def _ub(self, role: str, pass_: str) -> ub_config.Entry:
+        table = self.ub_table or ub_config.SHIPPED[self.config]
+        return ub_config.setting(table, role, pass_)
+
     def ub_method(self, role: str, pass_: str) -> tuple[str, int]:
-        """(method, SMs) of the userbuffers overlap of linear ``role`` in ``pass_``
-        (``fprop`` | ``dgrad`` | ``wgrad``)."""
-        got = UB_SMS[self.config].get(f"{role}_{pass_}")
-        if got is not None:
-            return got
-        if pass_ == "wgrad" or (pass_ == "dgrad" and role in ("qkv", "fc1")):
-            return UB_DEFAULT["bulk"]
-        if pass_ == "fprop" and role in ("proj", "fc2"):
-            return UB_DEFAULT["rs"]
-        return UB_DEFAULT[pass_]
+        """(method, SMs) of linear ``role``'s userbuffers overlap in ``pass_`` (``fprop`` |
+        ``dgrad`` | ``wgrad``)."""
+        e = self._ub(role, pass_)
+        return e[1], e[2]
+
+    def ub_splits(self, role: str) -> int:
+        """GEMM chunks of ``role``'s pipelined forward reduce-scatter (``num_splits``)."""
+        return self._ub(role, "fprop")[3] or PIPE_SPLITS
+
+    def ub_rs_bytes(self, role: str) -> float:
+        """``role``'s forward reduce-scatter's wire bytes over its BF16 size: 0.5 with
+        ``fp8_buf`` in an FP8 run with per-tensor scaling (pipelined only), else 1."""
+        return 0.5 if self.fp8_rs and self._ub(role, "fprop")[4] else 1.0
 
     def slowed(self, dur_ns: float, sms: int, overlapped_ns: float | None = None) -> int:
         """``dur_ns`` of compute with ``sms`` SMs taken for ``overlapped_ns`` of it (all of
@@ -190,8 +187,9 @@ def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
     return Overlaps(tp=int(getattr(par, "tp", 1)), ub=bool(getattr(par, "tp_comm_overlap", False)),
                     tp_bwd=bool(getattr(par, "tp_bwd_overlap", False)),
                     interference=bool(getattr(par, "comm_interference", False)),
-                    sm_count=int(sm_count),
-                    config="fp8" if fp8 else ("bf16-blackwell" if blackwell else "bf16"),
+                    sm_count=int(sm_count), config=ub_config.stack_default(fp8, blackwell),
+                    ub_table=tuple(getattr(par, "tp_comm_overlap_cfg", ())),
+                    fp8_rs=fp8 and getattr(par, "fp8_recipe", "") in ("delayed", "current"),
                     estimate=estimate, chunked=CHUNKED, ctas=tuple(ctas), hbm_Bps=hbm_GBps * 1e9)
 
 
@@ -398,10 +396,11 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     first ``m - 1`` chunks (one task, started by the first chunk); the last reduce-scatter
     chunk after both; then the ``ring`` method's own chunk on the GEMM lane (or chunk by
     chunk with ``ov.chunked``)."""
-    splits = PIPE_SPLITS if method == "pipe" else max(ov.tp, 2)
+    splits = ov.ub_splits(g.ub) if method == "pipe" else max(ov.tp, 2)
     n_comm = splits if method == "pipe" else splits - 1
     plain = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
-    msg = int(round(comm.msg_bytes / n_comm))
+    rs_bytes = comm.msg_bytes * (ov.ub_rs_bytes(g.ub) if method == "pipe" else 1.0)
+    msg = int(round(rs_bytes / n_comm))
     # every chunk after the first runs beside a transfer and loses its memory time
     chunk = plain + int(round(ov.contention_ns(comm.collective, msg, plain)))
     if not ov.chunked:

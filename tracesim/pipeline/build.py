@@ -39,6 +39,7 @@ from tracesim.hardware.device import DeviceProfile, get_device
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.memory import layer_activation_bytes
+from tracesim.specs import ub_config
 from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.model import ModelSpec, model_from_dict
@@ -207,6 +208,13 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     if options.cudnn and device.shape_model and device.shape_model.attention:
         # the version asked for and the fit it runs (the newest fit not newer than it)
         info["cudnn"] = {"given": options.cudnn, "fit": device.shape_model.attention.cudnn}
+    if par.tp_comm_overlap:  # the userbuffers configuration the replay ran
+        ub = options.tp_comm_overlap_cfg or ub_config.stack_default(par.dtype == "fp8", _blackwell(device))
+        info["userbuffers"] = {**ub_config.describe(par.tp_comm_overlap_cfg or ub_config.SHIPPED[ub], ub),
+                               "given": bool(options.tp_comm_overlap_cfg)}
+    elif par.tp_comm_overlap_cfg:
+        warnings.append("--tp-comm-overlap-cfg ignored: the userbuffers TP overlap is off (it "
+                        "needs --tp-comm-overlap, --sp and tp > 1)")
     if par.moe_a2a_overlap and (why := a2a_why_not(par, model)):
         warnings.append(f"--moe-a2a-overlap ignored: {why} (Megatron-Core's conditions)")
     elif par.moe_a2a_overlap:

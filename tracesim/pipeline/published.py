@@ -14,7 +14,9 @@ Four table formats are read (the columns decide):
   ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too; ``attention``
   ``flash2``: FlashAttention-2 where the run's Transformer Engine picked it over cuDNN;
   ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather;
-  ``cudnn``: the cuDNN version the run's container had, ``--cudnn``);
+  ``cudnn``: the cuDNN version the run's container had, ``--cudnn``; ``ub_cfg``: the run's
+  userbuffers configuration, a shipped name or a YAML file beside the table,
+  ``--tp-comm-overlap-cfg``);
   layers that do not split evenly over the pipeline chunks are split as the recipes do
   (:func:`pipeline_split`). A row of the 25.11 table also gets what its performance recipe
   sets and tracesim can express (:mod:`tracesim.pipeline.recipes`, docs/published_configs.md):
@@ -82,6 +84,7 @@ from tracesim.pipeline.published_cells import (
     pipeline_split,
     segment_gpus,
     system_cell,
+    ub_cell,
 )
 from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
 from tracesim.pipeline.published_titan import TITAN_COLUMNS, titan_options
@@ -220,6 +223,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_param_gather"] = flag_cell(row, "fp8_param_gather", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
+    if (row.get("ub_cfg") or "").strip():  # the run's userbuffers configuration
+        opts["tp_comm_overlap_cfg"] = ub_cell(row, path, k)
     release = (row.get("release") or "25.11").strip()
     # a Megatron-Bridge table's row ran its release's NeMo container and that container's cuDNN
     # (a table of one's own runs, with its own settings' columns, gives a cudnn column instead)

@@ -108,6 +108,22 @@ def ctas_cell(row: dict[str, str], path: Path, k: int) -> tuple[tuple[str, int],
     return cta_pairs(row.get("max_ctas") or "", path, f"row {k + 2}: max_ctas")
 
 
+def ub_cell(row: dict[str, str], path: Path, k: int) -> str:
+    """The run's userbuffers configuration (``ub_cfg``): a shipped name
+    (:data:`tracesim.specs.ub_config.SHIPPED`) or a YAML file named relative to the table."""
+    from tracesim.specs.ub_config import SHIPPED
+
+    value = (row.get("ub_cfg") or "").strip()
+    if value in SHIPPED:
+        return value
+    f = path.parent / value
+    if not f.is_file():
+        raise InputError(f"no userbuffers configuration {value!r} (a shipped name: "
+                         f"{', '.join(SHIPPED)}; or a YAML file beside the table)", path,
+                         f"row {k + 2}: ub_cfg")
+    return str(f)
+
+
 def pipeline_split(layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     """Transformer layers per model chunk (``pp * vp`` entries, pipeline order) when
     ``layers`` do not split evenly, else None. As Megatron-Bridge's recipes for such models

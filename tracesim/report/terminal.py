@@ -94,6 +94,9 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     st = res.get("stack")
     if isinstance(st, Mapping) and st.get("name"):
         short = [_OVERLAP_WORDS.get(str(o), str(o)) for o in st.get("overlaps") or []]
+        ub = st.get("userbuffers")
+        if isinstance(ub, Mapping) and ub.get("given") and "tp comm" in short:
+            short[short.index("tp comm")] = f"tp comm ({ub.get('config')})"
         fp8 = st.get("fp8")
         rows.append(("stack", str(st["name"]) + (", compiled" if st.get("compiled") else "")
                      + (f", fp8 {fp8.get('recipe')}" if isinstance(fp8, Mapping) else "")

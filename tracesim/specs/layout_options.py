@@ -15,6 +15,7 @@ from tracesim.specs.names import graph_scopes, recompute_modules
 from tracesim.specs.parallel import FP8_RECIPES, ParallelSpec
 from tracesim.specs.stages import default_vpp, vpp_basis
 from tracesim.specs.textopts import first_last, plan_pairs
+from tracesim.specs.ub_config import load_ub_config
 
 
 def _err(message: str, where: str) -> InputError:
@@ -109,6 +110,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         p2p_blocking=not bool(get("overlap_p2p", not bool(get("p2p_blocking", True)))),
         stack=str(get("stack", "")),
         tp_comm_overlap=bool(get("tp_comm_overlap", False)),
+        tp_comm_overlap_cfg=load_ub_config(opts.get("tp_comm_overlap_cfg")),
         tp_bwd_overlap=bool(get("tp_bwd_overlap", False)),
         overlap_param_gather=bool(get("overlap_param_gather", False)),
         grad_reduce_fp32=bool(get("grad_reduce_fp32", False)),

@@ -112,6 +112,10 @@ class ParallelSpec:
             sequence-parallel all-gather / reduce-scatter around each linear split into
             chunks pipelined with the GEMM's chunks, and the backward's bulk overlaps
             (docs/stacks.md).
+        tp_comm_overlap_cfg: the userbuffers configuration given (Megatron-LM's
+            ``--tp-comm-overlap-cfg``): one ``(layer, method, num_sm, num_splits, fp8_buf)``
+            per Transformer Engine layer name (:mod:`tracesim.specs.ub_config`); empty: the
+            stack's.
         tp_bwd_overlap: a column-parallel linear's input-gradient all-reduce (reduce-scatter
             with ``sp``) runs during its weight-gradient GEMM, and with ``sp`` the re-gather
             of its input during its data-gradient GEMM (Megatron-Core / TE asynchronous NCCL
@@ -180,6 +184,7 @@ class ParallelSpec:
     last_stage_layers: int = 0
     stack: str = ""
     tp_comm_overlap: bool = False
+    tp_comm_overlap_cfg: tuple[tuple[str, str, int, int, bool], ...] = ()
     tp_bwd_overlap: bool = False
     overlap_param_gather: bool = False
     grad_reduce_fp32: bool = False

@@ -40,6 +40,7 @@ from tracesim.ops.dtypes import WIRE_BYTES
 from tracesim.specs import hybrid
 from tracesim.specs.model import DTYPE_BYTES, ModelSpec
 from tracesim.specs.parallel import ParallelSpec
+from tracesim.specs.ub_config import pipe_splits
 from tracesim.template.durations import gradient_shapes
 from tracesim.template.fp8 import AMAX_SUFFIX
 from tracesim.template.layer import LayerTemplate, TemplateOp, evaluate, shape_parts, symbol_env
@@ -335,7 +336,7 @@ def _compute(op: TemplateOp, phase: str, env: Mapping[str, float], env_full: Map
     slow: tuple[tuple[int, float], ...] = ()
     if role and par.tp_comm_overlap and par.tp > 1 and op.op_class == "gemm":
         slow = tuple((n, chunk_slowdown(op_time, timed, run_flops, nbytes, units, dur, n))
-                     for n in sorted({par.tp, PIPE_SPLITS}))
+                     for n in sorted({par.tp, PIPE_SPLITS, *pipe_splits(par.tp_comm_overlap_cfg)}))
     share = 0.5
     if role and phase == "bwd" and op.op_class == "gemm" and dur > 0 and shape_parts(timed.shape):
         dgrad_shape, _ = gradient_shapes(shape_parts(timed.shape))  # the data gradient alone
