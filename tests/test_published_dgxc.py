@@ -38,6 +38,13 @@ def test_the_tables_layouts_add_up() -> None:
             ("selective:core_attn", "flash2") if own_340b else ("", ""))
         # the 25.04 launch script's --cuda_graphs true on GB200: every layer captured whole
         assert r["cuda_graph"] == ("local:attn,mlp" if r["system"] == "DGX-GB200" else "")
+        # the recipes' userbuffers configurations (benchmarks/published/README.md): the Llama
+        # 3.1 YAML files' own, none named for Nemotron-4 on H100, NeMo's B200 ones on GB200
+        ub = {"llama3.1-70b": "ub/dgxc_llama31_70b.yaml", "llama3.1-405b": "ub/dgxc_llama31_405b.yaml",
+              "llama3.1-8b": "", "nemotron4-15b": "te-defaults", "nemotron4-340b": "te-defaults"}
+        want = (f"ub/nemo_b200_h18432_tp8_{'fp8' if r['precision'] == 'fp8-ds' else 'bf16'}.yaml"
+                if r["system"] == "DGX-GB200" else ub[r["model"]])
+        assert r["ub_cfg"] == want and (tp > 1) == bool(want), r
     assert counts == SERIES
 
 
