@@ -169,3 +169,18 @@ def test_the_builder_reads_the_table() -> None:
     assert ov.ub_method("qkv", "wgrad") == ("bulk", 16)  # Transformer Engine's default
     assert Overlaps(tp=4, ub=True).ub_method("proj", "fprop") == ("pipe", 24)
     assert ub_config.setting((), "proj", "wgrad") == ("proj_wgrad", "bulk", 16, 0, False)
+
+
+def test_bridge_rows_run_their_recipes_configuration() -> None:
+    """Megatron-Bridge recipes: Llama 3.1 405B its h16384 configurations, Llama 3 70B the
+    stack's, a recipe with the overlap off none (docs/published_configs.md)."""
+    from tracesim.pipeline.published import table_rows
+
+    got = {lb.split(" GPUs")[0]: o.get("tp_comm_overlap_cfg") for _, _, _, _, o, lb, _ in
+           table_rows([ROOT.parent / "shared/reference/megatron_bridge_25_11.csv"])}
+    assert got["DGX-H100 llama3.1-405b fp8-cs 1024"] == "bridge-fp8-h100-h16384"
+    assert got["DGX-GB200 llama3.1-405b fp8-cs 256"] == "bridge-fp8-b200-h16384"
+    assert got["DGX-H100 llama3-70b fp8-cs 64"] is None  # the stack's own, h8192
+    assert got["DGX-H100 qwen3-235b-a22b fp8-cs 256"] is None  # TP overlap off in its recipe
+    d = {e[0]: e[1:3] for e in SHIPPED["bridge-bf16-h100-h16384"]}
+    assert d["fc2_fprop"] == ("pipe", 8) and d["fc1_wgrad"] == ("bulk", 2)

@@ -229,7 +229,8 @@ class ReplayOptions:
         "Userbuffers configuration of the TP overlap (Megatron-LM's --tp-comm-overlap-cfg): a "
         "YAML file of Transformer Engine layer names (qkv_fprop, proj_fprop, ...) and their "
         "method, num_sm, num_splits, fp8_buf (also NeMo's ub_tp_comm_overlap_cfg), or a shipped "
-        "name: bridge-bf16, bridge-bf16-blackwell, bridge-fp8, te-defaults (docs/stacks.md). "
+        "name: bridge-bf16, bridge-bf16-blackwell, bridge-fp8, te-defaults, "
+        "bridge-{bf16,fp8}-{h100,b200}-h16384 (docs/stacks.md). "
         "Default: the stack's.", group="stack", metavar="NAME|YAML")
     tp_bwd_overlap: bool | None = _opt(
         "A column-parallel linear's gradient all-reduce / reduce-scatter during its weight-"

@@ -254,6 +254,18 @@ def row_unmodelled(row: Mapping[str, str | None], path: Path, k: int) -> tuple[s
     return () if run is None else unmodelled(run)
 
 
+def bridge_ub_config(recipe: Recipe, device: str, dtype: str) -> str | None:
+    """The userbuffers configuration a Megatron-Bridge recipe sets where it is not the
+    megatron-core stack's default (``None``): the Llama 3.1 405B recipes their h16384 ones
+    (``llama31_llm_pretrain.py``: H100's on H100, B200's on the Blackwell GPUs; BF16's or FP8's),
+    the Qwen3 recipes none (``CommOverlapConfig(tp_comm_overlap=True)`` alone: Transformer
+    Engine's defaults). The Llama 3 70B recipes' are the stack's own (docs/stacks.md)."""
+    path = recipe.source.split(":", 1)[-1]
+    if path in (L405, L405V2):
+        return f"bridge-{'bf16' if dtype == 'bf16' else 'fp8'}-{'h100' if device == 'h100' else 'b200'}-h16384"
+    return "te-defaults" if path in (QW, QWV2) else None
+
+
 def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
                    release: str = "25.11") -> dict[str, Any]:
     """``opts`` (a row's replay options, of a model of ``layers`` layers) with what tracesim can express of ``recipe``: the
@@ -276,6 +288,9 @@ def recipe_options(recipe: Recipe, opts: dict[str, Any], layers: int,
         out["stage_layers"] = chunks
     if recipe.tp_comm_overlap is not None and out["tp"] > 1:
         out["tp_comm_overlap"] = recipe.tp_comm_overlap
+    if out["tp"] > 1 and recipe.tp_comm_overlap is not False and "tp_comm_overlap_cfg" not in out:
+        if (ub := bridge_ub_config(recipe, str(out["cluster"].device), str(out["dtype"]))):
+            out["tp_comm_overlap_cfg"] = ub
     if recipe.overlap_param_gather is not None and not out.get("fsdp"):
         out["overlap_param_gather"] = recipe.overlap_param_gather
     if recipe.expert_tp is not None:

@@ -89,10 +89,17 @@ def _table(**over: tuple[str, int]) -> tuple[Entry, ...]:
     return tuple(out)
 
 
+#: the forward reduce-scatters in ring exchange (Megatron-Bridge's FP8 configurations)
+_RING_RS = {"proj_fprop": ("ring", 1), "fc2_fprop": ("ring", 1)}
+#: the bulk overlaps of Megatron-Bridge's H100 h16384 (Llama 3.1 405B) configurations
+_H100_H16384 = {"qkv_dgrad": ("bulk", 2), "qkv_wgrad": ("bulk", 24), "fc1_dgrad": ("bulk", 2),
+                "fc1_wgrad": ("bulk", 2)}
 #: Megatron-Bridge v0.2.1 ``training/comm_overlap.py``: ``userbuffers_bf16_h100_h8192_tp4_mbs1_
 #: seqlen8192`` (``bridge-bf16``), ``userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192``
 #: (``bridge-bf16-blackwell``), ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192``
-#: (``bridge-fp8``; the B200 FP8 one is equal); ``te-defaults``: no configuration given
+#: (``bridge-fp8``; the B200 FP8 one is equal); ``te-defaults``: no configuration given;
+#: ``bridge-{bf16,fp8}-{h100,b200}-h16384``: ``userbuffers_{bf16,fp8}_h100_h16384_tp8_cp2_mbs1_
+#: seqlen8192`` and ``..._b200_h16384_tp4_cp2_...`` (the same file, v0.2.0 and v0.3.0)
 SHIPPED: dict[str, tuple[Entry, ...]] = {
     "bridge-bf16": _table(qkv_dgrad=("bulk", 4), qkv_wgrad=("bulk", 24), fc1_dgrad=("bulk", 2),
                           fc1_wgrad=("bulk", 4), proj_fprop=("pipe", 24), fc2_fprop=("pipe", 16)),
@@ -100,8 +107,15 @@ SHIPPED: dict[str, tuple[Entry, ...]] = {
                                     fc1_dgrad=("bulk", 2), fc1_wgrad=("bulk", 4),
                                     proj_fprop=("pipe", 32), fc2_fprop=("pipe", 16)),
     "bridge-fp8": _table(qkv_dgrad=("bulk", 4), qkv_wgrad=("bulk", 24), fc1_dgrad=("bulk", 2),
-                         fc1_wgrad=("bulk", 4), proj_fprop=("ring", 1), fc2_fprop=("ring", 1)),
+                         fc1_wgrad=("bulk", 4), **_RING_RS),
     "te-defaults": _table(),
+    "bridge-bf16-h100-h16384": _table(**_H100_H16384, proj_fprop=("pipe", 24), fc2_fprop=("pipe", 8)),
+    "bridge-fp8-h100-h16384": _table(**_H100_H16384, **_RING_RS),
+    "bridge-bf16-b200-h16384": _table(qkv_dgrad=("bulk", 8), qkv_wgrad=("bulk", 24),
+                                      fc1_dgrad=("bulk", 2), fc1_wgrad=("bulk", 2),
+                                      proj_fprop=("pipe", 32), fc2_fprop=("pipe", 8)),
+    "bridge-fp8-b200-h16384": _table(qkv_dgrad=("bulk", 8), qkv_wgrad=("bulk", 32),
+                                     fc1_dgrad=("bulk", 2), fc1_wgrad=("bulk", 8), **_RING_RS),
 }
 
 
