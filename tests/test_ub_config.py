@@ -184,3 +184,13 @@ def test_bridge_rows_run_their_recipes_configuration() -> None:
     assert got["DGX-H100 qwen3-235b-a22b fp8-cs 256"] is None  # TP overlap off in its recipe
     d = {e[0]: e[1:3] for e in SHIPPED["bridge-bf16-h100-h16384"]}
     assert d["fc2_fprop"] == ("pipe", 8) and d["fc1_wgrad"] == ("bulk", 2)
+
+
+def test_megatron_lm_rows_without_a_file_run_te_defaults() -> None:
+    """Megatron-LM's --tp-comm-overlap without --tp-comm-overlap-cfg passes Transformer Engine
+    no configuration (``ub_cfgs = {}``): the weak-scaling table's rows with TP run its defaults."""
+    from tracesim.pipeline.published import table_rows
+
+    rows = [(o["tp"], o.get("tp_comm_overlap_cfg")) for _, _, _, _, o, _, _ in
+            table_rows([ROOT / "benchmarks/published/megatron_core_h100_weak_scaling.csv"])]
+    assert rows and all(cfg == ("te-defaults" if tp > 1 else None) for tp, cfg in rows)

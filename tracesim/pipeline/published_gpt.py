@@ -71,7 +71,9 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     ``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``, which the table
     does not name) and the unfused cross-entropy (Megatron-LM's default: the
     ``--cross-entropy-loss-fusion`` flag, opt-in since 2024-06, is not among the flags the
-    table names)."""
+    table names); with TP, the userbuffers overlap at Transformer Engine's defaults (the table
+    names ``--tp-comm-overlap`` and no ``--tp-comm-overlap-cfg``, which Megatron-LM's
+    ``_initialize_tp_communicators`` passes to Transformer Engine as ``ub_cfgs = {}``)."""
     system = system_cell(row, path, k)
     tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
     h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
@@ -88,4 +90,6 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         "zero": 1, "grad_reduce_fp32": True, "cross_entropy_fusion": False}
     if pp > 1:
         opts["schedule"] = "interleaved"
+    if tp > 1:  # --tp-comm-overlap without --tp-comm-overlap-cfg: Transformer Engine's defaults
+        opts["tp_comm_overlap_cfg"] = "te-defaults"
     return opts
