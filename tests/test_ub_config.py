@@ -194,3 +194,18 @@ def test_megatron_lm_rows_without_a_file_run_te_defaults() -> None:
     rows = [(o["tp"], o.get("tp_comm_overlap_cfg")) for _, _, _, _, o, _, _ in
             table_rows([ROOT / "benchmarks/published/megatron_core_h100_weak_scaling.csv"])]
     assert rows and all(cfg == ("te-defaults" if tp > 1 else None) for tp, cfg in rows)
+
+
+def test_a_row_may_turn_the_overlap_off(tmp_path: Path) -> None:
+    """An own-settings row's ``tp_comm_overlap`` (the ModelZoo's MXFP8 runs add no
+    --tp-comm-overlap); a value other than true / false exits 2 naming the cell."""
+    from tracesim.pipeline.published import table_rows
+
+    got = {lb.split(" GPUs")[0]: o.get("tp_comm_overlap") for _, _, _, _, o, lb, _ in table_rows(
+        [ROOT / "benchmarks/published/megatron_moe_modelzoo_blackwell.csv"])}
+    assert got["DGX-GB300 qwen3-235b-a22b fp8-mx 128"] is False
+    bad = tmp_path / "t.csv"
+    head = "system,model,gpus,precision,gbs,mbs,seq_len,tp,pp,tokens_per_s_per_gpu,tp_comm_overlap\n"
+    bad.write_text(head + "DGX-H100,llama3-8b,8,bf16,8,1,8192,2,1,9000,maybe\n")
+    with pytest.raises(InputError, match="row 2: tp_comm_overlap: expected true or false"):
+        list(table_rows([bad]))

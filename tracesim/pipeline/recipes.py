@@ -181,7 +181,7 @@ def find_recipe(system: str, model: str, precision: str, release: str = "25.11")
 #: columns with which a table row gives its own run settings instead of a Megatron-Bridge
 #: recipe (:func:`row_recipe`)
 ROW_RECIPE_COLUMNS = ("recompute", "dispatcher", "a2a_overlap", "cuda_graph", "etp", "pp_layout",
-                      "mtp_layers", "fp8_plan", "bf16_layers")
+                      "mtp_layers", "fp8_plan", "bf16_layers", "tp_comm_overlap")
 
 
 def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe | None:
@@ -192,7 +192,8 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     ``te:SCOPES``; ``etp`` the expert tensor-parallel size (empty: Megatron's default, TP);
     ``pp_layout`` a Megatron pipeline layout (:func:`layout_chunks`); ``mtp_layers`` the
     multi-token-prediction modules; ``fp8_plan`` GLOB=RECIPE pairs and ``bf16_layers``
-    FIRST,LAST (:class:`Recipe`). ``where`` names the row of the table at ``path`` in errors."""
+    FIRST,LAST (:class:`Recipe`); ``tp_comm_overlap`` true / false (empty: the stack's: on with
+    tp > 1). ``where`` names the row of the table at ``path`` in errors."""
     if not any(c in row for c in ROW_RECIPE_COLUMNS):
         return None
 
@@ -207,9 +208,10 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     if disp not in MOE_DISPATCHERS:
         raise InputError(f"unknown dispatcher {disp!r} (known: {', '.join(MOE_DISPATCHERS)})",
                          path, f"{where}: dispatcher")
-    overlap = text("a2a_overlap").lower()
-    if overlap not in ("", "true", "false"):
-        raise InputError(f"expected true or false, got {overlap!r}", path, f"{where}: a2a_overlap")
+    overlap, tp_overlap = text("a2a_overlap").lower(), text("tp_comm_overlap").lower()
+    for key, value in (("a2a_overlap", overlap), ("tp_comm_overlap", tp_overlap)):
+        if value not in ("", "true", "false"):
+            raise InputError(f"expected true or false, got {value!r}", path, f"{where}: {key}")
     graph = text("cuda_graph")
     if graph and not graph.startswith(("local:", "te:")):
         raise InputError(f"expected local:SCOPES or te:SCOPES, got {graph!r}", path, f"{where}: cuda_graph")
@@ -233,7 +235,8 @@ def row_recipe(row: Mapping[str, str | None], path: Path, where: str) -> Recipe 
     return Recipe("table:row", "", recompute=rec, dispatcher=disp, a2a_overlap=overlap == "true",
                   cuda_graph=graph, etp=count("etp"), pp_layout=layout or None,
                   mtp_layers=count("mtp_layers") or 0, fp8_plan=text("fp8_plan"),
-                  bf16_layers=text("bf16_layers"))
+                  bf16_layers=text("bf16_layers"),
+                  tp_comm_overlap=None if not tp_overlap else tp_overlap == "true")
 
 
 def row_run(row: Mapping[str, str | None], path: Path, k: int) -> Recipe | None:
