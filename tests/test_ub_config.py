@@ -161,8 +161,8 @@ def test_a_table_row_names_its_runs_configuration(tmp_path: Path) -> None:
 def test_the_builder_reads_the_table() -> None:
     from tracesim.build.overlap import Overlaps
 
-    table = load_ub_config(
-        {"proj_fprop": {"method": "pipeline", "num_sm": 8, "num_splits": 6, "fp8_buf": True}})
+    table = ub_config.parse_ub_config(
+        {"proj_fprop": {"method": "pipeline", "num_sm": 8, "num_splits": 6, "fp8_buf": True}}, None)
     ov = Overlaps(tp=4, ub=True, ub_table=table, fp8_rs=True)
     assert ov.ub_method("proj", "fprop") == ("pipe", 8) and ov.ub_splits("proj") == 6
     assert ov.ub_rs_bytes("proj") == 0.5 and ov.ub_rs_bytes("fc2") == 1.0

@@ -111,8 +111,8 @@ class Overlaps:
     tp_bwd: bool = False  # asynchronous NCCL backward overlap
     interference: bool = False
     sm_count: int = 0
-    config: str = "bridge-bf16"  # the stack's userbuffers configuration (ub_config.SHIPPED)
-    #: a configuration given (``--tp-comm-overlap-cfg``), else ``config``'s
+    config: str = "bridge-bf16"  # a shipped userbuffers configuration, where ub_table is empty
+    #: the configuration run (:func:`tracesim.specs.ub_config.running`)
     ub_table: tuple[ub_config.Entry, ...] = ()
     #: an FP8 run with per-tensor scaling: a pipelined reduce-scatter whose configuration sets
     #: ``fp8_buf`` moves one byte per element
@@ -187,8 +187,9 @@ def overlaps_for(par: object, sm_count: int = 0, blackwell: bool = False,
     return Overlaps(tp=int(getattr(par, "tp", 1)), ub=bool(getattr(par, "tp_comm_overlap", False)),
                     tp_bwd=bool(getattr(par, "tp_bwd_overlap", False)),
                     interference=bool(getattr(par, "comm_interference", False)),
-                    sm_count=int(sm_count), config=ub_config.stack_default(fp8, blackwell),
-                    ub_table=tuple(getattr(par, "tp_comm_overlap_cfg", ())),
+                    sm_count=int(sm_count),
+                    ub_table=ub_config.running(tuple(getattr(par, "tp_comm_overlap_cfg", ())),
+                                               fp8, blackwell),
                     fp8_rs=fp8 and getattr(par, "fp8_recipe", "") in ("delayed", "current"),
                     estimate=estimate, chunked=CHUNKED, ctas=tuple(ctas), hbm_Bps=hbm_GBps * 1e9)
 
@@ -399,8 +400,7 @@ def _chunks_out(u: Unit, g: ROp, comm: ROp, ov: Overlaps, method: str, sms: int,
     splits = ov.ub_splits(g.ub) if method == "pipe" else max(ov.tp, 2)
     n_comm = splits if method == "pipe" else splits - 1
     plain = ov.slowed(g.dur_ns / splits * g.chunk_ratio(splits), sms)
-    rs_bytes = comm.msg_bytes * (ov.ub_rs_bytes(g.ub) if method == "pipe" else 1.0)
-    msg = int(round(rs_bytes / n_comm))
+    msg = int(round(comm.msg_bytes * ov.ub_rs_bytes(g.ub) / n_comm))
     # every chunk after the first runs beside a transfer and loses its memory time
     chunk = plain + int(round(ov.contention_ns(comm.collective, msg, plain)))
     if not ov.chunked:

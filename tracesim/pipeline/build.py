@@ -209,8 +209,9 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
         # the version asked for and the fit it runs (the newest fit not newer than it)
         info["cudnn"] = {"given": options.cudnn, "fit": device.shape_model.attention.cudnn}
     if par.tp_comm_overlap:  # the userbuffers configuration the replay ran
-        ub = options.tp_comm_overlap_cfg or ub_config.stack_default(par.dtype == "fp8", _blackwell(device))
-        info["userbuffers"] = {**ub_config.describe(par.tp_comm_overlap_cfg or ub_config.SHIPPED[ub], ub),
+        fp8, bw = par.dtype == "fp8", _blackwell(device)
+        name = options.tp_comm_overlap_cfg or ub_config.stack_default(fp8, bw)
+        info["userbuffers"] = {**ub_config.describe(ub_config.running(par.tp_comm_overlap_cfg, fp8, bw), name),
                                "given": bool(options.tp_comm_overlap_cfg)}
     elif par.tp_comm_overlap_cfg:
         warnings.append("--tp-comm-overlap-cfg ignored: the userbuffers TP overlap is off (it "

@@ -19,6 +19,7 @@ from tracesim.catalog import load_model
 from tracesim.errors import InputError
 from tracesim.specs.collectives import cta_pairs
 from tracesim.specs.model import ModelSpec
+from tracesim.specs.ub_config import SHIPPED
 
 #: system name -> the shipped cluster spec of that system (scaled to a row's GPUs)
 SYSTEMS = {"DGX-H100": "h100x1024", "DGX-B200": "dgx-b200", "DGX-GB200": "gb200-nvl72",
@@ -111,8 +112,6 @@ def ctas_cell(row: dict[str, str], path: Path, k: int) -> tuple[tuple[str, int],
 def ub_cell(row: dict[str, str], path: Path, k: int) -> str:
     """The run's userbuffers configuration (``ub_cfg``): a shipped name
     (:data:`tracesim.specs.ub_config.SHIPPED`) or a YAML file named relative to the table."""
-    from tracesim.specs.ub_config import SHIPPED
-
     value = (row.get("ub_cfg") or "").strip()
     if value in SHIPPED:
         return value

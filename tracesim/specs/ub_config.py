@@ -124,23 +124,24 @@ def stack_default(fp8: bool, blackwell: bool) -> str:
     return "bridge-fp8" if fp8 else ("bridge-bf16-blackwell" if blackwell else "bridge-bf16")
 
 
-def load_ub_config(value: Any, where: str = "--tp-comm-overlap-cfg") -> tuple[Entry, ...]:
-    """The entries of a configuration: ``""`` / None none given (the stack's), a shipped name,
-    a YAML file (module docstring) or, from the API, its mapping. InputError names the file
-    and the key."""
-    if value is None or value == "" or value == ():
+def running(given: tuple[Entry, ...], fp8: bool, blackwell: bool) -> tuple[Entry, ...]:
+    """The entries a layout runs: those given, else the stack's default configuration's."""
+    return given or SHIPPED[stack_default(fp8, blackwell)]
+
+
+def load_ub_config(value: str | None) -> tuple[Entry, ...]:
+    """The entries of a configuration: ``""`` / None none given (the stack's), a shipped name
+    or a YAML file (module docstring). InputError names the file and the key."""
+    if not value:
         return ()
-    if isinstance(value, Mapping):
-        return parse_ub_config(value, None)
-    if isinstance(value, tuple):  # entries already (a ParallelSpec's)
-        return tuple(tuple(e) for e in value)  # type: ignore[misc]
     text = str(value)
     if text in SHIPPED:
         return SHIPPED[text]
     path = Path(text)
     if path.suffix.lower() not in (".yaml", ".yml") and not path.exists():
         raise InputError(f"unknown userbuffers configuration {text!r} (shipped: "
-                         f"{', '.join(SHIPPED)}; or a YAML file)", "layout", where)
+                         f"{', '.join(SHIPPED)}; or a YAML file)", "layout",
+                         "--tp-comm-overlap-cfg")
     from tracesim.fileio import read_yaml
 
     data = read_yaml(path)
@@ -211,5 +212,5 @@ def describe(entries: tuple[Entry, ...], name: str) -> dict[str, Any]:
     return {"config": name, "layers": layers}
 
 
-__all__ = ["LAYERS", "SHIPPED", "describe", "load_ub_config", "parse_ub_config", "pipe_splits", "setting",
+__all__ = ["LAYERS", "SHIPPED", "describe", "load_ub_config", "parse_ub_config", "pipe_splits", "running", "setting",
            "stack_default", "te_default"]
