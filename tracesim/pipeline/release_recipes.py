@@ -71,6 +71,11 @@ RELEASE_RECIPES: dict[tuple[str, str, str, str], Recipe] = {
         f"v0.3.0:{L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB300_NVFP4_V2", tp_comm_overlap=False),
     ("26.02", "DGX-GB200", "llama3.1-405b", "nvfp4"): Recipe(
         f"v0.3.0:{L405V2}", "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2", tp_comm_overlap=False),
+    # the 26.02 table's MXFP8 rows of Llama 3.1 405B (25.11 published FP8 current scaling
+    # there): llama31_llm_pretrain.py gives every precision but BF16 the B200 h16384 FP8
+    # userbuffers configuration, TP overlap on
+    **{("26.02", f"DGX-{g}", "llama3.1-405b", "fp8-mx"): Recipe(
+        f"v0.3.0:{L405V2}", f"LLAMA31_405B_PRETRAIN_CONFIG_{g}_FP8_MX_V2") for g in ("GB300", "GB200")},
     # the 26.02 table's DGX B300 rows (v0.3.0 has B300 configs; 25.11 had no B300 row)
     ("26.02", "DGX-B300", "deepseek-v3", "fp8-mx"): Recipe(
         f"v0.3.0:{DS3}", "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2",
