@@ -5,6 +5,7 @@ file and the key."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,59 @@ def test_a_row_may_turn_the_overlap_off(tmp_path: Path) -> None:
     bad.write_text(head + "DGX-H100,llama3-8b,8,bf16,8,1,8192,2,1,9000,maybe\n")
     with pytest.raises(InputError, match="row 2: tp_comm_overlap: expected true or false"):
         list(table_rows([bad]))
+
+
+#: a NeMo-style userbuffers file whose settings a launch script may change through the
+#: environment (the form of the MLPerf Training submissions' conf/tp_overlap/*.yaml)
+NEMO_ENV = """\
+qkv_dgrad:
+  method: bulk
+  num_sm: ${oc.decode:${oc.env:TS_TEST_QKV_DGRAD_SM,8}}
+  set_sm_margin: 0
+fc2_fprop:
+  method: ${oc.decode:${oc.env:TS_TEST_FC2_METHOD,ring_exchange}}
+  num_sm: ${oc.decode:${oc.env:TS_TEST_FC2_SM,1}}
+  fp8_buf: 1
+  atomic_gemm: ${oc.decode:${oc.env:TS_TEST_ATOMIC,0}}
+"""
+
+
+def test_nemo_environment_interpolations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``${oc.decode:${oc.env:NAME,default}}`` reads the environment tracesim runs in, else the
+    default; ``fp8_buf: 1`` is true (Transformer Engine takes its truth value)."""
+    for name in ("TS_TEST_QKV_DGRAD_SM", "TS_TEST_FC2_METHOD", "TS_TEST_FC2_SM", "TS_TEST_ATOMIC"):
+        monkeypatch.delenv(name, raising=False)
+    p = tmp_path / "nemo.yaml"
+    p.write_text(NEMO_ENV)
+    got = {e[0]: e for e in load_ub_config(str(p))}
+    assert got["qkv_dgrad"] == ("qkv_dgrad", "bulk", 8, 0, False)
+    assert got["fc2_fprop"] == ("fc2_fprop", "ring", 1, 0, False)  # fp8_buf: pipelined only
+    monkeypatch.setenv("TS_TEST_QKV_DGRAD_SM", "12")
+    monkeypatch.setenv("TS_TEST_FC2_METHOD", "pipeline")
+    monkeypatch.setenv("TS_TEST_FC2_SM", "16")
+    got = {e[0]: e for e in load_ub_config(str(p))}
+    assert got["qkv_dgrad"][2] == 12 and got["fc2_fprop"] == ("fc2_fprop", "pipe", 16, 4, True)
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("${oc.env:TS_TEST_SURELY_UNSET}", "TS_TEST_SURELY_UNSET is not set"),
+    ("${model.num_sm}", "cannot resolve ${model.num_sm}"),
+    ("${oc.env:TS_TEST_SURELY_UNSET,8}", ">= 1, got '8'"),  # text without oc.decode, as OmegaConf
+])
+def test_unresolvable_interpolations_name_the_key(tmp_path: Path, value: str, needle: str) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(f"proj_fprop:\n  method: pipeline\n  num_sm: {value}\n")
+    with pytest.raises(InputError, match=re.escape(needle)) as err:
+        load_ub_config(str(p))
+    assert f"{p}: proj_fprop.num_sm:" in str(err.value)
+
+
+def test_resolve_text_around_and_nesting() -> None:
+    from tracesim.specs.omegaconf_env import resolve
+
+    env = {"ARCH": "b", "TP": "4"}
+    assert resolve("${oc.env:ARCH,h}100tp${oc.env:TP}mbs1", None, "k", env) == "b100tp4mbs1"
+    assert resolve("${oc.decode:${oc.env:X,False}}", None, "k", env) is False
+    assert resolve("${oc.decode:${oc.env:TP}}", None, "k", env) == 4
+    assert resolve("${oc.env:X,null}", None, "k", env) is None
+    assert resolve(7, None, "k", env) == 7 and resolve("ring_exchange", None, "k", env) == "ring_exchange"

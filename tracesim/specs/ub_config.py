@@ -8,7 +8,8 @@ and the backward ``*_dgrad`` / ``*_wgrad`` overlaps. A configuration is a shippe
 (:data:`SHIPPED`) or a YAML file in the format Megatron-LM's ``--tp-comm-overlap-cfg`` and
 NeMo's ``ub_tp_comm_overlap_cfg`` take (docs/stacks.md, "Your own userbuffers
 configuration"): a layer missing from it runs Transformer Engine's default for that layer
-(``get_default_config``). What the replay does with each key: :data:`MODELLED`; keys it reads
+(``get_default_config``); a value written as NeMo's ``${oc.decode:${oc.env:NAME,default}}``
+is read as the environment tracesim runs in sets it (:mod:`tracesim.specs.omegaconf_env`). What the replay does with each key: :data:`MODELLED`; keys it reads
 and does not model: :data:`NOT_MODELLED`; anything else is an error naming the key.
 
 An entry is ``(layer, method, num_sm, num_splits, fp8_buf)`` with the method as the builder
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
+from tracesim.specs.omegaconf_env import resolve
 
 Entry = tuple[str, str, int, int, bool]
 
@@ -173,11 +175,13 @@ def parse_ub_config(data: Any, file: Path | None) -> tuple[Entry, ...]:
     return tuple(given.get(layer) or te_default(layer) for layer in LAYERS)
 
 
-def _entry(layer: str, cfg: Mapping[str, Any], file: Path | None) -> Entry:
-    for key in cfg:
+def _entry(layer: str, given: Mapping[str, Any], file: Path | None) -> Entry:
+    for key in given:
         if key not in MODELLED and key not in NOT_MODELLED:
             raise InputError(f"unknown key (known: {', '.join(MODELLED + NOT_MODELLED)})", file,
                              f"{layer}.{key}")
+    # NeMo's ${oc.decode:${oc.env:NAME,default}} values, as the run's environment set them
+    cfg = {key: resolve(v, file, f"{layer}.{key}") for key, v in given.items()}
     te_method = cfg.get("method", LAYERS[layer][0])
     if te_method not in LAYERS[layer]:
         raise InputError(f"{te_method!r} is not modelled for {layer} (modelled: "
@@ -186,8 +190,8 @@ def _entry(layer: str, cfg: Mapping[str, Any], file: Path | None) -> Entry:
     sms = _int(cfg, "num_sm", 1 if method == "ring" else 16, layer, file)
     splits = _int(cfg, "num_splits", 4, layer, file) if method == "pipe" else 0
     fp8_buf = cfg.get("fp8_buf", False)
-    if not isinstance(fp8_buf, bool):
-        raise InputError("expected true or false", file, f"{layer}.fp8_buf")
+    if fp8_buf not in (True, False):  # 1 / 0 as NeMo's files write it (Python truth, as TE reads it)
+        raise InputError(f"expected true or false, got {fp8_buf!r}", file, f"{layer}.fp8_buf")
     return (layer, method, sms, splits, bool(fp8_buf) and method == "pipe")
 
 
