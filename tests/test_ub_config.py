@@ -266,3 +266,10 @@ def test_resolve_text_around_and_nesting() -> None:
     assert resolve("${oc.decode:${oc.env:TP}}", None, "k", env) == 4
     assert resolve("${oc.env:X,null}", None, "k", env) is None
     assert resolve(7, None, "k", env) == 7 and resolve("ring_exchange", None, "k", env) == "ring_exchange"
+
+
+def test_a_variable_that_names_itself_ends() -> None:
+    from tracesim.specs.omegaconf_env import resolve
+
+    with pytest.raises(InputError, match="more than 64 interpolations"):
+        resolve("${oc.env:LOOP}", None, "k", {"LOOP": "${oc.env:LOOP}"})

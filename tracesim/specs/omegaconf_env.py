@@ -27,6 +27,9 @@ from tracesim.errors import InputError
 
 #: the innermost interpolation: no ``${`` or ``}`` inside it
 _INNER = re.compile(r"\$\{([^${}]*)\}")
+#: interpolations resolved in one value at most (an environment variable whose text names
+#: itself would otherwise never end)
+_MAX_STEPS = 64
 
 
 def resolve(value: Any, file: Path | None, key: str,
@@ -37,13 +40,17 @@ def resolve(value: Any, file: Path | None, key: str,
         return value
     env = os.environ if env is None else env
     text: Any = value
-    while isinstance(text, str) and (m := _INNER.search(text)):
+    for _ in range(_MAX_STEPS):
+        m = _INNER.search(text) if isinstance(text, str) else None
+        if m is None:
+            return text
         out = _one(m.group(1), file, key, env)
         if m.start() == 0 and m.end() == len(text):
             text = out
         else:
             text = text[:m.start()] + ("" if out is None else str(out)) + text[m.end():]
-    return text
+    raise InputError(f"{value!r}: more than {_MAX_STEPS} interpolations (a variable that names "
+                     "itself?)", file, key)
 
 
 def _one(body: str, file: Path | None, key: str, env: Mapping[str, str]) -> Any:
