@@ -170,3 +170,18 @@ def test_rows_read_from_the_logs_printed_config() -> None:
         assert row["cuda_graph"] in ("", "local:full_iteration", "local:attn,mlp")
     systems = {r["system"] for _, r in logged}
     assert systems == {"DGX-B200", "DGX-B300", "DGX-GB300", "DGX-H200"}
+
+
+def test_each_run_has_its_own_tp_overlap() -> None:
+    """``tp_comm_overlap`` is the run's ``model.ub_tp_comm_overlap``: on with TP > 1 but the
+    University of Florida's B200 405B runs (their configs comment the export out) and the NVFP4
+    runs; empty with TP 1 (no overlap to have). The replay turns the userbuffers off there."""
+    for table in (TABLE, TABLE_8B, TABLE_GPT3):
+        for r in csv.DictReader(table.open()):
+            want = ("" if int(r["tp"]) == 1 else
+                    "false" if r["system"] == "DGX-B200" and table == TABLE or r["precision"] == "nvfp4"
+                    else "true")
+            assert r["tp_comm_overlap"] == want, (table.name, r["note"])
+    fmt, rows = read_table(TABLE)
+    b200 = [row_options(fmt, r, TABLE, k)[0] for k, r in enumerate(rows) if r["system"] == "DGX-B200"]
+    assert b200 and all(o.get("tp_comm_overlap") is False for o in b200)

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import yaml
 
+from tracesim.specs.omegaconf_env import resolve
+
 #: (release, results folder, implementation folder, config file name pattern, system); the
 #: benchmark (llama31_405b, llama31_8b) is the implementation folder's
 SUBMISSIONS = [
@@ -116,7 +118,7 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
            "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention", "attention",
-           "fp8_param_gather", "segment", "step_s", "cudnn", "release", "note"]
+           "fp8_param_gather", "tp_comm_overlap", "segment", "step_s", "cudnn", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
 
@@ -162,6 +164,26 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
             dflt = re.fullmatch(r"\$\{\w+:=([^}]*)\}", m.group(2))  # "${MINIBS:=128}"
             out[m.group(1)] = dflt.group(1) if dflt else m.group(2)
     return out
+
+
+def _ub_overlap(repo: Path, impl: str, env: dict[str, str], tp: int) -> str:
+    """Whether the run had Transformer Engine's userbuffers TP overlap (the table's
+    ``tp_comm_overlap``, ``true`` / ``false``; "" with TP 1): ``model.ub_tp_comm_overlap`` of
+    the submission's ``conf/custom.yaml`` (or its fallback folder's), resolved with the
+    config's exports as OmegaConf would (``${oc.decode:${oc.env:TP_COMM_OVERLAP,False}}``:
+    off unless the config exports it; University of Florida's 405B configs leave their
+    ``export TP_COMM_OVERLAP=True`` commented out); without a ``custom.yaml``, the export."""
+    if tp < 2:
+        return ""
+    for folder in (impl, COMMON_FALLBACK.get(impl)):
+        path = f"{folder}/conf/custom.yaml"
+        if folder and path in _files(repo, f"{folder}/conf"):
+            m = re.search(r"^\s*ub_tp_comm_overlap:\s*(\S+)", _git(repo, "show", f"HEAD:{path}"), re.M)
+            if m:
+                on = resolve(m.group(1), None, "model.ub_tp_comm_overlap", env)
+                return "true" if str(on).lower() in ("true", "1") else "false"
+    on = env.get("TP_COMM_OVERLAP", "")  # no custom.yaml shipped (Oracle's GPT-3): the export
+    return "" if not on else "true" if on.lower() in ("true", "1") else "false"
 
 
 def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
@@ -350,6 +372,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             # container has neither: BF16 parameters gathered)
             "fp8_param_gather": ("" if recipe in ("", "nvfp4") else
                                  "true" if on & {"FP8_PARAMS", "FP8_PARAM_GATHER"} else "false"),
+            "tp_comm_overlap": _ub_overlap(repo, impl, env, tp),
             "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
             "cudnn": _cudnn(repo, impl, logs[0]), "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
@@ -432,6 +455,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "fp8_attention": "true" if "fp8_dot_product_attention" in on else "", "attention": "",
             "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
+            "tp_comm_overlap": ("" if tp < 2 else "true" if cfg.get("ub_tp_comm_overlap", "").lower()
+                                in ("true", "1") else "false"),
             "segment": "", "step_s": round(step, 6),
             "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")), "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
