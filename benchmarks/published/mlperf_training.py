@@ -22,7 +22,7 @@ sets it, else NeMo's ``delayed`` default of the submissions' ``conf/custom.yaml`
 full-iteration CUDA graph where a config sources ``config_common_cg.sh`` with
 ``FULL_CUDA_GRAPH``, per-layer graphs where it sets ``LAYER_CUDA_GRAPH``; the NCCL CTA cap
 per communicator, ``max_ctas`` of the file ``NCCL_CFG_PATH`` names, Megatron-Core's
-``nccl_communicator_config_path``) come from the
+``nccl_communicator_config_path``; the userbuffers TP overlap, :func:`_ub_overlap`) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
 beside it. The global batch in the logs is checked against ``dp x MINIBS``.
 """
