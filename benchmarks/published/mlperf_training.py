@@ -168,11 +168,10 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
 
 def _ub_overlap(repo: Path, impl: str, env: dict[str, str], tp: int) -> str:
     """Whether the run had Transformer Engine's userbuffers TP overlap (the table's
-    ``tp_comm_overlap``, ``true`` / ``false``; "" with TP 1): ``model.ub_tp_comm_overlap`` of
-    the submission's ``conf/custom.yaml`` (or its fallback folder's), resolved with the
-    config's exports as OmegaConf would (``${oc.decode:${oc.env:TP_COMM_OVERLAP,False}}``:
-    off unless the config exports it; University of Florida's 405B configs leave their
-    ``export TP_COMM_OVERLAP=True`` commented out); without a ``custom.yaml``, the export."""
+    ``tp_comm_overlap``; "" with TP 1): ``model.ub_tp_comm_overlap`` of the submission's
+    ``conf/custom.yaml`` (or its fallback folder's) resolved with the config's exports as
+    OmegaConf would (``${oc.decode:${oc.env:TP_COMM_OVERLAP,False}}``: off unless exported;
+    University of Florida's 405B configs comment the export out); else the export."""
     if tp < 2:
         return ""
     for folder in (impl, COMMON_FALLBACK.get(impl)):
@@ -180,10 +179,14 @@ def _ub_overlap(repo: Path, impl: str, env: dict[str, str], tp: int) -> str:
         if folder and path in _files(repo, f"{folder}/conf"):
             m = re.search(r"^\s*ub_tp_comm_overlap:\s*(\S+)", _git(repo, "show", f"HEAD:{path}"), re.M)
             if m:
-                on = resolve(m.group(1), None, "model.ub_tp_comm_overlap", env)
-                return "true" if str(on).lower() in ("true", "1") else "false"
+                return _truth(resolve(m.group(1), None, "model.ub_tp_comm_overlap", env))
     on = env.get("TP_COMM_OVERLAP", "")  # no custom.yaml shipped (Oracle's GPT-3): the export
-    return "" if not on else "true" if on.lower() in ("true", "1") else "false"
+    return _truth(on) if on else ""
+
+
+def _truth(value: object) -> str:
+    """A config flag as the tables write it: ``true`` for True / true / 1, else ``false``."""
+    return "true" if str(value).lower() in ("true", "1") else "false"
 
 
 def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
@@ -455,8 +458,7 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "fp8_attention": "true" if "fp8_dot_product_attention" in on else "", "attention": "",
             "fp8_param_gather": ("" if precision in ("bf16", "nvfp4") else
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
-            "tp_comm_overlap": ("" if tp < 2 else "true" if cfg.get("ub_tp_comm_overlap", "").lower()
-                                in ("true", "1") else "false"),
+            "tp_comm_overlap": "" if tp < 2 else _truth(cfg.get("ub_tp_comm_overlap", "")),
             "segment": "", "step_s": round(step, 6),
             "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")), "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
