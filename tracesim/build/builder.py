@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tracesim.build import a2a_overlap, dpsync, shared_overlap
+from tracesim.build import a2a_overlap, dpsync, fp8_delayed, shared_overlap
 from tracesim.build.host import host_bound, host_model, is_sync
 from tracesim.build.instantiate import REPORT_KIND, StagePrograms, instantiate
 from tracesim.build.offload import Offload, add_waits
@@ -191,6 +191,7 @@ class _StageBuilder:
             start = len(u)
             ag = self._gather(u, sec.params, layer, "fwd", prev_first) if gather and self.shard and sec.params else -1
             self._emit(u, sec.fwd, layer, "fwd")
+            fp8_delayed.after(u, self, g, layer, "fwd")  # delayed FP8 scaling's amax reduction
             key = layer if layer >= 0 else (-1 if k == 0 and g == 0 else -2)
             first = self._first_compute(u, start)
             if first >= 0 and key not in u.layer_start:  # an MTP module: its first piece
@@ -249,6 +250,7 @@ class _StageBuilder:
             if cut < len(bwd):
                 self._emit(u, again, layer, "bwd", prefix="recompute:")
                 self._emit(u, bwd[cut:], layer, "bwd")
+            fp8_delayed.after(u, self, g, layer, "bwd")
             u.marks[name] = u.tail
             if is_layer:
                 first[layer] = self._first_compute(u, start, start)

@@ -28,7 +28,8 @@ from tracesim.graph.taskgraph import (
 from tracesim.specs.placement import Placement
 from tracesim.template.resolve import Resolved
 
-REPORT_KIND = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp"}
+REPORT_KIND = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp",
+               "stage": "dp"}
 
 
 def _factor(values: np.ndarray) -> tuple[np.ndarray, list[str]]:

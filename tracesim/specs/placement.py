@@ -24,6 +24,10 @@ Group kinds (:data:`GROUP_KINDS`):
 * ``emb``: first and last pipeline stage with the same (t, c, d), where the word-embedding
   gradients are all-reduced (tied embeddings, or the copy multi-token prediction keeps on the
   last stage).
+
+Besides them, ``stage`` (:data:`STAGE_KIND`) is every rank of one pipeline stage (TP x DP x
+CP): Megatron-Core's amax reduction group of delayed FP8 scaling, timed on the compute
+stream (:mod:`tracesim.build.fp8_delayed`), not a communicator the network simulates.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import numpy as np
 from tracesim.specs.parallel import ParallelSpec
 
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "ep", "dpcp", "edp", "emb", "etp")
+#: every rank of a pipeline stage (module docstring); not in GROUP_KINDS
+STAGE_KIND = "stage"
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,8 @@ class Placement:
                 .transpose(0, 2, 4, 1, 3)
                 .reshape(-1, (p.dp // e) * p.cp)
             )
+        elif kind == STAGE_KIND:
+            arr = g.reshape(p.pp, -1)
         elif kind == "emb":
             arr = np.stack([g[0].reshape(-1), g[-1].reshape(-1)], axis=1) if p.pp > 1 else g.reshape(-1, 1)
         else:

@@ -94,8 +94,8 @@ are low precision and what the scaling costs.
   linears run a block-scaled recipe (MXFP8, NVFP4: Transformer Engine quantizes the
   attention per tensor, ``NVTE_DPA_FP8_RECIPE``).
 
-Not modelled: the amax-history update of delayed scaling (one small kernel per step) and FP8
-all-to-all of MoE tokens.
+Delayed scaling's amax reductions, once per model chunk and micro-batch in each pass, are the
+builder's (:mod:`tracesim.build.fp8_delayed`). Not modelled: FP8 all-to-all of MoE tokens.
 """
 
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""Delayed FP8 scaling reduces the amaxes of every FP8 module of a rank once per model chunk
+and micro-batch in each pass, blocking, over the stage's TP x DP x CP ranks
+(tracesim.build.fp8_delayed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracesim.build.fp8_delayed import PREFIX, VALUES
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.build import build
+from tracesim.pipeline.run import predict
+from tracesim.specs.parallel import ParallelSpec
+from tracesim.specs.placement import STAGE_KIND, Placement
+
+BASE = {"model": "llama3-8b", "cluster": "h100x128", "micro_batch": 1, "seq_len": 4096,
+        "dtype": "fp8", "fp8_recipe": "delayed", "tp": 4, "pp": 2, "host_launch": False}
+
+
+def _opts(**kw):
+    opts = {**BASE, "dp": 2, "global_batch": 8, **kw}
+    return ReplayOptions.from_mapping({k: v for k, v in opts.items() if v is not None})
+
+
+def _tasks(**kw):
+    graph = build(None, _opts(**kw), per_op=True).built.graph
+    t = graph.tasks
+    names = np.asarray(t["name"]).astype(str)
+    lanes = graph.lanes.set_index("lane")["name"]
+    return t, names, lanes[np.asarray(t["lane"])].to_numpy().astype(str)
+
+
+def test_two_reductions_per_chunk_and_micro_batch_on_the_compute_stream() -> None:
+    t, names, lanes = _tasks(vpp=2)
+    sel = names == f"{PREFIX}.all_reduce"
+    ranks = 4 * 2 * 2
+    # 4 micro-batches, 2 chunks per stage, forward and backward, on every rank
+    assert sel.sum() == ranks * 4 * 2 * 2
+    assert set(lanes[sel]) == {"compute"}
+    assert set(np.asarray(t["group_kind"])[sel]) == {"dp"}  # reported as data-parallel
+    assert set(np.asarray(t["phase"])[sel]) == {"fwd", "bwd"}
+    for kernel in ("cat", "update"):
+        assert (names == f"{PREFIX}.{kernel}").sum() == sel.sum()
+    # 16 layers a stage (both chunks'), 4 FP8 linears a layer (qkv, proj, fc1, fc2): 3 values
+    # each forward, 2 backward, 4 bytes a value
+    msg = np.asarray(t["msg_bytes"])[sel]
+    phase = np.asarray(t["phase"])[sel]
+    assert set(msg[phase == "fwd"]) == {4 * VALUES["fwd"] * 16 * 4}
+    assert set(msg[phase == "bwd"]) == {4 * VALUES["bwd"] * 16 * 4}
+
+
+@pytest.mark.parametrize("kw", [{"fp8_recipe": "current"}, {"dtype": "bf16", "fp8_recipe": None}])
+def test_none_without_delayed_scaling(kw: dict) -> None:
+    _, names, _ = _tasks(**kw)
+    assert not np.char.startswith(names, PREFIX).any()
+
+
+def test_the_reduction_spans_the_stage_and_slows_with_its_size() -> None:
+    small = _tasks()
+    big = _tasks(dp=4, global_batch=16)
+    dur = [np.asarray(t["dur_ns"])[n == f"{PREFIX}.all_reduce"] for t, n, _ in (small, big)]
+    # 8 ranks in one node against 16 over 2 nodes: NCCL's latency grows with the nodes
+    assert 5_000 < dur[0].min() and dur[0].max() < dur[1].min() < 200_000
+
+
+def test_the_blocking_reductions_lengthen_the_step_by_their_time(monkeypatch) -> None:
+    # one stage: every reduction is on the compute stream's critical path
+    opts = _opts(pp=1, dp=4, global_batch=16)
+    t, names, _ = _tasks(pp=1, dp=4, global_batch=16)
+    rank0 = np.asarray(t["rank"]) == 0
+    added = np.asarray(t["dur_ns"])[rank0 & np.char.startswith(names, PREFIX)].sum() / 1e9
+    with_them = predict(None, opts).iteration_time_s
+    monkeypatch.setattr("tracesim.build.fp8_delayed.applies", lambda par: False)
+    without = predict(None, opts).iteration_time_s
+    assert added > 0
+    assert with_them - without == pytest.approx(added, rel=0.05)
+
+
+def test_the_stage_group_holds_every_rank_of_a_stage() -> None:
+    par = ParallelSpec(tp=2, cp=2, dp=2, pp=2)
+    groups = Placement(par).groups(STAGE_KIND)
+    assert groups == [tuple(range(8)), tuple(range(8, 16))]
