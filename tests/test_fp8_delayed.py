@@ -81,3 +81,18 @@ def test_the_stage_group_holds_every_rank_of_a_stage() -> None:
     par = ParallelSpec(tp=2, cp=2, dp=2, pp=2)
     groups = Placement(par).groups(STAGE_KIND)
     assert groups == [tuple(range(8)), tuple(range(8, 16))]
+
+
+def test_a_fully_recomputed_layer_reduces_the_forward_amaxes_again() -> None:
+    # Transformer Engine's checkpoint reruns the layer in an FP8 region of its own
+    t, names, _ = _tasks(recompute="full")
+    sel = names == f"{PREFIX}.all_reduce"
+    phase, msg = np.asarray(t["phase"])[sel], np.asarray(t["msg_bytes"])[sel]
+    fwd_bytes = 4 * VALUES["fwd"] * 16 * 4
+    ranks, micro, layers = 4 * 2 * 2, 4, 16
+    assert (phase == "fwd").sum() == ranks * micro  # one chunk a stage
+    bwd = msg[phase == "bwd"]
+    assert (bwd == fwd_bytes).sum() == ranks * micro * layers
+    assert (bwd == 4 * VALUES["bwd"] * 16 * 4).sum() == ranks * micro
+    _, names, _ = _tasks(recompute="full", recompute_layers=2)
+    assert (names == f"{PREFIX}.all_reduce").sum() == ranks * micro * (1 + 1 + 2)

@@ -238,8 +238,8 @@ class _StageBuilder:
             ag = self._gather(u, sec.params, layer, "bwd", prev_first) if gather and self.shard and sec.params else -1
             if is_layer and self.par.recompute == "full" and layer - first_layer < n_full:
                 self._emit(u, sec.fwd, layer, "bwd", prefix="recompute:")
-            bwd = list(sec.bwd)
-            cut = len(bwd)
+                fp8_delayed.recomputed(u, self, layer)  # the checkpoint's own FP8 region
+            bwd, cut = list(sec.bwd), len(sec.bwd)
             again = rerun(self.par, sec.fwd, self.shares) if is_layer else []
             if again and self.par.recompute == "selective":  # before the first recomputed op's backward
                 names = {x.name for x in again}

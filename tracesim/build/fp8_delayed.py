@@ -15,8 +15,13 @@ backward (``is_first_fp8_module``; TE v2.2 ``transformer_engine/pytorch/fp8.py``
 ``module/base.py``, and ``graph.py`` for modules in CUDA graphs). Megatron-Core opens that
 region once per model chunk for delayed scaling (``TransformerBlock``, the outer FP8 context)
 with the group of every rank of the pipeline stage, TP x DP x CP
-(``get_amax_reduction_group(with_context_parallel=True)``). Recomputed forwards append
-nothing (``in_fp8_activation_recompute_phase``).
+(``get_amax_reduction_group(with_context_parallel=True)``). A recomputed forward appends
+nothing (``in_fp8_activation_recompute_phase``), but a layer that full recomputation reruns
+is a Transformer Engine checkpoint (Megatron-Core's ``_checkpointed_forward`` calls
+``te_checkpoint`` under FP8) whose rerun opens its own ``fp8_autocast`` in the backward,
+outermost there, and its exit reduces the whole forward buffer again over the same group
+(TE v2.2 ``distributed.py``, ``_CheckpointFunction.backward``): one more forward reduction
+per recomputed layer (one checkpoint per layer, Megatron's ``--recompute-num-layers 1``).
 
 The replay adds, after a chunk's last layer forward and after its first layer's backward,
 three compute-stream tasks: the concatenation (``8 n`` bytes for ``n`` amax values), the
@@ -71,12 +76,22 @@ def after(u: Unit, sb: Any, g: int, layer: int, phase: str) -> None:
     ``layer`` ends the chunk's FP8 region in that pass: its last layer forward, its first
     layer backward (module docstring); ``sb``: the stage builder."""
     end = int(sb.starts[g + 1]) - 1 if phase == "fwd" else int(sb.starts[g])
-    if layer < 0 or layer != end or end >= int(sb.starts[g + 1]):
-        return
+    if layer >= 0 and layer == end and end < int(sb.starts[g + 1]):
+        _reduce(u, sb, layer, phase, phase)
+
+
+def recomputed(u: Unit, sb: Any, layer: int) -> None:
+    """Append the forward reduction that a fully recomputed layer's checkpoint adds in the
+    backward (module docstring) to unit ``u``."""
+    _reduce(u, sb, layer, "fwd", "bwd")
+
+
+def _reduce(u: Unit, sb: Any, layer: int, direction: str, phase: str) -> None:
+    """One reduction of the stage's ``direction`` (fwd, bwd) amaxes, its tasks in ``phase``."""
     modules = stage_modules(sb)
     if modules <= 0:
         return
-    n = VALUES[phase] * modules
+    n = VALUES[direction] * modules
 
     def kernel(name: str, nbytes: int) -> None:
         op = TemplateOp(name, "block", phase, "elementwise", flops="0", bytes=str(nbytes))
