@@ -96,3 +96,22 @@ def test_a_fully_recomputed_layer_reduces_the_forward_amaxes_again() -> None:
     assert (bwd == 4 * VALUES["bwd"] * 16 * 4).sum() == ranks * micro
     _, names, _ = _tasks(recompute="full", recompute_layers=2)
     assert (names == f"{PREFIX}.all_reduce").sum() == ranks * micro * (1 + 1 + 2)
+
+
+def test_tp_only_amax_reduction_stays_in_the_replica() -> None:
+    t, names, _ = _tasks(dp=4, global_batch=16, fp8_amax_tp_only=True)
+    sel = names == f"{PREFIX}.all_reduce"
+    assert set(np.asarray(t["group_kind"])[sel]) == {"tp"}
+    dur = np.asarray(t["dur_ns"])[sel]
+    t2, n2, _ = _tasks(dp=4, global_batch=16)
+    stage = np.asarray(t2["dur_ns"])[n2 == f"{PREFIX}.all_reduce"]
+    # the 4 TP ranks of one node against the 16 ranks of the stage over two nodes
+    assert dur.max() < stage.min()
+    par = ParallelSpec(tp=2, cp=2, dp=2, pp=2)
+    assert Placement(par).groups("tpcp")[:2] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_tp_only_amax_reduction_needs_delayed_scaling() -> None:
+    from tracesim.errors import InputError
+    with pytest.raises(InputError, match="fp8_amax_tp_only"):
+        _tasks(fp8_recipe="current", fp8_amax_tp_only=True)

@@ -281,6 +281,10 @@ class ReplayOptions:
     fp8_param_gather: bool | None = _opt(
         "Keep FP8 parameters for the data-parallel all-gather (half the bytes). Default: on "
         "for megatron-core with --dtype fp8.", "bool", group="stack")
+    fp8_amax_tp_only: bool | None = _opt(
+        "Delayed FP8 scaling reduces its amaxes over the TP x CP group only, not the pipeline "
+        "stage's TP x DP x CP ranks (Megatron's --tp-only-amax-red). Default: off.", "bool",
+        group="stack")
     fp8_attention: bool | None = _opt(
         "With --dtype fp8, the fused attention in FP8 too (Transformer Engine's FP8 dot-product "
         "attention, Megatron's --fp8-dot-product-attention). Default: off.", "bool", group="stack")
@@ -437,7 +441,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "tp_comm_overlap_cfg",
               "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",
-              "bf16_layers", "fp8_param_gather", "fp8_attention", "host_launch", "cuda_graphs",
+              "bf16_layers", "fp8_param_gather", "fp8_amax_tp_only", "fp8_attention", "host_launch", "cuda_graphs",
               "etp")
 
 

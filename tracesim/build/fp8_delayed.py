@@ -15,7 +15,10 @@ backward (``is_first_fp8_module``; TE v2.2 ``transformer_engine/pytorch/fp8.py``
 ``module/base.py``, and ``graph.py`` for modules in CUDA graphs). Megatron-Core opens that
 region once per model chunk for delayed scaling (``TransformerBlock``, the outer FP8 context)
 with the group of every rank of the pipeline stage, TP x DP x CP
-(``get_amax_reduction_group(with_context_parallel=True)``). A recomputed forward appends
+(``get_amax_reduction_group(with_context_parallel=True)``), or of its TP x CP ranks only
+with ``tp_only_amax_red`` (``--tp-only-amax-red``; tracesim's ``--fp8-amax-tp-only``,
+group kind ``tpcp``, reported as ``tp``): each data-parallel replica then scales with its
+own amaxes. A recomputed forward appends
 nothing (``in_fp8_activation_recompute_phase``), but a layer that full recomputation reruns
 is a Transformer Engine checkpoint (Megatron-Core's ``_checkpointed_forward`` calls
 ``te_checkpoint`` under FP8) whose rerun opens its own ``fp8_autocast`` in the backward,
@@ -25,7 +28,8 @@ per recomputed layer (one checkpoint per layer, Megatron's ``--recompute-num-lay
 
 The replay adds, after a chunk's last layer forward and after its first layer's backward,
 three compute-stream tasks: the concatenation (``8 n`` bytes for ``n`` amax values), the
-all-reduce (``4 n`` bytes on the stage's TP x DP x CP ranks, group kind ``stage``, at the
+all-reduce (``4 n`` bytes on the stage's TP x DP x CP ranks, group kind ``stage``, or its
+TP x CP ranks, at the
 network model's uncongested time: latency-bound, no flows; its ``group_kind`` reported as
 ``dp``) and the update (each value's amax history read and rolled, ``8 x history``
 bytes per value, with NeMo's ``fp8_amax_history_len`` of 1,024,
@@ -44,7 +48,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracesim.build.units import Unit
-from tracesim.specs.placement import STAGE_KIND as STAGE
+from tracesim.specs.placement import STAGE_KIND, TPCP_KIND
 from tracesim.template.layer import TemplateOp
 
 #: amax values per FP8 module, by direction (module docstring)
@@ -99,8 +103,9 @@ def _reduce(u: Unit, sb: Any, layer: int, direction: str, phase: str) -> None:
                        dur_ns=int(sb.op_time("elementwise", 0.0, float(nbytes), op, 1.0)))
 
     kernel(f"{PREFIX}.cat", 8 * n)
-    est = sb.ov.est("all_reduce", STAGE, 4 * n)
+    group = TPCP_KIND if getattr(sb.par, "fp8_amax_tp_only", False) else STAGE_KIND
+    est = sb.ov.est("all_reduce", group, 4 * n)
     if est:  # one rank: no reduction (a group of one)
         u.compute_task(f"{PREFIX}.all_reduce", layer=layer, phase=phase, op_class="comm",
-                       dur_ns=int(round(est)), collective="all_reduce", gkind=STAGE, msg_bytes=4 * n)
+                       dur_ns=int(round(est)), collective="all_reduce", gkind=group, msg_bytes=4 * n)
     kernel(f"{PREFIX}.update", 8 * HISTORY * n)

@@ -29,7 +29,7 @@ from tracesim.specs.placement import Placement
 from tracesim.template.resolve import Resolved
 
 REPORT_KIND = {"tp": "tp", "etp": "tp", "cp": "cp", "ep": "ep", "dpcp": "dp", "edp": "dp", "emb": "pp", "pp": "pp",
-               "stage": "dp"}
+               "stage": "dp", "tpcp": "tp"}
 
 
 def _factor(values: np.ndarray) -> tuple[np.ndarray, list[str]]:

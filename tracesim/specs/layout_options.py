@@ -119,6 +119,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         fp8_recipe=str(get("fp8_recipe", "")),
         fp8_param_gather=bool(get("fp8_param_gather", False)),
         fp8_attention=bool(get("fp8_attention", False)),
+        fp8_amax_tp_only=bool(get("fp8_amax_tp_only", False)),
         fp8_plan=plan_pairs(get("fp8_plan", ""), "--fp8-plan", ("bf16", *FP8_RECIPES)),
         bf16_layers=first_last(get("bf16_layers", "")),
         host_launch=bool(get("host_launch", False)),

@@ -137,6 +137,8 @@ class ParallelSpec:
         cuda_graphs: CUDA-graph scopes whose kernels cost one graph launch on the host.
         fp8_param_gather: parameters are kept in FP8 for the data-parallel all-gather.
         fp8_attention: the fused attention runs in FP8 too (:mod:`tracesim.template.fp8`).
+        fp8_amax_tp_only: delayed scaling reduces its amaxes over TP x CP only
+            (Megatron's ``--tp-only-amax-red``; :mod:`tracesim.build.fp8_delayed`).
         fp8_plan: (module glob, recipe) pairs: the linears a glob matches run that recipe
             (``bf16``: not quantized); the first match wins (:func:`tracesim.template.fp8.fp8_template`).
         bf16_layers: (first, last) transformer layers kept in BF16 under FP8.
@@ -193,6 +195,7 @@ class ParallelSpec:
     fp8_recipe: str = ""
     fp8_param_gather: bool = False
     fp8_attention: bool = False
+    fp8_amax_tp_only: bool = False
     fp8_plan: tuple[tuple[str, str], ...] = ()
     bf16_layers: tuple[int, int] = (0, 0)
     host_launch: bool = False
@@ -377,6 +380,9 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"fp8_recipe {par.fp8_recipe!r} needs dtype fp8 (got {par.dtype})", "fp8_recipe")
     if par.fp8_recipe not in ("", *FP8_RECIPES):
         raise _err(f"{par.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}", "fp8_recipe")
+    if par.fp8_amax_tp_only and par.fp8_recipe != "delayed":
+        raise _err(f"fp8_amax_tp_only needs fp8_recipe delayed (got {par.fp8_recipe or 'none'})",
+                   "fp8_amax_tp_only")
     for key, given in (("fp8_plan", par.fp8_plan), ("bf16_layers", any(par.bf16_layers))):
         if given and par.dtype != "fp8":
             raise _err(f"{key} needs dtype fp8 (got {par.dtype})", key)

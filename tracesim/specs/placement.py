@@ -26,8 +26,10 @@ Group kinds (:data:`GROUP_KINDS`):
   last stage).
 
 Besides them, ``stage`` (:data:`STAGE_KIND`) is every rank of one pipeline stage (TP x DP x
-CP): Megatron-Core's amax reduction group of delayed FP8 scaling, timed on the compute
-stream (:mod:`tracesim.build.fp8_delayed`), not a communicator the network simulates.
+CP) and ``tpcp`` (:data:`TPCP_KIND`) the TP x CP ranks of one data-parallel replica of it:
+Megatron-Core's amax reduction groups of delayed FP8 scaling (the second with
+``--tp-only-amax-red``), timed on the compute stream (:mod:`tracesim.build.fp8_delayed`),
+not communicators the network simulates.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ import numpy as np
 from tracesim.specs.parallel import ParallelSpec
 
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "ep", "dpcp", "edp", "emb", "etp")
-#: every rank of a pipeline stage (module docstring); not in GROUP_KINDS
+#: every rank of a pipeline stage, and its TP x CP ranks (module docstring); not in GROUP_KINDS
 STAGE_KIND = "stage"
+TPCP_KIND = "tpcp"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ class Placement:
             )
         elif kind == STAGE_KIND:
             arr = g.reshape(p.pp, -1)
+        elif kind == TPCP_KIND:
+            arr = g.reshape(-1, p.cp * p.tp)
         elif kind == "emb":
             arr = np.stack([g[0].reshape(-1), g[-1].reshape(-1)], axis=1) if p.pp > 1 else g.reshape(-1, 1)
         else:

@@ -471,6 +471,8 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
     if par.dtype == "fp8":
         out["fp8"] = {"recipe": par.fp8_recipe, "param_gather": par.fp8_param_gather,
                       "attention": par.fp8_attention}
+        if par.fp8_recipe == "delayed":  # whose amaxes each reduction covers
+            out["fp8"]["amax_group"] = "tp x cp" if par.fp8_amax_tp_only else "tp x dp x cp"
         if par.fp8_plan:
             out["fp8"]["plan"] = {g: r for g, r in par.fp8_plan}
         if any(par.bf16_layers):
