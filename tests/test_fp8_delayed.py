@@ -115,3 +115,13 @@ def test_tp_only_amax_reduction_needs_delayed_scaling() -> None:
     from tracesim.errors import InputError
     with pytest.raises(InputError, match="fp8_amax_tp_only"):
         _tasks(fp8_recipe="current", fp8_amax_tp_only=True)
+
+
+def test_the_report_names_the_amax_group() -> None:
+    from tracesim.api import replay
+    small = {"model": "llama3-8b", "cluster": "h100x8", "tp": 4, "dp": 2, "micro_batch": 1,
+             "global_batch": 8, "seq_len": 1024, "dtype": "fp8"}
+    stage = replay(**small, fp8_recipe="delayed").to_dict()["stack"]["fp8"]
+    tp = replay(**small, fp8_recipe="delayed", fp8_amax_tp_only=True).to_dict()["stack"]["fp8"]
+    assert (stage["amax_group"], tp["amax_group"]) == ("tp x dp x cp", "tp x cp")
+    assert "amax_group" not in replay(**small, fp8_recipe="current").to_dict()["stack"]["fp8"]
