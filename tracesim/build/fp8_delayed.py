@@ -70,9 +70,13 @@ def stage_modules(sb: Any) -> int:
     scaling)."""
     if not applies(sb.par):
         return 0
-    layers = [i for g in range(sb.stage, sb.n_chunks, sb.par.pp) for i in sb._layers(g)]
-    return sum(1 for i in layers for r in sb.res.layer(sb.model, i).fwd
-               if r.kind == "gpu" and r.name.endswith(".fp8_cast"))
+    cached = getattr(sb, "_fp8_amax_modules", None)  # counted once per stage builder
+    if cached is None:
+        layers = [i for g in range(sb.stage, sb.n_chunks, sb.par.pp) for i in sb._layers(g)]
+        cached = sum(1 for i in layers for r in sb.res.layer(sb.model, i).fwd
+                     if r.kind == "gpu" and r.name.endswith(".fp8_cast"))
+        sb._fp8_amax_modules = cached
+    return int(cached)
 
 
 def after(u: Unit, sb: Any, g: int, layer: int, phase: str) -> None:
