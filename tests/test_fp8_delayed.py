@@ -125,3 +125,19 @@ def test_the_report_names_the_amax_group() -> None:
     tp = replay(**small, fp8_recipe="delayed", fp8_amax_tp_only=True).to_dict()["stack"]["fp8"]
     assert (stage["amax_group"], tp["amax_group"]) == ("tp x dp x cp", "tp x cp")
     assert "amax_group" not in replay(**small, fp8_recipe="current").to_dict()["stack"]["fp8"]
+
+
+def test_a_table_row_may_say_tp_only_amax_red(tmp_path) -> None:
+    from tracesim.errors import InputError
+    from tracesim.pipeline.published import table_rows
+    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s,tp_only_amax_red"
+    table = tmp_path / "runs.csv"
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,fp8-ds,16,1,4096,0,4,1,1,,1,4,1.0,true\n"
+                     f"DGX-H100,llama3-8b,16,fp8-cs,16,1,4096,0,4,1,1,,1,4,1.0,true\n"
+                     f"DGX-H100,llama3-8b,16,fp8-ds,16,1,4096,0,4,1,1,,1,4,1.0,\n")
+    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    assert opts[0]["fp8_amax_tp_only"] is True
+    assert "fp8_amax_tp_only" not in opts[1] and "fp8_amax_tp_only" not in opts[2]
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,fp8-ds,16,1,4096,0,4,1,1,,1,4,1.0,maybe\n")
+    with pytest.raises(InputError, match="row 2: tp_only_amax_red"):
+        list(table_rows([table], None))

@@ -14,6 +14,8 @@ Four table formats are read (the columns decide):
   ``fp8_attention`` true: FP8 dot-product attention, the attention in FP8 too; ``attention``
   ``flash2``: FlashAttention-2 where the run's Transformer Engine picked it over cuDNN;
   ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather;
+  ``tp_only_amax_red`` true / false: delayed scaling's amaxes reduced over TP x CP only,
+  ``--fp8-amax-tp-only`` (ignored for the other recipes, which reduce no amax history);
   ``cudnn``: the cuDNN version the run's container had, ``--cudnn``; ``ub_cfg``: the run's
   userbuffers configuration, a shipped name or a YAML file beside the table,
   ``--tp-comm-overlap-cfg``);
@@ -221,6 +223,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["zero"] = 1  # Megatron's distributed optimizer
     if (row.get("fp8_param_gather") or "").strip() and recipe:  # FP8 parameters gathered
         opts["fp8_param_gather"] = flag_cell(row, "fp8_param_gather", path, k)
+    if (row.get("tp_only_amax_red") or "").strip() and recipe == "delayed":  # others reduce none
+        opts["fp8_amax_tp_only"] = flag_cell(row, "tp_only_amax_red", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     if (row.get("ub_cfg") or "").strip():  # the run's userbuffers configuration
