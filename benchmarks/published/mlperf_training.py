@@ -175,13 +175,10 @@ def _ub_overlap(repo: Path, impl: str, env: dict[str, str], tp: int) -> str:
     if tp < 2:
         return ""
     for folder in (impl, COMMON_FALLBACK.get(impl)):
-        path = f"{folder}/conf/custom.yaml"
-        if folder and path in _files(repo, f"{folder}/conf"):
-            m = re.search(r"^\s*ub_tp_comm_overlap:\s*(\S+)", _git(repo, "show", f"HEAD:{path}"), re.M)
-            if m:
-                return _truth(resolve(m.group(1), None, "model.ub_tp_comm_overlap", env))
-    on = env.get("TP_COMM_OVERLAP", "")  # no custom.yaml shipped (Oracle's GPT-3): the export
-    return _truth(on) if on else ""
+        m = re.search(r"^\s*ub_tp_comm_overlap:\s*(\S+)", _custom_yaml(repo, folder), re.M)
+        if m:
+            return _truth(resolve(m.group(1), None, "model.ub_tp_comm_overlap", env))
+    return _truth(on) if (on := env.get("TP_COMM_OVERLAP", "")) else ""  # no custom.yaml: the export
 
 
 def _truth(value: object) -> str:
@@ -192,11 +189,14 @@ def _truth(value: object) -> str:
 def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
     """The default ``conf/custom.yaml`` gives ``var`` where no config exports it
     (``${oc.env:INTERLEAVED_PIPELINE,12}``: 12; v3.1's GPT-3 configs leave it to that)."""
-    path = f"{impl}/conf/custom.yaml"
-    if path not in _files(repo, f"{impl}/conf"):
-        return fallback
-    m = re.search(rf"oc\.env:{var},([^}}]+)\}}", _git(repo, "show", f"HEAD:{path}"))
+    m = re.search(rf"oc\.env:{var},([^}}]+)\}}", _custom_yaml(repo, impl))
     return m.group(1).strip() if m else fallback
+
+
+def _custom_yaml(repo: Path, folder: str | None) -> str:
+    """The text of ``folder``'s ``conf/custom.yaml`` ("" where it ships none)."""
+    path = f"{folder}/conf/custom.yaml"
+    return _git(repo, "show", f"HEAD:{path}") if folder and path in _files(repo, f"{folder}/conf") else ""
 
 
 def _readme_config(repo: Path, results: str, bench: str) -> str:
