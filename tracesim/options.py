@@ -239,6 +239,12 @@ class ReplayOptions:
     overlap_grad_reduce: bool | None = _opt(
         "Megatron's name for --dp-overlap: reduce gradient buckets during the backward pass.",
         "bool", group="stack")
+    grad_nan_check: bool | None = _opt(
+        "Megatron-Core checks each gradient bucket for NaN and Inf before reducing it "
+        "(check_for_nan_in_grad: the bucket's norm and two host syncs, docs/stacks.md). "
+        "Default: off, as Megatron-Bridge's performance scripts run; Megatron-LM's "
+        "--check-for-nan-in-loss-and-grad and NeMo 2's recipes turn it on.", "bool",
+        group="stack")
     overlap_param_gather: bool | None = _opt(
         "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "
         "the next iteration's first forward pass instead of after the step. Default: the "
@@ -439,7 +445,7 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "cross_entropy_fusion", "optimizer", "loss_fp32",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_comm_overlap_cfg",
-              "tp_bwd_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p",
+              "tp_bwd_overlap", "overlap_grad_reduce", "grad_nan_check", "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",
               "bf16_layers", "fp8_param_gather", "fp8_amax_tp_only", "fp8_attention", "host_launch", "cuda_graphs",
               "etp")

@@ -340,9 +340,7 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             ns, _, moved = dpsync.bucket_comm_ns(sb, g, "all_gather", sb.param_bytes, True, unit)
             unit = stretched(unit, 0, dpsync.interference(sb, unit, ns, 0, "all_gather", moved))
         elif it.kind == "B" and reduce_early and idx == last_b[it.chunk]:
-            coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
-            ns, start, moved = dpsync.bucket_comm_ns(sb, g, coll, sb.grad_bytes, False, unit)
-            unit = stretched(unit, start + 1, dpsync.interference(sb, unit, ns, start + 1, coll, moved))
+            unit = dpsync.last_backward(sb, unit, g, bucket)
         mg = (a2a_overlap.merge(unit, unit_of(idx + 1), merges, *slowdown)
               if idx in merged_with else None)
         if mg is not None:
@@ -372,9 +370,9 @@ def _stage_program(sb: _StageBuilder, placement: Placement, comm_free: bool) -> 
             if par.dp_overlap:
                 grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, None)
     if deferred and not par.dp_overlap:
-        last_unit, last_off = prog.units[-1][0], prog.offsets[-1]
+        after = dpsync.nan_check_after(sb, prog, deferred, bucket, prog.offsets[-1] + prog.units[-1][0].tail)
         for unit, off, g in deferred:
-            grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, last_off + last_unit.tail)
+            grad_sync += dpsync.grad_buckets(sb, prog, unit, off, g, bucket, after)
     # tied embeddings, or the copy MTP looks its inputs up in: first and last stage
     # all-reduce the word-embedding gradient (Megatron-Core's embedding group)
     emb_params = model.vocab * model.hidden / tp

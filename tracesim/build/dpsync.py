@@ -13,7 +13,24 @@ optimizer's parameter all-gather.
 * :func:`interference`: the compute time a chunk's overlapped buckets take from the pass
   they overlap (:func:`tracesim.build.overlap.overlap_extra_ns`);
 * :func:`optimizer_step`: the optimizer over the stage's local parameters once they are
-  synchronised.
+  synchronised;
+* :func:`nan_checked` / :func:`nan_check_after`: with ``grad_nan_check`` (Megatron-Core's
+  ``ddp_config.check_for_nan_in_grad``), each bucket's NaN check before its reduction.
+  ``_ParamAndGradBucketGroup.check_grads`` (``megatron/core/distributed/
+  param_and_grad_buffer.py``, Megatron-Core 0.10 on; run by ``start_grad_sync``, in the last
+  micro-batch's backward hook when the reduction overlaps the backward, in
+  ``finish_grad_sync`` after it otherwise) takes ``grad_data.norm(p=2)`` of the whole bucket
+  on the compute stream and passes it twice to the rerun state machine's
+  ``validate_result``, with ``torch.isnan`` and with ``torch.isinf``; each test is read on
+  the host (``if result_rejected``, in every rerun mode, ``disabled`` included): a
+  device-to-host sync. The compute stream then idles for the sync (``sync_us``) and for the
+  launches the host issues after it before the GPU has work again: the second test after
+  the first sync, the reduction and the next backward kernel after the second
+  (:data:`NAN_CHECK_SYNCS` syncs and one launch more, at the host model's backward launch
+  time and CPU speed; without a host model the kernels alone). The norm reads the bucket's
+  gradient buffer once (memory-bound, the device's ``reduction`` class). The check delays
+  the bucket's reduction and everything after it in the backward; in the pipeline's
+  cooldown the stages' checks add up along the last micro-batch's path.
 
 A bucket holds ``bucket_size_params()`` parameters (Megatron-Core's ``max(40M, 1M x dp)``,
 or ``bucket_params``); dense parameters reduce over DP x CP (``dpcp``), expert parameters
@@ -23,16 +40,21 @@ over the expert-data-parallel group (``edp``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracesim.build.overlap import Overlaps, overlap_extra_ns
+from tracesim.build.overlap import Overlaps, overlap_extra_ns, stretched
 from tracesim.build.units import Program, Unit
-from tracesim.template.layer import evaluate
+from tracesim.template.layer import TemplateOp, evaluate
 
 if TYPE_CHECKING:
     from tracesim.build.builder import _StageBuilder
+
+#: the NaN check's task name (without overlapped reduction) and its host syncs per bucket
+NAN_CHECK = "dp.grad_nan_check"
+NAN_CHECK_SYNCS = 2
 
 
 def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tuple[int, float, float]]:
@@ -81,15 +103,12 @@ def _groups(sb: _StageBuilder) -> list[tuple[str, int, int]]:
     return [(gk, col, size) for gk, col, size in (("dpcp", 1, sb.dpcp), ("edp", 2, edp)) if size > 1]
 
 
-def grad_buckets(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int, bucket: int,
-                 after: int | None) -> list[int]:
-    """Gradient buckets of chunk ``g`` after its last backward (module docstring); ``after``:
-    a task every bucket waits for (the end of the backward), None: each bucket waits for its
-    layers only."""
+def _bucket_ends(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> list[tuple[str, int, float, int]]:
+    """(group kind, task of ``unit`` after which the bucket's gradients are whole, its
+    parameters, its number) of chunk ``g``'s gradient buckets, per group in backward order."""
     par = sb.par
     order = _segments(sb, unit, g, forward=False)
-    out: list[int] = []
-    coll = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+    out: list[tuple[str, int, float, int]] = []
     for gk, col, _ in _groups(sb):
         acc = 0.0
         n = 0
@@ -98,14 +117,83 @@ def grad_buckets(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int,
             last = j == len(order) - 1
             cap = par.first_bucket_params if n == 0 and g == sb.n_chunks - 1 and par.first_bucket_params else bucket
             if acc > 0 and (acc >= cap or last):
-                t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
-                                    collective=coll, gkind=gk, msg_bytes=int(acc * sb.grad_bytes),
-                                    key=f"g{g}|{gk}|{n}")
-                prog.edge(off + row[0] if after is None else after, t)
-                out.append(t)
+                out.append((gk, row[0], acc, n))
                 acc = 0.0
                 n += 1
     return out
+
+
+def grad_buckets(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int, bucket: int,
+                 after: int | None) -> list[int]:
+    """Gradient buckets of chunk ``g`` after its last backward (module docstring); ``after``:
+    a task every bucket waits for (the end of the backward), None: each bucket waits for its
+    layers only."""
+    coll = "reduce_scatter" if sb.par.zero >= 1 else "all_reduce"
+    out: list[int] = []
+    for gk, end, params, n in _bucket_ends(sb, unit, g, bucket):
+        t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
+                            collective=coll, gkind=gk, msg_bytes=int(params * sb.grad_bytes),
+                            key=f"g{g}|{gk}|{n}")
+        prog.edge(off + end if after is None else after, t)
+        out.append(t)
+    return out
+
+
+def last_backward(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> Unit:
+    """Chunk ``g``'s last backward ``unit`` when its buckets are reduced during it: its
+    compute from the first bucket's end on slowed by the reductions beside it
+    (:func:`interference`), and each bucket's NaN check (:func:`nan_checked`)."""
+    coll = "reduce_scatter" if sb.par.zero >= 1 else "all_reduce"
+    ns, start, moved = bucket_comm_ns(sb, g, coll, sb.grad_bytes, False, unit)
+    unit = stretched(unit, start + 1, interference(sb, unit, ns, start + 1, coll, moved))
+    return nan_checked(sb, unit, g, bucket)
+
+
+def nan_check_ns(sb: _StageBuilder, params: float) -> float:
+    """GPU time (ns) of the NaN check of one gradient bucket of ``params`` parameters
+    (module docstring): the norm over its gradient buffer, the two one-element tests, and,
+    with a host model, what the compute stream idles across the two host syncs."""
+    nbytes = params * sb.grad_bytes
+    ns = float(sb.op_time("reduction", 0.0, nbytes, TemplateOp(NAN_CHECK, "block", "bwd", "reduction",
+                                                                flops="0", bytes=str(nbytes)), 1.0))
+    test = TemplateOp(NAN_CHECK, "block", "bwd", "elementwise", flops="0", bytes="8")
+    ns += NAN_CHECK_SYNCS * sb.op_time("elementwise", 0.0, 8.0, test, 1.0)
+    host = sb.host
+    if host is not None:
+        ns += NAN_CHECK_SYNCS * host.sync_us * 1e3
+        ns += (NAN_CHECK_SYNCS + 1) * host.launch_us_bwd / host.cpu_speed * 1e3
+    return ns
+
+
+def nan_checked(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> Unit:
+    """Chunk ``g``'s last backward ``unit`` with each gradient bucket's NaN check
+    (``grad_nan_check``): the last compute task up to the bucket's end lasts the check's
+    :func:`nan_check_ns` longer, which delays the bucket's reduction and the backward after it."""
+    a = unit.arrays
+    if not sb.par.grad_nan_check or a is None:
+        return unit
+    dur = a["dur_ns"].copy()
+    comp = np.flatnonzero(a["lane"] == "compute")
+    for _, end, params, _ in _bucket_ends(sb, unit, g, bucket):
+        before = comp[comp <= end]
+        if len(before):
+            dur[before[-1]] += int(round(nan_check_ns(sb, params)))
+    return replace(unit, arrays={**a, "dur_ns": dur})
+
+
+def nan_check_after(sb: _StageBuilder, prog: Program, chunks: Sequence[tuple[Unit, int, int]],
+                    bucket: int, tail: int) -> int:
+    """Without overlapped reduction, the NaN checks of every bucket of ``chunks`` ((unit,
+    offset, chunk) of each chunk's last backward) as one compute task after task ``tail``,
+    the end of the backward; returns the task the reductions wait for (``tail`` without
+    ``grad_nan_check``)."""
+    if not sb.par.grad_nan_check:
+        return tail
+    ns = sum(nan_check_ns(sb, params) for unit, _, g in chunks for _, _, params, _ in _bucket_ends(sb, unit, g, bucket))
+    t = prog.extra_task(lane="compute", kind="gpu", name=NAN_CHECK, op_class="reduction", phase="bwd",
+                        dur_ns=int(round(ns)))
+    prog.edge(tail, t)
+    return t
 
 
 def param_gathers(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int,

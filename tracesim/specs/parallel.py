@@ -84,6 +84,9 @@ class ParallelSpec:
             completed (Megatron-LM's batched isend/irecv); False lets sends overlap it.
         dp_overlap: gradient buckets are reduced as soon as their layers' backward is done
             (DDP, Megatron's ``--overlap-grad-reduce``); False: after the backward pass.
+        grad_nan_check: each gradient bucket's norm is checked for NaN and Inf on the host
+            before its reduction (Megatron-Core's ``check_for_nan_in_grad``;
+            :func:`tracesim.build.dpsync.nan_check_ns`).
         moe_imbalance: MoE load imbalance, the busiest expert's routed tokens over the mean
             (>= 1); the expert GEMMs of every rank run at that load, since the rank holding
             the busiest expert gates the combine all-to-all (docs/moe.md).
@@ -172,6 +175,7 @@ class ParallelSpec:
     first_bucket_params: int = 0
     p2p_blocking: bool = True
     dp_overlap: bool = True
+    grad_nan_check: bool = False
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
     moe_dispatcher: str = "alltoall"

@@ -479,4 +479,6 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
             out["fp8"]["bf16_layers"] = list(par.bf16_layers)
     if par.grad_reduce_fp32:
         out["grad_reduce"] = "fp32"
+    if par.grad_nan_check and par.dp * par.cp > 1 and not par.shard_params:
+        out["grad_nan_check"] = True  # Megatron-Core's check of each bucket (build.dpsync)
     return out

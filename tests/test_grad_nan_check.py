@@ -1,0 +1,86 @@
+"""Megatron-Core's NaN check of each gradient bucket (``check_for_nan_in_grad``): the bucket's
+norm on the compute stream and two host syncs before its reduction (tracesim.build.dpsync)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracesim.build.dpsync import NAN_CHECK
+from tracesim.build.host import LAUNCH_US_BWD, SYNC_US
+from tracesim.options import ReplayOptions
+from tracesim.pipeline.build import build
+from tracesim.pipeline.run import predict
+
+BASE = {"model": "llama3-8b", "cluster": "h100x128", "micro_batch": 1, "seq_len": 2048,
+        "tp": 4, "pp": 1, "dp": 4, "global_batch": 8, "host_launch": True,
+        "grad_reduce_fp32": True}
+H100_HBM = 3350e9  # bytes/s, the datasheet's peak
+
+
+def _opts(**kw):
+    return ReplayOptions.from_mapping({k: v for k, v in {**BASE, **kw}.items() if v is not None})
+
+
+def _graph(**kw):
+    return build(None, _opts(**kw), per_op=True).built.graph
+
+
+def _rank0(graph, lane: str = "compute"):
+    t = graph.tasks
+    lanes = graph.lanes.set_index("lane")["name"]
+    sel = (np.asarray(t["rank"]) == 0) & (lanes[np.asarray(t["lane"])].to_numpy().astype(str) == lane)
+    return t[sel]
+
+
+def test_each_bucket_costs_its_norm_and_two_host_syncs() -> None:
+    off, on = _graph(), _graph(grad_nan_check=True)
+    added_s = (_rank0(on)["dur_ns"].sum() - _rank0(off)["dur_ns"].sum()) / 1e9
+    rs = _rank0(off, "comm:dp")
+    buckets = int((rs["name"] == "dp.reduce_scatter").sum())
+    grad_bytes = float(rs["msg_bytes"].sum())  # fp32 gradients, each bucket read once by its norm
+    assert buckets >= 10
+    # per bucket at least: two syncs and the three launches the GPU waits for after them
+    # (the second test, the reduction, the next backward kernel); the norm at most the
+    # datasheet's HBM rate, and at least a quarter of it
+    host = buckets * (2 * SYNC_US + 3 * LAUNCH_US_BWD) * 1e-6
+    assert host + grad_bytes / H100_HBM < added_s < host + 4 * grad_bytes / H100_HBM + buckets * 20e-6
+
+
+def test_with_one_stage_the_step_grows_by_the_checks() -> None:
+    # one node: the reductions (NVLink) finish within the backward, whose compute the
+    # checks lengthen on the critical path (over two nodes they would hide in the
+    # reductions' tail)
+    node = {"cluster": "h100x8", "dp": 2, "global_batch": 4, "seq_len": 8192}
+    opts_on, opts_off = _opts(grad_nan_check=True, **node), _opts(**node)
+    on, off = _rank0(_graph(grad_nan_check=True, **node)), _rank0(_graph(**node))
+    added = (on["dur_ns"].sum() - off["dur_ns"].sum()) / 1e9
+    grown = predict(None, opts_on).iteration_time_s - predict(None, opts_off).iteration_time_s
+    assert added > 0
+    assert grown == pytest.approx(added, rel=0.1)
+
+
+def test_after_the_backward_without_overlapped_reduction() -> None:
+    g = _graph(grad_nan_check=True, dp_overlap=False)
+    t = g.tasks
+    check = t[(t["name"] == NAN_CHECK)]
+    assert len(check) == 4 * 4  # one task a rank, every rank
+    ids = set(check["task_id"].tolist())
+    names = dict(zip(t["task_id"].tolist(), t["name"].astype(str).tolist(), strict=True))
+    waits = {names[int(d)] for s, d in zip(g.edges["src"], g.edges["dst"], strict=True) if int(s) in ids}
+    assert waits == {"dp.reduce_scatter"}
+    assert not (_graph(dp_overlap=False).tasks["name"] == NAN_CHECK).any()
+
+
+def test_nothing_without_data_parallelism() -> None:
+    one = {"dp": 1, "global_batch": 2}
+    a, b = _rank0(_graph(**one)), _rank0(_graph(grad_nan_check=True, **one))
+    assert a["dur_ns"].sum() == b["dur_ns"].sum()
+
+
+def test_the_report_names_the_check() -> None:
+    from tracesim.api import replay
+    small = {"model": "llama3-8b", "cluster": "h100x8", "tp": 4, "dp": 2, "micro_batch": 1,
+             "global_batch": 4, "seq_len": 1024}
+    assert replay(**small, grad_nan_check=True).to_dict()["stack"]["grad_nan_check"] is True
+    assert "grad_nan_check" not in replay(**small).to_dict()["stack"]
