@@ -84,3 +84,17 @@ def test_the_report_names_the_check() -> None:
              "global_batch": 4, "seq_len": 1024}
     assert replay(**small, grad_nan_check=True).to_dict()["stack"]["grad_nan_check"] is True
     assert "grad_nan_check" not in replay(**small).to_dict()["stack"]
+
+
+def test_a_table_row_may_say_grad_nan_check(tmp_path) -> None:
+    from tracesim.errors import InputError
+    from tracesim.pipeline.published import table_rows
+    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s,grad_nan_check"
+    table = tmp_path / "runs.csv"
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,true\n"
+                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,\n")
+    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    assert opts[0]["grad_nan_check"] is True and "grad_nan_check" not in opts[1]
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,maybe\n")
+    with pytest.raises(InputError, match="grad_nan_check"):
+        list(table_rows([table], None))

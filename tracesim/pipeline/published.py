@@ -16,6 +16,8 @@ Four table formats are read (the columns decide):
   ``fp8_param_gather`` true / false: FP8 parameters for the data-parallel all-gather;
   ``tp_only_amax_red`` true / false: delayed scaling's amaxes reduced over TP x CP only,
   ``--fp8-amax-tp-only`` (ignored for the other recipes, which reduce no amax history);
+  ``grad_nan_check`` true / false: Megatron-Core's NaN check of each gradient bucket,
+  ``--grad-nan-check``;
   ``cudnn``: the cuDNN version the run's container had, ``--cudnn``; ``ub_cfg``: the run's
   userbuffers configuration, a shipped name or a YAML file beside the table,
   ``--tp-comm-overlap-cfg``);
@@ -225,6 +227,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_param_gather"] = flag_cell(row, "fp8_param_gather", path, k)
     if (row.get("tp_only_amax_red") or "").strip() and recipe == "delayed":  # others reduce none
         opts["fp8_amax_tp_only"] = flag_cell(row, "tp_only_amax_red", path, k)
+    if (row.get("grad_nan_check") or "").strip():  # Megatron-Core's check of each bucket
+        opts["grad_nan_check"] = flag_cell(row, "grad_nan_check", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     if (row.get("ub_cfg") or "").strip():  # the run's userbuffers configuration
