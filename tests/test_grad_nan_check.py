@@ -47,6 +47,27 @@ def test_each_bucket_costs_its_norm_and_two_host_syncs() -> None:
     assert host + grad_bytes / H100_HBM < added_s < host + 4 * grad_bytes / H100_HBM + buckets * 20e-6
 
 
+def test_each_sync_costs_the_gpu_a_sync_and_a_launch() -> None:
+    base = _rank0(_graph())["dur_ns"].sum()
+    added = [_rank0(_graph(grad_nan_check=True, grad_nan_syncs=n))["dur_ns"].sum() - base
+             for n in (0, 1, 2)]
+    buckets = int((_rank0(_graph(), "comm:dp")["name"] == "dp.reduce_scatter").sum())
+    # Megatron-Core 0.10 / 0.11 with the rerun state machine disabled: the norm alone, no
+    # idle; each sync more: the sync, the launch after it, and a one-element test kernel
+    norm = added[0]
+    assert 0 < norm
+    first = (added[1] - norm) / buckets / 1e3  # us per bucket
+    assert SYNC_US + 2 * LAUNCH_US_BWD <= first < SYNC_US + 2 * LAUNCH_US_BWD + 10
+    second = (added[2] - added[1]) / buckets / 1e3
+    assert SYNC_US + LAUNCH_US_BWD <= second < SYNC_US + LAUNCH_US_BWD + 10
+
+
+def test_syncs_outside_megatron_cores_range_exit_2() -> None:
+    from tracesim.errors import InputError
+    with pytest.raises(InputError, match="grad.nan.syncs"):
+        _graph(grad_nan_check=True, grad_nan_syncs=3)
+
+
 def test_with_one_stage_the_step_grows_by_the_checks() -> None:
     # one node: the reductions (NVLink) finish within the backward, whose compute the
     # checks lengthen on the critical path (over two nodes they would hide in the
@@ -82,7 +103,8 @@ def test_the_report_names_the_check() -> None:
     from tracesim.api import replay
     small = {"model": "llama3-8b", "cluster": "h100x8", "tp": 4, "dp": 2, "micro_batch": 1,
              "global_batch": 4, "seq_len": 1024}
-    assert replay(**small, grad_nan_check=True).to_dict()["stack"]["grad_nan_check"] is True
+    on = replay(**small, grad_nan_check=True, grad_nan_syncs=1).to_dict()["stack"]
+    assert on["grad_nan_check"] == {"syncs_per_bucket": 1}
     assert "grad_nan_check" not in replay(**small).to_dict()["stack"]
 
 
@@ -95,6 +117,10 @@ def test_a_table_row_may_say_grad_nan_check(tmp_path) -> None:
                      f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,\n")
     opts = [o for *_, o, _, _ in table_rows([table], None)]
     assert opts[0]["grad_nan_check"] is True and "grad_nan_check" not in opts[1]
+    table.write_text(f"{head},grad_nan_syncs\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,true,0\n"
+                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,false,1\n")
+    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    assert opts[0]["grad_nan_syncs"] == 0 and "grad_nan_syncs" not in opts[1]
     table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,maybe\n")
     with pytest.raises(InputError, match="grad_nan_check"):
         list(table_rows([table], None))

@@ -245,6 +245,10 @@ class ReplayOptions:
         "Default: off, as Megatron-Bridge's performance scripts run; Megatron-LM's "
         "--check-for-nan-in-loss-and-grad and NeMo 2's recipes turn it on.", "bool",
         group="stack")
+    grad_nan_syncs: int | None = _opt(
+        "Host syncs per bucket of --grad-nan-check, by Megatron-Core version: 2 (0.12 on: a "
+        "NaN and an Inf test), 1 (up to 0.9), 0 (0.10 and 0.11 with the rerun state machine "
+        "disabled: the norm alone). Default: 2.", "int", group="stack", minimum=0, maximum=2)
     overlap_param_gather: bool | None = _opt(
         "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "
         "the next iteration's first forward pass instead of after the step. Default: the "
@@ -445,7 +449,8 @@ BUILD_KEYS = ("model", "tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "fsdp"
               "cross_entropy_fusion", "optimizer", "loss_fp32",
               "first_stage_layers", "last_stage_layers", "stack", "tp_comm_overlap",
               "tp_comm_overlap_cfg",
-              "tp_bwd_overlap", "overlap_grad_reduce", "grad_nan_check", "overlap_param_gather", "overlap_p2p",
+              "tp_bwd_overlap", "overlap_grad_reduce", "grad_nan_check", "grad_nan_syncs",
+              "overlap_param_gather", "overlap_p2p",
               "grad_reduce_fp32", "cp_overlap", "comm_interference", "fp8_recipe", "fp8_plan",
               "bf16_layers", "fp8_param_gather", "fp8_amax_tp_only", "fp8_attention", "host_launch", "cuda_graphs",
               "etp")

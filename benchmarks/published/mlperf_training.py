@@ -24,7 +24,8 @@ full-iteration CUDA graph where a config sources ``config_common_cg.sh`` with
 per communicator, ``max_ctas`` of the file ``NCCL_CFG_PATH`` names, Megatron-Core's
 ``nccl_communicator_config_path``; the userbuffers TP overlap, :func:`_ub_overlap`) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
-beside it. The global batch in the logs is checked against ``dp x MINIBS``.
+beside it; Megatron-Core's gradient NaN check from the logs or ``pretrain.py`` and the
+``Dockerfile`` (``mlperf_nan.py``). The global batch in the logs is checked against ``dp x MINIBS``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from mlperf_nan import nan_cells
+from mlperf_repo import files as _files
+from mlperf_repo import git as _git
+from mlperf_repo import show
+from mlperf_repo import tree as _tree
 
 from tracesim.specs.omegaconf_env import resolve
 
@@ -118,26 +124,10 @@ COMMON_FALLBACK = {"University-of-Florida/benchmarks/llama31_405b/implementation
 PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
            "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention", "attention",
-           "fp8_param_gather", "tp_comm_overlap", "segment", "step_s", "cudnn", "release", "note"]
+           "fp8_param_gather", "tp_comm_overlap", "segment", "step_s", "cudnn", "grad_nan_check",
+           "grad_nan_syncs", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-@functools.cache
-def _files(repo: Path, folder: str) -> tuple[str, ...]:
-    """The files of ``folder`` (each folder listed once: the configs' lookups repeat)."""
-    return tuple(_git(repo, "ls-tree", "--name-only", "HEAD", folder + "/").split())
-
-
-@functools.cache
-def _tree(repo: Path, folder: str) -> tuple[str, ...]:
-    """Every file under ``folder`` (the submitters' rows look up the same trees)."""
-    return tuple(_git(repo, "ls-tree", "-r", "--name-only", "HEAD", folder + "/").split())
 
 
 def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -> dict[str, str]:
@@ -361,6 +351,9 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
              "local:attn,mlp" if "MCORE_CUDA_GRAPH" in on else "")
     recipe = (env.get("FP4_RECIPE", "nvfp4") if "FP4" in on else
               env.get("FP8_RECIPE", "delayed") if "FP8" in on else "")
+    code = impl if show(repo, f"{impl}/pretrain.py") else COMMON_FALLBACK.get(impl, impl)
+    nan, syncs = nan_cells(functools.partial(show, repo), code, _git(repo, "show", f"HEAD:{logs[0]}"),
+                           graph == "local:full_iteration")
     return {"system": system, "model": model, "gpus": gpus,
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
@@ -377,7 +370,8 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
                                  "true" if on & {"FP8_PARAMS", "FP8_PARAM_GATHER"} else "false"),
             "tp_comm_overlap": _ub_overlap(repo, impl, env, tp),
             "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
-            "cudnn": _cudnn(repo, impl, logs[0]), "release": f"mlperf-{release}",
+            "cudnn": _cudnn(repo, impl, logs[0]), "grad_nan_check": nan, "grad_nan_syncs": syncs,
+            "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
 
@@ -450,6 +444,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
              "te:attn,mlp" if "external_cuda_graph" in on else "")
     step = statistics.median(steps)
     vp = num["virtual_pipeline_model_parallel_size"]
+    text = _git(repo, "show", f"HEAD:{logs[0]}")
+    nan, syncs = nan_cells(functools.partial(show, repo), None, text, graph == "local:full_iteration")
     return {"system": system, "model": model, "gpus": gpus, "precision": precision, "gbs": gbs,
             "mbs": mbs, "seq_len": seq, "fsdp": 0, "tp": tp, "pp": pp, "cp": cp,
             "vp": vp if vp > 1 else "", "ep": 1, "ga": gbs // (dp * mbs),
@@ -460,7 +456,8 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
                                  "true" if on & {"fp8_params", "fp8_param_gather"} else "false"),
             "tp_comm_overlap": "" if tp < 2 else _truth(cfg.get("ub_tp_comm_overlap", "")),
             "segment": "", "step_s": round(step, 6),
-            "cudnn": _sysjson_cudnn(_git(repo, "show", f"HEAD:{logs[0]}")), "release": f"mlperf-{release}",
+            "cudnn": _sysjson_cudnn(text), "grad_nan_check": nan, "grad_nan_syncs": syncs,
+            "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
                     f"{len(logs)} runs"}
 

@@ -15,21 +15,23 @@ optimizer's parameter all-gather.
 * :func:`optimizer_step`: the optimizer over the stage's local parameters once they are
   synchronised;
 * :func:`nan_checked` / :func:`nan_check_after`: with ``grad_nan_check`` (Megatron-Core's
-  ``ddp_config.check_for_nan_in_grad``), each bucket's NaN check before its reduction.
-  ``_ParamAndGradBucketGroup.check_grads`` (``megatron/core/distributed/
-  param_and_grad_buffer.py``, Megatron-Core 0.10 on; run by ``start_grad_sync``, in the last
-  micro-batch's backward hook when the reduction overlaps the backward, in
-  ``finish_grad_sync`` after it otherwise) takes ``grad_data.norm(p=2)`` of the whole bucket
-  on the compute stream and passes it twice to the rerun state machine's
-  ``validate_result``, with ``torch.isnan`` and with ``torch.isinf``; each test is read on
-  the host (``if result_rejected``, in every rerun mode, ``disabled`` included): a
-  device-to-host sync. The compute stream then idles for the sync (``sync_us``) and for the
-  launches the host issues after it before the GPU has work again: the second test after
-  the first sync, the reduction and the next backward kernel after the second
-  (:data:`NAN_CHECK_SYNCS` syncs and one launch more, at the host model's backward launch
-  time and CPU speed; without a host model the kernels alone). The norm reads the bucket's
-  gradient buffer once (memory-bound, the device's ``reduction`` class). The check delays
-  the bucket's reduction and everything after it in the backward; in the pipeline's
+  ``ddp_config.check_for_nan_in_grad``), each bucket's NaN check before its reduction, run
+  by ``start_grad_sync`` (``megatron/core/distributed/param_and_grad_buffer.py``): in the
+  last micro-batch's backward hook when the reduction overlaps the backward, in
+  ``finish_grad_sync`` after it otherwise. It takes ``grad_data.norm(p=2)`` of the whole
+  bucket on the compute stream (memory-bound, the device's ``reduction`` class) and tests
+  it on the host, ``grad_nan_syncs`` device-to-host syncs per bucket by Megatron-Core
+  version: 0.12 on, ``check_grads`` passes the norm to the rerun state machine's
+  ``validate_result`` twice, with ``torch.isnan`` and ``torch.isinf``, each read on the host
+  (``if result_rejected``, in every rerun mode): 2; up to 0.9, ``assert not
+  norm.isnan()``: 1 (0.9 ORs the bucket group's norms first; a group is one bucket but
+  with FP8 parameters); 0.10 and 0.11 return from ``validate_result`` before the test when
+  the rerun state machine is disabled, its default: 0, the norm alone. After each sync the
+  compute stream idles for the sync (``sync_us``) and the launches the host issues before
+  the GPU has work again: the next test after a sync, the reduction and the next backward
+  kernel after the last (``syncs`` syncs and ``syncs + 1`` launches at the host model's
+  backward launch time and CPU speed; without a host model the kernels alone). The check
+  delays the bucket's reduction and everything after it in the backward; in the pipeline's
   cooldown the stages' checks add up along the last micro-batch's path.
 
 A bucket holds ``bucket_size_params()`` parameters (Megatron-Core's ``max(40M, 1M x dp)``,
@@ -52,9 +54,8 @@ from tracesim.template.layer import TemplateOp, evaluate
 if TYPE_CHECKING:
     from tracesim.build.builder import _StageBuilder
 
-#: the NaN check's task name (without overlapped reduction) and its host syncs per bucket
+#: the NaN check's task name (without overlapped reduction)
 NAN_CHECK = "dp.grad_nan_check"
-NAN_CHECK_SYNCS = 2
 
 
 def _segments(sb: _StageBuilder, unit: Unit, g: int, forward: bool) -> list[tuple[int, float, float]]:
@@ -151,17 +152,17 @@ def last_backward(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> Unit:
 
 def nan_check_ns(sb: _StageBuilder, params: float) -> float:
     """GPU time (ns) of the NaN check of one gradient bucket of ``params`` parameters
-    (module docstring): the norm over its gradient buffer, the two one-element tests, and,
-    with a host model, what the compute stream idles across the two host syncs."""
+    (module docstring): the norm over its gradient buffer, the one-element tests, and, with
+    a host model, what the compute stream idles across their host syncs."""
     nbytes = params * sb.grad_bytes
     ns = float(sb.op_time("reduction", 0.0, nbytes, TemplateOp(NAN_CHECK, "block", "bwd", "reduction",
                                                                 flops="0", bytes=str(nbytes)), 1.0))
+    syncs = sb.par.grad_nan_syncs
     test = TemplateOp(NAN_CHECK, "block", "bwd", "elementwise", flops="0", bytes="8")
-    ns += NAN_CHECK_SYNCS * sb.op_time("elementwise", 0.0, 8.0, test, 1.0)
+    ns += syncs * sb.op_time("elementwise", 0.0, 8.0, test, 1.0)
     host = sb.host
-    if host is not None:
-        ns += NAN_CHECK_SYNCS * host.sync_us * 1e3
-        ns += (NAN_CHECK_SYNCS + 1) * host.launch_us_bwd / host.cpu_speed * 1e3
+    if host is not None and syncs:
+        ns += syncs * host.sync_us * 1e3 + (syncs + 1) * host.launch_us_bwd / host.cpu_speed * 1e3
     return ns
 
 

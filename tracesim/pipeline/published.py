@@ -17,7 +17,8 @@ Four table formats are read (the columns decide):
   ``tp_only_amax_red`` true / false: delayed scaling's amaxes reduced over TP x CP only,
   ``--fp8-amax-tp-only`` (ignored for the other recipes, which reduce no amax history);
   ``grad_nan_check`` true / false: Megatron-Core's NaN check of each gradient bucket,
-  ``--grad-nan-check``;
+  ``--grad-nan-check``, with ``grad_nan_syncs`` host syncs per bucket (0-2, by
+  Megatron-Core version, ``--grad-nan-syncs``; empty: 2);
   ``cudnn``: the cuDNN version the run's container had, ``--cudnn``; ``ub_cfg``: the run's
   userbuffers configuration, a shipped name or a YAML file beside the table,
   ``--tp-comm-overlap-cfg``);
@@ -38,7 +39,9 @@ Four table formats are read (the columns decide):
   BF16 on the system's cluster spec with the megatron-core stack, micro-batch 1, the
   distributed optimizer and, with a pipeline, the interleaved schedule (its default chunks):
   the table gives neither micro-batch nor chunks, and its overlapped pipeline transfers are
-  the interleaved schedule's.
+  the interleaved schedule's; Megatron-LM's defaults where the table names no flag (fp32
+  gradients, the unfused cross-entropy, the gradient NaN check with one host sync per
+  bucket: :func:`tracesim.pipeline.published_gpt.mcore_options`).
 * **torchtitan runs** (``system, model, gpus, precision, local_batch, seq_len, tp, ac,
   compile, tokens_per_s_per_gpu``, optional ``attention``, ``fsdp_fp8_all_gather``,
   ``stack``, ``optimizer``, ``loss_fp32``, ``cudnn``, and for PyTorch-native trainers with
@@ -229,6 +232,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["fp8_amax_tp_only"] = flag_cell(row, "tp_only_amax_red", path, k)
     if (row.get("grad_nan_check") or "").strip():  # Megatron-Core's check of each bucket
         opts["grad_nan_check"] = flag_cell(row, "grad_nan_check", path, k)
+    if (row.get("grad_nan_syncs") or "").strip() and opts.get("grad_nan_check"):
+        opts["grad_nan_syncs"] = int_cell(row, "grad_nan_syncs", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     if (row.get("ub_cfg") or "").strip():  # the run's userbuffers configuration

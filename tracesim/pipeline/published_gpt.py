@@ -73,7 +73,10 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     ``--cross-entropy-loss-fusion`` flag, opt-in since 2024-06, is not among the flags the
     table names); with TP, the userbuffers overlap at Transformer Engine's defaults (the table
     names ``--tp-comm-overlap`` and no ``--tp-comm-overlap-cfg``, which Megatron-LM's
-    ``_initialize_tp_communicators`` passes to Transformer Engine as ``ub_cfgs = {}``)."""
+    ``_initialize_tp_communicators`` passes to Transformer Engine as ``ub_cfgs = {}``); and
+    Megatron-Core's gradient NaN check, Megatron-LM's default (``--no-check-for-nan-in-loss-
+    and-grad`` is not among the flags), one host sync per bucket as its code did when the
+    table was published (f2e5db402c, 2024-07: ``assert not norm.isnan()``)."""
     system = system_cell(row, path, k)
     tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
     h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
@@ -87,7 +90,8 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,
         "dp": gpus // (tp * pp), "micro_batch": 1, "global_batch": int_cell(row, "global_batch", path, k),
         "seq_len": seq, "dtype": "bf16", "stack": "megatron-core", "template": "analytic",
-        "zero": 1, "grad_reduce_fp32": True, "cross_entropy_fusion": False}
+        "zero": 1, "grad_reduce_fp32": True, "cross_entropy_fusion": False,
+        "grad_nan_check": True, "grad_nan_syncs": 1}
     if pp > 1:
         opts["schedule"] = "interleaved"
     if tp > 1:  # --tp-comm-overlap without --tp-comm-overlap-cfg: Transformer Engine's defaults

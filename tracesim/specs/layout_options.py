@@ -96,6 +96,7 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
         first_bucket_params=int(get("first_bucket_params", 0)),
         dp_overlap=_one_switch(opts, "dp_overlap", "overlap_grad_reduce", True),
         grad_nan_check=bool(get("grad_nan_check", False)),
+        grad_nan_syncs=int(get("grad_nan_syncs", 2)),
         moe_imbalance=float(get("moe_imbalance", 1.0)),
         moe_capacity_factor=float(get("moe_capacity_factor", 0.0)),
         moe_dispatcher=str(get("moe_dispatcher", "alltoall")),

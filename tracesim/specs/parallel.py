@@ -87,6 +87,8 @@ class ParallelSpec:
         grad_nan_check: each gradient bucket's norm is checked for NaN and Inf on the host
             before its reduction (Megatron-Core's ``check_for_nan_in_grad``;
             :func:`tracesim.build.dpsync.nan_check_ns`).
+        grad_nan_syncs: host syncs per bucket of that check (2: Megatron-Core 0.12 on; 1: up
+            to 0.9; 0: 0.10 and 0.11, whose disabled rerun state machine skips the tests).
         moe_imbalance: MoE load imbalance, the busiest expert's routed tokens over the mean
             (>= 1); the expert GEMMs of every rank run at that load, since the rank holding
             the busiest expert gates the combine all-to-all (docs/moe.md).
@@ -176,6 +178,7 @@ class ParallelSpec:
     p2p_blocking: bool = True
     dp_overlap: bool = True
     grad_nan_check: bool = False
+    grad_nan_syncs: int = 2
     moe_imbalance: float = 1.0
     moe_capacity_factor: float = 0.0
     moe_dispatcher: str = "alltoall"
@@ -384,6 +387,8 @@ def validate_layout(model: ModelSpec, par: ParallelSpec, gpus: int | None = None
         raise _err(f"fp8_recipe {par.fp8_recipe!r} needs dtype fp8 (got {par.dtype})", "fp8_recipe")
     if par.fp8_recipe not in ("", *FP8_RECIPES):
         raise _err(f"{par.fp8_recipe!r} is not one of {', '.join(FP8_RECIPES)}", "fp8_recipe")
+    if par.grad_nan_syncs not in (0, 1, 2):
+        raise _err(f"grad_nan_syncs must be 0, 1 or 2 (got {par.grad_nan_syncs})", "grad_nan_syncs")
     if par.fp8_amax_tp_only and par.fp8_recipe != "delayed":
         raise _err(f"fp8_amax_tp_only needs fp8_recipe delayed (got {par.fp8_recipe or 'none'})",
                    "fp8_amax_tp_only")

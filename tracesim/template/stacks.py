@@ -480,5 +480,6 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
     if par.grad_reduce_fp32:
         out["grad_reduce"] = "fp32"
     if par.grad_nan_check and par.dp * par.cp > 1 and not par.shard_params:
-        out["grad_nan_check"] = True  # Megatron-Core's check of each bucket (build.dpsync)
+        # Megatron-Core's check of each bucket (build.dpsync): its host syncs per bucket
+        out["grad_nan_check"] = {"syncs_per_bucket": par.grad_nan_syncs}
     return out
