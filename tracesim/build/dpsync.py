@@ -32,7 +32,9 @@ optimizer's parameter all-gather.
   kernel after the last (``syncs`` syncs and ``syncs + 1`` launches at the host model's
   backward launch time and CPU speed; without a host model the kernels alone). The check
   delays the bucket's reduction and everything after it in the backward; in the pipeline's
-  cooldown the stages' checks add up along the last micro-batch's path.
+  cooldown the stages' checks add up along the last micro-batch's path. A last backward that
+  ``--moe-a2a-overlap`` merges with a forward keeps neither this nor :func:`interference`
+  (the merge takes the chunk's plain backward).
 
 A bucket holds ``bucket_size_params()`` parameters (Megatron-Core's ``max(40M, 1M x dp)``,
 or ``bucket_params``); dense parameters reduce over DP x CP (``dpcp``), expert parameters
