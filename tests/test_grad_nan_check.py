@@ -124,3 +124,17 @@ def test_a_table_row_may_say_grad_nan_check(tmp_path) -> None:
     table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,maybe\n")
     with pytest.raises(InputError, match="grad_nan_check"):
         list(table_rows([table], None))
+
+
+def test_a_table_row_may_give_its_bucket_size(tmp_path) -> None:
+    from tracesim.errors import InputError
+    from tracesim.pipeline.published import table_rows
+    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s,bucket_params"
+    table = tmp_path / "runs.csv"
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,768000000\n"
+                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,\n")
+    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    assert opts[0]["bucket_params"] == 768_000_000 and "bucket_params" not in opts[1]
+    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,big\n")
+    with pytest.raises(InputError, match="bucket_params"):
+        list(table_rows([table], None))

@@ -25,7 +25,7 @@ per communicator, ``max_ctas`` of the file ``NCCL_CFG_PATH`` names, Megatron-Cor
 ``nccl_communicator_config_path``; the userbuffers TP overlap, :func:`_ub_overlap`) come from the
 ``config_*.sh`` the submission's README names for the run, and the ``source``d common files
 beside it; Megatron-Core's gradient NaN check from the logs or ``pretrain.py`` and the
-``Dockerfile`` (``mlperf_nan.py``). The global batch in the logs is checked against ``dp x MINIBS``.
+``Dockerfile``, and its gradient bucket size (``mlperf_ddp.py``). The global batch in the logs is checked against ``dp x MINIBS``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from mlperf_nan import nan_cells
+from mlperf_ddp import bucket_cell, nan_cells
 from mlperf_repo import files as _files
 from mlperf_repo import git as _git
 from mlperf_repo import show
@@ -125,7 +125,7 @@ PRECISION = {"delayed": "fp8-ds", "tensorwise": "fp8-cs", "nvfp4": "nvfp4"}
 COLUMNS = ["system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp",
            "vp", "ep", "ga", "tokens_per_s_per_gpu", "cuda_graph", "max_ctas", "fp8_attention", "attention",
            "fp8_param_gather", "tp_comm_overlap", "segment", "step_s", "cudnn", "grad_nan_check",
-           "grad_nan_syncs", "release", "note"]
+           "grad_nan_syncs", "bucket_params", "release", "note"]
 #: where the submissions' containers hold their implementation folder (``NCCL_CFG_PATH``)
 CONTAINER_ROOT = "/workspace/llm/"
 
@@ -352,8 +352,9 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     recipe = (env.get("FP4_RECIPE", "nvfp4") if "FP4" in on else
               env.get("FP8_RECIPE", "delayed") if "FP8" in on else "")
     code = impl if show(repo, f"{impl}/pretrain.py") else COMMON_FALLBACK.get(impl, impl)
-    nan, syncs = nan_cells(functools.partial(show, repo), code, _git(repo, "show", f"HEAD:{logs[0]}"),
-                           graph == "local:full_iteration")
+    text = _git(repo, "show", f"HEAD:{logs[0]}")
+    nan, syncs = nan_cells(functools.partial(show, repo), code, text, graph == "local:full_iteration")
+    bucket = bucket_cell(text, [_custom_yaml(repo, f) for f in (impl, COMMON_FALLBACK.get(impl))], env) if nan else ""
     return {"system": system, "model": model, "gpus": gpus,
             "precision": PRECISION.get(recipe, "bf16"), "gbs": gbs, "mbs": mbs, "seq_len": seq,
             "fsdp": 0, "tp": tp, "pp": pp, "cp": cp, "vp": vp if vp > 1 else "", "ep": 1,
@@ -371,6 +372,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
             "tp_comm_overlap": _ub_overlap(repo, impl, env, tp),
             "segment": _arith(env.get("SEGMENT", ""), env), "step_s": round(step, 6),
             "cudnn": _cudnn(repo, impl, logs[0]), "grad_nan_check": nan, "grad_nan_syncs": syncs,
+            "bucket_params": bucket,
             "release": f"mlperf-{release}",
             "note": f"{results.split('/')[0]} {results.rsplit('/', 1)[1]} {configs[0]}: "
                     f"median of {len(steps)} {unit} over {len(logs)} runs"}
@@ -457,6 +459,7 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
             "tp_comm_overlap": "" if tp < 2 else _truth(cfg.get("ub_tp_comm_overlap", "")),
             "segment": "", "step_s": round(step, 6),
             "cudnn": _sysjson_cudnn(text), "grad_nan_check": nan, "grad_nan_syncs": syncs,
+            "bucket_params": bucket_cell(text, [], {}),
             "release": f"mlperf-{release}",
             "note": f"{org} {name}: its logs' printed config; median of {len(steps)} steps over "
                     f"{len(logs)} runs"}

@@ -18,7 +18,8 @@ Four table formats are read (the columns decide):
   ``--fp8-amax-tp-only`` (ignored for the other recipes, which reduce no amax history);
   ``grad_nan_check`` true / false: Megatron-Core's NaN check of each gradient bucket,
   ``--grad-nan-check``, with ``grad_nan_syncs`` host syncs per bucket (0-2, by
-  Megatron-Core version, ``--grad-nan-syncs``; empty: 2);
+  Megatron-Core version, ``--grad-nan-syncs``; empty: 2); ``bucket_params``: the run's
+  gradient bucket size in parameters (Megatron-Core's ``bucket_size``, ``--bucket-params``);
   ``cudnn``: the cuDNN version the run's container had, ``--cudnn``; ``ub_cfg``: the run's
   userbuffers configuration, a shipped name or a YAML file beside the table,
   ``--tp-comm-overlap-cfg``);
@@ -234,6 +235,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["grad_nan_check"] = flag_cell(row, "grad_nan_check", path, k)
     if (row.get("grad_nan_syncs") or "").strip() and opts.get("grad_nan_check"):
         opts["grad_nan_syncs"] = int_cell(row, "grad_nan_syncs", path, k)
+    if (row.get("bucket_params") or "").strip():  # the run's gradient bucket size, parameters
+        opts["bucket_params"] = int_cell(row, "bucket_params", path, k)
     if (row.get("grad_reduce") or "").strip():  # the run's gradient reduction dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
     if (row.get("ub_cfg") or "").strip():  # the run's userbuffers configuration
