@@ -41,13 +41,13 @@ import sys
 from pathlib import Path
 
 import yaml
-from mlperf_ddp import bucket_cell, nan_cells
-from mlperf_repo import files as _files
-from mlperf_repo import git as _git
-from mlperf_repo import show
-from mlperf_repo import tree as _tree
 
-from tracesim.specs.omegaconf_env import resolve
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.published.mlperf_ddp import bucket_cell, nan_cells  # noqa: E402
+from benchmarks.published.mlperf_repo import files, git, show, tree  # noqa: E402
+from tracesim.specs.omegaconf_env import resolve  # noqa: E402
 
 #: (release, results folder, implementation folder, config file name pattern, system); the
 #: benchmark (llama31_405b, llama31_8b) is the implementation folder's
@@ -134,16 +134,16 @@ def _exports(repo: Path, folder: str, name: str, seen: set[str] | None = None) -
     """The variables a config exports, the files it sources first (later ones win)."""
     seen = set() if seen is None else seen
     path = f"{folder}/{name}"
-    if path not in _files(repo, folder):
+    if path not in files(repo, folder):
         alt = COMMON_FALLBACK.get(folder)
-        if alt is None or f"{alt}/{name}" not in _files(repo, alt):
+        if alt is None or f"{alt}/{name}" not in files(repo, alt):
             return {}
         folder, path = alt, f"{alt}/{name}"
     if path in seen:
         return {}
     seen.add(path)
     out: dict[str, str] = {}
-    for line in _git(repo, "show", f"HEAD:{path}").splitlines():
+    for line in git(repo, "show", f"HEAD:{path}").splitlines():
         src = re.match(r"\s*source\s+.*?/(config_[\w.]+\.sh)", line)
         if src:
             out.update(_exports(repo, folder, src.group(1), seen))
@@ -186,7 +186,7 @@ def _conf_default(repo: Path, impl: str, var: str, fallback: str) -> str:
 def _custom_yaml(repo: Path, folder: str | None) -> str:
     """The text of ``folder``'s ``conf/custom.yaml`` ("" where it ships none)."""
     path = f"{folder}/conf/custom.yaml"
-    return _git(repo, "show", f"HEAD:{path}") if folder and path in _files(repo, f"{folder}/conf") else ""
+    return git(repo, "show", f"HEAD:{path}") if folder and path in files(repo, f"{folder}/conf") else ""
 
 
 def _readme_config(repo: Path, results: str, bench: str) -> str:
@@ -194,10 +194,10 @@ def _readme_config(repo: Path, results: str, bench: str) -> str:
     its benchmark's implementation folders) names for the run; "" without such a README."""
     org, name = results.split("/", 1)[0], results.rsplit("/", 1)[1]
     impls = f"{org}/benchmarks/{bench}/implementations"
-    for folder in _files(repo, impls):
+    for folder in files(repo, impls):
         readme = f"{folder}/README-{name}.md"
-        if readme in _files(repo, folder):
-            named = set(re.findall(r"config_[\w.-]+?\.sh", _git(repo, "show", f"HEAD:{readme}")))
+        if readme in files(repo, folder):
+            named = set(re.findall(r"config_[\w.-]+?\.sh", git(repo, "show", f"HEAD:{readme}")))
             if len(named) != 1:
                 raise SystemExit(f"{readme}: expected one config, found {sorted(named)}")
             return named.pop()
@@ -232,8 +232,8 @@ def _max_ctas(repo: Path, impl: str, env: dict[str, str]) -> str:
     rel = cfg[len(CONTAINER_ROOT):]
     for folder in (impl, COMMON_FALLBACK.get(impl, "")):
         path = f"{folder}/{rel}"
-        if folder and path in _files(repo, path.rsplit("/", 1)[0]):
-            return _caps(_git(repo, "show", f"HEAD:{path}"))
+        if folder and path in files(repo, path.rsplit("/", 1)[0]):
+            return _caps(git(repo, "show", f"HEAD:{path}"))
     print(f"{impl}: NCCL_CFG_PATH {cfg} is not in the submission: no caps", file=sys.stderr)
     return ""
 
@@ -265,13 +265,13 @@ def _cudnn(repo: Path, impl: str, log: str) -> str:
     """The cuDNN version a submission ran: its log's record, else the version its Dockerfile
     installs (``ENV CUDNN_VERSION``), else the one the round's logs record for the NGC PyTorch
     container its Dockerfile starts from; "" where none of these says."""
-    logged = _sysjson_cudnn(_git(repo, "show", f"HEAD:{log}"))
+    logged = _sysjson_cudnn(git(repo, "show", f"HEAD:{log}"))
     if logged:
         return logged
     for folder in (impl, COMMON_FALLBACK.get(impl, "")):
-        if not folder or f"{folder}/Dockerfile" not in _files(repo, folder):
+        if not folder or f"{folder}/Dockerfile" not in files(repo, folder):
             continue
-        docker = _git(repo, "show", f"HEAD:{folder}/Dockerfile")
+        docker = git(repo, "show", f"HEAD:{folder}/Dockerfile")
         pinned = re.search(r"^ENV CUDNN_VERSION=([\d.]+)", docker, re.M)
         base = re.search(r"^ARG FROM_IMAGE_NAME=nvcr\.io/nvidia/pytorch:([\d.]+)-py3", docker, re.M)
         ver = pinned.group(1) if pinned else _release_cudnn(repo).get(base.group(1), "") if base else ""
@@ -307,10 +307,10 @@ def _steps(text: str, seq: int) -> tuple[int, list[float], str]:
 def _run_logs(repo: Path, results: str, bench: str, seq: int) -> tuple[list[str], set[int], list[float], str]:
     """A submission's run logs, the global batches they log, the step times of all its runs
     (:func:`_steps`) and what one time spans."""
-    logs = [f for f in _files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
+    logs = [f for f in files(repo, f"{results}/{bench}") if re.search(r"result_\d+\.txt$", f)]
     gbs_all, steps, unit = set(), [], "steps"
     for f in logs:
-        gbs, times, unit = _steps(_git(repo, "show", f"HEAD:{f}"), seq)
+        gbs, times, unit = _steps(git(repo, "show", f"HEAD:{f}"), seq)
         gbs_all.add(gbs)
         steps += times
     return logs, gbs_all, steps, unit
@@ -320,9 +320,9 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     bench = impl.split("/benchmarks/", 1)[1].split("/", 1)[0]
     named = _readme_config(repo, results, bench)
     if named:  # the README's config, from the implementation folder that holds the configs
-        configs = [named] if f"{impl}/{named}" in _files(repo, impl) else []
+        configs = [named] if f"{impl}/{named}" in files(repo, impl) else []
     else:
-        configs = [f.rsplit("/", 1)[1] for f in _files(repo, impl)
+        configs = [f.rsplit("/", 1)[1] for f in files(repo, impl)
                    if f.rsplit("/", 1)[1].startswith(prefix) and "fp4" not in f]
     if len(configs) != 1:
         raise SystemExit(f"{impl}: expected one {named or prefix + '*'} config, found {configs}")
@@ -352,7 +352,7 @@ def row(repo: Path, release: str, results: str, impl: str, prefix: str, system: 
     recipe = (env.get("FP4_RECIPE", "nvfp4") if "FP4" in on else
               env.get("FP8_RECIPE", "delayed") if "FP8" in on else "")
     code = impl if show(repo, f"{impl}/pretrain.py") else COMMON_FALLBACK.get(impl, impl)
-    text = _git(repo, "show", f"HEAD:{logs[0]}")
+    text = git(repo, "show", f"HEAD:{logs[0]}")
     nan, syncs = nan_cells(functools.partial(show, repo), code, text, graph == "local:full_iteration")
     bucket = bucket_cell(text, [_custom_yaml(repo, f) for f in (impl, COMMON_FALLBACK.get(impl))], env) if nan else ""
     return {"system": system, "model": model, "gpus": gpus,
@@ -407,24 +407,24 @@ def _nccl_caps(repo: Path, org: str, bench: str, cfg_path: str) -> str:
     """``max_ctas`` of the communicator file the run names, found among the submitter's files
     for the benchmark; "" when it ships none."""
     name = cfg_path.rsplit("/conf/", 1)[-1] if "/conf/" in cfg_path else ""
-    hits = [f for f in _tree(repo, f"{org}/benchmarks/{bench}") if name and f.endswith("/conf/" + name)]
+    hits = [f for f in tree(repo, f"{org}/benchmarks/{bench}") if name and f.endswith("/conf/" + name)]
     if not hits:
         return ""
-    return _caps(_git(repo, "show", f"HEAD:{hits[0]}"))
+    return _caps(git(repo, "show", f"HEAD:{hits[0]}"))
 
 
 def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b") -> dict:
     """A row from the logs alone: the layout and settings of the config they print, the
     system of the submission's system description, the step time as :func:`row` reads it."""
     org, name = results.split("/", 1)[0], results.rsplit("/", 1)[1]
-    desc = _git(repo, "show", f"HEAD:{org}/systems/{name}.json")
+    desc = git(repo, "show", f"HEAD:{org}/systems/{name}.json")
     acc = re.search(r'"accelerator_model_name"\s*:\s*"([^"]*)"', desc)
     system = next((s for key, s in ACCELERATORS if acc and key in acc.group(1)), None)
     if system is None:
         raise SystemExit(f"{results}: accelerator {acc.group(1) if acc else '?'} has no system")
     model, _, seq = BENCHMARKS[bench]
     logs, gbs_all, steps, _ = _run_logs(repo, results, bench, seq)
-    cfg = _logged_config(_git(repo, "show", f"HEAD:{logs[0]}"))
+    cfg = _logged_config(git(repo, "show", f"HEAD:{logs[0]}"))
     num = {k: int(cfg[k]) if cfg.get(k, "null").isdigit() else 1 for k in (
         "num_nodes", "devices", "tensor_model_parallel_size", "pipeline_model_parallel_size",
         "context_parallel_size", "virtual_pipeline_model_parallel_size", "micro_batch_size",
@@ -446,7 +446,7 @@ def logged_row(repo: Path, release: str, results: str, bench: str = "llama31_8b"
              "te:attn,mlp" if "external_cuda_graph" in on else "")
     step = statistics.median(steps)
     vp = num["virtual_pipeline_model_parallel_size"]
-    text = _git(repo, "show", f"HEAD:{logs[0]}")
+    text = git(repo, "show", f"HEAD:{logs[0]}")
     nan, syncs = nan_cells(functools.partial(show, repo), None, text, graph == "local:full_iteration")
     return {"system": system, "model": model, "gpus": gpus, "precision": precision, "gbs": gbs,
             "mbs": mbs, "seq_len": seq, "fsdp": 0, "tp": tp, "pp": pp, "cp": cp,
