@@ -62,10 +62,12 @@ def test_each_sync_costs_the_gpu_a_sync_and_a_launch() -> None:
     assert SYNC_US + LAUNCH_US_BWD <= second < SYNC_US + LAUNCH_US_BWD + 10
 
 
-def test_syncs_outside_megatron_cores_range_exit_2() -> None:
+def test_syncs_outside_megatron_cores_range_or_without_the_check_exit_2() -> None:
     from tracesim.errors import InputError
     with pytest.raises(InputError, match="grad.nan.syncs"):
         _graph(grad_nan_check=True, grad_nan_syncs=3)
+    with pytest.raises(InputError, match="grad_nan_syncs needs grad_nan_check"):
+        _graph(grad_nan_syncs=1)
 
 
 def test_with_one_stage_the_step_grows_by_the_checks() -> None:

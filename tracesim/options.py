@@ -241,14 +241,16 @@ class ReplayOptions:
         "bool", group="stack")
     grad_nan_check: bool | None = _opt(
         "Megatron-Core checks each gradient bucket for NaN and Inf before reducing it "
-        "(check_for_nan_in_grad: the bucket's norm and two host syncs, docs/stacks.md). "
+        "(check_for_nan_in_grad: the bucket's norm and host syncs, --grad-nan-syncs; "
+        "docs/stacks.md). "
         "Default: off, as Megatron-Bridge's performance scripts run; Megatron-LM's "
         "--check-for-nan-in-loss-and-grad and NeMo 2's recipes turn it on.", "bool",
         group="stack")
     grad_nan_syncs: int | None = _opt(
         "Host syncs per bucket of --grad-nan-check, by Megatron-Core version: 2 (0.12 on: a "
         "NaN and an Inf test), 1 (up to 0.9), 0 (0.10 and 0.11 with the rerun state machine "
-        "disabled: the norm alone). Default: 2.", "int", group="stack", minimum=0, maximum=2)
+        "disabled: the norm alone). Needs --grad-nan-check. Default: 2.", "int", group="stack",
+        minimum=0, maximum=2)
     overlap_param_gather: bool | None = _opt(
         "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "
         "the next iteration's first forward pass instead of after the step. Default: the "

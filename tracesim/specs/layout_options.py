@@ -67,6 +67,8 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
     plan = opts.get("tp_plan") or ()
     if isinstance(plan, Mapping):
         plan = tuple((str(k), str(v)) for k, v in plan.items())
+    if opts.get("grad_nan_syncs") is not None and not opts.get("grad_nan_check"):
+        raise _err("grad_nan_syncs needs grad_nan_check", "grad_nan_syncs")
     return ParallelSpec(
         tp=tp,
         pp=pp,
