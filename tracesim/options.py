@@ -249,7 +249,8 @@ class ReplayOptions:
     grad_nan_syncs: int | None = _opt(
         "Host syncs per bucket of --grad-nan-check, by Megatron-Core version: 2 (0.12 on: a "
         "NaN and an Inf test), 1 (up to 0.9), 0 (0.10 and 0.11 with the rerun state machine "
-        "disabled: the norm alone). Needs --grad-nan-check. Default: 2.", "int", group="stack",
+        "disabled: the norm alone). Given alone (neither --grad-nan-check nor --no-grad-nan-check): "
+        "exit 2. Default: 2.", "int", group="stack",
         minimum=0, maximum=2)
     overlap_param_gather: bool | None = _opt(
         "Distributed optimizer (--zero 1/2): all-gather the updated parameters per bucket in "

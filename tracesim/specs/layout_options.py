@@ -67,7 +67,8 @@ def parallel_from_options(opts: Mapping[str, Any], model: ModelSpec, gpus: int |
     plan = opts.get("tp_plan") or ()
     if isinstance(plan, Mapping):
         plan = tuple((str(k), str(v)) for k, v in plan.items())
-    if opts.get("grad_nan_syncs") is not None and not opts.get("grad_nan_check"):
+    if opts.get("grad_nan_syncs") is not None and opts.get("grad_nan_check") is None:
+        # given alone it would change nothing; with the check turned off (a what-if) it rests
         raise _err("grad_nan_syncs needs grad_nan_check", "grad_nan_syncs")
     return ParallelSpec(
         tp=tp,
