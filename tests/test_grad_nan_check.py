@@ -110,33 +110,31 @@ def test_the_report_names_the_check() -> None:
     assert "grad_nan_check" not in replay(**small).to_dict()["stack"]
 
 
+ROW = "DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0"
+
+
+def _table_opts(tmp_path, columns: str, *cells: str) -> list[dict]:
+    """The replay options of a one-table run whose rows end with ``cells`` under ``columns``."""
+    from tracesim.pipeline.published import table_rows
+    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s"
+    table = tmp_path / "runs.csv"
+    table.write_text(f"{head},{columns}\n" + "".join(f"{ROW},{c}\n" for c in cells))
+    return [o for *_, o, _, _ in table_rows([table], None)]
+
+
 def test_a_table_row_may_say_grad_nan_check(tmp_path) -> None:
     from tracesim.errors import InputError
-    from tracesim.pipeline.published import table_rows
-    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s,grad_nan_check"
-    table = tmp_path / "runs.csv"
-    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,true\n"
-                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,\n")
-    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    opts = _table_opts(tmp_path, "grad_nan_check", "true", "")
     assert opts[0]["grad_nan_check"] is True and "grad_nan_check" not in opts[1]
-    table.write_text(f"{head},grad_nan_syncs\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,true,0\n"
-                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,false,1\n")
-    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    opts = _table_opts(tmp_path, "grad_nan_check,grad_nan_syncs", "true,0", "false,1")
     assert opts[0]["grad_nan_syncs"] == 0 and "grad_nan_syncs" not in opts[1]
-    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,maybe\n")
     with pytest.raises(InputError, match="grad_nan_check"):
-        list(table_rows([table], None))
+        _table_opts(tmp_path, "grad_nan_check", "maybe")
 
 
 def test_a_table_row_may_give_its_bucket_size(tmp_path) -> None:
     from tracesim.errors import InputError
-    from tracesim.pipeline.published import table_rows
-    head = "system,model,gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,ga,step_time_s,bucket_params"
-    table = tmp_path / "runs.csv"
-    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,768000000\n"
-                     f"DGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,\n")
-    opts = [o for *_, o, _, _ in table_rows([table], None)]
+    opts = _table_opts(tmp_path, "bucket_params", "768000000", "")
     assert opts[0]["bucket_params"] == 768_000_000 and "bucket_params" not in opts[1]
-    table.write_text(f"{head}\nDGX-H100,llama3-8b,16,bf16,16,1,4096,0,4,1,1,,1,4,1.0,big\n")
     with pytest.raises(InputError, match="bucket_params"):
-        list(table_rows([table], None))
+        _table_opts(tmp_path, "bucket_params", "big")

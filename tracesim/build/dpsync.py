@@ -126,12 +126,17 @@ def _bucket_ends(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> list[tup
     return out
 
 
+def _grad_collective(sb: _StageBuilder) -> str:
+    """The gradient buckets' collective: a reduce-scatter with ZeRO >= 1, else an all-reduce."""
+    return "reduce_scatter" if sb.par.zero >= 1 else "all_reduce"
+
+
 def grad_buckets(sb: _StageBuilder, prog: Program, unit: Unit, off: int, g: int, bucket: int,
                  after: int | None) -> list[int]:
     """Gradient buckets of chunk ``g`` after its last backward (module docstring); ``after``:
     a task every bucket waits for (the end of the backward), None: each bucket waits for its
     layers only."""
-    coll = "reduce_scatter" if sb.par.zero >= 1 else "all_reduce"
+    coll = _grad_collective(sb)
     out: list[int] = []
     for gk, end, params, n in _bucket_ends(sb, unit, g, bucket):
         t = prog.extra_task(lane="comm:dp", kind="coll", name=f"dp.{coll}", phase="bwd",
@@ -146,7 +151,7 @@ def last_backward(sb: _StageBuilder, unit: Unit, g: int, bucket: int) -> Unit:
     """Chunk ``g``'s last backward ``unit`` when its buckets are reduced during it: its
     compute from the first bucket's end on slowed by the reductions beside it
     (:func:`interference`), and each bucket's NaN check (:func:`nan_checked`)."""
-    coll = "reduce_scatter" if sb.par.zero >= 1 else "all_reduce"
+    coll = _grad_collective(sb)
     ns, start, moved = bucket_comm_ns(sb, g, coll, sb.grad_bytes, False, unit)
     unit = stretched(unit, start + 1, interference(sb, unit, ns, start + 1, coll, moved))
     return nan_checked(sb, unit, g, bucket)
