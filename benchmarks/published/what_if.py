@@ -12,7 +12,8 @@ change the layout cannot take (``vpp`` on a row whose ``stage_layers`` were set 
 is reported, exit 2; a row the replay cannot run as published is reported and skipped. ``sustained_clock=VALUE`` runs the row's GPU (its cluster's
 device profile) with that ratio for every dtype, ``sustained_clock=1`` at its kernel
 benchmarks' burst rate, ``sustained_fleet=none`` with every GPU of the job at the profile's
-rate (no slowest-GPU factor; docs/devices.md). Prints the row's predicted iteration time and
+rate (no slowest-GPU factor; docs/devices.md), ``grad_buffer=none`` without the Megatron
+stacks' per-step gradient-buffer work (docs/stacks.md, "Gradient buffer"). Prints the row's predicted iteration time and
 metric per GPU (the table's: tokens/s or TFLOP/s) with and without the change; ``--all``
 replays every row whose label contains TEXT (``--only ''``: the whole table) and ends with
 the mean absolute and signed errors against the published values with and without it.
@@ -21,9 +22,11 @@ the mean absolute and signed errors against the published values with and withou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from tracesim.pipeline.published import (
     steady_iteration_s,
     table_rows,
 )
+from tracesim.template.stacks import STACKS
 
 
 def _typed(opts: dict[str, Any], item: str) -> tuple[str, Any]:
@@ -82,6 +86,18 @@ def _device_at(opts: dict[str, Any], raw: str, tmp: Path, key: str = "sustained_
     return str(out)
 
 
+@contextlib.contextmanager
+def _without_grad_buffer(on: bool) -> Iterator[None]:
+    """Every stack without its gradient-buffer ops while the block runs (``on``)."""
+    saved = dict(STACKS)
+    if on:
+        STACKS.update({n: dataclasses.replace(s, grad_buffer="") for n, s in saved.items()})
+    try:
+        yield
+    finally:
+        STACKS.update(saved)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("table")
@@ -109,7 +125,14 @@ def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts
          label: str, tmp: Path, errs: dict[str, list[float]]) -> int:
     """One row as published and changed (printed; its errors appended to ``errs``)."""
     changed = dict(opts)
+    no_buffer = False
     for c in changes:
+        if c.startswith("grad_buffer="):
+            if c != "grad_buffer=none":
+                print(f"grad_buffer takes 'none', got {c.partition('=')[2]!r}", file=sys.stderr)
+                return 2
+            no_buffer = True
+            continue
         if c.startswith(("sustained_clock=", "sustained_fleet=")):
             key, _, raw = c.partition("=")
             try:
@@ -136,7 +159,8 @@ def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts
     print("  options:", {key: v for key, v in opts.items() if isinstance(v, (int, float, str))})
     for name, o in (("as published", opts), ("changed", changed)):
         try:
-            t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
+            with _without_grad_buffer(no_buffer and name == "changed"):
+                t, _ = steady_iteration_s(o, Path(p), f"row {k + 2}")
         except InputError as exc:  # e.g. vpp changed but the row's stage_layers kept
             print(f"  {name:13s} not replayed: {exc}")
             # a row the replay cannot run as published is skipped, as validate published does

@@ -52,6 +52,7 @@ import numpy as np
 from tracesim.build.overlap import Overlaps, overlap_extra_ns, stretched
 from tracesim.build.units import Program, Unit
 from tracesim.template.layer import TemplateOp, evaluate
+from tracesim.template.optimizer import WHOLE_BUFFER
 
 if TYPE_CHECKING:
     from tracesim.build.builder import _StageBuilder
@@ -308,8 +309,10 @@ def optimizer_step(sb: _StageBuilder, prog: Program, grad_sync: list[int], emb_p
     edp = par.edp
     if par.zero >= 1 or sb.shard:
         local = (params - expert) / sb.dpcp + expert / edp
-    # the FP8 weight cast runs over the whole (gathered) local weights, the rest over the shard
-    envs = [(op, {**sb.res.env, "params": params if op.name == "fp8.weight_cast" else local})
+    # the FP8 weight cast runs over the whole (gathered) local weights, the memset over the
+    # whole gradient buffer (FSDP's sharded one: its shard), the rest over the shard
+    whole = ("fp8.weight_cast",) + (() if sb.shard else WHOLE_BUFFER)
+    envs = [(op, {**sb.res.env, "params": params if op.name in whole else local})
             for op in sb.res.optimizer]
     opt_flops = sum(evaluate(op.flops, env) for op, env in envs)
     opt_bytes = sum(evaluate(op.bytes, env) for op, env in envs)

@@ -87,6 +87,8 @@ SYMBOLS: dict[str, str] = {
     "q_lora": "MLA query compression rank (0: none)",
     "kv_lora": "MLA key/value compression rank",
     "win": "keys per query of the layer's attention (min(s, sliding window), else s)",
+    "gb": "bytes per element of the gradient buffer (4 with fp32 gradient reduction, else eb, "
+          "at least 2)",
     "eb": "bytes per element of the activations (the compute dtype; bf16 under FP8, whose "
           "GEMM operands bind it to 1)",
     "tp": "tensor-parallel degree (1 where the op is replicated)",
@@ -480,6 +482,8 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "kv_lora": float(model.kv_lora_rank),
         "win": float(par.seq_len),
         "eb": float(DTYPE_BYTES[getattr(par, "act_dtype", par.dtype)]),
+        "gb": 4.0 if getattr(par, "grad_reduce_fp32", False)
+        else max(float(DTYPE_BYTES[getattr(par, "act_dtype", par.dtype)]), 2.0),
         "tp": tp if tp_active else 1.0,
         "tps": tp if (par.sp and sp_active) else 1.0,
         "cp": float(par.cp),

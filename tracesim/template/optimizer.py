@@ -22,6 +22,25 @@ sgd, compute dtype      2      ``3 eb``: ``torch._foreach_add_`` (read weight an
                                 write the weight); plain SGD, no momentum
 =======================  =====  ==========================================================
 
+Megatron's gradient buffer (:func:`grad_buffer_ops`; the ``megatron-core`` and
+``megatron-2021`` stacks): the backward accumulates every gradient into one contiguous buffer
+per model chunk (``main_grad``, ``gb`` bytes per element), which the step works on around
+the update, per local parameter:
+
+=========================  =====  ==================================================
+op                         FLOPs  bytes
+=========================  =====  ==================================================
+``optimizer.zero_grad``    0      ``gb``: ``zero_grad_buffer`` at the start of each
+                                  step, a memset of the rank's whole buffer (not its
+                                  ZeRO shard: every replica accumulates all its
+                                  gradients; a sharded FSDP buffer, its shard)
+``optimizer.grad_prep``    2 / 3  over the optimizer's shard: the fp32 copy of a
+                                  BF16 gradient (``.float()``: read 2, write 4; none
+                                  for an fp32 buffer), the L2 norm for clipping (read
+                                  4), with ``clip_scale`` the clip's scale (read and
+                                  write 4)
+=========================  =====  ==================================================
+
 Optimizer states per parameter (the memory estimate, :mod:`tracesim.report.memory`): Adam
 with master weights 12 bytes (8 in pure fp32, where the weight is its own master), Adam in
 the compute dtype two moments of ``eb``; SGD with master weights 4 (0 in fp32), SGD in the
@@ -52,6 +71,23 @@ def optimizer_op(optimizer: str, master: bool) -> TemplateOp:
     flops, nbytes = _COST[(optimizer, master)]
     return TemplateOp("optimizer.step", "optimizer", "opt", "optimizer", flops=f"{flops}*params",
                       bytes=f"params*{nbytes}")
+
+
+#: optimizer ops over the rank's whole local gradient buffer, not the optimizer's shard
+WHOLE_BUFFER = ("optimizer.zero_grad",)
+
+
+def grad_buffer_ops(clip_scale: bool) -> tuple[TemplateOp, TemplateOp]:
+    """Megatron's per-step work on its gradient buffer (module docstring): the memset and the
+    shard's fp32 copy, norm and (``clip_scale``) clip scale, Megatron-Core's
+    ``DistributedDataParallel.zero_grad_buffer``, ``_copy_model_grads_to_main_grads`` and
+    ``clip_grad_norm`` (``megatron/core/optimizer/clip_grads.py``)."""
+    zero = TemplateOp("optimizer.zero_grad", "optimizer", "opt", "elementwise", flops="0",
+                      bytes="gb*params")
+    flops, scale = ("3", " + 8") if clip_scale else ("2", "")
+    prep = TemplateOp("optimizer.grad_prep", "optimizer", "opt", "optimizer",
+                      flops=f"{flops}*params", bytes=f"params*(3*(4 - gb) + 4{scale})")
+    return zero, prep
 
 
 def state_bytes(optimizer: str, master: bool, dtype_bytes: int) -> float:

@@ -45,7 +45,7 @@ from tracesim.template.eager_chains import HF_KERNELS, HF_PASSES, TORCH_CE_PASSE
 from tracesim.template.layer import LayerTemplate, TemplateOp
 from tracesim.template.moe_ops import expert_bias_ops
 from tracesim.template.optimizer import SUMMARY as OPTIMIZER_SUMMARY
-from tracesim.template.optimizer import optimizer_op
+from tracesim.template.optimizer import grad_buffer_ops, optimizer_op
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ class Stack:
         mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_unfused`):
             a YaRN rotary embedding unfused, a clamped SwiGLU's clamp and concatenation
             eagerly, the routed experts' bias added expert by expert.
+        grad_buffer: Megatron's contiguous gradient buffer, zeroed every step, its shard
+            copied to fp32 and normed for clipping (:func:`tracesim.template.optimizer.
+            grad_buffer_ops`); ``"scaled"``: and the clip's scale run every step.
     """
 
     name: str
@@ -103,6 +106,7 @@ class Stack:
     kernels: Mapping[str, str] = field(default_factory=dict)
     recorded: bool = False
     mcore_paths: bool = False
+    grad_buffer: str = ""
 
 
 STACKS: dict[str, Stack] = {}
@@ -171,7 +175,7 @@ register_stack(Stack(
     "megatron-core", "Megatron-Core + Transformer Engine (Megatron-Bridge recipes)",
     sp_regather=True, fused_ce=True, megatron_ce=True,
     fp8_recipes=("current", "delayed", "mxfp8", "nvfp4", "blockwise"),
-    mcore_paths=True,
+    mcore_paths=True, grad_buffer="scaled",
     defaults=_megatron_core,
     kernels={"norm": "TE fused LayerNorm/RMSNorm (LayerNormLinear)", "activation":
              "fused bias-SwiGLU / bias-GeLU", "rotary": "fused RoPE (apply_rope_fusion)",
@@ -179,7 +183,7 @@ register_stack(Stack(
              "optimizer": "distributed fused Adam (multi-tensor)"}))
 register_stack(Stack(
     "megatron-2021", "Megatron-LM 2021 (Narayanan et al., SC'21)", attention="unfused",
-    megatron_ce=True, defaults=_megatron_2021,
+    megatron_ce=True, grad_buffer="normed", defaults=_megatron_2021,
     kernels={"norm": "apex fused LayerNorm", "activation": "fused bias-GeLU",
              "rotary": "-", "cross_entropy": "vocab-parallel cross-entropy (fp32 softmax)",
              "optimizer": "apex FusedAdam (multi-tensor)"}))
@@ -344,6 +348,8 @@ def stack_template(model: ModelSpec, stack: Stack, attention: str | None = None,
            and o.name == "optimizer.step" else _variant(_kernel(o, stack, swiglu, rms, loss_fp32),
                                                         unfused)
            for o in base.ops]
+    if stack.grad_buffer:
+        ops += grad_buffer_ops(stack.grad_buffer == "scaled")
     if "expert_bias" in unfused:
         fwd, bwd = expert_bias_ops()
         i = next(k for k, o in enumerate(ops) if o.module == "moe.fc2" and o.phase == "fwd")
