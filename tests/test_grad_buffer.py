@@ -49,3 +49,12 @@ def test_other_stacks_keep_adam_alone_and_2021_clips_only_when_needed() -> None:
     local = flops / 14.0  # Adam 12, the norm 2 (2021's clip scales only a norm above the limit)
     assert nbytes == pytest.approx(local * (30 + 2 + 6 + 4), rel=1e-9)
 
+
+
+def test_the_report_names_it() -> None:
+    kernels = build(None, ReplayOptions.from_mapping(SMALL)).stack["kernels"]
+    assert kernels["grad_buffer"].endswith("normed and clip-scaled")
+    old = build(None, ReplayOptions.from_mapping({**SMALL, "stack": "megatron-2021", "sp": False}))
+    assert old.stack["kernels"]["grad_buffer"].endswith("normed")
+    titan = build(None, ReplayOptions.from_mapping({**SMALL, "stack": "torchtitan"}))
+    assert "grad_buffer" not in titan.stack["kernels"]

@@ -458,6 +458,9 @@ def stack_info(stack: Stack, par: Any, device: Any, template: LayerTemplate) -> 
         opt = str(template.meta.get("optimizer", "adam"))
         if opt != "adam":
             kernels["optimizer"] = OPTIMIZER_SUMMARY[(opt, bool(template.meta.get("master_weights", True)))]
+        if stack.grad_buffer:
+            kernels["grad_buffer"] = ("zeroed every step; the shard copied to fp32, normed"
+                                      + (" and clip-scaled" if stack.grad_buffer == "scaled" else ""))
     if template.meta.get("compiled") and not recorded:
         for key, passes in (("norm", stack.norm_passes), ("activation", stack.act_passes),
                             ("rotary", stack.rope_passes)):
