@@ -50,7 +50,6 @@ def test_other_stacks_keep_adam_alone_and_2021_clips_only_when_needed() -> None:
     assert nbytes == pytest.approx(local * (30 + 2 + 6 + 4), rel=1e-9)
 
 
-
 def test_the_report_names_it() -> None:
     kernels = build(None, ReplayOptions.from_mapping(SMALL)).stack["kernels"]
     assert kernels["grad_buffer"].endswith("normed and clip-scaled")

@@ -82,9 +82,10 @@ class Stack:
         mcore_paths: runs Megatron-Core 0.15's code for model variants (:func:`_unfused`):
             a YaRN rotary embedding unfused, a clamped SwiGLU's clamp and concatenation
             eagerly, the routed experts' bias added expert by expert.
-        grad_buffer: Megatron's contiguous gradient buffer, zeroed every step, its shard
-            copied to fp32 and normed for clipping (:func:`tracesim.template.optimizer.
-            grad_buffer_ops`); ``"scaled"``: and the clip's scale run every step.
+        grad_buffer: Megatron's contiguous gradient buffer (:func:`tracesim.template.
+            optimizer.grad_buffer_ops`): ``"normed"`` zeroed every step, its shard copied to
+            fp32 and normed for clipping; ``"scaled"`` also the clip's scale every step;
+            ``""`` none (the stack's optimizer works on the parameters' own gradients).
     """
 
     name: str
