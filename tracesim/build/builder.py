@@ -88,7 +88,7 @@ class _StageBuilder:
         self.starts = np.concatenate([[0], np.cumsum(self.split)]).astype(int)
         self.n_chunks = len(self.split)
         self.eb = DTYPE_BYTES[par.act_dtype]
-        self.grad_bytes = 4 if par.grad_reduce_fp32 else max(self.eb, 2)
+        self.grad_bytes = par.grad_bytes
         # FP8 parameters all-gathered as FP8 (one byte) with fp8_param_gather
         self.param_bytes = 1 if par.dtype == "fp8" and par.fp8_param_gather else max(self.eb, 2)
         self.dpcp = par.dp * par.cp

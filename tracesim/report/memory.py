@@ -203,9 +203,8 @@ def estimate_memory(
             :func:`tracesim.template.optimizer.state_bytes`).
     """
     eb = DTYPE_BYTES[par.dtype]
-    wb = gb = max(eb, 2)
-    if par.grad_reduce_fp32:  # the gradient buffer in fp32 (Megatron's main_grad)
-        gb = 4
+    wb = max(eb, 2)
+    gb = par.grad_bytes  # the gradient buffer (Megatron's main_grad)
     ob = optimizer_bytes if optimizer_bytes is not None else state_bytes("adam", True, eb)
     dpcp = par.dp * par.cp
     edp = par.edp

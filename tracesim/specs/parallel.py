@@ -23,7 +23,7 @@ from typing import Any
 
 from tracesim.errors import InputError
 from tracesim.specs.hybrid import check_mamba_cp
-from tracesim.specs.model import DTYPES, ModelSpec
+from tracesim.specs.model import DTYPE_BYTES, DTYPES, ModelSpec
 from tracesim.specs.stages import (
     check_split,
     default_vpp,
@@ -213,6 +213,12 @@ class ParallelSpec:
         """Dtype of activations, gradients between ops and non-GEMM kernels: the compute
         dtype, except under FP8, where only the linears' GEMM operands are FP8 (BF16)."""
         return "bf16" if self.dtype == "fp8" else self.dtype
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element of the gradient buffer and its reduction: 4 with
+        ``grad_reduce_fp32``, else the activations' (at least 2)."""
+        return 4 if self.grad_reduce_fp32 else max(DTYPE_BYTES[self.act_dtype], 2)
 
     @property
     def gemm_dtype(self) -> str:

@@ -482,8 +482,7 @@ def symbol_env(model: Any, par: Any, *, tp_active: bool = True, sp_active: bool 
         "kv_lora": float(model.kv_lora_rank),
         "win": float(par.seq_len),
         "eb": float(DTYPE_BYTES[getattr(par, "act_dtype", par.dtype)]),
-        "gb": 4.0 if getattr(par, "grad_reduce_fp32", False)
-        else max(float(DTYPE_BYTES[getattr(par, "act_dtype", par.dtype)]), 2.0),
+        "gb": float(par.grad_bytes),
         "tp": tp if tp_active else 1.0,
         "tps": tp if (par.sp and sp_active) else 1.0,
         "cp": float(par.cp),
