@@ -10,8 +10,8 @@ while other traffic shares its links) and once with another one, side by side.
 ``--phases aggregate`` every phase at once; ``--max-rounds N`` keeps the automatic grouping
 with at most N rounds. Prints each row whose iteration time differs by 0.05% or more, then
 the largest difference and how many rows fall within 0.1%, 0.5% and 1.5%; each replay's own
-wall time beside it (one process per replay at a time: ``--jobs`` replays rows side by
-side, which slows each one down on a busy machine). Results in docs/network.md, "Collective
+wall time beside it (``--jobs`` replays side by side in worker processes, which slows each
+one down on a busy machine); progress on stderr. Results in docs/network.md, "Collective
 algorithms". Step by step, the whole set takes about half an hour of CPU here.
 """
 
@@ -81,19 +81,20 @@ def main() -> int:
         return 2
     items = [(p, k, fmt, row, opts, net) for p, k, fmt, row, opts, _, _ in rows
              for net in ({}, changed)]
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(_replay, items))
     out: list[dict[str, Any]] = []
-    for n, (p, _, fmt, _, _, label, _) in enumerate(rows):
-        (t0, m0, w0), (t1, m1, w1) = done[2 * n], done[2 * n + 1]
-        rec: dict[str, Any] = {"table": p.name, "row": label, "iteration_s": t0, "changed_iteration_s": t1,
-               "metric": "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s",
-               "per_gpu": m0, "changed_per_gpu": m1, "wall_s": w0, "changed_wall_s": w1,
-               "diff": t1 / t0 - 1.0}
-        out.append(rec)
-        if abs(rec["diff"]) >= 5e-4:
-            print(f"{rec['diff']:+.2%}  {m0:,.1f} -> {m1:,.1f} {rec['metric']} per GPU  "
-                  f"wall {w0:.1f} -> {w1:.1f} s  {p.name}: {label}")
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = pool.map(_replay, items)  # in order: each row as it is, then changed
+        for n, (p, _, fmt, _, _, label, _) in enumerate(rows):
+            (t0, m0, w0), (t1, m1, w1) = next(done), next(done)
+            rec: dict[str, Any] = {
+                "table": p.name, "row": label, "iteration_s": t0, "changed_iteration_s": t1,
+                "metric": "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s", "per_gpu": m0,
+                "changed_per_gpu": m1, "wall_s": w0, "changed_wall_s": w1, "diff": t1 / t0 - 1.0}
+            out.append(rec)
+            print(f"[{n + 1}/{len(rows)}] {label}", file=sys.stderr, flush=True)
+            if abs(rec["diff"]) >= 5e-4:
+                print(f"{rec['diff']:+.2%}  {m0:,.1f} -> {m1:,.1f} {rec['metric']} per GPU  "
+                      f"wall {w0:.1f} -> {w1:.1f} s  {p.name}: {label}", flush=True)
     diffs = [abs(float(r["diff"])) for r in out]
     worst = max(out, key=lambda r: abs(float(r["diff"])))
     print(f"{len(out)} rows, {changed}: largest {worst['diff']:+.2%} ({worst['row']}); "
