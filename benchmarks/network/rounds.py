@@ -4,11 +4,15 @@ once with the default grouping (`NetworkModel(phases="auto")`, at most 2 rounds 
 while other traffic shares its links) and once with another one, side by side.
 
     .venv/bin/python benchmarks/network/rounds.py [--phases steps] [--max-rounds N]
-        [--only TEXT] [--jobs 2] [--json OUT]
+        [--only TEXT] [--jobs 2] [--json OUT] [--breakdown] [KEY=VALUE ...]
 
 ``--phases steps`` runs every ring step on its own (the reference the rounds approximate),
 ``--phases aggregate`` every phase at once; ``--max-rounds N`` keeps the automatic grouping
-with at most N rounds. Prints each row whose iteration time differs by 0.05% or more, then
+with at most N rounds. ``KEY=VALUE`` changes a replay option of every row in both replays
+(``overlap_grad_reduce=false``, as ``benchmarks/published/what_if.py`` takes them);
+``--breakdown`` replays each row whole (no extrapolation over its micro-batches, slower) and
+prints its exposed communication per group both ways. Prints each row whose iteration time
+differs by 0.05% or more, then
 the largest difference and how many rows fall within 0.1%, 0.5% and 1.5%; each replay's own
 wall time beside it (``--jobs`` replays side by side in worker processes, which slows each
 one down on a busy machine); progress on stderr. Results in docs/network.md, "Collective
@@ -30,33 +34,54 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import tracesim.network.model as netmodel  # noqa: E402
+from tracesim.options import ReplayOptions  # noqa: E402
 from tracesim.pipeline.published import (  # noqa: E402
     TOKEN_FORMATS,
     predicted_metric,
     steady_iteration_s,
     table_rows,
 )
+from tracesim.pipeline.run import predict  # noqa: E402
 
 _INIT = netmodel.NetworkModel.__init__
 
 
-def _replay(item: tuple[Path, int, str, dict[str, str], dict[str, Any], dict[str, Any]]
-            ) -> tuple[float, float, float]:
-    """(iteration s, metric per GPU, wall s) of one row with the network model's keyword
-    defaults ``net`` (``phases``, ``max_rounds``) over the replay's own."""
-    p, k, fmt, row, opts, net = item
+def _replay(item: tuple[Path, int, str, dict[str, str], dict[str, Any], dict[str, Any], bool]
+            ) -> tuple[float, float, float, dict[str, float]]:
+    """(iteration s, metric per GPU, wall s, exposed communication s per group with
+    ``whole``) of one row with the network model's keyword defaults ``net`` (``phases``,
+    ``max_rounds``) over the replay's own; ``whole``: the row replayed in full."""
+    p, k, fmt, row, opts, net, whole = item
 
     def patched(self: Any, *a: Any, **kw: Any) -> None:
         _INIT(self, *a, **{**kw, **net})
 
     netmodel.NetworkModel.__init__ = patched  # type: ignore[method-assign]
+    exposed: dict[str, float] = {}
     try:
         t0 = time.perf_counter()
-        it, _ = steady_iteration_s(opts, p, f"row {k + 2}")
+        if whole:
+            res = predict(None, ReplayOptions.from_mapping(opts, p, f"row {k + 2}"))
+            it = res.iteration_time_s
+            exposed = dict((res.breakdown or {}).get("exposed_comm_s") or {})
+        else:
+            it, _ = steady_iteration_s(opts, p, f"row {k + 2}")
         wall = time.perf_counter() - t0
     finally:
         netmodel.NetworkModel.__init__ = _INIT  # type: ignore[method-assign]
-    return it, predicted_metric(fmt, row, opts, it), wall
+    return it, predicted_metric(fmt, row, opts, it), wall, exposed
+
+
+def _typed(raw: str) -> Any:
+    """A KEY=VALUE change's value: a bool, int or float where the text is one."""
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
 
 
 def main() -> int:
@@ -68,7 +93,14 @@ def main() -> int:
     ap.add_argument("--only", default="", help="the rows whose label contains TEXT")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--json", type=Path, help="write every row's numbers here")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="replay each row whole and print its exposed communication per group")
+    ap.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = ap.parse_args()
+    bad = [c for c in args.changes if "=" not in c or c.startswith("=")]
+    if bad:
+        ap.error(f"expected KEY=VALUE, got {bad[0]!r}")
+    edits = {c.partition("=")[0]: _typed(c.partition("=")[2]) for c in args.changes}
     changed: dict[str, Any] = {"phases": args.phases}
     if args.max_rounds is not None:
         if args.phases != "auto" or args.max_rounds < 1:
@@ -79,13 +111,13 @@ def main() -> int:
     if not rows:
         print(f"no row contains {args.only!r}", file=sys.stderr)
         return 2
-    items = [(p, k, fmt, row, opts, net) for p, k, fmt, row, opts, _, _ in rows
-             for net in ({}, changed)]
+    items = [(p, k, fmt, row, {**opts, **edits}, net, args.breakdown)
+             for p, k, fmt, row, opts, _, _ in rows for net in ({}, changed)]
     out: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = pool.map(_replay, items)  # in order: each row as it is, then changed
         for n, (p, _, fmt, _, _, label, _) in enumerate(rows):
-            (t0, m0, w0), (t1, m1, w1) = next(done), next(done)
+            (t0, m0, w0, x0), (t1, m1, w1, x1) = next(done), next(done)
             rec: dict[str, Any] = {
                 "table": p.name, "row": label, "iteration_s": t0, "changed_iteration_s": t1,
                 "metric": "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s", "per_gpu": m0,
@@ -95,6 +127,10 @@ def main() -> int:
             if abs(rec["diff"]) >= 5e-4:
                 print(f"{rec['diff']:+.2%}  {m0:,.1f} -> {m1:,.1f} {rec['metric']} per GPU  "
                       f"wall {w0:.1f} -> {w1:.1f} s  {p.name}: {label}", flush=True)
+            if args.breakdown:
+                rec["exposed_s"], rec["changed_exposed_s"] = x0, x1
+                print("  exposed ms per step: " + ", ".join(
+                    f"{g} {x0[g] * 1e3:.2f} -> {x1.get(g, 0.0) * 1e3:.2f}" for g in x0), flush=True)
     diffs = [abs(float(r["diff"])) for r in out]
     worst = max(out, key=lambda r: abs(float(r["diff"])))
     print(f"{len(out)} rows, {changed}: largest {worst['diff']:+.2%} ({worst['row']}); "
