@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import tracesim.network.model as netmodel  # noqa: E402
+from tracesim.errors import InputError  # noqa: E402
 from tracesim.options import ReplayOptions  # noqa: E402
 from tracesim.pipeline.published import (  # noqa: E402
     TOKEN_FORMATS,
@@ -84,6 +85,29 @@ def _typed(raw: str) -> Any:
     return raw
 
 
+def _compare(rows: list[Any], items: list[Any], jobs: int, breakdown: bool) -> list[dict[str, Any]]:
+    """Each row's replays as it is and changed (``items``, two per row), printed as they come."""
+    out: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        done = pool.map(_replay, items)  # in order: each row as it is, then changed
+        for n, (p, _, fmt, _, _, label, _) in enumerate(rows):
+            (t0, m0, w0, x0), (t1, m1, w1, x1) = next(done), next(done)
+            rec: dict[str, Any] = {
+                "table": p.name, "row": label, "iteration_s": t0, "changed_iteration_s": t1,
+                "metric": "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s", "per_gpu": m0,
+                "changed_per_gpu": m1, "wall_s": w0, "changed_wall_s": w1, "diff": t1 / t0 - 1.0}
+            out.append(rec)
+            print(f"[{n + 1}/{len(rows)}] {label}", file=sys.stderr, flush=True)
+            if abs(rec["diff"]) >= 5e-4:
+                print(f"{rec['diff']:+.2%}  {m0:,.1f} -> {m1:,.1f} {rec['metric']} per GPU  "
+                      f"wall {w0:.1f} -> {w1:.1f} s  {p.name}: {label}", flush=True)
+            if breakdown:
+                rec["exposed_s"], rec["changed_exposed_s"] = x0, x1
+                print("  exposed ms per step: " + ", ".join(
+                    f"{g} {x0[g] * 1e3:.2f} -> {x1.get(g, 0.0) * 1e3:.2f}" for g in x0), flush=True)
+    return out
+
+
 def main() -> int:
     from validation_summary import tables  # docs/accuracy.md's tables
 
@@ -113,24 +137,11 @@ def main() -> int:
         return 2
     items = [(p, k, fmt, row, {**opts, **edits}, net, args.breakdown)
              for p, k, fmt, row, opts, _, _ in rows for net in ({}, changed)]
-    out: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = pool.map(_replay, items)  # in order: each row as it is, then changed
-        for n, (p, _, fmt, _, _, label, _) in enumerate(rows):
-            (t0, m0, w0, x0), (t1, m1, w1, x1) = next(done), next(done)
-            rec: dict[str, Any] = {
-                "table": p.name, "row": label, "iteration_s": t0, "changed_iteration_s": t1,
-                "metric": "tokens/s" if fmt in TOKEN_FORMATS else "TFLOP/s", "per_gpu": m0,
-                "changed_per_gpu": m1, "wall_s": w0, "changed_wall_s": w1, "diff": t1 / t0 - 1.0}
-            out.append(rec)
-            print(f"[{n + 1}/{len(rows)}] {label}", file=sys.stderr, flush=True)
-            if abs(rec["diff"]) >= 5e-4:
-                print(f"{rec['diff']:+.2%}  {m0:,.1f} -> {m1:,.1f} {rec['metric']} per GPU  "
-                      f"wall {w0:.1f} -> {w1:.1f} s  {p.name}: {label}", flush=True)
-            if args.breakdown:
-                rec["exposed_s"], rec["changed_exposed_s"] = x0, x1
-                print("  exposed ms per step: " + ", ".join(
-                    f"{g} {x0[g] * 1e3:.2f} -> {x1.get(g, 0.0) * 1e3:.2f}" for g in x0), flush=True)
+    try:
+        out = _compare(rows, items, args.jobs, args.breakdown)
+    except InputError as exc:  # a KEY=VALUE the rows cannot take
+        print(exc.line(), file=sys.stderr)
+        return 2
     diffs = [abs(float(r["diff"])) for r in out]
     worst = max(out, key=lambda r: abs(float(r["diff"])))
     print(f"{len(out)} rows, {changed}: largest {worst['diff']:+.2%} ({worst['row']}); "
