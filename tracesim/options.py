@@ -39,7 +39,7 @@ def _opt(help: str, kind: str = "str", *, group: str = "layout", choices: tuple[
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
-NETWORKS = ("flow", "flow-relays", "estimate")
+NETWORKS = ("flow", "flow-relays", "flow-steps", "estimate")
 ATTENTION = ("flash", "flash2", "unfused")
 STACKS = ("megatron-core", "megatron-2021", "torchtitan", "deepspeed", "transformers", "eager")
 OPTIMIZERS = ("adam", "sgd")
@@ -355,7 +355,9 @@ class ReplayOptions:
     network: str | None = _opt(
         "Network model: flow (flow-level max-min sharing of links; in a symmetry-reduced replay "
         "the absent ranks' copies load the links they share), flow-relays (flow with the NVLink "
-        "hop of every PXN relay in its flow: slower at scale; docs/network.md, 'PXN relays') or "
+        "hop of every PXN relay in its flow: slower at scale; docs/network.md, 'PXN relays'), "
+        "flow-steps (flow with every ring step on its own, not grouped into rounds: the "
+        "reference the rounds approximate, slower; docs/network.md, 'Collective algorithms') or "
         "estimate (each collective's uncongested time, faster, blind to contention). Default: "
         "flow.", "choice", group="replay", choices=NETWORKS)
     full: bool = _opt("Simulate every rank (no symmetry reduction).", "flag", group="replay",

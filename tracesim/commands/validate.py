@@ -73,8 +73,9 @@ def self_replay_cmd(sources: tuple[Path, ...], as_json: bool) -> None:
 @click.option("--network", type=click.Choice(list(NETWORKS)), default=None,
               help="Network model of every replay (as replay's --network): flow (the default: "
                    "flow-level max-min sharing), flow-relays (flow with every PXN relay's "
-                   "NVLink hop in its flow) or estimate (each collective's uncongested time: "
-                   "faster, blind to contention).")
+                   "NVLink hop in its flow), flow-steps (flow with every ring step on its own) "
+                   "or estimate (each collective's uncongested time: faster, blind to "
+                   "contention).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Rows replayed at once, each in its own process (rows still print in "
                    "table order; 'wall s' is each row's own replay time).")

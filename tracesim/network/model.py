@@ -423,6 +423,16 @@ def _validate_choice(collective: str, value: str | Sequence[str]) -> None:
             )
 
 
+def replay_network(cluster: ClusterSpec, network: str | None) -> NetworkModel:
+    """The flow network of a replay's ``--network`` choice (``tracesim.options.NETWORKS``):
+    ``flow`` (and ``estimate``, which times collectives on it uncongested) the default model;
+    ``flow-relays`` with every PXN relay's NVLink hop in its flow; ``flow-steps`` with every
+    step of a ring phase on its own (``phases="steps"``: the reference the rounds of the
+    default approximate, docs/network.md "Collective algorithms"; slower)."""
+    return NetworkModel(cluster, keep_records=False, relay_hops=network == "flow-relays",
+                        phases="steps" if network == "flow-steps" else "auto")
+
+
 def collective_time_ns(
     cluster: ClusterSpec,
     collective: str,

@@ -266,9 +266,9 @@ def _unlaunched_share(graph: Any) -> float:
 
 def _network(cluster: Any, network: str | None, groups: Any) -> Any:
     from tracesim.engine.symmetry import EstimateComm
-    from tracesim.network.model import NetworkModel
+    from tracesim.network.model import replay_network
 
-    net = NetworkModel(cluster, keep_records=False, relay_hops=network == "flow-relays")
+    net = replay_network(cluster, network)
     base = EstimateComm(net) if network == "estimate" else net
     return GroupComm(base, groups)
 

@@ -27,7 +27,7 @@ from tracesim.catalog import load_cluster
 from tracesim.engine.replay import ReplayResult, replay
 from tracesim.errors import InputError
 from tracesim.graph.taskgraph import TaskGraph
-from tracesim.network.model import NetworkModel
+from tracesim.network.model import NetworkModel, replay_network
 from tracesim.options import ReplayOptions
 from tracesim.pipeline.build import Built, build
 from tracesim.pipeline.perturbed import perturbation_step
@@ -192,7 +192,7 @@ def _comm_model(cluster: ClusterSpec, graph: TaskGraph, network: str, symmetric:
     from tracesim.engine.symmetry import EstimateComm, SymmetricComm
 
     # nothing here reads the records
-    net = NetworkModel(cluster, keep_records=False, relay_hops=network == "flow-relays")
+    net = replay_network(cluster, network)
     base = EstimateComm(net) if network == "estimate" else net
     comm = SymmetricComm(base, graph) if symmetric else base
     recorder = None

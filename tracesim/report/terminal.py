@@ -154,6 +154,7 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
     if isinstance(rep, Mapping) and rep.get("network"):
         net = {"flow": "flow-level (max-min link sharing)",
                "flow-relays": "flow-level (max-min link sharing), PXN relay hops in the flows",
+               "flow-steps": "flow-level (max-min link sharing), every ring step on its own",
                "estimate": "estimate (uncongested, no contention)"}.get(str(rep["network"]),
                                                                        str(rep["network"]))
         caps = rep.get("nccl_max_ctas") or {}
