@@ -6,8 +6,9 @@ while other traffic shares its links) and once with another one, side by side.
     .venv/bin/python benchmarks/network/rounds.py [--phases steps] [--max-rounds N]
         [--only TEXT] [--jobs 2] [--json OUT] [--breakdown] [KEY=VALUE ...]
 
-``--phases steps`` runs every ring step on its own (the reference the rounds approximate),
-``--phases aggregate`` every phase at once; ``--max-rounds N`` keeps the automatic grouping
+``--phases steps`` runs every ring step on its own (the reference the rounds approximate; one
+replay so: ``tracesim replay ... --network flow-steps``), ``--phases aggregate`` every phase at
+once; ``--max-rounds N`` keeps the automatic grouping
 with at most N rounds. ``KEY=VALUE`` changes a replay option of every row in both replays
 (``overlap_grad_reduce=false``, as ``benchmarks/published/what_if.py`` takes them);
 ``--breakdown`` replays each row whole (no extrapolation over its micro-batches, slower) and

@@ -385,10 +385,10 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
     row is read and checked (InputError) before the first replay; a row naming a model, system
     or precision tracesim has no model for comes back not replayed, with why (``error``), unless
     no row is left to replay (then the first such row's InputError).
-    ``network``: the replays' network model (``flow``, ``flow-relays``, ``flow-steps`` or ``estimate``; None:
-    the replay default). ``jobs``: rows replayed at once in worker processes (the rows still come in
-    table order, each as soon as it and the rows before it are done; ``wall_s`` is each row's
-    own replay time)."""
+    ``network``: the replays' network model (``flow``, ``flow-relays``, ``flow-steps`` or
+    ``estimate``; None: the replay default). ``jobs``: rows replayed at once in worker processes
+    (the rows still come in table order, each as soon as it and the rows before it are done;
+    ``wall_s`` is each row's own replay time)."""
     extra = {"network": network} if network else {}
     checked = [(p, k, fmt, row, None if opts is None else {**opts, **extra}, label, gaps,
                 _published_or_nan(row, metric_of(fmt), p, k))
