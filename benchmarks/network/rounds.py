@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import tracesim.network.model as netmodel  # noqa: E402
+from benchmarks.published.what_if import _typed  # noqa: E402
 from tracesim.errors import InputError  # noqa: E402
 from tracesim.options import ReplayOptions  # noqa: E402
 from tracesim.pipeline.published import (  # noqa: E402
@@ -74,18 +75,6 @@ def _replay(item: tuple[Path, int, str, dict[str, str], dict[str, Any], dict[str
     return it, predicted_metric(fmt, row, opts, it), wall, exposed
 
 
-def _typed(raw: str) -> Any:
-    """A KEY=VALUE change's value: a bool, int or float where the text is one."""
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def _compare(rows: list[Any], items: list[Any], jobs: int, breakdown: bool) -> list[dict[str, Any]]:
     """Each row's replays as it is and changed (``items``, two per row), printed as they come."""
     out: list[dict[str, Any]] = []
@@ -122,10 +111,7 @@ def main() -> int:
                     help="replay each row whole and print its exposed communication per group")
     ap.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = ap.parse_args()
-    bad = [c for c in args.changes if "=" not in c or c.startswith("=")]
-    if bad:
-        ap.error(f"expected KEY=VALUE, got {bad[0]!r}")
-    edits = {c.partition("=")[0]: _typed(c.partition("=")[2]) for c in args.changes}
+    edits = dict(_typed({}, c) for c in args.changes)  # typed by their text, as what_if.py does
     changed: dict[str, Any] = {"phases": args.phases}
     if args.max_rounds is not None:
         if args.phases != "auto" or args.max_rounds < 1:

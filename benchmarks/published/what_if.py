@@ -121,7 +121,7 @@ def main() -> int:
     return 0
 
 
-def _row(changes: list[str], p: str, k: int, fmt: str, row: dict[str, str], opts: dict[str, Any],
+def _row(changes: list[str], p: Path, k: int, fmt: str, row: dict[str, str], opts: dict[str, Any],
          label: str, tmp: Path, errs: dict[str, list[float]]) -> int:
     """One row as published and changed (printed; its errors appended to ``errs``)."""
     changed = dict(opts)
