@@ -38,13 +38,20 @@ def test_factor_follows_the_job_size() -> None:
     sizes = [f.factor(n) for n in (2, 8, 64, 1024, 8192)]
     assert sizes == sorted(sizes, reverse=True)
     assert Fleet(0.99, 0.0).factor(4096) == 0.99
+    # a die's lasting offset and its run-to-run motion add as independent spreads
+    both = Fleet(0.98, 0.03, 0.04)
+    assert both.sigma == pytest.approx(0.05)
+    assert both.factor(64) == pytest.approx(0.98 * (1 - expected_max(64) * 0.05), rel=1e-9)
+    assert Fleet(0.99, 0.0, 0.0125).factor(1) == 1.0
+    assert Fleet(0.99, 0.0, 0.0125).factor(1024) < Fleet(0.99, 0.0, 0.0125).factor(8) < 0.99
 
 
 def test_calibration_from_the_node_measurement() -> None:
     """Calibrated on one node's MSMF runs (data/concurrent.csv): B200's 40 runs of 8 GPUs at
-    once span 10.4%, far beyond one GPU's run-to-run noise (1.8% over 5 runs): a per-GPU
-    spread; H200's 4.5% is what the run noise alone gives 40 runs: no per-GPU spread, only
-    the shared board's -0.6%. The shipped profiles carry what the calibration gives."""
+    once span 10.4%, far beyond one GPU's run-to-run motion (1.8% over 5 runs): a per-GPU
+    spread; H200's 4.5% is what the run motion alone gives 40 runs: no per-GPU spread, the
+    shared board's -0.6% and the run motion (2.9% over 5 runs: 0.0125). The shipped profiles
+    carry what the calibration gives."""
     from benchmarks.kernels import sustained
 
     b200, _ = sustained.fleet("b200")
@@ -53,9 +60,13 @@ def test_calibration_from_the_node_measurement() -> None:
     assert b200["concurrent"] == pytest.approx(1426.4 / 1455.7, abs=1e-4)
     assert 0.02 < b200["chip_sigma"] < 0.04
     assert h200["concurrent"] == pytest.approx(698.6 / 702.9, abs=1e-4) and h200["chip_sigma"] == 0.0
-    # GB200: the B200 die's spread on another board (its own concurrent not measured)
+    # run_sigma: one GPU's 5 runs with its siblings busy, range / d2(5)
+    assert b200["run_sigma"] == pytest.approx(0.018 / (2 * expected_max(5)), abs=1e-4)
+    assert h200["run_sigma"] == pytest.approx(0.029 / (2 * expected_max(5)), abs=1e-4)
+    # GB200: the B200 die's spread on another board (its own concurrent and run motion not measured)
     gb200, text = sustained.fleet("gb200")
-    assert gb200 == {"concurrent": 1.0, "chip_sigma": b200["chip_sigma"]} and "(derived)" in text
+    assert gb200 == {"concurrent": 1.0, "chip_sigma": b200["chip_sigma"], "run_sigma": 0.0}
+    assert "(derived)" in text
     for name, want in (("b200", b200), ("h200", h200), ("h100", h200), ("gb200", gb200)):
         dev = get_device(name)
         assert dev.fleet is not None and dev.fleet.to_dict() == want, name
@@ -89,13 +100,18 @@ def test_for_job_slows_compute_not_memory() -> None:
 def test_profile_key_is_checked() -> None:
     raw = dict(get_device("b200").raw)
     own = parse_profile({**raw, "sustained_fleet": {"concurrent": 0.95, "chip_sigma": 0.01}})
-    assert own.fleet == Fleet(0.95, 0.01)
+    assert own.fleet == Fleet(0.95, 0.01)  # run_sigma optional: 0
+    moving = parse_profile({**raw, "sustained_fleet": {"concurrent": 0.95, "chip_sigma": 0.01,
+                                                       "run_sigma": 0.02}})
+    assert moving.fleet == Fleet(0.95, 0.01, 0.02)
     assert parse_profile({**raw, "sustained_fleet": None}).fleet is None
     off = parse_profile({"base": "b200", "name": "b200-binned", "sustained_fleet": None})
     assert off.fleet_factor(1024) == 1.0 and off.sustained("bf16") == get_device("b200").sustained("bf16")
     for bad in ({"concurrent": 1.2, "chip_sigma": 0.01}, {"concurrent": 0.9, "chip_sigma": 0.5},
                 {"concurrent": 0.9}, {"concurrent": 0.9, "chip_sigma": -0.1},
-                {"concurrent": 0.9, "chip_sigma": 0.01, "skew": 1}, 0.9):
+                {"concurrent": 0.9, "chip_sigma": 0.01, "skew": 1},
+                {"concurrent": 0.9, "chip_sigma": 0.01, "run_sigma": 0.3},
+                {"concurrent": 0.9, "chip_sigma": 0.01, "run_sigma": -0.01}, 0.9):
         with pytest.raises(InputError, match="sustained_fleet"):
             parse_profile({**raw, "sustained_fleet": bad}, "dev.yaml")
 
@@ -147,6 +163,7 @@ def test_device_listing_names_the_slowest_gpu() -> None:
     from tracesim.catalog import shipped
 
     text = {e.name: e.summary for e in shipped("devices")}
-    assert "the slowest of 8 / 1,024 GPUs 0.938 / 0.885" in text["b200"]
+    assert "the slowest of 8 / 1,024 GPUs 0.937 / 0.882" in text["b200"]
+    assert "the slowest of 8 / 1,024 GPUs 0.976 / 0.954" in text["h100"]
     assert "slowest" not in text["gb300"] and "slowest" not in text["a100"]
     assert "slowest" in text["gb200"]

@@ -122,8 +122,8 @@ FLEET_FROM: dict[str, tuple[str, str]] = {
     "h100": ("h200", "the same GH100 die at the same 700 W on an air-cooled 8-GPU baseboard"),
 }
 #: profile -> (the profile whose per-GPU spread it takes, why): the same die on another board,
-#: so the dies' spread (``chip_sigma``) carries over and the board's shared power and cooling
-#: (``concurrent``) does not (1.0: not measured)
+#: so the dies' spread (``chip_sigma``) carries over and what the board's shared power and
+#: cooling do does not: ``concurrent`` (1.0) and ``run_sigma`` (0.0), not measured
 DIE_FROM: dict[str, tuple[str, str]] = {
     "gb200": ("b200", "the same Blackwell die; an NVL72 compute tray is another board, power "
                       "budget and cooling than the air-cooled DGX B200 node, so its concurrent "
@@ -158,8 +158,10 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
         src, why = DIE_FROM[name]
         got_src, text = fleet(src)
         if got_src is not None:
-            return ({"concurrent": 1.0, "chip_sigma": got_src["chip_sigma"]},
-                    f"chip_sigma from {src}: {text}; {why} (derived)")
+            return ({"concurrent": 1.0, "chip_sigma": got_src["chip_sigma"], "run_sigma": 0.0},
+                    f"chip_sigma from {src}: {text}; {why}; nor is its run_sigma (the motion "
+                    "of one GPU's rate with its siblings busy on that board: 0, not measured) "
+                    "(derived)")
     own = name
     why = ""
     if name in FLEET_FROM:
@@ -183,7 +185,8 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
     sigma = round(0.5 * (lo + hi), 4)
     text = (f"{alone['device']} BF16 MSMF, {chips} GPUs x {runs} rounds at once: mean "
             f"{allc['mean_tflops']} over {alone['mean_tflops']} alone -> concurrent {conc:.4f}; "
-            f"range {allc['range_pct']}% -> chip_sigma {sigma:.4f} (run-to-run sigma "
-            f"{sigma_run:.4f}: one GPU's {noisy['runs']} runs while its siblings ran, range {noisy['range_pct']}%; "
-            f"data/concurrent.csv, source {alone['source']})" + (f"; {why} (derived)" if why else ""))
-    return {"concurrent": round(conc, 4), "chip_sigma": sigma}, text
+            f"range {allc['range_pct']}% -> chip_sigma {sigma:.4f}; run_sigma {sigma_run:.4f}: "
+            f"one GPU's {noisy['runs']} runs while its siblings ran, range {noisy['range_pct']}% "
+            f"over d2({noisy['runs']}) {2.0 * expected_max(int(noisy['runs'])):.3f}; "
+            f"data/concurrent.csv, source {alone['source']}" + (f"; {why} (derived)" if why else ""))
+    return {"concurrent": round(conc, 4), "chip_sigma": sigma, "run_sigma": round(sigma_run, 4)}, text

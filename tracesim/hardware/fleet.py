@@ -8,15 +8,23 @@ siblings idle. A data-parallel step ends when the last replica's gradients are r
 tensor-parallel layer when its slowest rank's GEMM is done, a pipeline at its slowest stage:
 a job of ``N`` GPUs that compute alike runs at the rate of the slowest of them.
 
+The spread has two parts. A die's own rate lasts (``chip_sigma``); and with its siblings busy,
+one GPU's rate also moves from run to run (``run_sigma``: the board's shared power and
+cooling budget moves its clock; one GPU's repeated runs while the others run spread wider
+than alone). A job waits at every collective for the GPU that is slowest at that moment, so
+both count: at a moment a GPU's rate departs from the node's mean by
+``sigma = sqrt(chip_sigma^2 + run_sigma^2)``.
+
 A profile's ``sustained_fleet`` says how its GPUs vary, from measurements of every GPU of a
 node saturated at once::
 
     sustained_fleet:
       concurrent: 0.980     # mean saturated rate, all GPUs of the node at once, over one alone
       chip_sigma: 0.030     # standard deviation of one GPU's saturated rate, relative
+      run_sigma: 0.008      # standard deviation of one GPU's runs with its siblings busy
 
 and :meth:`Fleet.factor` gives the job's compute rate over the profile's: 1 for one GPU, else
-``concurrent x (1 - E[max of N standard normals] x chip_sigma)``, the expected slowest of
+``concurrent x (1 - E[max of N standard normals] x sigma)``, the expected slowest of
 ``N`` GPUs drawn from the node's distribution (a job of 2 to 7 GPUs takes the whole node's
 ``concurrent`` too: its siblings are taken as busy, as a shared node's are). It multiplies the sustained clock
 (:meth:`tracesim.hardware.device.DeviceProfile.for_job`), so it slows compute and leaves
@@ -67,15 +75,23 @@ class Fleet:
 
     concurrent: float = 1.0
     chip_sigma: float = 0.0
+    run_sigma: float = 0.0
+
+    @property
+    def sigma(self) -> float:
+        """A GPU's rate at one moment about the node's mean: its die's lasting offset and its
+        run-to-run motion, independent (relative standard deviation)."""
+        return math.hypot(self.chip_sigma, self.run_sigma)
 
     def factor(self, gpus: int) -> float:
         """A job of ``gpus`` GPUs: the expected rate of its slowest GPU over one GPU alone."""
         if gpus <= 1:
             return 1.0
-        return self.concurrent * max(0.0, 1.0 - expected_max(gpus) * self.chip_sigma)
+        return self.concurrent * max(0.0, 1.0 - expected_max(gpus) * self.sigma)
 
     def to_dict(self) -> dict[str, float]:
-        return {"concurrent": self.concurrent, "chip_sigma": self.chip_sigma}
+        return {"concurrent": self.concurrent, "chip_sigma": self.chip_sigma,
+                "run_sigma": self.run_sigma}
 
 
 def parse_fleet(data: Any, file: str | Path | None, where: str) -> Fleet | None:
@@ -83,13 +99,16 @@ def parse_fleet(data: Any, file: str | Path | None, where: str) -> Fleet | None:
     if data is None:
         return None
     if not isinstance(data, Mapping):
-        raise InputError(f"expected a mapping with concurrent and chip_sigma, got "
+        raise InputError(f"expected a mapping with concurrent, chip_sigma and run_sigma, got "
                          f"{type(data).__name__}", file, where)
-    check_keys(data, ("concurrent", "chip_sigma"), (), file=file, where=where)
+    check_keys(data, ("concurrent", "chip_sigma"), ("run_sigma",), file=file, where=where)
     conc = get_number(data, "concurrent", file=file, where=where)
     if conc > 1.0:
         raise InputError(f"must be in (0, 1], got {conc!r}", file, f"{where}.concurrent")
-    sigma = get_number(data, "chip_sigma", file=file, where=where, allow_zero=True)
-    if sigma > MAX_SIGMA:
-        raise InputError(f"must be in [0, {MAX_SIGMA}], got {sigma!r}", file, f"{where}.chip_sigma")
-    return Fleet(conc, sigma)
+    sigmas = []
+    for key in ("chip_sigma", "run_sigma"):
+        sigma = get_number(data, key, file=file, where=where, allow_zero=True, default=0.0)
+        if sigma > MAX_SIGMA:
+            raise InputError(f"must be in [0, {MAX_SIGMA}], got {sigma!r}", file, f"{where}.{key}")
+        sigmas.append(sigma)
+    return Fleet(conc, *sigmas)
