@@ -14,7 +14,7 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
     launch_overhead_us: 2.0            # fixed time added to every op (kernel) on this device
     sustained_clock: 1.0               # optional: compute rate at the power limit / burst rate
                                        # (or per dtype: {default: 0.95, fp8: 0.93})
-    sustained_fleet: {concurrent: 0.98, chip_sigma: 0.03}   # optional: how the GPUs of a job
+    sustained_fleet: {concurrent: 0.98, chip_sigma: 0.03, run_sigma: 0.01}   # optional: how the GPUs of a job
                                        # differ under that load (tracesim.hardware.fleet)
     quantize: {mxfp8: 0.87, nvfp4: 0.74}   # optional: block-scaled quantization kernels' rate
                                        # over the memory-bound (per-tensor cast) rate

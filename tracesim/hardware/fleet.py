@@ -12,8 +12,8 @@ The spread has two parts. A die's own rate lasts (``chip_sigma``); and with its 
 one GPU's rate also moves from run to run (``run_sigma``: the board's shared power and
 cooling budget moves its clock; one GPU's repeated runs while the others run spread wider
 than alone). A job waits at every collective for the GPU that is slowest at that moment, so
-both count: at a moment a GPU's rate departs from the node's mean by
-``sigma = sqrt(chip_sigma^2 + run_sigma^2)``.
+both count: at a given moment the GPUs' rates spread about the node's mean with a standard
+deviation ``sigma = sqrt(chip_sigma^2 + run_sigma^2)`` (the two independent).
 
 A profile's ``sustained_fleet`` says how its GPUs vary, from measurements of every GPU of a
 node saturated at once::
