@@ -173,7 +173,8 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
     alone, allc = got["alone"], got["all_concurrent"]
     noisy = got.get("gpu0_siblings_busy", alone)  # one GPU's runs while the others run
     conc = min(1.0, float(allc["mean_tflops"]) / float(alone["mean_tflops"]))
-    sigma_run = float(noisy["range_pct"]) / 100.0 / (2.0 * expected_max(int(noisy["runs"])))
+    d2 = 2.0 * expected_max(int(noisy["runs"]))  # the expected range of that many normal draws
+    sigma_run = float(noisy["range_pct"]) / 100.0 / d2
     chips = int(allc["chips"])
     runs = int(allc["runs"]) // chips
     target = float(allc["range_pct"]) / 100.0
@@ -187,6 +188,6 @@ def fleet(name: str) -> tuple[dict[str, float] | None, str]:
             f"{allc['mean_tflops']} over {alone['mean_tflops']} alone -> concurrent {conc:.4f}; "
             f"range {allc['range_pct']}% -> chip_sigma {sigma:.4f}; run_sigma {sigma_run:.4f}: "
             f"one GPU's {noisy['runs']} runs while its siblings ran, range {noisy['range_pct']}% "
-            f"over d2({noisy['runs']}) {2.0 * expected_max(int(noisy['runs'])):.3f}; "
+            f"over d2({noisy['runs']}) {d2:.3f}; "
             f"data/concurrent.csv, source {alone['source']}" + (f"; {why} (derived)" if why else ""))
     return {"concurrent": round(conc, 4), "chip_sigma": sigma, "run_sigma": round(sigma_run, 4)}, text
