@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tracesim.catalog import load_model, model_path
 from tracesim.errors import InputError
+from tracesim.fileio import output_dir
 from tracesim.specs.model import ModelSpec
 from tracesim.trace.bundle import is_bundle
 
@@ -57,9 +58,12 @@ def check_layout(ranks: int | None, tp: int, pp: int, dp: int | None) -> int:
 
 
 def check_output(out: Path) -> None:
+    """``out`` as the place of a bundle: absent, empty or a bundle, and creatable (its nearest
+    existing parent a writable directory); otherwise an InputError naming it."""
     if out.exists() and not is_bundle(out):
         if not out.is_dir() or any(out.iterdir()):
             raise InputError("exists and is not a bundle; refusing to overwrite it", out)
+    output_dir(out, "-o", create=False)
 
 
 def run_collector(argv: list[str], log: Callable[[str], None] | None = None) -> None:

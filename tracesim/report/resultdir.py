@@ -22,6 +22,7 @@ Times in files are integer nanoseconds (``*_ns``) or seconds (``*_s``).
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,27 @@ FILES = {
     "gantt.png": "Gantt chart of the iteration, lanes coloured by class",
     "links.png": "link utilisation heat map",
 }
+
+
+def check_result_dir(out: str | Path, flag: str = "-o") -> Path:
+    """``out`` as a place for a result directory: absent, empty, or a result directory
+    written before (only the files of :data:`FILES`), which a new result replaces; anything
+    else there (a workload, a bundle, the user's own files) is never overwritten: an
+    InputError naming ``flag`` and the path. Checks that the place can be created too."""
+    from tracesim.errors import InputError
+    from tracesim.fileio import output_dir
+
+    if str(out) == "":
+        raise InputError(f"{flag}: an empty path (give the result directory to write)")
+    p = output_dir(out, flag, create=False)
+    if p.is_dir():
+        foreign = sorted(q.name for q in p.iterdir()
+                         if q.name not in FILES and not q.name.startswith("."))
+        if foreign:
+            raise InputError(f"{flag}: exists and is not a tracesim result directory (it holds "
+                             f"{foreign[0]}{' and more' if len(foreign) > 1 else ''}); "
+                             "refusing to overwrite it", p)
+    return p
 
 
 def ops_table(graph: TaskGraph, start_ns: np.ndarray, end_ns: np.ndarray,
@@ -95,6 +117,7 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
     from tracesim.report import timeline as tl
     from tracesim.report.links import link_utilisation
 
+    check_result_dir(out, "out")
     out = output_dir(out)
     done = [0]
 
@@ -157,6 +180,10 @@ def write_result_dir(out: str | Path, rep: Prediction, *, bins: int = 200,
             res.setdefault("warnings", []).append(
                 "matplotlib is not installed: no PNGs written (pip install 'tracesim[plot]')")
     res["files"] = written
+    for name in FILES:  # a result written before: its files this one does not have
+        old = out / name
+        if name not in written and name != "result.json" and old.exists():
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     tick()
     write_json(out / "result.json", json.loads(json.dumps(res, default=json_default)))
     if progress:

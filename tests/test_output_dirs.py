@@ -1,0 +1,50 @@
+"""Where results go: ``replay -o`` never overwrites what is not a result directory, a result
+written again drops the files the new one does not have, and an ``-o`` under a file is bad
+input for every writer (exit 2, one line, nothing written)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_cli_errors import check_error
+
+ROOT = Path(__file__).resolve().parents[1]
+TOUR = ["--model", "gpt3-1.7b", "--cluster", "h100x8", "--tp", "2", "--pp", "2", "--dp", "2",
+        "--micro-batch", "1", "--global-batch", "8"]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracesim.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_replay_refuses_a_directory_that_is_not_a_result(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    check_error(run("replay", *TOUR, "-o", str(mine)), "mine", "not a tracesim result directory",
+                "notes.txt")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_replay_rewrites_its_own_result_and_drops_stale_files(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert run("replay", *TOUR, "-o", str(out)).returncode == 0
+    assert (out / "links.png").exists()
+    p = run("replay", *TOUR, "--network", "estimate", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert not (out / "links.png").exists()  # no flows: no heat map, not the last run's
+    assert (out / "result.json").exists() and (out / "gantt.png").exists()
+
+
+def test_output_under_a_file_is_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    bad = tmp_path / "afile" / "sub"
+    check_error(run("replay", *TOUR, "-o", str(bad)), "afile")
+    check_error(run("collect", "-o", str(bad), "--", sys.executable, "-c", "print(1)"), "afile",
+                "cannot create")
+    check_error(run("collect", "--workload", "gpt-tiny", "--steps", "1", "--measure", "1",
+                    "--warmup", "1", "-o", str(bad)), "afile", "cannot create")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
