@@ -168,6 +168,24 @@ def test_tensorboard_cycles_take_the_latest_unless_told(tmp_path: Path) -> None:
         read_folder(tmp_path, cycle=3)
 
 
+def test_a_last_cycle_cut_short_falls_back_to_the_one_before(tmp_path: Path) -> None:
+    # a job stopped inside a profiler cycle: its last file holds the step annotation alone
+    for w, rank in (("host_11", 0), ("host_12", 1)):
+        _write(tmp_path / f"{w}.1700000000001.pt.trace.json", _trace(rank, 2, pid=rank + 1))
+        cut = _trace(rank, 2, pid=rank + 1, steps=(6,))
+        cut["traceEvents"] = [e for e in cut["traceEvents"] if e["cat"] != "cpu_op"]
+        _write(tmp_path / f"{w}.1700000000900.pt.trace.json", cut)
+    f = read_folder(tmp_path)
+    assert [r.trace.name for r in f.ranks] == ["host_11.1700000000001.pt.trace.json",
+                                               "host_12.1700000000001.pt.trace.json"]
+    assert [p.name for p in f.skipped] == ["host_11.1700000000900.pt.trace.json",
+                                           "host_12.1700000000900.pt.trace.json"]
+    assert any("recorded no operators" in w for w in f.warnings)
+    assert replay(tmp_path).iteration_time_s > 0
+    # asked for by number, a cycle is taken as it is
+    assert read_folder(tmp_path, cycle=1).ranks[0].trace.name == "host_11.1700000000900.pt.trace.json"
+
+
 def test_torchtitan_takes_the_highest_iteration(tmp_path: Path) -> None:
     root = tmp_path / "profile_trace"
     _write(root / "iteration_10" / "rank0_trace.json", _trace(pid=1))

@@ -37,7 +37,7 @@ def command(source: Path, out: Path) -> None:
         et = f"  + {f['et']}" if f.get("et") else ""
         click.echo(f"  rank {f['rank']:<4} {f['trace']}{et}  (rank from {f['rank_from']})")
     if imported.get("skipped"):
-        click.echo(f"  not taken (earlier profiler cycles): {', '.join(imported['skipped'])}")
+        click.echo(f"  not taken (other profiler cycles): {', '.join(imported['skipped'])}")
     click.echo(f"clocks: {meta.get('clock', 'recorded times')}")
     for rank, shift in (meta.get("clock_shift_ns") or {}).items():
         click.echo(f"  rank {rank:<4} {shift / 1e6:+.3f} ms")

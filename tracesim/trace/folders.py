@@ -43,6 +43,7 @@ from tracesim.trace.kineto import (
     load_trace_json,
     op_table_from_events,
 )
+from tracesim.trace.tbcycles import TB_RE, has_ops, natural, select_cycles
 from tracesim.trace.traceinfo import trace_device
 
 #: two ranks' first common step windows this close (or overlapping) share a clock
@@ -50,7 +51,6 @@ CLOCK_TOLERANCE_NS = 1_000_000
 #: how deep below the folder files are looked for
 MAX_DEPTH = 4
 _SNIFF_BYTES = 1 << 16
-_TB_RE = re.compile(r"^(?P<worker>.+)\.(?P<ts>\d{10,})\.pt\.trace\.json(?:\.gz)?$")
 _ITER_RE = re.compile(r"^iteration_(\d+)$")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_RES = (re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)", re.I), re.compile(r"(?:^|[^a-z])worker[_-]?(\d+)", re.I))
@@ -138,7 +138,7 @@ class TraceFolder:
             for name, desc, members in r.process_groups:
                 groups.setdefault(name, {"name": name, "desc": desc, "ranks": list(members)})
         if groups:
-            meta["process_groups"] = [groups[k] for k in sorted(groups, key=_natural)]
+            meta["process_groups"] = [groups[k] for k in sorted(groups, key=natural)]
         if self.warnings:
             meta["warnings"] = list(self.warnings)
         return meta
@@ -168,11 +168,19 @@ def read_folder(folder: str | Path, *, cycle: int = -1, tables: bool = False) ->
     ets = [(p, kinds[p][1]) for p in files if kinds[p][0] == "et"]
     if not traces:
         raise InputError("no Kineto traces in the folder (only execution traces)", folder)
-    traces, skipped = _select_cycles(traces, cycle)
+    warnings_cut: list[str] = []
+    traces, skipped, earlier = select_cycles(traces, cycle)
     ranks: list[RankTrace] = []
     table_of: dict[int, pd.DataFrame] = {}
     for path in traces:
         data = load_trace_json(path)
+        for prev in earlier.get(path, ()):  # a last cycle cut short: the one before it
+            if has_ops(data):
+                break
+            warnings_cut.append(f"{path.name} recorded no operators (a profiler cycle cut "
+                                f"short); took the cycle before it, {prev.name}")
+            skipped[skipped.index(prev)] = path
+            path, data = prev, load_trace_json(prev)
         info = _facts(data, path, only=len(traces) == 1)
         clash = next((r for r in ranks if r.rank == info.rank), None)
         if clash is not None:
@@ -192,6 +200,7 @@ def read_folder(folder: str | Path, *, cycle: int = -1, tables: bool = False) ->
                          "the folder mixes traces of different jobs", odd.trace, "distributedInfo")
     ranks.sort(key=lambda r: r.rank)
     paired, warnings = _pair_ets(ranks, ets)
+    warnings = [*warnings_cut, *warnings]
     ranks = [replace(r, et=paired.get(r.rank)) for r in ranks]
     shifts, clock = clock_shifts({r.rank: r.steps for r in ranks})
     for rank, shift in shifts.items():
@@ -287,13 +296,9 @@ def _copy_gzipped(src: Path, dst: Path) -> None:
         shutil.copyfileobj(fin, fout, 1 << 20)
 
 
-def _natural(s: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
-
-
 def _walk(folder: Path) -> list[Path]:
     """``.json`` / ``.json.gz`` files below ``folder`` (:func:`_files`), in natural order."""
-    return sorted(_files(folder), key=lambda p: _natural(str(p.relative_to(folder))))
+    return sorted(_files(folder), key=lambda p: natural(str(p.relative_to(folder))))
 
 
 def _files(folder: Path, depth: int = 0) -> Iterator[Path]:
@@ -361,38 +366,12 @@ def _sniff(path: Path) -> tuple[str, int | None]:
                      "move it out of the trace folder", path)
 
 
-def _select_cycles(traces: list[Path], cycle: int) -> tuple[list[Path], list[Path]]:
-    """One file per ``tensorboard_trace_handler`` worker: its ``cycle``-th by timestamp."""
-    groups: dict[tuple[Path, str], list[Path]] = {}
-    keep: list[Path] = []
-    for p in traces:
-        m = _TB_RE.match(p.name)
-        if m:
-            groups.setdefault((p.parent, m["worker"]), []).append(p)
-        else:
-            keep.append(p)
-    skipped: list[Path] = []
-    for (_, worker), paths in groups.items():
-        paths.sort(key=_tb_ts)
-        if not -len(paths) <= cycle < len(paths):
-            raise InputError(f"worker {worker!r} has {len(paths)} trace(s); there is no cycle {cycle}",
-                             paths[0].parent)
-        keep.append(paths[cycle])
-        skipped.extend(p for p in paths if p is not paths[cycle])
-    return sorted(keep, key=lambda p: _natural(str(p))), sorted(skipped, key=lambda p: _natural(str(p)))
-
-
-def _tb_ts(p: Path) -> int:
-    m = _TB_RE.match(p.name)
-    return int(m["ts"]) if m else 0
-
-
 def name_rank(path: Path, tail: bool = True) -> int | None:
     """The rank in a trace's file name (``rank3``, ``rank_3``, ``worker3``, ``*_3.json`` ...),
     or its folder's name is one (``rank3/trace.json``); None if neither has one. ``tail``: a
     trailing number counts (not for ``tensorboard_trace_handler`` worker names, whose default
     ``host_pid`` ends in a pid)."""
-    m = _TB_RE.match(path.name)
+    m = TB_RE.match(path.name)
     stem = m["worker"] if m else path.name
     tail = tail and m is None
     for suffix in _STRIP:
@@ -462,7 +441,7 @@ def _facts(data: Mapping[str, Any], path: Path, only: bool) -> RankTrace:
                     pg.get("pg_desc"), "Process Group Ranks": pg.get("ranks")}, pgs)
     torch_version = next((str(data[k]) for k in _TORCH_KEYS if data.get(k)), "")
     return RankTrace(rank, path, how, world, str(info.get("backend") or ""), pid, trace_device(data),
-                     torch_version, steps, tuple(pgs[k] for k in sorted(pgs, key=_natural)))
+                     torch_version, steps, tuple(pgs[k] for k in sorted(pgs, key=natural)))
 
 
 def _group(args: Mapping[str, Any], out: dict[str, tuple[str, str, tuple[int, ...]]]) -> None:
