@@ -467,3 +467,15 @@ def test_importing_the_real_folders(tmp_path: Path, public_traces: Path) -> None
     assert back.kind == "bundle" and extract_options(back).joint_ranks
     cols = ["rank", "event_id", "name", "ts_ns", "dur_ns"]
     assert back.op_table[cols].equals(_load(public_traces / "param-dlrm-8xv100").op_table[cols])
+
+
+def test_extract_refuses_a_folder_without_steps(tmp_path: Path) -> None:
+    """A folder's traces are not read as one whole-window step (a single file is): extract
+    refuses it as replay does, and writes nothing."""
+    data = _trace(0, 1)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] == "cpu_op"]
+    _write(tmp_path / "in" / "rank0.json", data)
+    for args in (("extract", str(tmp_path / "in"), "-o", str(tmp_path / "w")),
+                 ("replay", str(tmp_path / "in"))):
+        _one_line_error(_cli(*args), "no ProfilerStep#N")
+    assert not (tmp_path / "w").exists()

@@ -155,6 +155,9 @@ def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
     src = load_source(source)
     graph = extract_source(src)
     graph.validate()
+    if not graph.tasks["step"].astype(str).str.len().any():  # as replay and self-replay say
+        raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
+                         "replay (record with torch.profiler and call prof.step())", src.path)
     graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
                                 "bundle_meta": src.meta or {}})
     output_dir(out.parent)
