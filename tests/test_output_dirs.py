@@ -48,3 +48,10 @@ def test_output_under_a_file_is_bad_input(tmp_path: Path) -> None:
     check_error(run("collect", "--workload", "gpt-tiny", "--steps", "1", "--measure", "1",
                     "--warmup", "1", "-o", str(bad)), "afile", "cannot create")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_empty_values_are_bad_input(tmp_path: Path) -> None:
+    """``--cluster "$CLUSTER"`` with the variable unset is not "no cluster", and an empty
+    SOURCE is not the current directory."""
+    check_error(run("replay", "--model", "gpt3-1.7b", "--cluster", ""), "--cluster", "empty")
+    check_error(run("replay", "", "--cluster", "h100x8", cwd=tmp_path), "SOURCE", "empty")

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from tracesim.errors import InputError
 from tracesim.options import Option, ReplayOptions, option_fields
 
 
@@ -53,5 +54,8 @@ def replay_flags(exclude: Iterable[str] = (), only: Iterable[str] | None = None)
 def options_from(params: Mapping[str, Any]) -> ReplayOptions:
     """The :class:`ReplayOptions` of a command's parsed flags (flags not given are None)."""
     names = {name for name, _, _ in option_fields()}
+    for k, v in params.items():  # ``--cluster ""``: a variable that expanded to nothing
+        if k in names and isinstance(v, str) and not v.strip():
+            raise InputError("an empty value", f"--{k.replace('_', '-')}")
     return ReplayOptions(**{k: v for k, v in params.items()
                             if k in names and v is not None and v != ()})
