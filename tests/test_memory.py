@@ -70,3 +70,50 @@ def test_fits_flag_and_worst_stage() -> None:
     assert mem.fits and mem.worst_stage == 0
     big = estimate_memory(G, ParallelSpec(global_batch=1, seq_len=2048), (175e9,), (0.0,), capacity_gib=80)
     assert not big.fits and big.total_gib > 16 * 175e9 / GiB
+
+
+def test_recompute_layers_keep_the_other_layers_activations() -> None:
+    """``--recompute full --recompute-layers N`` recomputes the first N layers of each chunk:
+    the rest keep their whole activations (Megatron's block method)."""
+    p = 1e9
+    kw = dict(global_batch=8, seq_len=2048, tp=8, sp=True)
+    none = estimate_memory(G, ParallelSpec(**kw), (p,), (0.0,)).activations_gib
+    full = estimate_memory(G, ParallelSpec(recompute="full", **kw), (p,), (0.0,)).activations_gib
+    part = estimate_memory(G, ParallelSpec(recompute="full", recompute_layers=24, **kw), (p,),
+                           (0.0,)).activations_gib
+    par = ParallelSpec(**kw)
+    per_layer = layer_activation_bytes(G, par, 0, flash=True) / GiB
+    kept = layer_activation_bytes(G, par, 0, flash=True, full=True) / GiB
+    assert part - full == pytest.approx(72 * (per_layer - kept), rel=1e-9)
+    assert full < part < none
+
+
+def test_selective_modules_drop_their_saved_tensors() -> None:
+    """A recomputed module keeps only its input: the dense MLP's fc1 output and fc2 input
+    (6 x s b ffn bytes with SwiGLU) and the norms' outputs go; each module a user lists
+    lowers the estimate, none of them raises it."""
+    llama = ModelSpec(name="l", family="llama", layers=32, hidden=4096, heads=32, kv_heads=8,
+                      vocab=128256, seq_len=8192, ffn_hidden=14336, activation="swiglu",
+                      norm="rmsnorm", dtype="bf16")
+    base = dict(global_batch=8, seq_len=8192, tp=2, sp=True)
+    attn = layer_activation_bytes(llama, ParallelSpec(recompute="selective", **base), 0, flash=True)
+    mlp = layer_activation_bytes(llama, ParallelSpec(recompute="selective",
+                                                     recompute_modules=("core_attn", "mlp"), **base),
+                                 0, flash=True)
+    assert attn - mlp == pytest.approx(6 * 8192 * 14336 / 2, rel=1e-9)
+    ln = layer_activation_bytes(llama, ParallelSpec(recompute="selective",
+                                                    recompute_modules=("mlp", "layernorm"), **base),
+                                0, flash=True)
+    assert mlp - ln == pytest.approx(4 * 8192 * 4096 / 2, rel=1e-9)
+
+
+def test_moe_modules_drop_the_experts_tensors() -> None:
+    from tracesim.catalog import load_model
+
+    qwen = load_model("qwen3-30b-a3b")
+    base = dict(global_batch=8, seq_len=4096, ep=8, dp=8, recompute="selective")
+
+    def act(*mods: str) -> float:
+        return layer_activation_bytes(qwen, ParallelSpec(recompute_modules=mods, **base), 1,
+                                      flash=True)
+    assert act("core_attn", "moe") < act("core_attn", "moe_act") < act("core_attn")

@@ -94,13 +94,17 @@ class MemoryEstimate:
         }
 
 
-def _attention_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
-    """(split, replicated) 2-byte activation elements of one layer's attention (module doc)."""
+def _attention_elements(model: ModelSpec, s: float, b: int,
+                        mods: frozenset[str] = frozenset()) -> tuple[float, float]:
+    """(split, replicated) 2-byte activation elements of one layer's attention (module doc);
+    ``mods``: the recomputed modules (``mla_up_proj`` drops the up projections' Q, K, V)."""
     sbh = s * b * model.hidden
     if model.is_mla:
         lat = s * b * (model.q_lora_rank + model.kv_lora_rank)
         heads = s * b * model.heads
         split = 4 * heads * model.qk_head_dim + 4 * heads * model.v_dim  # Q, K; V, proj input
+        if "mla_up_proj" in mods:
+            split = 2 * heads * model.v_dim  # the proj input alone
         repl = 2 * sbh + 2 * (lat + s * b * model.qk_rope_head_dim) + 2 * lat
         return split, repl
     kvh = model.kv_heads * model.head_dim
@@ -108,19 +112,25 @@ def _attention_elements(model: ModelSpec, s: float, b: int) -> tuple[float, floa
     return 2 * sbq + 4 * s * b * kvh + 2 * sbq, 2 * sbh
 
 
-def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float,
-                  b: int) -> tuple[float, float, float]:
+def _mlp_elements(model: ModelSpec, par: ParallelSpec, layer: int, s: float, b: int,
+                  mods: frozenset[str] = frozenset()) -> tuple[float, float, float]:
     """(split, replicated, expert input) 2-byte activation elements of one layer's MLP or MoE
     block; the routed tokens' copies that reach the grouped GEMMs (the expert input) are
-    gathered over the TP group, so they are not split."""
+    gathered over the TP group, so they are not split. ``mods``: the recomputed modules, whose
+    saved tensors are dropped (``mlp``: the dense MLP's; ``moe``: the whole block's but its
+    input; ``moe_act``: the experts' activation output, fc2's input; ``shared_experts``)."""
     sbh = s * b * model.hidden
     per_f = 6 if model.activation == "swiglu" else 4  # fc1 output(s) and fc2 input, per feature
     if not model.moe_layer(layer):
-        return per_f * s * b * model.ffn_hidden, 2 * sbh, 0.0
+        return (0.0 if "mlp" in mods else per_f * s * b * model.ffn_hidden), 2 * sbh, 0.0
+    if "moe" in mods:
+        return 0.0, 2 * sbh, 0.0
     routed = model.top_k * par.moe_load * moe_padding(model, par)[0]  # with quantization padding
     ets = par.expert_token_split  # 1 unless --etp folds the experts (then fewer tokens, wider)
-    f = model.moe_ffn * routed * (par.tp / (ets * par.expert_tp)) + model.shared_ffn
-    return per_f * s * b * f, 2 * sbh, 2 * s * b * model.moe_hidden * routed / ets
+    experts = model.moe_ffn * routed * (par.tp / (ets * par.expert_tp))
+    shared = 0.0 if "shared_experts" in mods else per_f * model.shared_ffn
+    split = (per_f - 2 if "moe_act" in mods else per_f) * experts + shared
+    return split * s * b, 2 * sbh, 2 * s * b * model.moe_hidden * routed / ets
 
 
 def _mamba_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
@@ -130,24 +140,33 @@ def _mamba_elements(model: ModelSpec, s: float, b: int) -> tuple[float, float]:
     return 2 * s * b * in_width(model) + 4 * s * b * d_inner(model), 2 * s * b * model.hidden
 
 
-def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool) -> float:
-    """Activation bytes one rank keeps for one transformer layer and one micro-batch."""
+def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, flash: bool,
+                           full: bool | None = None) -> float:
+    """Activation bytes one rank keeps for one transformer layer and one micro-batch.
+
+    ``full``: whether the layer's whole forward is recomputed (only its input kept); default
+    ``--recompute full``, which with ``--recompute-layers N`` holds for the first N layers of
+    each chunk only (:func:`estimate_memory` says which). ``--recompute selective`` drops the
+    saved tensors of ``--recompute-modules`` (:func:`_mlp_elements`, :func:`_attention_elements`;
+    ``layernorm``: the norms' outputs; ``core_attn``: the score matrix of attention without
+    flash)."""
     eb = DTYPE_BYTES[par.dtype]
     scale = eb / 2.0
     s = par.seq_len / par.cp
     b, h, t = par.micro_batch, model.hidden, par.tp
     sbh = s * b * h
-    if par.recompute == "full":
+    if par.recompute == "full" if full is None else full:
         return 2 * sbh * scale / (t if par.sp else 1)
+    mods = frozenset(par.recompute_modules) if par.recompute == "selective" else frozenset()
     dropout = model.norm == "layernorm"  # gpt-style blocks use dropout, llama-style do not
     mask = sbh if dropout else 0.0
     # element counts (2-byte elements) split by tp, and replicated ones (without SP)
-    attn_split, attn_repl = _attention_elements(model, s, b)
-    mlp_split, mlp_repl, expert_in = _mlp_elements(model, par, layer, s, b)
-    norms = 4 * sbh
+    attn_split, attn_repl = _attention_elements(model, s, b, mods)
+    mlp_split, mlp_repl, expert_in = _mlp_elements(model, par, layer, s, b, mods)
+    norms = 0.0 if "layernorm" in mods else 4 * sbh
     kind = model.layer_kind(layer)
     if kind:  # a hybrid model's layer: one mixer and one norm
-        norms = 2 * sbh
+        norms /= 2
         if kind == MAMBA:
             attn_split, attn_repl = _mamba_elements(model, s, b)
         if kind in (MAMBA, ATTENTION):
@@ -158,7 +177,8 @@ def layer_activation_bytes(model: ModelSpec, par: ParallelSpec, layer: int, *, f
     repl_b = (attn_repl + mlp_repl + norms) * scale + 2 * mask  # masks are 1 byte
     total = split_b / t + (repl_b / t if par.sp else repl_b)
     total += expert_in * scale
-    if not flash and par.recompute == "none":
+    if not flash and (par.recompute == "none" or (par.recompute == "selective"
+                                                  and "core_attn" not in mods)):
         total += 5 * b * model.heads * s * par.seq_len / t * scale
     return total
 
@@ -235,8 +255,11 @@ def estimate_memory(
         for c in range(par.chunks):
             g_idx = c * par.pp + stage
             layer0 = starts[g_idx]
-            per_mb = sum(layer_activation_bytes(model, par, li, flash=flash)
-                         for li in range(layer0, layer0 + split[g_idx]))
+            n_full = par.recompute_layers or split[g_idx]  # the first N of the chunk
+            per_mb = sum(layer_activation_bytes(
+                model, par, li, flash=flash,
+                full=par.recompute == "full" and li - layer0 < n_full)
+                for li in range(layer0, layer0 + split[g_idx]))
             act += held[c] * per_mb
         if offloaded_layers:
             sizes = [layer_activation_bytes(model, par, li, flash=flash) for li in range(offloaded_layers)]
