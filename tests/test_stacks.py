@@ -347,3 +347,20 @@ def test_126_layers_on_pp16_from_the_command_line() -> None:
     # 7 layers, plus the embedding (first) or the LM head and loss (last)
     assert 7 / 8 * mid < compute[0] < 7 / 8 * mid * 1.02
     assert 7 / 8 * mid < compute[15] < mid
+
+
+def test_no_userbuffers_default_on_a_full_mesh_node() -> None:
+    """On a full-mesh node the userbuffers ring exchange would use one link of the mesh per
+    step: the megatron-core stack leaves the TP overlap off there unless it is given, and
+    says so."""
+    opts = {"model": "gpt3-1.7b", "cluster": "mi300x-platform", "tp": 4, "dp": 2,
+            "micro_batch": 1, "global_batch": 8}
+    off = retarget(opts)
+    assert "tp_comm_overlap" not in off.to_dict()["stack"]["overlaps"]
+    assert any("full mesh" in w for w in off.warnings)
+    on = retarget({**opts, "tp_comm_overlap": True})
+    assert "tp_comm_overlap" in on.to_dict()["stack"]["overlaps"]
+    assert any("on as given" in w for w in on.warnings)
+    nvl = retarget({**opts, "cluster": "h100x8"})  # a switched NVLink node keeps it
+    assert "tp_comm_overlap" in nvl.to_dict()["stack"]["overlaps"]
+    assert not any("full mesh" in w for w in nvl.warnings)

@@ -177,7 +177,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         f"(ranks 0..{par.world - 1})")
     if model.is_moe and par.tp > 1 and par.sp and options.sp is None:
         warnings.append("sequence parallelism switched on: MoE with tp > 1 needs it (as Megatron-core)")
-    par, stack, template, w = _stack_and_template(source, options, model, par, device)
+    mesh = cluster.intra_node.kind == "nvlink_mesh"
+    par, stack, template, w = _stack_and_template(source, options, model, par, device, mesh)
     warnings += w
     op_time, methods = make_op_time(template, device, par.act_dtype)
     if cluster.host_contention is not None:  # co-located CPU ranks slow each other
@@ -269,7 +270,7 @@ def _blackwell(device: DeviceProfile) -> bool:
 
 
 def _stack_and_template(source: str | Path | None, options: ReplayOptions, model: ModelSpec,
-                        par: ParallelSpec, device: DeviceProfile
+                        par: ParallelSpec, device: DeviceProfile, mesh: bool = False
                         ) -> tuple[ParallelSpec, Stack, LayerTemplate, list[str]]:
     """The software stack (``options.stack``, else :func:`default_stack`), the layout with
     its defaults, and the layer template: the source's or a named template's recorded ops
@@ -279,9 +280,17 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
     recorded = bool(source) or options.template not in (None, "analytic")
     stack = with_cross_entropy(get_stack(options.stack or default_stack(device, recorded)),
                                options.cross_entropy_fusion)
-    par = par.replace(**stack_defaults(stack, par, options.given(), device))
+    par = par.replace(**stack_defaults(stack, par, options.given(), device, mesh))
     check_stack(stack, par, device)
     warnings: list[str] = []
+    if mesh and par.tp > 1 and par.sp and stack.defaults(par, device).get("tp_comm_overlap"):
+        warnings.append(
+            "tensor-parallel communication overlap (Transformer Engine userbuffers) "
+            + ("on as given, but the cluster's GPUs are a full mesh: its ring exchange moves each "
+               "step over one link of the mesh" if par.tp_comm_overlap else
+               "off: the cluster's GPUs are a full mesh, where its ring exchange would move each "
+               "step over one link (TP collectives go through the collective library; "
+               "--tp-comm-overlap turns it on)"))
     if recorded or stack.recorded:
         template, w = choose_template(source, model, options.template, options.attention,
                                       default_bundle(model.family))

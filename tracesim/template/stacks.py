@@ -235,12 +235,14 @@ def default_stack(device: Any, recorded_source: bool) -> str:
     return "megatron-core"
 
 
-def stack_defaults(stack: Stack, par: Any, given: Any, device: Any) -> dict[str, Any]:
+def stack_defaults(stack: Stack, par: Any, given: Any, device: Any, mesh: bool = False
+                   ) -> dict[str, Any]:
     """The ParallelSpec fields ``stack`` sets for layout ``par`` that ``given`` (the
     option names the user gave) leaves open, with the stack's name. ``overlap_p2p`` and
     ``p2p_blocking`` are one switch; the distributed optimizer (``zero``) and FSDP are
     left alone when either is given; the TP overlaps only exist with ``tp > 1`` (the
-    userbuffers also need ``sp``)."""
+    userbuffers also need ``sp``, and a switched NVLink domain: on a full-mesh node,
+    ``mesh``, they are off unless given, docs/stacks.md)."""
     out = dict(stack.defaults(par, device))
     given = set(given)
     if "overlap_p2p" in given:
@@ -265,7 +267,7 @@ def stack_defaults(stack: Stack, par: Any, given: Any, device: Any) -> dict[str,
     nvfp4 = par.dtype == "fp8" and out.get("fp8_recipe", par.fp8_recipe) == "nvfp4"
     if "tp_comm_overlap" in out:
         out["tp_comm_overlap"] = (bool(out["tp_comm_overlap"]) and par.tp > 1 and bool(sp)
-                                  and not nvfp4)
+                                  and not nvfp4 and not mesh)
     out["stack"] = stack.name
     return out
 
