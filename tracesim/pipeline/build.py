@@ -41,6 +41,7 @@ from tracesim.pipeline.perturbed import fabric_cluster
 from tracesim.report.memory import layer_activation_bytes
 from tracesim.specs import ub_config
 from tracesim.specs.cluster import ClusterSpec
+from tracesim.specs.ignored import ignored_options
 from tracesim.specs.layout_options import parallel_from_options
 from tracesim.specs.model import ModelSpec, model_from_dict
 from tracesim.specs.parallel import ParallelSpec
@@ -205,6 +206,7 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
                         offload=offload, nccl_ctas=cluster.collectives.max_ctas,
                         cpu_speed=speed)
     warnings += _dispatcher_warnings(model, par, cluster)  # the layout is valid by now
+    warnings += ignored_options(options.given(), par, model)
     info = stack_info(stack, par, device, template)
     if options.cudnn and device.shape_model and device.shape_model.attention:
         # the version asked for and the fit it runs (the newest fit not newer than it)
