@@ -55,3 +55,10 @@ def test_empty_values_are_bad_input(tmp_path: Path) -> None:
     SOURCE is not the current directory."""
     check_error(run("replay", "--model", "gpt3-1.7b", "--cluster", ""), "--cluster", "empty")
     check_error(run("replay", "", "--cluster", "h100x8", cwd=tmp_path), "SOURCE", "empty")
+
+
+def test_a_flag_value_click_refuses_is_one_line() -> None:
+    check_error(run("replay", "--model", "gpt3-1.7b", "--cluster", "h100x8", "--jitter", "1.5"),
+                "--jitter", "replay --help")
+    check_error(run("replay", "--schedule", "foo"), "--schedule")
+    check_error(run("nosuch"), "nosuch")

@@ -44,6 +44,12 @@ class _Group(click.Group):
                 raise
             click.echo(f"tracesim: error: {exc}", err=True)
             sys.exit(2)
+        except click.UsageError as exc:  # a flag's bad value: one line, as bad input is
+            if exc.ctx is None or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            click.echo(f"tracesim: error: {' '.join(exc.format_message().split())} "
+                       f"(see {exc.ctx.command_path} --help)", err=True)
+            sys.exit(2)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except BrokenPipeError:  # output piped into head / less that closed early
