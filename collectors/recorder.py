@@ -50,6 +50,8 @@ ENV_PARENT = "TRACESIM_RECORD_PARENT"
 #: per-process status files of a command's recording: ``<dir>/.status/<pid>.json``
 STATUS_DIR = ".status"
 RANK_FILE = "rank.json"
+#: as ``tracesim.trace.overhead.JOB_METHOD`` (this module imports nothing of tracesim: it runs
+#: inside the recorded job)
 OVERHEAD_METHOD = "profiled vs unprofiled steps of the job"
 #: launchers whose own process is not a rank (their workers are)
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")

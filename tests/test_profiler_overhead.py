@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tracesim.trace.overhead import profiler_overhead, rank_overheads
+from tracesim.trace.overhead import JOB_METHOD, profiler_overhead, rank_overheads
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -83,3 +83,18 @@ def test_a_calibration_claiming_most_of_a_recorded_step_is_not_applied(tmp_path:
                for w in res.warnings), res.warnings
     assert res.details["profiler_overhead_removed_ns"] == {"per_op": 0.0, "per_annotation": 0.0}
     assert res.iteration_time_s > plain.iteration_time_s  # the profiled step, nothing removed
+    # measured on the job's own steps (a recorded command: no calibration cycles), the same
+    # share is what profiling added to the step by construction, and it is taken out
+    for po in (m["profiler_overhead"], m["per_rank"][0]["profiler_overhead"]):
+        po["method"] = JOB_METHOD
+    (bundle / "meta.yaml").write_text(yaml.safe_dump(m))
+    job = predict(bundle)
+    assert not any("not taken out" in w for w in job.warnings)
+    assert job.details["profiler_overhead_removed_ns"]["per_op"] == pytest.approx(per_op)
+    assert job.iteration_time_s < res.iteration_time_s
+
+
+def test_the_recorder_writes_the_method_the_replay_knows() -> None:
+    from tracesim.collectors.recorder import OVERHEAD_METHOD
+
+    assert OVERHEAD_METHOD == JOB_METHOD

@@ -313,7 +313,12 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
     the bundle measured it): steps, iteration time, breakdown."""
     from tracesim.report.selfresult import self_result
     from tracesim.trace.extract import extract_source
-    from tracesim.trace.overhead import MAX_OVERHEAD_SHARE, largest_claim, profiler_overhead
+    from tracesim.trace.overhead import (
+        MAX_OVERHEAD_SHARE,
+        largest_claim,
+        measured_on_the_job,
+        profiler_overhead,
+    )
     from tracesim.trace.sources import gc_paused, load_source
     from tracesim.trace.traceinfo import whole_trace_warnings
 
@@ -322,7 +327,8 @@ def self_replay(source: str | Path, detail: bool = False) -> Prediction:
         src = load_source(source)
         overhead = profiler_overhead(src.meta) or (0.0, 0.0)
         claim = largest_claim(src.meta, overhead) if any(overhead) else 0.0
-        if claim > MAX_OVERHEAD_SHARE:  # the calibration does not describe the recorded steps
+        if claim > MAX_OVERHEAD_SHARE and not measured_on_the_job(src.meta):
+            # calibration cycles that do not describe the recorded steps
             notes.append(f"profiler overhead not taken out: its calibration would remove "
                          f"{100 * claim:.0f}% of a recorded step (more than "
                          f"{100 * MAX_OVERHEAD_SHARE:.0f}%: the calibration cycles ran under other "

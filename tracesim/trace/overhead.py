@@ -76,6 +76,19 @@ def overhead_in(overhead: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> fl
 
 #: a calibration claiming more of the profiled step than this is not applied
 MAX_OVERHEAD_SHARE = 0.8
+#: ``profiler_overhead.method`` of a recording of the user's own command (``tracesim
+#: collect -- CMD``, ``tracesim.record``): per event, the median profiled step less the median
+#: unprofiled step of the job itself, over a profiled step's events
+JOB_METHOD = "profiled vs unprofiled steps of the job"
+
+
+def measured_on_the_job(meta: Mapping[str, Any] | None) -> bool:
+    """Whether the bundle's overhead is the job's own profiled-less-unprofiled median
+    (:data:`JOB_METHOD`), not calibration cycles: then it takes out of a step about what
+    profiling added to it by construction, a large share when profiling slows small CPU ops
+    several times over, and no cap applies."""
+    po = (meta or {}).get("profiler_overhead")
+    return isinstance(po, Mapping) and po.get("method") == JOB_METHOD
 
 
 def _overhead_pair(po: object) -> tuple[float, float] | None:
