@@ -198,3 +198,21 @@ def test_graph_launch_traces_are_dags(name):
     assert len(gl) > 0
     e = g.edges[(g.edges["kind"] == "launch") & g.edges["src"].isin(gl)]
     assert len(e) >= 5 * len(gl)  # many kernels per launch
+
+
+def test_an_extracted_workload_predicts_what_its_bundle_predicts(tmp_path):
+    """``extract`` takes the profiler's measured cost out as a replay of the bundle does, so
+    the workload and its bundle give one prediction (and one reference step)."""
+    from pathlib import Path
+
+    from tracesim.api import extract as api_extract
+    from tracesim.api import replay as api_replay
+
+    bundle = Path(__file__).resolve().parents[1] / "workloads" / "bundles" / "gpt-tiny"
+    out = tmp_path / "w"
+    api_extract(bundle, out)
+    assert load_graph(out).meta["profiler_overhead_removed_ns"]["per_op"] > 0
+    a = api_replay(bundle, device="h100")
+    b = api_replay(out, device="h100")
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+    assert b.details["recorded"] == a.details["recorded"]

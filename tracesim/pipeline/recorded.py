@@ -85,7 +85,8 @@ def load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
 
     A bundle, trace, folder or op table is extracted with the profiler's cost taken out
     where the bundle measured it; a workload directory written by ``tracesim extract`` is
-    read back with its op table (its graph keeps the profiled timing)."""
+    read back with its op table, its graph as extracted (the same cost taken out, its
+    ``profiler_overhead_removed_ns``)."""
     from tracesim.trace.sources import gc_paused
 
     with gc_paused():
@@ -105,7 +106,10 @@ def _load_recorded(source: str | Path) -> tuple[Any, Any, tuple[float, float]]:
         meta = graph.meta.get("bundle_meta") if isinstance(graph.meta.get("bundle_meta"), dict) else {}
         src = Source(Path(source), "workload", read_op_table(Path(source) / "ops.parquet"),
                      dict(meta or {}), str(graph.meta.get("device", "")))
-        return src, graph, (0.0, 0.0)
+        removed = graph.meta.get("profiler_overhead_removed_ns")
+        removed = removed if isinstance(removed, dict) else {}
+        return src, graph, (float(removed.get("per_op") or 0.0),
+                            float(removed.get("per_annotation") or 0.0))
     src = load_source(source)
     overhead = profiler_overhead(src.meta) or (0.0, 0.0)
     return src, extract_source(src, overhead), overhead

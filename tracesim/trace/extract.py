@@ -146,6 +146,7 @@ def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
     directory there that is not a workload is never overwritten. Returns the counts."""
     from tracesim.fileio import output_dir
     from tracesim.graph.io import save_graph
+    from tracesim.trace.overhead import profiler_overhead
     from tracesim.trace.schema import write_op_table
     from tracesim.trace.sources import load_source
 
@@ -153,13 +154,18 @@ def extract_to_directory(source: str | Path, out: str | Path) -> dict[str, Any]:
     if out.exists() and (not out.is_dir() or any(p.name not in WORKLOAD_FILES for p in out.iterdir())):
         raise InputError("exists and is not a workload directory; refusing to overwrite it", out)
     src = load_source(source)
-    graph = extract_source(src)
+    # the profiler's cost taken out where the bundle measured it, as a replay of the source
+    # does (tracesim.pipeline.recorded): the workload predicts what the source predicts
+    overhead = profiler_overhead(src.meta) or (0.0, 0.0)
+    graph = extract_source(src, overhead)
     graph.validate()
     if not graph.tasks["step"].astype(str).str.len().any():  # as replay and self-replay say
         raise InputError("the trace has no ProfilerStep#N annotations, so it has no steps to "
                          "replay (record with torch.profiler and call prof.step())", src.path)
     graph = graph.replace(meta={**graph.meta, "source": str(source), "device": src.device,
-                                "bundle_meta": src.meta or {}})
+                                "bundle_meta": src.meta or {},
+                                "profiler_overhead_removed_ns": {"per_op": overhead[0],
+                                                                 "per_annotation": overhead[1]}})
     output_dir(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
