@@ -65,6 +65,9 @@ def write_result(prediction: Prediction, out: str | Path, *, plots: bool = True,
     ``("write", files written, files to write)``."""
     from tracesim.report.resultdir import write_result_dir
 
+    if not isinstance(prediction, Prediction):
+        raise InputError(f"write_result takes a Prediction (what tracesim.replay returns), got "
+                         f"{type(prediction).__name__}", "prediction")
     return write_result_dir(out, prediction, plots=plots, progress=progress)
 
 

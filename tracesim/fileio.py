@@ -32,7 +32,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     mask went up still ran inside ``mkstemp`` after it had created its file.)
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a directory should be, no permission
+        raise InputError(f"cannot create the directory ({exc.strerror or exc})",
+                         path.parent) from None
     tmp_path: Path | None = None
     try:
         while True:

@@ -68,7 +68,7 @@ def checked(opt: Option, value: Any, src: str | Path, where: str | None) -> Any:
             raise InputError(f"must be <= {opt.maximum:g}, got {value!r}", src, where)
         return float(value)
     if opt.kind == "stragglers":
-        pairs = parse_stragglers(value) if isinstance(value, str) else value
+        pairs = parse_stragglers(value, src, where) if isinstance(value, str) else value
         if (not isinstance(pairs, (list, tuple)) or not pairs or not all(
                 isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], int)
                 and not isinstance(p[0], bool) and p[0] >= 0 and isinstance(p[1], (int, float))
@@ -97,14 +97,14 @@ def checked(opt: Option, value: Any, src: str | Path, where: str | None) -> Any:
                              where)
         return value
     if opt.kind == "ints":
-        items = parse_ints(value) if isinstance(value, str) else value
+        items = parse_ints(value, src, where) if isinstance(value, str) else value
         if (not isinstance(items, (list, tuple)) or not items
                 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in items)):
             raise InputError(f"expected a list of integers >= 0, got {value!r}", src,
                              where)
         return tuple(items)
     if opt.kind == "plan":
-        pairs = parse_plan(value) if isinstance(value, str) else (
+        pairs = parse_plan(value, src, where) if isinstance(value, str) else (
             tuple(value.items()) if isinstance(value, Mapping) else value)
         if not isinstance(pairs, (list, tuple)) or not all(
                 isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)

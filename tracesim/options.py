@@ -397,6 +397,13 @@ class ReplayOptions:
         "and background traffic'). Every rank is then simulated.",
         "background", group="replay", metavar="SPEC")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReplayOptions:
+        # an unknown keyword: InputError naming it, before the generated __init__'s TypeError
+        for key in kwargs:
+            if key not in option_names():
+                raise unknown_option(key)
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name)))

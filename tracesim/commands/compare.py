@@ -16,7 +16,7 @@ import click
 
 from tracesim.api import Prediction, compare, replay
 from tracesim.commands.options import options_from
-from tracesim.errors import InputError
+from tracesim.errors import InputError, ReplayError
 from tracesim.report.compare import format_table, work_note
 from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import Progress
@@ -27,7 +27,7 @@ def load_run(spec: str, common: str = "") -> Prediction | Path:
     p = Path(spec)
     if p.exists():
         return p
-    args = shlex.split(spec)
+    args = _split(spec, spec)
     if args[:1] == ["tracesim"]:
         args = args[1:]
     if args[:1] != ["replay"]:
@@ -35,7 +35,7 @@ def load_run(spec: str, common: str = "") -> Prediction | Path:
                          "spec (\"replay --model M --cluster C --tp 8 ...\")", spec)
     from tracesim.commands.replay import command as replay_command
 
-    args = args[1:] + shlex.split(common)
+    args = args[1:] + _split(common, "--common")
     try:
         ctx = replay_command.make_context("replay", args)
     except click.exceptions.Exit:
@@ -50,8 +50,20 @@ def load_run(spec: str, common: str = "") -> Prediction | Path:
     progress = Progress()
     try:
         return replay(params.pop("source"), options_from(params), progress=progress)
+    except InputError as exc:  # say which of the runs failed
+        raise InputError(exc.line(), spec) from None
+    except ReplayError as exc:
+        raise ReplayError(f"{spec}: {exc}") from None
     finally:
         progress.close()
+
+
+def _split(text: str, source: str) -> list[str]:
+    """``text`` split as a shell would (``source``: the spec or flag named in errors)."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:  # an unclosed quote, a trailing backslash
+        raise InputError(f"cannot split into arguments: {exc}", source) from None
 
 
 @click.command("compare")

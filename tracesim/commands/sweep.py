@@ -85,6 +85,9 @@ def command(space: Path, out: Path, scheduler: str | None, workers: int | None, 
         raise InputError("--workers sets the size of a local cluster; with --scheduler the "
                          "scheduler's workers are used", "--workers")
     spec = load_space(space)
+    if rank_by == "tokens_per_usd" and not spec.prices:
+        raise InputError(f"tokens_per_usd needs prices (USD per GPU-hour by device) in the space "
+                         f"file {space}", "--rank-by")
     exp = expand_space(spec, out)
     if dry_run:
         res = {"points": len(exp.points), "excluded": exp.excluded, "duplicates": exp.duplicates}
@@ -102,11 +105,14 @@ def command(space: Path, out: Path, scheduler: str | None, workers: int | None, 
             and has_metric(table, "iteration_time_s", keys):
         rank_by = "iteration_time_s"  # recordings without a token count: the fastest step
     top_df = ranked(table, by=rank_by, top=top, keys=keys) if table is not None else None
+    import pandas as pd
+
     from tracesim.fileio import atomic_path
 
-    if table is not None and top_df is not None and not top_df.empty:
+    if table is not None and top_df is not None:  # rewritten for this --rank-by, even when empty
+        shown = top_df if not top_df.empty else pd.DataFrame(columns=["rank", rank_by])
         with atomic_path(out / "ranking.csv") as tmp:
-            top_df.to_csv(tmp, index=False)
+            shown.to_csv(tmp, index=False)
     if table is not None and top_df is not None and not top_df.empty and rate:
         x, y = pareto_axes(table[table["key"].isin(keys)])
         front = pareto_front(table, x, y, keys=keys)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.errors import InputError
-from tracesim.fileio import atomic_open, read_text
+from tracesim.fileio import atomic_open, output_dir, read_text
 
 POLICIES = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER")
 #: AICB base comm type -> tracesim collective
@@ -225,6 +225,8 @@ def parse_aicb(text: str, file: str | Path | None = None) -> AicbWorkload:
         raise InputError("missing the row-count line", file, "line 2")
     ln2, count_line = numbered[1]
     count = _int(count_line.strip(), file, f"line {ln2}", "row count")
+    if count == 0:
+        raise InputError("the workload has no rows (row count 0)", file, f"line {ln2}")
     body = numbered[2:]
     if len(body) != count:
         where = f"line {body[count][0]}" if len(body) > count else f"line {len(lines) + 1}"
@@ -288,6 +290,7 @@ def write_aicb(w: AicbWorkload, path: str | Path) -> Path:
     p = Path(path)
     if p.suffix != ".txt":
         p = p.with_name(p.name + ".txt")
+    output_dir(p.parent)
     with atomic_open(p, "w") as fh:
         fh.write(format_aicb(w))
     return p

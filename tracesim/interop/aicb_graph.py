@@ -173,6 +173,8 @@ def aicb_to_graph(w: AicbWorkload, file: Any = None, *, one_rank: bool = False) 
     ``sym_group`` column, which :class:`tracesim.engine.symmetry.SymmetricComm` hands to
     the network model (traffic of the other ranks' groups is not simulated).
     """
+    if not w.rows:
+        raise InputError("the workload has no rows", file)
     prog = _program(w, file)
     cols = {k: np.asarray(v, dtype=object) for k, v in prog.cols.items()}
     n = len(cols["name"])

@@ -138,10 +138,23 @@ def import_chakra(prefix: str | Path, comm_groups: str | Path | Mapping[str, Any
         groups_by_pg = {str(k): tuple(sorted(int(r) for r in v)) for k, v in comm_groups.items()}
     else:
         groups_by_pg = load_comm_groups(comm_groups)
+    _check_files(prefix, files, groups_by_pg)
     try:
         return _read(prefix, files, groups_by_pg, plain, symmetric)
     except NotSymmetric:
         return _read(prefix, files, groups_by_pg, plain, False)
+
+
+def _check_files(prefix: Path, files: Mapping[int, Path],
+                 groups_by_pg: Mapping[str, tuple[int, ...]]) -> None:
+    """Every rank a communicator group names has its ET file (a missing one would leave its
+    partners' collectives waiting forever in the replay)."""
+    for pg, members in sorted(groups_by_pg.items()):
+        missing = [r for r in members if r not in files]
+        if missing:
+            raise InputError(f"file not found: rank {missing[0]} is in communicator group {pg!r} "
+                             f"but has no ET file (ranks with files: "
+                             f"{', '.join(map(str, files))})", f"{prefix}.{missing[0]}.et")
 
 
 def _read(prefix: Path, files: Mapping[int, Path], groups_by_pg: Mapping[str, tuple[int, ...]],

@@ -85,7 +85,11 @@ def run_netbench(
     protocol: str | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of the table (``netbench --json`` ``rows``); ``protocol``: the NCCL
-    protocols allowed (as NCCL_PROTO), default the spec's."""
+    protocols allowed (as NCCL_PROTO), default the spec's. An unknown ``collective`` is
+    InputError naming ``--collective``."""
+    if collective not in NETBENCH_COLLECTIVES:
+        raise InputError(f"unknown collective {collective!r} (known: "
+                         f"{', '.join(NETBENCH_COLLECTIVES)})", "--collective")
     choice = {collective: algo} if algo else None
     model = NetworkModel(cluster, choice, protocol=protocol)
     n = len(ranks)

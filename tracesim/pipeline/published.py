@@ -94,7 +94,13 @@ from tracesim.pipeline.published_cells import (
     system_cell,
     ub_cell,
 )
-from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
+from tracesim.pipeline.published_gpt import (
+    mcore_flops,
+    mcore_options,
+    positive_cell,
+    sc21_flops,
+    sc21_options,
+)
 from tracesim.pipeline.published_titan import TITAN_COLUMNS, titan_options
 from tracesim.pipeline.recipe_spec import nemo_cudnn
 from tracesim.pipeline.recipes import ROW_RECIPE_COLUMNS, recipe_options, row_run, row_unmodelled
@@ -181,8 +187,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     system = system_cell(row, path, k)
     prec = known_cell(row, "precision", tuple(PRECISIONS), path, k)
     gpus = int_cell(row, "gpus", path, k)
-    tp, pp = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k)
-    cp, ep = int_cell(row, "cp", path, k, 1), int_cell(row, "ep", path, k, 1)
+    tp, pp = positive_cell(row, "tp", path, k), positive_cell(row, "pp", path, k)
+    cp, ep = positive_cell(row, "cp", path, k, 1), int_cell(row, "ep", path, k, 1)
     vp, fsdp = int_cell(row, "vp", path, k, 1), int_cell(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
     run = row_run(row, path, k)

@@ -8,8 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from tracesim.catalog import cluster_with_nodes
+from tracesim.errors import InputError
 from tracesim.pipeline.published_cells import SYSTEMS, int_cell, system_cell
 from tracesim.specs.model import ModelSpec
+
+
+def positive_cell(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
+    """A whole-number cell that must be at least 1 (a parallel degree, a model size): 0 or
+    less is a malformed cell, InputError naming the row and column."""
+    value = int_cell(row, key, path, k, default)
+    if value < 1:
+        raise InputError(f"must be >= 1, got {value}", path, f"row {k + 2}: {key}")
+    return value
 
 
 def sc21_flops(row: dict[str, str]) -> float:
@@ -38,9 +48,9 @@ def sc21_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     1F1B) and the data-parallel overlap of its run in :data:`SC21_RUNS`; a row not there
     takes micro-batch 1, the interleaved schedule with its default chunks and no overlap."""
     params = float(row["params_billion"])
-    tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
-    layers = int_cell(row, "layers", path, k)
-    mbs, per_chunk, overlap = SC21_RUNS.get((layers, int_cell(row, "hidden", path, k)), (1, -1, False))
+    tp, pp, gpus = positive_cell(row, "tp", path, k), positive_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
+    layers = positive_cell(row, "layers", path, k)
+    mbs, per_chunk, overlap = SC21_RUNS.get((layers, positive_cell(row, "hidden", path, k)), (1, -1, False))
     opts: dict[str, Any] = {
         "model": f"gpt3-{params:g}b" if params < 1000 else "gpt3-1t",
         "cluster": "a100-selene", "tp": tp, "pp": pp, "dp": gpus // (tp * pp),
@@ -78,13 +88,13 @@ def mcore_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     and-grad`` is not among the flags), one host sync per bucket as its code did when the
     table was published (f2e5db402c, 2024-07: ``assert not norm.isnan()``)."""
     system = system_cell(row, path, k)
-    tp, pp, gpus = int_cell(row, "tp", path, k), int_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
-    h, heads = int_cell(row, "hidden", path, k), int_cell(row, "heads", path, k)
-    seq = int_cell(row, "seq_len", path, k)
+    tp, pp, gpus = positive_cell(row, "tp", path, k), positive_cell(row, "pp", path, k), int_cell(row, "gpus", path, k)
+    h, heads = positive_cell(row, "hidden", path, k), positive_cell(row, "heads", path, k)
+    seq = positive_cell(row, "seq_len", path, k)
     model = ModelSpec(
         name=f"gpt-{float(row['params_billion']):g}b", family="gpt",
-        layers=int_cell(row, "layers", path, k), hidden=h, heads=heads, kv_heads=heads,
-        ffn_hidden=4 * h, vocab=int_cell(row, "vocab", path, k), seq_len=seq, activation="gelu",
+        layers=positive_cell(row, "layers", path, k), hidden=h, heads=heads, kv_heads=heads,
+        ffn_hidden=4 * h, vocab=positive_cell(row, "vocab", path, k), seq_len=seq, activation="gelu",
         norm="layernorm", tied_embeddings=False, dtype="bf16")
     opts: dict[str, Any] = {
         "model": model, "cluster": cluster_with_nodes(SYSTEMS[system], gpus), "tp": tp, "pp": pp,

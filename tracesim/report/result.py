@@ -18,7 +18,7 @@ import numpy as np
 from tracesim.graph.taskgraph import TaskGraph
 
 #: what ``mode`` says about how the graph was made
-MODES = ("retarget", "self-replay", "replay-workload")
+MODES = ("retarget", "self-replay", "replay-trace", "replay-workload")
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,11 @@ class Prediction:
 
     Attributes:
         mode: ``retarget`` (built from a layer template for a model and layout),
-            ``self-replay`` (a recorded run with its own durations) or ``replay-workload``
-            (an extracted or imported task graph on a cluster's network).
+            ``self-replay`` (a recorded run with its own durations), ``replay-trace`` (a
+            recorded run -- bundle, trace, op table or a workload directory written by
+            ``extract`` -- replayed on another device, host or cluster: docs/replay-trace.md)
+            or ``replay-workload`` (an imported task graph -- Chakra, AICB, or a workload
+            directory converted from them -- on a cluster's network).
         iteration_time_s: simulated time of one iteration (self-replay: the median of the
             steady steps' predictions).
         gpus: GPUs of the layout (or ranks of the recording).

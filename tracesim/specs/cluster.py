@@ -198,17 +198,22 @@ class ClusterSpec:
                                    background=self.background + tuple(background))
 
     def with_nic_Gbps(self, nic_Gbps: float) -> ClusterSpec:
-        """A copy whose NICs run at ``nic_Gbps`` (for bandwidth sweeps)."""
+        """A copy whose NICs run at ``nic_Gbps`` (for bandwidth sweeps); InputError when the
+        cluster has no inter-node fabric or the bandwidth is not a number > 0."""
         if self.inter_node is None:
-            raise ValueError(f"cluster {self.name!r} has no inter_node section")
-        if not nic_Gbps > 0:
-            raise ValueError(f"nic_Gbps must be > 0, got {nic_Gbps!r}")
+            raise InputError(f"cluster {self.name!r} has no inter_node section to set nic_Gbps on",
+                             "ClusterSpec.with_nic_Gbps", "inter_node")
+        if isinstance(nic_Gbps, bool) or not isinstance(nic_Gbps, (int, float)) \
+                or not 0 < nic_Gbps < float("inf"):
+            raise InputError(f"expected a bandwidth > 0 in Gb/s, got {nic_Gbps!r}",
+                             "ClusterSpec.with_nic_Gbps", "nic_Gbps")
         return self.replace(inter_node=dataclasses.replace(self.inter_node, nic_Gbps=nic_Gbps))
 
     def with_inter_node(self, **changes: Any) -> ClusterSpec:
         """A copy with fields of ``inter_node`` changed (``oversubscription=2``, ...)."""
         if self.inter_node is None:
-            raise ValueError(f"cluster {self.name!r} has no inter_node section")
+            raise InputError(f"cluster {self.name!r} has no inter_node section",
+                             "ClusterSpec.with_inter_node", "inter_node")
         return self.replace(inter_node=dataclasses.replace(self.inter_node, **changes))
 
     def to_dict(self) -> dict[str, Any]:

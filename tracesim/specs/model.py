@@ -46,6 +46,7 @@ attention variants and how the template models them.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,8 @@ _OPTIONAL = (
     "moe_latent",
     *hybrid.HYBRID_KEYS,
 )
+#: sizes every spec has and must be positive (checked again when a spec is built in Python)
+_POSITIVE = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden")
 #: MLP activations: GELU, SwiGLU (gated: three weight matrices), squared ReLU (Nemotron-H)
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
 #: rotary variants a spec may name (``rope_scaling``; "" = plain RoPE)
@@ -153,6 +156,15 @@ class ModelSpec:
     mamba_groups: int = 0
     mamba_conv: int = 0
     mamba_chunk: int = 0
+
+    def __post_init__(self) -> None:
+        # a spec built in Python (not read by model_from_dict) is checked for the sizes the
+        # derived widths divide by: InputError naming the field, not a ZeroDivisionError later
+        for key in _POSITIVE:
+            value = getattr(self, key)
+            if not isinstance(value, numbers.Integral) or value < 1:
+                raise InputError(f"must be a whole number > 0, got {value!r}",
+                                 f"model {self.name}", key)
 
     @property
     def head_dim(self) -> int:

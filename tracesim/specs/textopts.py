@@ -12,20 +12,23 @@ from typing import Any
 from tracesim.errors import InputError
 
 
-def parse_ints(text: str) -> list[int]:
-    """``7,8x14,7`` -> [7, 8, 8, ..., 7] (``NxK``: N repeated K times)."""
+def parse_ints(text: str, src: str | Path = "--stage-layers", where: str | None = None) -> list[int]:
+    """``7,8x14,7`` -> [7, 8, 8, ..., 7] (``NxK``: N repeated K times); ``src`` and
+    ``where`` (the flag, or a file and key) name the value in errors."""
     out: list[int] = []
     for part in text.replace(" ", "").split(","):
         n, _, times = part.partition("x")
         if not n.isdigit() or (times and not times.isdigit()):
             raise InputError(f"expected N or NxK items separated by commas, got {text!r}",
-                             "--stage-layers")
+                             src, where)
         out += [int(n)] * (int(times) if times else 1)
     return out
 
 
-def parse_stragglers(text: str) -> tuple[tuple[int, float], ...]:
-    """``'17:1.3,40:2'`` -> ((17, 1.3), (40, 2.0))."""
+def parse_stragglers(text: str, src: str | Path = "--straggler",
+                     where: str | None = None) -> tuple[tuple[int, float], ...]:
+    """``'17:1.3,40:2'`` -> ((17, 1.3), (40, 2.0)); ``src`` and ``where`` as
+    :func:`parse_ints`."""
     pairs = []
     for part in text.replace(" ", "").split(","):
         r, colon, f = part.partition(":")
@@ -33,20 +36,23 @@ def parse_stragglers(text: str) -> tuple[tuple[int, float], ...]:
             pairs.append((int(r), float(f)))
         except ValueError:
             raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
-                             "--straggler") from None
+                             src, where) from None
         if not colon:
             raise InputError(f"expected RANK:FACTOR items separated by commas, got {text!r}",
-                             "--straggler")
+                             src, where)
     return tuple(pairs)
 
 
-def parse_plan(text: str, flag: str = "--tp-plan") -> tuple[tuple[str, str], ...]:
-    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs (``flag`` names the option in errors)."""
+def parse_plan(text: str, flag: str | Path = "--tp-plan",
+               where: str | None = None) -> tuple[tuple[str, str], ...]:
+    """``'attn.*=replicate,mlp.fc1=rowwise'`` -> pairs (``flag``, or a file and ``where``,
+    names the option in errors)."""
     pairs = []
     for part in text.split(","):
         glob, eq, style = part.strip().partition("=")
         if not eq or not glob:
-            raise InputError(f"expected GLOB=VALUE items separated by commas, got {text!r}", flag)
+            raise InputError(f"expected GLOB=VALUE items separated by commas, got {text!r}", flag,
+                             where)
         pairs.append((glob.strip(), style.strip()))
     return tuple(pairs)
 
@@ -71,7 +77,7 @@ def first_last(value: Any) -> tuple[int, int]:
     """``--bf16-layers FIRST,LAST`` as two counts (text, or a pair already)."""
     if not value:
         return (0, 0)
-    parts = parse_ints(value) if isinstance(value, str) else [int(x) for x in value]
+    parts = parse_ints(value, "--bf16-layers") if isinstance(value, str) else [int(x) for x in value]
     if len(parts) != 2:
         raise InputError(f"expected FIRST,LAST (two layer counts), got {value!r}", "--bf16-layers")
     return (parts[0], parts[1])

@@ -80,7 +80,7 @@ def format_table(df: pd.DataFrame) -> str:
     shown = df.copy()
     for c, f in fmt.items():
         if c in shown:
-            shown[c] = shown[c].map(lambda v, f=f: "n/a" if v is None or v != v else f(v))
+            shown[c] = shown[c].map(lambda v, f=f: "n/a" if pd.isna(v) else f(v))
     return shown.to_string(index=False)
 
 

@@ -238,10 +238,55 @@ def space_from_dict(data: Any, file: str | Path) -> SweepSpace:
     name = data.get("name", Path(f).stem)
     if not isinstance(name, str):
         raise InputError(f"expected a string, got {name!r}", f, "name")
+    _check_specs(base, axes, points, f)
     return SweepSpace(file=f, name=name, base=base, axes=axes, points=points,
                       constraints=constraints, fits_memory=fits,
                       max_memory_gib=float(max_mem) if max_mem is not None else None,
                       prices=prices)
+
+
+#: settings naming a spec, checked when the space is read (``gpu``, ``device``: profiles)
+_SPEC_SETTINGS = ("model", "cluster", "gpu", "device", "source_device")
+
+
+def _check_specs(base: Mapping[str, Any], axes: tuple[Axis, ...],
+                 points: tuple[dict[str, Any], ...], file: str) -> None:
+    """Every model, cluster and device a space names exists and reads, before any point
+    runs: an unknown name or a missing file is an InputError naming the space file and the
+    key (a bad spec file names its own file and key)."""
+    places: list[tuple[str, str, Any]] = [(f"base.{k}", k, v) for k, v in base.items()]
+    for a in axes:
+        for i, values in enumerate(a.values):
+            places += [(f"axes.{a.name}[{i}]" if a.name in SETTING_KEYS else
+                        f"axes.{a.name}[{i}].{k}", k, v) for k, v in values.items()]
+    for i, p in enumerate(points):
+        places += [(f"points[{i}].{k}", k, v) for k, v in p.items()]
+    res = SpecResolver(Path(file).resolve().parent, file)
+    seen: set[tuple[str, str]] = set()
+    for where, key, value in places:
+        if key in _SPEC_SETTINGS and isinstance(value, str) and (key, value) not in seen:
+            seen.add((key, value))
+            _check_spec(res, key, value, file, where)
+
+
+def _check_spec(res: SpecResolver, key: str, value: str, file: str, where: str) -> None:
+    from tracesim.catalog import load_cluster
+    from tracesim.hardware.device import get_device
+
+    path = res.path(value) if key in ("model", "cluster") else value
+    try:
+        if key == "model":
+            res.model(value)
+        elif key == "cluster":
+            load_cluster(path)
+        else:
+            get_device(value, file=file, where=where)
+    except InputError as exc:
+        if exc.file and (exc.file.startswith("--") or Path(exc.file) == Path(path)):
+            # an unknown name, or the file the setting names is missing: say where it is set
+            raise InputError(exc.message if exc.file.startswith("--")
+                             else f"{value}: {exc.message}", file, where) from None
+        raise
 
 
 def load_space(path: str | Path) -> SweepSpace:
