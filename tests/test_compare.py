@@ -136,3 +136,31 @@ def test_python_compare_of_dicts_checks_them_too():
     bad["mfu"] = "high"
     with pytest.raises(InputError, match="run 2.*mfu|mfu.*run 2"):
         compare([_res(1.0, 100.0, 0.4, 30.0, 0.1), bad])
+
+
+def test_a_run_that_does_not_fit_is_never_the_winner():
+    """A layout above its GPUs' memory could not run: its values stay, it is not ranked."""
+    from tracesim.report.compare import memory_note
+
+    a, b, c = _res(2.0, 100.0, 0.4, 50.0, 0.5), _res(1.6, 125.0, 0.5, 96.0, 0.1), _res(2.5, 80.0, 0.3, 40.0, 0.2)
+    b["memory"] = {"total": 96.0, "capacity": 80.0, "fits": False}
+    df = compare_table([a, b, c], ["a", "b", "c"]).set_index("key")
+    assert df.loc["iteration_time_s", "b"] == 1.6
+    assert df.loc["iteration_time_s", "winner"] == "a"  # b is faster but does not fit
+    assert df.loc["iteration_time_s", "ratio"] == pytest.approx(2.5 / 2.0)
+    assert df.loc["tokens_per_s", "winner"] == "a"
+    assert memory_note([a, b, c], ["a", "b", "c"]) == (
+        "does not fit in GPU memory, not ranked: b (96.0 GiB per GPU of 80)")
+    assert memory_note([a, c], ["a", "c"]) is None
+    # only one run left to rank: no winner at all
+    two = compare_table([a, b], ["a", "b"]).set_index("key")
+    assert pd.isna(two.loc["iteration_time_s", "winner"])
+
+
+def test_a_spec_keeps_its_own_value_over_common():
+    r = CliRunner().invoke(cli, ["compare", "replay --micro-batch 1", "replay --micro-batch 2",
+                                 "--common", "--model gpt3-1.7b --cluster h100x8 --dp 8 "
+                                 "--micro-batch 4 --global-batch 32", "--json"], obj={})
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [run["parallel"]["micro_batch"] for run in doc["results"]] == [1, 2]

@@ -3,7 +3,8 @@
 Each RUN is a result directory written by ``tracesim replay ... -o DIR`` (or its
 ``result.json``), or a replay spec: a ``replay`` command line in one quoted string
 (``"replay --model llama3-70b --cluster h100x1024 --tp 8 --pp 8 --dp 16"``; a leading
-``tracesim`` is allowed too). ``--common`` adds the same arguments to every spec.
+``tracesim`` is allowed too). ``--common`` adds the same arguments to every spec (a flag the
+spec gives too keeps the spec's value).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import click
 from tracesim.api import Prediction, compare, replay
 from tracesim.commands.options import options_from
 from tracesim.errors import InputError, ReplayError
-from tracesim.report.compare import format_table, work_note
+from tracesim.report.compare import format_table, memory_note, work_note
 from tracesim.report.resultdir import json_default
 from tracesim.report.terminal import Progress
 
@@ -35,7 +36,7 @@ def load_run(spec: str, common: str = "") -> Prediction | Path:
                          "spec (\"replay --model M --cluster C --tp 8 ...\")", spec)
     from tracesim.commands.replay import command as replay_command
 
-    args = args[1:] + _split(common, "--common")
+    args = _split(common, "--common") + args[1:]  # the spec's own value of a flag wins
     try:
         ctx = replay_command.make_context("replay", args)
     except click.exceptions.Exit:
@@ -68,7 +69,8 @@ def _split(text: str, source: str) -> list[str]:
 
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--common", default="", help="Replay arguments added to every spec (quoted).")
+@click.option("--common", default="", help="Replay arguments added to every spec (quoted); a spec's own value of a flag "
+              "wins.")
 @click.option("--labels", help="Comma-separated labels, one per RUN (default: what differs).")
 @click.option("-o", "--output", "out", type=click.Path(path_type=Path),
               help="Directory for compare.png, compare.json and compare.csv.")
@@ -86,8 +88,9 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
                   labels=[x.strip() for x in labels.split(",")] if labels else None,
                   names=[Path(r).name if Path(r).exists() else r for r in runs])
     names, table, results = list(res.labels), res.table, list(res.results)
+    notes = [n for n in (work_note(table, names), memory_note(results, names)) if n]
     doc = {"labels": names, "runs": list(runs), **{k: v for k, v in res.to_dict().items()
-                                                   if k != "labels"}}
+                                                   if k != "labels"}, "notes": notes}
     if out is not None:
         from tracesim.fileio import atomic_path, output_dir, write_json
 
@@ -106,8 +109,7 @@ def command(runs: tuple[str, ...], common: str, labels: str | None, out: Path | 
         click.echo(json.dumps(doc, indent=2, default=json_default))
         return
     click.echo(format_table(table, names))
-    note = work_note(table, names)
-    if note:
+    for note in notes:
         click.echo(f"note: {note}")
     if out is not None:
         click.echo(f"written to {out}/ (compare.png, compare.json, compare.csv)")

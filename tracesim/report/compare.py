@@ -13,6 +13,10 @@ length or data-parallel size at the default batch) are not ranked on their per-i
 seconds: a run of half the tokens "wins" iteration time while it trains slower. Their table
 gets a ``tokens per iteration`` row, the time rows keep their values with no winner or
 ratio, and :func:`work_note` says why; tokens/s, TFLOP/s and MFU rank them.
+
+A run whose layout does not fit in its GPUs' memory (the result's ``memory.fits`` false)
+keeps its values but is never the winner nor the runner-up: it could not run.
+:func:`memory_note` names such runs.
 """
 
 from __future__ import annotations
@@ -72,6 +76,27 @@ def work_note(df: pd.DataFrame, labels: Sequence[str]) -> str | None:
             "iteration and not ranked; tokens/s, TFLOP/s and MFU compare them")
 
 
+def fits_memory(res: Mapping[str, Any]) -> bool:
+    """False when the result says its layout does not fit in GPU memory (unknown: True)."""
+    mem = res.get("memory")
+    return not (isinstance(mem, Mapping) and mem.get("fits") is False)
+
+
+def memory_note(results: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> str | None:
+    """The runs that do not fit in GPU memory (not ranked), or None."""
+    over = []
+    for res, lb in zip(results, labels, strict=True):
+        if not fits_memory(res):
+            mem = res.get("memory") or {}
+            need, cap = mem.get("total"), mem.get("capacity")
+            size = (f" ({float(need):.1f} GiB per GPU of {float(cap):.0f})"
+                    if isinstance(need, (int, float)) and isinstance(cap, (int, float)) else "")
+            over.append(f"{lb}{size}")
+    if not over:
+        return None
+    return (f"does not fit in GPU memory, not ranked: {'; '.join(over)}")
+
+
 def _metric_fields(res: Mapping[str, Any]) -> list[tuple[str, str, Any]]:
     """(key, field path, value) of every metric of :data:`METRICS` in one result dict."""
     bd = res.get("breakdown") or {}
@@ -119,6 +144,7 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
     vals = [flat_metrics(r) for r in results]
     tokens = [tokens_per_iteration(r) for r in results]
     same = _same_work(tokens)
+    fits = [fits_memory(r) for r in results]
     rows = []
     for key, name, better in METRICS:
         col = [v[key] for v in vals]
@@ -126,7 +152,9 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
             continue
         row: dict[str, Any] = {"metric": name, "key": key, "better": better}
         row.update(dict(zip(labels, col, strict=True)))
-        winner, ratio = _winner(col, better) if same or key not in PER_ITERATION else (None, None)
+        ranked = [c if ok else None for c, ok in zip(col, fits, strict=True)]
+        winner, ratio = (_winner(ranked, better, fits) if same or key not in PER_ITERATION
+                         else (None, None))
         row["winner"] = labels[winner] if winner is not None else None
         row["ratio"] = ratio
         rows.append(row)
@@ -137,14 +165,18 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
     return pd.DataFrame(rows)
 
 
-def _winner(col: Sequence[float | None], better: str) -> tuple[int | None, float | None]:
-    if any(c is None for c in col) or not col:
+def _winner(col: Sequence[float | None], better: str,
+            ranked: Sequence[bool] | None = None) -> tuple[int | None, float | None]:
+    """The best of ``col`` and its ratio to the runner-up, over the runs ``ranked`` says
+    (default all; a run left out has None in ``col``)."""
+    keep = [i for i in range(len(col)) if ranked is None or ranked[i]]
+    if not keep or any(col[i] is None for i in keep):
         return None, None
-    vals = [float(c) for c in col]  # type: ignore[arg-type]
-    order = sorted(range(len(vals)), key=lambda i: (vals[i] if better == "lower" else -vals[i], i))
+    vals = [float(c) if c is not None else 0.0 for c in col]
+    order = sorted(keep, key=lambda i: (vals[i] if better == "lower" else -vals[i], i))
     w = order[0]
-    if len(vals) == 1:
-        return w, 1.0
+    if len(order) == 1:  # one run alone, or the only one ranked: nothing to win against
+        return (w, 1.0) if len(vals) == 1 else (None, None)
     r = order[1]
     if better == "lower":
         ratio = vals[r] / vals[w] if vals[w] > 0 else None
