@@ -165,3 +165,19 @@ def test_replay_reads_an_aicb_file_as_convert_replays_it(tmp_path):
         r = CliRunner().invoke(cli, ["replay", src, *bad], obj={})
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
         assert r.exit_code == 2 and len(lines) == 1 and word in lines[0], r.output
+
+
+def test_a_replay_that_cannot_run_leaves_no_converted_output(tmp_path):
+    """``--replay-on`` replays before anything is written: a cluster too small for the
+    workload is bad input and the output is not there afterwards."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "topologies" / "h100x8.yaml").read_text())
+    spec.update(name="one-gpu", gpus_per_node=1, nodes=1)
+    spec.pop("inter_node", None)
+    small = tmp_path / "one.yaml"
+    small.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "wl"
+    p = run(str(DATA / "moe_ep2.txt"), "--to", "tracesim", "-o", str(out), "--replay-on", str(small))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert not out.exists()

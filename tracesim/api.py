@@ -188,11 +188,12 @@ def convert(source: str | Path | None, out: str | Path, to: str, *, source_forma
                                         symmetric=None if to == "tracesim" else False)
     if system is not None and not replay_on:
         raise InputError("--system applies to the --replay-on cluster; give --replay-on", "--system")
+    # replayed before anything is written: a replay that cannot finish leaves no output
+    rep = replay_graph(graph, replay_on, system) if replay_on else None
     written, warnings = save_workload(graph, out, to, rank=aicb_rank)
     if source is not None and graph.meta.get("representatives") and graph.meta.get("world"):
         warnings.append(f"every rank runs its pipeline stage's program: {len(graph.ranks)} "
                         f"representative rank(s) of {graph.meta['world']} kept (a symmetric replay)")
-    rep = replay_graph(graph, replay_on, system) if replay_on else None
     return ConvertResult(str(source) if source else None, src_fmt, to,
                          tuple(str(p) for p in written),
                          int(graph.meta.get("world") or len(graph.ranks)), graph.n_tasks,
