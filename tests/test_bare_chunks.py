@@ -68,7 +68,7 @@ def test_stage_layers_option_takes_zero() -> None:
     assert o.stage_layers == (0, 3, 3, 0)
     with pytest.raises(InputError) as e:
         ReplayOptions.from_mapping({"stage_layers": "-1,3"}, "cfg.yaml", "replay")
-    assert "stage-layers" in str(e.value)
+    assert "cfg.yaml: replay.stage_layers" in str(e.value)  # the file and key it came from
 
 
 def test_the_26_02_table_reads_and_lays_out_its_405b_row_with_bare_ends() -> None:

@@ -263,3 +263,44 @@ def test_nemotron_h_keys_left_out_take_the_transformers_defaults(tmp_path: Path)
     with pytest.raises(InputError, match="mamba_num_heads"):
         load_model(_write(tmp_path, {**cfg, "hybrid_override_pattern": "M*M-",
                                      "mamba_num_heads": None}, "h2"))
+
+
+def test_gemma3_checkpoints_leave_sizes_to_transformers_defaults(tmp_path: Path) -> None:
+    """The real Gemma 3 4B ``text_config`` names no heads, key/value heads, head width,
+    vocabulary or positions (Gemma3TextConfig's defaults fill them): 3.88B parameters in the
+    language model (the card's 4.3B holds the 0.42B vision encoder); a key missing where no
+    default exists names ``text_config.<key>``."""
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+            "num_hidden_layers": 34, "sliding_window": 1024, "rope_scaling":
+            {"factor": 8.0, "rope_type": "linear"}}
+    m = _cfg(tmp_path, "gemma-3-4b-it", {"model_type": "gemma3", "text_config": text})
+    assert (m.heads, m.kv_heads, m.head_dim, m.vocab, m.seq_len) == (8, 4, 256, 262208, 131072)
+    assert (m.sliding_window, m.full_attention_every) == (1024, 6)
+    assert m.params() == pytest.approx(3.88e9, rel=0.005)
+    with pytest.raises(InputError, match=r"text_config\.hidden_size: missing"):
+        _cfg(tmp_path, "g", {"model_type": "gemma3", "text_config": {
+            k: v for k, v in text.items() if k != "hidden_size"}})
+
+
+def test_float32_checkpoints_train_in_bf16_and_phi3_windows(tmp_path: Path) -> None:
+    """A checkpoint stored in float32 (Gemma 2, OLMo 2) replays in BF16 mixed precision;
+    Phi-3's window covers every layer, one as long as the sequence is no window, and a
+    top-level original_max_position_embeddings (Phi-3 128k) is the default sequence."""
+    phi = {"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+           "num_attention_heads": 32, "intermediate_size": 8192, "vocab_size": 32064,
+           "max_position_embeddings": 4096, "sliding_window": 2047}
+    m = load_model(_write(tmp_path, {**phi, "torch_dtype": "float32"}, "phi3"))
+    assert m.dtype == "bf16"
+    assert (m.sliding_window, m.full_attention_every) == (2047, 0)
+    long = load_model(_write(tmp_path, {**phi, "max_position_embeddings": 131072,
+                                        "original_max_position_embeddings": 4096,
+                                        "sliding_window": 262144}, "phi3-128k"))
+    assert (long.seq_len, long.sliding_window) == (4096, 0)
+
+
+def test_a_check_the_spec_fails_names_the_configs_key(tmp_path: Path) -> None:
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 7, "intermediate_size": 11008,
+           "vocab_size": 32000, "max_position_embeddings": 4096}
+    with pytest.raises(InputError, match=r"num_key_value_heads \(the spec's kv_heads\)"):
+        load_model(_write(tmp_path, cfg, "kv7"))

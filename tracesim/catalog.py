@@ -23,7 +23,7 @@ from tracesim.fileio import read_json, read_yaml
 from tracesim.hardware.device import DeviceProfile, get_device, known_devices
 from tracesim.network.collectives import check_collectives
 from tracesim.specs.cluster import ClusterSpec, cluster_from_dict
-from tracesim.specs.hf_config import is_hf_config, spec_from_hf_config
+from tracesim.specs.hf_config import config_error, is_hf_config, spec_from_hf_config
 from tracesim.specs.model import ModelSpec, model_from_dict
 
 KINDS = ("models", "clusters", "devices", "stacks")
@@ -104,7 +104,11 @@ def load_model(name_or_path: str | Path | ModelSpec, flag: str = "--model") -> M
         path = path / "config.json"
     data = read_json(path) if path.suffix == ".json" else read_yaml(path)
     if is_hf_config(data):
-        return model_from_dict(spec_from_hf_config(data, path), path)
+        spec = spec_from_hf_config(data, path)
+        try:
+            return model_from_dict(spec, path)
+        except InputError as exc:
+            raise config_error(exc, path) from None
     return model_from_dict(data, path)
 
 

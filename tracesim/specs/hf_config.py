@@ -12,8 +12,8 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
   GEMMs and an elementwise gate; embeddings tied unless the config says otherwise; Gemma 2
   windows on alternate layers, Gemma 3 ``sliding_window_pattern``, or ``layer_types``):
   ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
-  ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral
-  and Mixtral; Qwen only with ``use_sliding_window``);
+  ``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``, ``sliding_window`` (Mistral,
+  Mixtral and Phi-3 on every layer; Qwen only with ``use_sliding_window``);
 * mixture of experts (family ``moe``): ``mixtral`` (``num_local_experts``,
   ``num_experts_per_tok``, every expert ``intermediate_size`` wide), ``qwen2_moe`` /
   ``qwen3_moe`` (``num_experts``, ``moe_intermediate_size``, ``decoder_sparse_step``, the
@@ -39,10 +39,14 @@ read, by ``model_type``, with the keys each takes (transformers' configuration c
 * a vision-language checkpoint whose ``text_config`` is one of these (Gemma 3 4B and up,
   Mistral 3): its language model; the vision encoder is not replayed.
 
-Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype, a ``rope_scaling`` of type
-``yarn`` as ``rope_scaling: yarn``, and as the default sequence length the rotary scaling's
-``original_max_position_embeddings`` where it has one, else ``max_position_embeddings``
-(``--seq-len`` sets the run's). The spec's name is the checkpoint folder's (the folder of
+Everywhere: ``torch_dtype`` (or ``dtype``) as the spec's dtype (``float32``, a checkpoint's
+storage dtype, as BF16: the mixed precision these models train in), a ``rope_scaling`` of type
+``yarn`` as ``rope_scaling: yarn``, and as the default sequence length the
+``original_max_position_embeddings`` of the rotary scaling or of the config (Phi-3 128k)
+where it has one, else ``max_position_embeddings`` (``--seq-len`` sets the run's). A key a
+configuration class defaults and a real config leaves out takes transformers' default
+(:data:`HF_DEFAULTS`: Gemma 3). A check the spec then fails names the config's key
+(:data:`CONFIG_KEYS`). The spec's name is the checkpoint folder's (the folder of
 ``config.json``), else ``_name_or_path``'s last part. A ``model_type`` outside these, or a
 key these models need that is missing or not a positive integer: exit 2, naming the file
 and key. Not read: multi-token prediction layers (``num_nextn_predict_layers``: the replay's
@@ -67,9 +71,37 @@ MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_o
 #: config has no ``layer_types``: Gemma 2 alternates, Gemma 3 ``sliding_window_pattern`` (6)
 GEMMA_WINDOWS = {"gemma2": 2, "gemma3_text": 6}
 MODEL_TYPES = (*DENSE, "nemotron", *MOE, "nemotron_h", "gpt2")
+#: transformers' configuration-class defaults for the keys real configs leave out, by
+#: ``model_type``: the Gemma 3 4B-27B checkpoints' ``text_config`` names no heads, key/value
+#: heads, head width, vocabulary or positions (``Gemma3TextConfig.__init__``,
+#: huggingface/transformers ``src/transformers/models/gemma3/configuration_gemma3.py``)
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "head_dim": 256, "max_position_embeddings": 131_072, "sliding_window": 4096,
+                    "sliding_window_pattern": 6},
+}
 #: ``layers_block_type`` names -> hybrid pattern characters (:mod:`tracesim.specs.hybrid`)
 BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+#: the config key each model-spec key is read from (most architectures'), so that a check
+#: the spec fails names the key the user's file has
+CONFIG_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+               "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+               "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+               "seq_len": "max_position_embeddings", "top_k": "num_experts_per_tok",
+               "experts": "num_experts", "moe_ffn_hidden": "moe_intermediate_size",
+               "shared_experts": "n_shared_experts", "first_k_dense": "first_k_dense_replace",
+               "router_groups": "n_group", "router_group_topk": "topk_group"}
+
+
+def config_error(exc: InputError, file: Path) -> InputError:
+    """``exc``, a check of the spec read from the config ``file``, naming the config's key."""
+    key = CONFIG_KEYS.get(exc.where or "")
+    if exc.file != str(file) or key is None:
+        return exc
+    return InputError(exc.message, file, f"{key} (the spec's {exc.where})")
 
 
 def is_hf_config(data: Any) -> bool:
@@ -81,6 +113,8 @@ def _int(data: Mapping[str, Any], key: str, file: Path, default: int | None = No
     value = data.get(key)
     if value is None and default is not None:
         return default
+    if value is None:
+        raise InputError("missing (a positive integer)", file, key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(f"expected a positive integer, got {value!r}", file, key)
     return value
@@ -108,7 +142,11 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
                          "YAML instead", file, "text_config.model_type")
     if isinstance(text, Mapping) and text.get("model_type") in MODEL_TYPES:
         # a vision-language checkpoint: its language model (the vision encoder is not replayed)
-        lm = spec_from_hf_config({"_name_or_path": data.get("_name_or_path"), **text}, file)
+        try:
+            lm = spec_from_hf_config({"_name_or_path": data.get("_name_or_path"), **text}, file)
+        except InputError as exc:  # the key is the text_config's
+            where = f"text_config.{exc.where}" if exc.where and exc.file == str(file) else exc.where
+            raise InputError(exc.message, exc.file, where) from None
         lm["description"] = (f"{text['model_type']} (the language model of "
                              f"{data.get('model_type')}) from {file.name}")
         return lm
@@ -119,6 +157,7 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
                          "model_type")
     if mtype == "gpt2":
         return _gpt2(data, file)
+    data = {**HF_DEFAULTS.get(str(mtype), {}), **{k: v for k, v in data.items() if v is not None}}
     pattern = _pattern(data, file) if mtype == "nemotron_h" else ""
     heads = _int(data, "num_attention_heads", file)
     out: dict[str, Any] = {
@@ -146,7 +185,10 @@ def spec_from_hf_config(data: Mapping[str, Any], file: Path) -> dict[str, Any]:
     if mtype.startswith("gemma"):
         out["tied_embeddings"] = bool(data.get("tie_word_embeddings", True))
     window = data.get("sliding_window")
-    if window and (mtype in ("mistral", "mixtral") or data.get("use_sliding_window")):
+    longest = data.get("max_position_embeddings")
+    if isinstance(longest, int) and isinstance(window, int) and window >= longest:
+        window = 0  # a window as long as the longest sequence: full attention (Phi-4-mini)
+    if window and (mtype in ("mistral", "mixtral", "phi3") or data.get("use_sliding_window")):
         out["sliding_window"] = _int(data, "sliding_window", file)
     if mtype in GEMMA_WINDOWS and data.get("sliding_window"):
         every = GEMMA_WINDOWS[mtype]
@@ -300,12 +342,17 @@ def _seq_len(data: Mapping[str, Any], file: Path) -> int:
     scaling = data.get("rope_scaling")
     if isinstance(scaling, Mapping) and scaling.get("original_max_position_embeddings"):
         return _int(scaling, "original_max_position_embeddings", file)
+    if data.get("original_max_position_embeddings"):  # Phi-3 128k, Phi-4-mini: at the top
+        return _int(data, "original_max_position_embeddings", file)
     return _int(data, "max_position_embeddings", file)
 
 
 def _dtype(data: Mapping[str, Any], file: Path) -> str:
+    """The training dtype: the checkpoint's ``torch_dtype`` where it is a 16-bit one; a
+    checkpoint stored in ``float32`` (Gemma 2, OLMo 2) was trained, as these models are, in
+    BF16 mixed precision (``--dtype fp32`` replays pure FP32)."""
     key = "torch_dtype" if data.get("torch_dtype") is not None else "dtype"
     value = data.get(key) or "bfloat16"
     if not isinstance(value, str) or value not in _DTYPES:
         raise InputError(f"expected one of {', '.join(_DTYPES)}, got {value!r}", file, key)
-    return _DTYPES[value]
+    return "bf16" if value == "float32" else _DTYPES[value]

@@ -11,8 +11,9 @@ A model spec is a YAML mapping (see ``workloads/*.yaml``)::
     ffn_hidden: 9216       # optional, default 4 * hidden (gelu) or as given
     vocab: 51200
     seq_len: 2048
-    activation: gelu       # gelu | swiglu | relu2 (squared ReLU)
-    norm: layernorm        # layernorm | rmsnorm
+    activation: gelu       # gelu | swiglu | relu2 (squared ReLU); default swiglu (llama,
+                           #   moe), relu2 (hybrid), gelu (gpt)
+    norm: layernorm        # layernorm | rmsnorm; default layernorm (gpt), else rmsnorm
     tied_embeddings: true
     dtype: bf16            # fp32 | bf16 | fp16 | fp8
     head_dim: 128          # optional: per-head width when heads x head_dim != hidden (Qwen3, gpt-oss)
@@ -354,11 +355,11 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     kw["kv_heads"] = get_number(data, "kv_heads", file=file, kind=int, default=kw["heads"])
     kw["activation"] = get_str(
         data, "activation", file=file, choices=ACTIVATIONS,
-        default={"llama": "swiglu", "hybrid": "relu2"}.get(kw["family"], "gelu"),
+        default={"llama": "swiglu", "moe": "swiglu", "hybrid": "relu2"}.get(kw["family"], "gelu"),
     )
     kw["norm"] = get_str(
         data, "norm", file=file, choices=("layernorm", "rmsnorm"),
-        default="rmsnorm" if kw["family"] in ("llama", "hybrid") else "layernorm",
+        default="rmsnorm" if kw["family"] in ("llama", "moe", "hybrid") else "layernorm",
     )
     kw["ffn_hidden"] = get_number(data, "ffn_hidden", file=file, kind=int, default=4 * kw["hidden"])
     tied = data.get("tied_embeddings", kw["family"] == "gpt")
@@ -401,6 +402,14 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     if kw["first_k_dense"] >= kw["layers"]:
         raise InputError(f"first_k_dense {kw['first_k_dense']} leaves no MoE layer of "
                          f"{kw['layers']}", file, "first_k_dense")
+    if kw["experts"] and "moe_ffn_hidden" in data and not kw["moe_ffn_hidden"]:
+        raise InputError("must be > 0 on a MoE model (leave it out for experts as wide as "
+                         "ffn_hidden)", file, "moe_ffn_hidden")
+    if (kw["family"] == "moe" and not kw.get("hybrid_pattern")
+            and not any(i % kw["moe_every"] == kw["moe_every"] - 1
+                        for i in range(kw["first_k_dense"], kw["layers"]))):
+        raise InputError(f"moe_every {kw['moe_every']} leaves no MoE layer of {kw['layers']}",
+                         file, "moe_every")
     if kw["full_attention_every"] and not kw["sliding_window"]:
         raise InputError("full_attention_every needs a sliding_window", file,
                          "full_attention_every")
