@@ -177,7 +177,7 @@ def test_spec_round_trip_and_strict_keys() -> None:
 
 def test_moe_spec_defaults_and_moe_layers_that_cannot_exist() -> None:
     """A MoE spec without activation / norm is the modern MoE block (SwiGLU, RMSNorm); a
-    ``moe_every`` that leaves no MoE layer and an explicit zero expert width are errors."""
+    ``moe_every`` that leaves no MoE layer is an error."""
     base = {"name": "m", "family": "moe", "layers": 16, "hidden": 1024, "heads": 8, "vocab": 1000,
             "seq_len": 512, "experts": 8, "top_k": 2, "moe_ffn_hidden": 512}
     m = model_from_dict(base, "m.yaml")
@@ -187,5 +187,6 @@ def test_moe_spec_defaults_and_moe_layers_that_cannot_exist() -> None:
     assert (gpt.activation, gpt.norm) == ("gelu", "layernorm")
     with pytest.raises(InputError, match="moe_every: moe_every 40 leaves no MoE layer"):
         model_from_dict({**base, "moe_every": 40}, "m.yaml")
-    with pytest.raises(InputError, match="moe_ffn_hidden: must be > 0"):
-        model_from_dict({**base, "moe_ffn_hidden": 0}, "m.yaml")
+    # moe_ffn_hidden 0 (what a spec's to_dict writes when it took the default) or absent:
+    # experts as wide as ffn_hidden
+    assert model_from_dict({**base, "moe_ffn_hidden": 0}, "m.yaml").moe_ffn == 4096

@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -78,9 +79,10 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
 
 
 def write_yaml(path: str | Path, obj: Any) -> None:
-    """Write ``obj`` as YAML, atomically, keeping key order."""
+    """Write ``obj`` as YAML, atomically, keeping key order (a string :func:`read_yaml`
+    would read as a number, such as ``1e9``, is quoted)."""
     with atomic_open(path, "w") as fh:
-        yaml.safe_dump(obj, fh, sort_keys=False)
+        yaml.dump(obj, fh, Dumper=_Dumper, sort_keys=False)
 
 
 def read_text(path: str | Path, kind: str = "text") -> str:
@@ -111,7 +113,9 @@ def read_json(path: str | Path) -> Any:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read a YAML file with ``safe_load``; missing files and syntax errors are InputError."""
+    """Read a YAML file with ``safe_load``; missing files, syntax errors and a key given
+    twice in one mapping are InputError. A number in exponent form without a sign or a
+    point (``1e9``, ``4e2``, ``1.5e9``: strings to YAML 1.1) is a float, as in YAML 1.2."""
     path = Path(path)
     text = read_text(path, "YAML")
     try:
@@ -130,13 +134,49 @@ def read_yaml(path: str | Path) -> Any:
 YAML_MAX_NODES = 1_000_000
 
 
-#: libyaml's parser when PyYAML was built with it (the same nodes and values, several times
-#: faster), else the pure-Python one
-_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: floats YAML 1.1 leaves as strings (an exponent without a sign, or without a point:
+#: ``1e9``, ``4e2``, ``1.5e9``, ``.5e3``), floats in YAML 1.2; YAML 1.1's own float pattern
+#: (a point and a signed exponent) still matches first
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """``safe_load``'s loader (libyaml's parser when PyYAML was built with it: the same nodes
+    and values, several times faster; else the pure-Python one) with :data:`_FLOAT_12` and
+    duplicate keys refused."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {first + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+class _Dumper(yaml.SafeDumper):
+    """``safe_dump``'s dumper, quoting the strings :data:`_FLOAT_12` would read as floats."""
+
+
+for _cls in (_SafeLoader, _Dumper):
+    _cls.add_implicit_resolver(_FLOAT_TAG, _FLOAT_12, list("-+0123456789."))
 
 
 def _safe_load(text: str, path: Path) -> Any:
-    """``yaml.safe_load``, refusing recursive aliases and alias expansion past YAML_MAX_NODES."""
+    """``yaml.safe_load`` (with :class:`_SafeLoader`), refusing recursive aliases and alias
+    expansion past YAML_MAX_NODES."""
     loader = _SafeLoader(text)
     try:
         node = loader.get_single_node()

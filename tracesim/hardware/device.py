@@ -2,12 +2,14 @@
 
 A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``)::
 
-    name: a100
+    name: a100                         # required, also with base: (never inherited)
     aliases: [A100-SXM4-80GB]          # exact names (normalised) that select this profile
-    patterns: ['a100']                 # regexes on the normalised name; longest match wins
+    patterns: ['a100']                 # regexes on the normalised name of a device string
+                                       # recorded in a trace; longest match wins
     kind: gpu                          # gpu | cpu
     source: NVIDIA A100 datasheet
-    base: a100                         # optional: take missing keys from another profile
+    base: a100                         # optional: a shipped profile (its name or alias) whose
+                                       # top-level keys fill the ones left out
     peak_tflops: {fp32: 19.5, tf32: 156, bf16: 312, fp16: 312}   # dense, per device
     hbm_GBps: 2039                     # memory bandwidth, GB/s (1e9 bytes/s)
     hbm_GiB: 80
@@ -31,8 +33,11 @@ A profile is a YAML mapping (shipped ones live in ``tracesim/hardware/devices/``
 Curves are ``[size, efficiency]`` points (FLOPs for compute, bytes for memory), interpolated
 linearly in log10(size) and held constant beyond the ends. A dtype missing from
 ``peak_tflops`` falls back along :data:`PEAK_FALLBACK` (V100 has no bf16: bf16 runs at fp32
-peak). Normalised names: lower case, spaces and underscores as ``-``, vendor prefixes
-(``nvidia-``, ``tesla-``, ``amd-``, ``instinct-``) removed.
+peak); one whose chain finds no peak is an InputError naming the profile file and
+``peak_tflops.<dtype>`` when an op needs it (the classes outside gemm / attention / scan run
+at the fp32 peak). ``hbm_GiB`` left out: 0, the replay's memory check is skipped, with a
+warning. Names: :mod:`tracesim.hardware.devicenames`. The format for users: docs/devices.md,
+"Writing a device profile".
 
 ``shape_model`` (optional; :mod:`tracesim.hardware.shapemodel`) gives GEMM and attention
 efficiencies from an op's shape ``(batch, m, n, k)``, the attention per cuDNN version where fitted
@@ -48,8 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache, lru_cache
-from importlib import resources
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -58,12 +62,22 @@ import numpy as np
 
 from tracesim.errors import InputError
 from tracesim.fileio import read_yaml
+from tracesim.hardware.devicenames import (
+    DEVICES_DIR,
+    builtin_raw,
+    device_from_properties,
+    known_devices,
+    lookup_name,
+    normalize_name,
+    recorded_name,
+)
 from tracesim.hardware.fleet import Fleet, parse_fleet
 from tracesim.hardware.shapemodel import AttentionShapeModel, ShapeModel, parse_shape_model
 from tracesim.strict import check_keys, get_number, get_str
 
-#: the shipped profiles (package data)
-DEVICES_DIR = Path(str(resources.files("tracesim.hardware") / "devices"))
+__all__ = ["DEVICES_DIR", "PEAK_FALLBACK", "PEAK_KEYS", "ClassEfficiency", "DeviceProfile",
+           "EfficiencyCurve", "device_from_properties", "get_device", "known_devices",
+           "normalize_name", "parse_profile"]
 
 PEAK_KEYS = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 
@@ -83,7 +97,6 @@ _KEYS_REQUIRED = ("name", "peak_tflops", "hbm_GBps", "launch_overhead_us", "effi
 _KEYS_OPTIONAL = ("aliases", "patterns", "kind", "source", "description", "base", "hbm_GiB",
                   "calibration", "threads", "notes", "sm_count", "l2_GBps", "shape_model",
                   "sustained_clock", "sustained_fleet", "quantize")
-_PREFIXES = ("nvidia-", "tesla-", "amd-", "instinct-", "radeon-")
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,8 @@ class DeviceProfile:
             :meth:`for_job` applies it.
         job_gpus: the job size :meth:`for_job` applied (0: not applied); ``one_gpu`` the
             profile before it (:meth:`alone`).
+        file, where: the file the profile was read from (a profile YAML, or the cluster spec
+            holding it inline) and its key there, for error messages.
     """
 
     name: str
@@ -166,14 +181,21 @@ class DeviceProfile:
     job_gpus: int = 0
     one_gpu: DeviceProfile | None = field(default=None, repr=False, compare=False)
     raw: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    file: str | None = field(default=None, compare=False)
+    where: str = field(default="device", compare=False)
 
     def peak_flops(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype``, following :data:`PEAK_FALLBACK` (ints/fp64: fp32)."""
-        for key in PEAK_FALLBACK.get(dtype, ("fp32",)):
+        """Peak FLOP/s for ``dtype``, following :data:`PEAK_FALLBACK` (ints/fp64: fp32);
+        InputError naming the profile and ``peak_tflops.<dtype>`` where the chain finds none."""
+        chain = PEAK_FALLBACK.get(dtype, ("fp32",))
+        for key in chain:
             v = self.peak_tflops.get(key)
             if v:
                 return float(v) * 1e12
-        return float(max(self.peak_tflops.values())) * 1e12
+        raise InputError(f"the profile {self.name!r} has no peak for {dtype} (tried "
+                         f"{', '.join(chain)}; every dtype falls back to fp32, the peak of the "
+                         "op classes outside gemm / attention / scan; docs/devices.md)",
+                         self.file, f"{self.where}.peak_tflops.{dtype}")
 
     def quantize_rate(self, recipe: str) -> float:
         """The rate of ``recipe``'s quantization kernels (``mxfp8``, ``nvfp4``) over the
@@ -250,19 +272,6 @@ class DeviceProfile:
 # --------------------------------------------------------------------------- parsing
 
 
-def normalize_name(name: str) -> str:
-    """Lower case, ``-`` for spaces/underscores, vendor prefixes removed."""
-    s = re.sub(r"[\s_]+", "-", name.strip().lower())
-    changed = True
-    while changed:
-        changed = False
-        for p in _PREFIXES:
-            if s.startswith(p):
-                s = s[len(p):]
-                changed = True
-    return s
-
-
 def _curve(data: Any, file: str | Path | None, where: str) -> EfficiencyCurve:
     if not isinstance(data, list) or not data:
         raise InputError("expected a non-empty list of [size, efficiency] points", file, where)
@@ -311,10 +320,13 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         raise InputError(f"expected a device profile mapping, got {type(data).__name__}", file, where)
     if "base" in data:
         base_name = get_str(data, "base", file=file, where=where)
-        base = _builtin_raw().get(_lookup_name(base_name) or "")
+        base = builtin_raw().get(lookup_name(base_name) or "")
         if base is None:
-            raise InputError(f"unknown base profile {base_name!r}; known: {', '.join(known_devices())}",
-                             file, f"{where}.base")
+            raise InputError(f"unknown base profile {base_name!r} (known: "
+                             f"{', '.join(known_devices())})", file, f"{where}.base")
+        if "name" not in data:  # the base's name would pass this profile off as the base
+            raise InputError("missing required key (a profile with base: names itself; the "
+                             "base's name is not inherited)", file, f"{where}.name")
         merged = dict(base)
         merged.update({k: v for k, v in data.items() if k != "base"})
         for k in ("aliases", "patterns"):
@@ -383,6 +395,8 @@ def parse_profile(data: Any, file: str | Path | None = None, where: str = "devic
         sustained_dtype=MappingProxyType(by_dtype),
         fleet=parse_fleet(data.get("sustained_fleet"), file, f"{where}.sustained_fleet"),
         raw=MappingProxyType(dict(data)),
+        file=str(file) if file is not None else None,
+        where=where,
     )
 
 
@@ -412,54 +426,35 @@ def _ratio(data: Mapping[str, Any], key: str, file: str | Path | None, where: st
 # --------------------------------------------------------------------------- registry
 
 
-@lru_cache(maxsize=1)
-def _builtin_raw() -> dict[str, Mapping[str, Any]]:
-    out: dict[str, Mapping[str, Any]] = {}
-    for path in sorted(DEVICES_DIR.glob("*.yaml")):
-        data = read_yaml(path)
-        if not isinstance(data, Mapping) or "name" not in data:
-            raise InputError("device profile without a name", path)
-        out[str(data["name"])] = data
-    return out
-
-
 @cache
 def _builtin(name: str) -> DeviceProfile:
     path = DEVICES_DIR / f"{name}.yaml"
-    return parse_profile(_builtin_raw()[name], path if path.exists() else None, "device")
+    return parse_profile(builtin_raw()[name], path if path.exists() else None, "device")
 
 
-def known_devices() -> list[str]:
-    """Names of the shipped profiles."""
-    return sorted(_builtin_raw())
-
-
-def _lookup_name(spec: str) -> str | None:
-    raw = _builtin_raw()
-    norm = normalize_name(spec)
-    for name, data in raw.items():
-        if norm == normalize_name(name):
-            return name
-        if any(norm == normalize_name(a) for a in data.get("aliases", []) or []):
-            return name
-    best, best_len = None, -1
-    for name, data in raw.items():
-        for pat in data.get("patterns", []) or []:
-            if re.search(pat, norm) and len(pat) > best_len:
-                best, best_len = name, len(pat)
-    return best
+def _is_profile_path(spec: str) -> bool:
+    """Whether the device string ``spec`` names a profile YAML (``.yaml`` / ``.yml``, or a
+    path with ``/`` to an existing file) rather than a profile by name."""
+    return spec.endswith((".yaml", ".yml")) or ("/" in spec and Path(spec).is_file())
 
 
 def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Path | None = None,
-               where: str = "device") -> DeviceProfile:
-    """Resolve a device: profile name, datasheet or trace device name, YAML path, or mapping.
+               where: str = "device", recorded: bool = False) -> DeviceProfile:
+    """Resolve a device: profile name, YAML path, inline mapping, or a trace's device string.
 
     Args:
-        spec: ``a100``, ``A100-SXM4-80GB``, ``NVIDIA A100-PG509-200``, ``Tesla V100-SXM2-32GB``,
-            ``host-cpu``, a path to a profile YAML (e.g. one written by ``tracesim calibrate``),
-            or an inline profile mapping (``base: h100`` fills the keys it leaves out).
+        spec: a shipped profile's name or alias (``a100``, ``A100-SXM4-80GB``, ``NVIDIA H100
+            80GB HBM3``, ``host-cpu``; case, spaces and vendor prefixes aside:
+            :func:`~tracesim.hardware.devicenames.lookup_name`), a path to a profile YAML
+            (relative paths from the current directory; e.g. one written by ``tracesim
+            calibrate``), or an inline profile mapping (``base: h100`` fills the keys it
+            leaves out).
         file, where: where ``spec`` came from, for error messages (an InputError for an
             unknown name, listing the known profiles, or a bad profile).
+        recorded: ``spec`` is a device string a trace recorded (``Tesla V100-DGXS-32GB``):
+            the profiles' ``patterns`` are tried too
+            (:func:`~tracesim.hardware.devicenames.recorded_name`). A name a user typed is
+            never matched by pattern: ``H100 PCIe`` is not the ``h100`` (SXM5) profile.
     """
     if isinstance(spec, DeviceProfile):
         return spec
@@ -467,33 +462,19 @@ def get_device(spec: str | Mapping[str, Any] | DeviceProfile, *, file: str | Pat
         return parse_profile(spec, file, where)
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"expected a device name or profile, got {spec!r}", file, where)
-    path = Path(spec)
-    if spec.endswith((".yaml", ".yml")) or ("/" in spec and path.is_file()):
+    if _is_profile_path(spec):
+        path = Path(spec)
         return parse_profile(read_yaml(path), path, "device")
-    name = _lookup_name(spec)
+    name = recorded_name(spec) if recorded else lookup_name(spec)
     if name is None:
-        raise InputError(f"unknown device {spec!r}; known: {', '.join(known_devices())} "
-                         "(or a profile YAML path)", file, where)
+        raise InputError(_unknown(spec), file, where)
     return _builtin(name)
 
 
-def device_from_properties(props: Mapping[str, Any]) -> str | None:
-    """Profile name for a Kineto ``deviceProperties`` entry (name, memory, SM count), or None.
-
-    Uses the name first; AMD devices that report a generic name ("AMD Radeon Graphics") are
-    told apart by compute capability and CU count (104 CUs per MI250 GCD, 304 per MI300X and
-    MI325X, the latter with 256 GB).
-    """
-    name = str(props.get("name", ""))
-    hit = _lookup_name(name) if name else None
-    if hit is not None:
-        mem = props.get("totalGlobalMem")
-        if hit == "a100" and isinstance(mem, (int, float)) and mem < 60 * 2**30:
-            return "a100-40gb"
-        return hit
-    if "amd" in name.lower() or "radeon" in name.lower():
-        if props.get("computeMajor") == 9 and props.get("numSms") == 104:
-            return "mi250"
-        if props.get("computeMajor") == 9 and props.get("numSms") == 304:  # MI325X: 256 GB
-            return "mi325x" if float(props.get("totalGlobalMem") or 0) > 230e9 else "mi300x"
-    return None
+def _unknown(spec: str) -> str:
+    """The message for an unknown device name: the known profiles, and a profile to base
+    one on where the name looks like a variant of one (``H100 PCIe``: ``base: h100``)."""
+    like = recorded_name(spec)
+    hint = f", e.g. one with base: {like} and its own numbers" if like else ""
+    return (f"unknown device {spec!r} (known: {', '.join(known_devices())}; or a profile "
+            f"YAML path{hint}; docs/devices.md)")

@@ -52,7 +52,7 @@ def recorded_device(name: str, given: str | None) -> DeviceProfile:
     if name.lower() in ("cpu", "host-cpu"):
         return get_device("host-cpu")
     try:
-        return get_device(name)
+        return get_device(name, recorded=True)  # a trace's device string
     except InputError:
         raise InputError(f"the recorded device {name!r} has no profile; give --source-device "
                          "(a shipped profile or a profile YAML)", "--source-device") from None

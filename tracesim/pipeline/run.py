@@ -259,6 +259,9 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
         if opts.strict:
             raise InputError(msg, "--strict")
         warnings.append(msg)
+    if mem.capacity_gib <= 0:
+        warnings.append(f"memory per GPU not checked: the {device.name} device profile gives "
+                        "no hbm_GiB")
     details = {
         "memory": mem.to_dict(),
         "model_flops_per_iteration": flops,

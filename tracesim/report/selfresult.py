@@ -136,7 +136,7 @@ def self_result(source: Source, graph: TaskGraph, result: ReplayResult,
     try:
         from tracesim.hardware.device import get_device
 
-        dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name)
+        dev = get_device("host-cpu" if device_name in ("cpu", "") else device_name, recorded=True)
         # no fp32 fallback on a CPU: cpu_mfu_note
         peak = dev.peak_tflops.get(dtype) or (dev.peak_tflops.get("fp32") if dev.kind != "cpu" else None)
         if tflops and peak:

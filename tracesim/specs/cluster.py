@@ -5,7 +5,8 @@ A cluster spec is a YAML mapping (see ``topologies/*.yaml`` and ``docs/network.m
     name: h100x128
     nodes: 16                  # or `gpus: 128` (must fill whole nodes), or both (must agree)
     gpus_per_node: 8
-    device: h100               # a device profile name, or an inline profile mapping
+    device: h100               # a shipped profile's name or alias, a profile YAML path
+                               # (relative: to this file's folder), or an inline profile
     intra_node:
       kind: nvswitch           # nvswitch | nvlink_mesh | nvlink_ring | pcie
       bandwidth_GBps: 450      # per GPU, per direction
@@ -145,7 +146,8 @@ class ClusterSpec:
     """A target cluster: GPUs, their device profile and the network joining them.
 
     Global rank ``r`` runs on GPU ``r``, which sits in node ``r // gpus_per_node``.
-    ``device`` is kept as given (a profile name or an inline profile mapping).
+    ``device`` is a profile name or an inline profile mapping as given, or the absolute path
+    of a profile YAML (given relative to the cluster file's folder).
     """
 
     name: str
@@ -342,10 +344,30 @@ def _inter_from_dict(data: Any, gpus_per_node: int, nodes: int, file: Any) -> In
     )
 
 
-def _check_device(device: Any, file: Any) -> None:
+def _check_device(device: Any, file: Any) -> str | dict[str, Any]:
+    """``device`` checked (a profile YAML path made absolute: relative to the folder of the
+    cluster file, else the current directory); the value the spec keeps."""
     if not isinstance(device, (str, Mapping)):
         raise InputError(f"expected a device name or mapping, got {device!r}", file, "device")
+    if isinstance(device, Mapping):
+        get_device(device, file=file, where="device")
+        return dict(device)
+    path = _profile_path(device, file)
+    if device.endswith((".yaml", ".yml")) or ("/" in device and Path(path).is_file()):
+        if not Path(path).is_file():
+            raise InputError(f"device profile {device!r} not found (no file {path})", file, "device")
+        device = path
     get_device(device, file=file, where="device")
+    return device
+
+
+def _profile_path(device: str, file: Any) -> str:
+    """``device`` as a path: ``~`` expanded, a relative one joined to the folder of the
+    cluster file ``file`` (when that is a file; else the current directory), absolute."""
+    p = Path(device).expanduser()
+    if not p.is_absolute() and file is not None and Path(str(file)).is_file():
+        p = Path(str(file)).parent / p
+    return str(p.absolute())
 
 
 def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
@@ -372,7 +394,7 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         raise InputError(f"{gpn} GPUs per node is more than {MAX_GPUS_PER_NODE}", file, "gpus_per_node")
     if nodes * gpn > MAX_GPUS:
         raise InputError(f"{nodes} nodes x {gpn} GPUs is more than {MAX_GPUS:,} GPUs", file, "nodes")
-    _check_device(data["device"], file)
+    device = _check_device(data["device"], file)
     intra = _intra_from_dict(data["intra_node"], file)
     inter = None
     if data.get("inter_node") is not None:
@@ -389,12 +411,11 @@ def cluster_from_dict(data: Any, file: str | Path | None = None) -> ClusterSpec:
         if not isinstance(s, list) or not all(isinstance(x, str) for x in s):
             raise InputError(f"expected a string or a list of strings, got {s!r}", file, "sources")
         sources = tuple(s)
-    device = data["device"]
     return ClusterSpec(
         name=name,
         nodes=nodes,
         gpus_per_node=gpn,
-        device=device if isinstance(device, str) else dict(device),
+        device=device,
         intra_node=intra,
         inter_node=inter,
         collectives=coll,

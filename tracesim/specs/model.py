@@ -402,9 +402,6 @@ def model_from_dict(data: Any, file: str | Path | None = None) -> ModelSpec:
     if kw["first_k_dense"] >= kw["layers"]:
         raise InputError(f"first_k_dense {kw['first_k_dense']} leaves no MoE layer of "
                          f"{kw['layers']}", file, "first_k_dense")
-    if kw["experts"] and "moe_ffn_hidden" in data and not kw["moe_ffn_hidden"]:
-        raise InputError("must be > 0 on a MoE model (leave it out for experts as wide as "
-                         "ffn_hidden)", file, "moe_ffn_hidden")
     if (kw["family"] == "moe" and not kw.get("hybrid_pattern")
             and not any(i % kw["moe_every"] == kw["moe_every"] - 1
                         for i in range(kw["first_k_dense"], kw["layers"]))):

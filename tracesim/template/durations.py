@@ -75,7 +75,7 @@ def make_op_time(template: LayerTemplate, device: Any, dtype: str) -> tuple[Call
         src_dev = device.alone() if hasattr(device, "alone") else device
     elif src_name:
         try:
-            src_dev = get_device(str(src_name))
+            src_dev = get_device(str(src_name), recorded=True)
         except Exception:  # an unknown recording device: fall back to the model
             src_dev = None
     src_dtype = str(template.meta.get("dtype") or dtype)
