@@ -32,3 +32,13 @@ def test_recompute_precision_and_moe_options_out_of_place() -> None:
 def test_options_that_apply_give_no_such_warning() -> None:
     assert _warned({"pp": 2, "dp": 2, "vpp": 2, "recompute": "full", "recompute_layers": 4}) == []
     assert _warned({"recompute": "selective", "recompute_modules": "mlp"}) == []
+
+
+def test_plan_globs_that_match_no_module() -> None:
+    ws = _warned({"dtype": "fp8", "fp8_plan": "nonexist.*=bf16,attn.*=bf16",
+                  "tp_plan": "bogus=replicate"})
+    assert any(w.startswith("--fp8-plan nonexist.*: matches no module") for w in
+               retarget({**BASE, "dtype": "fp8", "fp8_plan": "nonexist.*=bf16"}).warnings)
+    assert not any("attn.*" in w for w in ws)
+    assert any(w.startswith("--tp-plan bogus: matches no module") and "mlp.*" in w
+               for w in retarget({**BASE, "tp_plan": "bogus=replicate"}).warnings)

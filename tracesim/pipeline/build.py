@@ -314,6 +314,7 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
         if options.loss_fp32 is False and (stack.fused_ce or stack.megatron_ce):
             warnings.append(f"--no-loss-fp32 is not used: the {stack.name} stack's cross-entropy "
                             "is not PyTorch's (--no-cross-entropy-fusion for Megatron's)")
+    warnings += _unmatched_plans(template, par)
     if par.dtype == "fp8":
         # Hopper's FP8 GEMMs take one operand layout (TN) and Transformer Engine writes
         # transposed copies for the others; Blackwell's take either (TE's
@@ -323,6 +324,23 @@ def _stack_and_template(source: str | Path | None, options: ReplayOptions, model
                                 par.fp8_plan, par.fp8_attention,
                                 transposes=not _blackwell(device) or stack.name == "torchtitan")
     return par, stack, template, warnings
+
+
+def _unmatched_plans(template: LayerTemplate, par: ParallelSpec) -> list[str]:
+    """A warning for each ``--fp8-plan`` / ``--tp-plan`` glob that names no module of the
+    template (a typo would otherwise change nothing and say nothing)."""
+    import fnmatch
+
+    modules = sorted({str(o.module) for o in template.ops if getattr(o, "module", "")})
+    out = []
+    for flag, plan in (("--fp8-plan", par.fp8_plan if par.dtype == "fp8" else ()),
+                       ("--tp-plan", par.tp_plan)):
+        for glob, _ in plan:
+            if not any(fnmatch.fnmatchcase(m, glob) for m in modules):
+                groups = sorted({m.split(".")[0] + (".*" if "." in m else "") for m in modules})
+                out.append(f"{flag} {glob}: matches no module of the template (its modules: "
+                           f"{', '.join(groups)})")
+    return out
 
 
 def _comm_estimate(cluster: ClusterSpec, par: ParallelSpec) -> Callable[..., float]:
