@@ -353,3 +353,20 @@ def test_worker_without_the_sweep_dir_writes_specs_locally(tmp_path, monkeypatch
     assert (local / "clusters" / Path(point.cluster_file).name).exists()
     assert (local / "models" / Path(point.model_file).name).exists()
     assert row["result.cluster"] == "h100x8-2n-nic200G" and row["gpus"] == 16
+
+
+def test_device_profiles_are_taken_from_the_space_file_folder(tmp_path, monkeypatch):
+    """A ``gpu`` axis or a ``device`` setting naming a profile YAML reads it beside the space
+    file, wherever the sweep is started from."""
+    sub = tmp_path / "specs"
+    sub.mkdir()
+    (sub / "slow-h100.yaml").write_text("name: slow-h100\nbase: h100\nhbm_GBps: 1000\n")
+    space = load_space(write_space(sub, {"base": TINY, "axes": {"gpu": ["h100", "slow-h100.yaml"]}}))
+    monkeypatch.chdir(tmp_path)
+    pts = expand_space(space, tmp_path / "o").points
+    assert [Path(str(p.cluster_spec["device"])).name for p in pts] == ["h100", "slow-h100.yaml"]
+    dev = load_space(write_space(sub, {"base": {**TINY, "device": "slow-h100.yaml"}}, "d.yaml"))
+    p = expand_space(dev, tmp_path / "o2").points[0]
+    assert Path(p.opts["device"]) == sub / "slow-h100.yaml"
+    r = run_point(p)
+    assert r["status"] == "ok", r

@@ -109,9 +109,10 @@ class SpecResolver:
         suffix = []
         f = self.file
         if gpu is not None:
-            get_device(gpu, file=f, where="gpu")
-            spec = spec.replace(device=gpu)
-            suffix.append(gpu)
+            dev = self.path(gpu)  # a profile YAML beside the space file, else a name
+            get_device(dev, file=f, where="gpu")
+            spec = spec.replace(device=dev)
+            suffix.append(Path(gpu).stem if dev != gpu or Path(gpu).suffix else gpu)
         if nodes is not None:
             if nodes > 1 and spec.inter_node is None:
                 raise InputError(f"cluster {spec.name!r} has no inter_node section, so it cannot "

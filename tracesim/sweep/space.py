@@ -273,14 +273,14 @@ def _check_spec(res: SpecResolver, key: str, value: str, file: str, where: str) 
     from tracesim.catalog import load_cluster
     from tracesim.hardware.device import get_device
 
-    path = res.path(value) if key in ("model", "cluster") else value
+    path = res.path(value)
     try:
         if key == "model":
             res.model(value)
         elif key == "cluster":
             load_cluster(path)
         else:
-            get_device(value, file=file, where=where)
+            get_device(path, file=file, where=where)
     except InputError as exc:
         if exc.file and (exc.file.startswith("--") or Path(exc.file) == Path(path)):
             # an unknown name, or the file the setting names is missing: say where it is set
@@ -380,6 +380,9 @@ def make_point(index: int, settings: Mapping[str, Any], cluster: Any, model: Any
             if v is not None and k not in PATH_KEYS and k not in CLUSTER_VARIANT_KEYS}
     if opts.get("template") == "default":
         del opts["template"]
+    for k in ("device", "source_device"):  # profile YAMLs beside the space file
+        if isinstance(opts.get(k), str):
+            opts[k] = res.path(opts[k])
     source = res.source(settings["source"]) if settings.get("source") else None
     cluster_spec = cluster.to_dict()
     c_hash = digest(cluster_spec)
