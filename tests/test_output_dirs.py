@@ -62,3 +62,16 @@ def test_a_flag_value_click_refuses_is_one_line() -> None:
                 "--jitter", "replay --help")
     check_error(run("replay", "--schedule", "foo"), "--schedule")
     check_error(run("nosuch"), "nosuch")
+
+
+def test_a_folder_named_like_a_shipped_spec_does_not_hide_it(tmp_path: Path) -> None:
+    """``collect --workload gpt-tiny -o gpt-tiny`` leaves a folder named like the model: the
+    shipped names still mean the shipped specs, and listings never read the current
+    directory."""
+    for name in ("gpt-tiny", "llama3-8b", "h100x8"):
+        (tmp_path / name).mkdir()
+    assert run("list", "models", cwd=tmp_path).returncode == 0
+    assert run("list", "clusters", cwd=tmp_path).returncode == 0
+    p = run("replay", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--json",
+            cwd=tmp_path)
+    assert p.returncode == 0, p.stderr

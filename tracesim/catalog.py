@@ -60,11 +60,15 @@ def _named(name_or_path: str | Path, folder: Path, known: list[str], what: str,
     also spelt with other case and separators where that matches one shipped name only."""
     text = str(name_or_path)
     path = Path(text)
-    if path.exists():
+    if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
         return path
     shipped = folder / f"{text}.yaml"
     if "/" not in text and shipped.is_file():
+        # a shipped name wins over a directory of that name here (a bundle written with
+        # `collect --workload gpt-tiny -o gpt-tiny`)
         return shipped
+    if path.exists():  # a directory given as a path: its reader says what is wrong
+        return path
     if path.suffix in (".yaml", ".yml") or "/" in text:
         raise InputError("file not found", path)
     loose = [k for k in known if _loose(k) == _loose(text)]
@@ -181,7 +185,7 @@ def shipped(kind: str) -> list[Entry]:
     if kind == "models":
         out = []
         for name in known_models():
-            m = load_model(name)
+            m = load_model(models_dir() / f"{name}.yaml")
             moe = f", {m.experts} experts top-{m.top_k}" if m.experts else ""
             moe += f" + {m.shared_experts} shared" if m.shared_experts else ""
             active = f" ({m.active_params() / 1e9:.3g} B active)" if m.experts else ""
@@ -204,7 +208,7 @@ def shipped(kind: str) -> list[Entry]:
     if kind == "clusters":
         out = []
         for name in known_clusters():
-            c = load_cluster(name)
+            c = load_cluster(clusters_dir() / f"{name}.yaml")
             net = (f"{c.inter_node.nics_per_node} x {c.inter_node.nic_Gbps:g} Gb/s NICs per node, "
                    f"{c.inter_node.topology}" if c.inter_node else "one node")
             host = f"; host {c.host_cpu.name}, speed {c.host_cpu.speed:g}" if c.host_cpu else ""
