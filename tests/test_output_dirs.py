@@ -75,3 +75,13 @@ def test_a_folder_named_like_a_shipped_spec_does_not_hide_it(tmp_path: Path) -> 
     p = run("replay", "--model", "llama3-8b", "--cluster", "h100x8", "--tp", "8", "--json",
             cwd=tmp_path)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_cpu_profile_as_device_for_a_cpu_recording_says_what_it_changes() -> None:
+    from tracesim.api import replay
+
+    bundle = ROOT / "workloads" / "bundles" / "gpt-tiny"
+    same = replay(bundle)
+    other = replay(bundle, device="host-cpu-1t")
+    assert other.iteration_time_s == same.iteration_time_s
+    assert any("--device host-cpu-1t is a CPU profile" in w for w in other.warnings)

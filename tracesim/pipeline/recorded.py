@@ -133,6 +133,10 @@ def replay_recorded(source: str | Path, opts: ReplayOptions, detail: bool = Fals
     dst_dev = (get_device(opts.device, where="--device") if opts.device
                else get_device(cluster.device) if cluster else src_dev)
     warnings = whole_trace_warnings(src.meta)
+    if src_dev.kind == "cpu" and dst_dev.kind == "cpu" and dst_dev.name != src_dev.name:
+        warnings.append(f"--device {dst_dev.name} is a CPU profile: the ops of a CPU recording "
+                        "keep their recorded times on it (the host runs them; --host-speed "
+                        "scales them); only the MFU is taken against its peak")
     transplanted = None
     if src_dev.kind == "cpu" and dst_dev.kind != "cpu":
         from tracesim.transform.transplant import to_gpu
