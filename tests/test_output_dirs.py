@@ -85,3 +85,8 @@ def test_a_cpu_profile_as_device_for_a_cpu_recording_says_what_it_changes() -> N
     other = replay(bundle, device="host-cpu-1t")
     assert other.iteration_time_s == same.iteration_time_s
     assert any("--device host-cpu-1t is a CPU profile" in w for w in other.warnings)
+
+
+def test_a_bad_variant_of_a_known_algorithm_says_its_form() -> None:
+    check_error(run("netbench", "--cluster", "h100x8", "--collective", "all_to_all", "--algo",
+                    "dedup:8:9"), "--algo", "bad arguments in 'dedup:8:9'", "1 <= K <= E")

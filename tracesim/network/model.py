@@ -418,6 +418,11 @@ def _validate_choice(collective: str, value: str | Sequence[str]) -> None:
         raise InputError(f"unknown collective {collective!r}", "--algo")
     for name in _split(value):
         if name != "auto" and find(name) is None:
+            base = name.partition(":")[0]
+            if ":" in name and base in ALGORITHMS:  # a known algorithm, its arguments wrong
+                form = getattr(ALGORITHMS[base], "args_help", "")
+                raise InputError(f"bad arguments in {name!r}" + (f": {form}" if form else ""),
+                                 "--algo")
             raise InputError(
                 f"unknown algorithm {name!r} (known: auto, {', '.join(ALGORITHMS)})", "--algo"
             )

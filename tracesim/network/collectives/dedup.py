@@ -179,6 +179,10 @@ class Dedup(Algorithm):
                     ph.add(group.route(a, peer_of[a % g]), f_node / nodes)
         return [ph]
 
+    #: what ``with_args`` takes, for the error a bad variant gets
+    args_help = ("dedup:E:K, dedup:E:K:G:M or dedup:E:K:rr, with 1 <= K <= E experts, G groups "
+                 "dividing E and M <= G of them holding the top K")
+
     def with_args(self, args: str) -> Algorithm | None:
         """``dedup:E:K``, ``dedup:E:K:G:M`` or ``dedup:E:K:rr`` (``args`` after the first
         colon), None unless ``1 <= K <= E`` and the groups divide the experts and hold the
