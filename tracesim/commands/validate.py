@@ -100,7 +100,7 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
     from tracesim.pipeline.published import summary, validate_rows
 
     needle = only.lower() if only else None
-    rows = []
+    rows = []  # tables named by file name, by path where two share one; one given twice: once
     # every row is read and checked before the first comes back: nothing is printed for a
     # table with bad input
     for r in validate_rows(list(tables), only=(lambda lab: needle in lab.lower()) if needle else None,
@@ -111,8 +111,9 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
         if len(rows) == 1:
             click.echo(f"{'row':<62} {'published':>10} {'predicted':>10} {'error':>8} {'wall s':>7}")
             click.echo("-" * 101)
-        if r.error:
-            click.echo(f"{r.label[:62]:<62} not replayed: {r.error}")
+        if r.error:  # an unknown system's row lists the systems tracesim has
+            known = f" (known: {', '.join(r.known)})" if r.known else ""
+            click.echo(f"{r.label[:62]:<62} not replayed: {r.error}{known}")
         else:
             click.echo(f"{r.label[:62]:<62} {r.published:>10.1f} {r.predicted:>10.1f} "
                        f"{r.rel_error * 100:>+7.1f}% {r.wall_s:>7.1f}")
@@ -127,16 +128,18 @@ def published_cmd(tables: tuple[Path, ...], only: str | None, as_json: bool,
         return
     if not rows:
         click.echo("no row" + (f" whose label contains {only!r}" if only else "") + " to replay")
-    if s["rows"]:
+    if rows:
         click.echo("")
         for t, ts in per_table.items():
-            if ts["rows"]:
-                click.echo(f"{t}: {_summary_line(ts)}")
+            click.echo(f"{t}: {_summary_line(ts)}")
         click.echo(("all tables: " if per_table else "") + _summary_line(s))
 
 
 def _summary_line(s: dict) -> str:
-    """One line of :func:`tracesim.pipeline.published.summary`'s numbers."""
+    """One line of :func:`tracesim.pipeline.published.summary`'s numbers (a table none of
+    whose rows was replayed: how many were not)."""
+    if not s["rows"]:
+        return f"0 rows replayed; {s['not_replayed']} not replayed"
     return (f"{s['rows']} rows: mean absolute error {s['mean_abs_error'] * 100:.1f}% "
             f"(signed {s['mean_error'] * 100:+.1f}%), largest {s['max_abs_error'] * 100:.1f}%, within 10%: {s['within_10pct']}, "
             f"within 20%: {s['within_20pct']}; slowest replay {s['max_wall_s']:.1f} s"

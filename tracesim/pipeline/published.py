@@ -35,9 +35,9 @@ Four table formats are read (the columns decide):
   takes those instead of the 25.11 recipes.
 * **Megatron-Core GPT tables** (Megatron-LM's H100 weak-scaling table): ``system,
   params_billion, heads, hidden, layers, tp, pp, gpus, global_batch, seq_len, vocab,
-  tflops_per_gpu``; compared on TFLOP/s per GPU with Megatron-LM's formula
-  (:func:`mcore_flops`), replayed as a GPT (MLP 4h, GELU, LayerNorm, untied embeddings) in
-  BF16 on the system's cluster spec with the megatron-core stack, micro-batch 1, the
+  tflops_per_gpu``, optional ``dp`` (which must be gpus / (tp x pp)); compared on TFLOP/s
+  per GPU with Megatron-LM's formula (:func:`mcore_flops`), replayed as a GPT (MLP 4h, GELU,
+  LayerNorm, untied embeddings) in BF16 on the system's cluster spec with the megatron-core stack, micro-batch 1, the
   distributed optimizer and, with a pipeline, the interleaved schedule (its default chunks):
   the table gives neither micro-batch nor chunks, and its overlapped pipeline transfers are
   the interleaved schedule's; Megatron-LM's defaults where the table names no flag (fp32
@@ -55,19 +55,26 @@ Four table formats are read (the columns decide):
   torch.compile and attention kernel, torchao float8 (``fp8-cs``) as FP8 current scaling
   (:func:`titan_options`).
 * **Megatron-LM SC'21 Table 1** (GPT on A100 Selene): ``params_billion, heads, hidden,
-  layers, tp, pp, gpus, global_batch, tflops_per_gpu``; compared on TFLOP/s per GPU with the
-  paper's FLOP formula, replayed with the 2021 stack (unfused attention, full recomputation)
-  and each row's run as NVIDIA's reproduction script set it (:data:`SC21_RUNS`: micro-batch
+  layers, tp, pp, gpus, global_batch, tflops_per_gpu``, optional ``heads``; compared on TFLOP/s
+  per GPU with the paper's FLOP formula, replayed as the GPT of the row's columns
+  (:func:`~tracesim.pipeline.published_gpt.sc21_model`) with the 2021 stack (unfused
+  attention, full recomputation) and each row's run as NVIDIA's reproduction script set it (:data:`SC21_RUNS`: micro-batch
   size, interleaved or 1F1B schedule, gradients reduced during or after the backward pass).
 
 Nothing here is fitted: each row's options follow from the row, its recipe and the stack. The same
-rules apply to tables not in the repository.
+rules apply to tables not in the repository. In every format the row's GPUs must split into
+its model-parallel groups (dp = gpus / (tp x pp x cp)) and its global batch into micro-batches
+over dp; every cell is checked before the first replay (a malformed one, or a value no replay
+takes, is an InputError naming the row and the column; rows are numbered as
+:mod:`~tracesim.pipeline.published_cells` says), systems are read in any case (``dgx-h100``),
+a table given twice is read once, and two tables of the same file name are told apart by
+their paths (:func:`table_names`).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
+import math
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -75,42 +82,48 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracesim.catalog import cluster_with_nodes, model_name
+from tracesim.catalog import model_name
 from tracesim.errors import InputError
 from tracesim.options import check_value
 from tracesim.pipeline.mflops import megatron_flops_per_token
 from tracesim.pipeline.published_cells import (
+    BRIDGE_COLUMNS,
+    MCORE_COLUMNS,
     NVL72_SYSTEMS,
     PRECISIONS,
+    SC21_COLUMNS,
     SYSTEMS,
+    TITAN_COLUMNS,
     NotModelled,
+    batch_split,
+    check_options,
     ctas_cell,
     flag_cell,
     int_cell,
     known_cell,
+    layout_dp,
     model_cell,
     pipeline_split,
+    positive_cell,
+    read_rows,
+    row_cluster,
     segment_gpus,
     system_cell,
+    system_name,
+    table_names,
+    tables,
     ub_cell,
 )
-from tracesim.pipeline.published_gpt import (
-    mcore_flops,
-    mcore_options,
-    positive_cell,
-    sc21_flops,
-    sc21_options,
-)
-from tracesim.pipeline.published_titan import TITAN_COLUMNS, titan_options
+from tracesim.pipeline.published_gpt import mcore_flops, mcore_options, sc21_flops, sc21_options
+from tracesim.pipeline.published_titan import titan_options
 from tracesim.pipeline.recipe_spec import nemo_cudnn
 from tracesim.pipeline.recipes import ROW_RECIPE_COLUMNS, recipe_options, row_run, row_unmodelled
 from tracesim.pipeline.steady import steady_iteration_s
+from tracesim.specs.names import recompute_modules
 
-BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
-                  "tokens_per_s_per_gpu")
-SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
-                "tflops_per_gpu")
-MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
+__all__ = ["BRIDGE_COLUMNS", "MCORE_COLUMNS", "SC21_COLUMNS", "TITAN_COLUMNS", "PublishedRow",
+           "bridge_options", "pipeline_split", "published_value", "read_table", "row_options",
+           "row_unmodelled", "summary", "table_rows", "validate_rows"]
 #: table formats compared on tokens/s per GPU (the others on TFLOP/s per GPU)
 TOKEN_FORMATS = ("bridge", "titan")
 @dataclass(frozen=True)
@@ -122,7 +135,9 @@ class PublishedRow:
     ``error``: why the row was not replayed (a layout tracesim cannot express), else "";
     such a row has no prediction and is left out of :func:`summary`'s errors.
     ``unmodelled``: settings of the row's recipe the replay has no mechanism for
-    (:func:`tracesim.pipeline.recipes.unmodelled`).
+    (:func:`tracesim.pipeline.recipes.unmodelled`). ``known``: for a row not replayed for an
+    unknown system, the systems tracesim has (the CLI lists them on the row's line).
+    ``table``: the table's file name, or its path as given where two tables share a name.
     """
 
     table: str
@@ -137,14 +152,19 @@ class PublishedRow:
     warnings: tuple[str, ...] = ()
     error: str = ""
     unmodelled: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields; a number a row does not have (NaN: not replayed) is None."""
+        def num(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
         return {"table": self.table, "row": self.label, "options": _jsonable(self.options),
-                "metric": self.metric, "published": self.published,
-                "predicted": self.predicted, "rel_error": self.rel_error,
-                "iteration_time_s": self.iteration_time_s, "wall_s": self.wall_s,
+                "metric": self.metric, "published": num(self.published),
+                "predicted": num(self.predicted), "rel_error": num(self.rel_error),
+                "iteration_time_s": num(self.iteration_time_s), "wall_s": self.wall_s,
                 "warnings": list(self.warnings), "error": self.error,
-                "unmodelled": list(self.unmodelled)}
+                "unmodelled": list(self.unmodelled), "known": list(self.known)}
 
 
 def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
@@ -153,43 +173,27 @@ def _jsonable(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_table(path: str | Path) -> tuple[str, list[dict[str, str]]]:
-    """(format, rows) of a published table: ``bridge`` or ``sc21`` (module docstring)."""
-    p = Path(path)
-    try:
-        with p.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except FileNotFoundError:
-        raise InputError("file not found", p) from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"not a readable CSV table ({exc})", p) from None
-    # column names as the formats spell them (a header written "System" or " gpus" is read)
-    rows = [{(c.strip().lower() if isinstance(c, str) else c): v for c, v in row.items()}
-            for row in rows]
-    for k, row in enumerate(rows):
-        if None in row:  # csv.DictReader keeps the cells past the header under None
-            raise InputError(f"{len(row[None]) + len(row) - 1} cells, more cells than the header "  # type: ignore[index]
-                             "(quote a cell that holds a comma)", p, f"row {k + 2}")
-    cols = set(rows[0]) if rows else set()
-    if cols & {"step_time_s", "model_tflops_per_gpu"}:  # a table of one's own runs may give
-        cols.add("tokens_per_s_per_gpu")  # step times or Megatron's TFLOP/s instead
-    for fmt, need in (("bridge", BRIDGE_COLUMNS), ("titan", TITAN_COLUMNS), ("mcore", MCORE_COLUMNS),
-                      ("sc21", SC21_COLUMNS)):
-        if set(need) <= cols:
-            return fmt, rows
-    raise InputError("neither a Megatron-Bridge performance table (columns "
-                     f"{', '.join(BRIDGE_COLUMNS)}), a torchtitan table ({', '.join(TITAN_COLUMNS)}), "
-                     f"a Megatron-Core GPT table (columns {', '.join(MCORE_COLUMNS)}) nor SC'21 "
-                     f"Table 1 (columns {', '.join(SC21_COLUMNS)})", p, "header")
+    """(format, rows) of a published table: ``bridge``, ``titan``, ``mcore`` or ``sc21``
+    (module docstring; :func:`~tracesim.pipeline.published_cells.read_rows` without the
+    rows' numbers)."""
+    fmt, rows = read_rows(path)
+    return fmt, [row for _, row in rows]
 
 
 def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
-    """The replay options of a Megatron-Bridge row (module docstring)."""
+    """The replay options of a Megatron-Bridge row (module docstring). The layout must
+    split the row's GPUs (dp = gpus / (tp x pp x cp)) and the global batch its micro-batches
+    over dp; the numbers are checked before the names (a malformed cell is bad input on a
+    row that names an unknown system too)."""
+    gpus = positive_cell(row, "gpus", path, k)
+    tp, pp = positive_cell(row, "tp", path, k), positive_cell(row, "pp", path, k)
+    cp, ep = positive_cell(row, "cp", path, k, 1), positive_cell(row, "ep", path, k, 1)
+    vp, fsdp = positive_cell(row, "vp", path, k, 1), int_cell(row, "fsdp", path, k, 0)
+    dp = layout_dp(row, gpus, {"tp": tp, "pp": pp, "cp": cp}, path, k)
+    mbs, gbs = positive_cell(row, "mbs", path, k), positive_cell(row, "gbs", path, k)
+    seq = positive_cell(row, "seq_len", path, k)
     system = system_cell(row, path, k)
     prec = known_cell(row, "precision", tuple(PRECISIONS), path, k)
-    gpus = int_cell(row, "gpus", path, k)
-    tp, pp = positive_cell(row, "tp", path, k), positive_cell(row, "pp", path, k)
-    cp, ep = positive_cell(row, "cp", path, k, 1), int_cell(row, "ep", path, k, 1)
-    vp, fsdp = int_cell(row, "vp", path, k, 1), int_cell(row, "fsdp", path, k, 0)
     dtype, recipe = PRECISIONS[prec]
     run = row_run(row, path, k)
     per_domain = segment_gpus(gpus) if system in NVL72_SYSTEMS else None
@@ -197,8 +201,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         if system not in NVL72_SYSTEMS:
             raise InputError(f"a slurm segment applies to {' and '.join(NVL72_SYSTEMS)} racks, not "
                              f"{system}", path, f"row {k + 2}: segment")
-        per_domain = 4 * int_cell(row, "segment", path, k)
-    cluster = cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
+        per_domain = 4 * positive_cell(row, "segment", path, k)
+    cluster = row_cluster(system, gpus, path, k, per_domain, "segment")
     # the runs set NCCL_NVLS_ENABLE=0 ("Disable NVLink SHARP to save memory"; Megatron-Bridge
     # v0.2.0 scripts/performance/utils/executors.py PERF_ENV_VARS)
     cluster = cluster.replace(intra_node=dataclasses.replace(cluster.intra_node, nvls=False))
@@ -208,9 +212,8 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     model, spec = model_cell(row, path, k)
     opts: dict[str, Any] = {
         "model": model, "cluster": cluster,
-        "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": gpus // (tp * pp * cp),
-        "micro_batch": int_cell(row, "mbs", path, k), "global_batch": int_cell(row, "gbs", path, k),
-        "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype, "stack": "megatron-core",
+        "tp": tp, "pp": pp, "cp": cp, "ep": ep, "dp": dp,
+        "micro_batch": mbs, "global_batch": gbs, "seq_len": seq, "dtype": dtype, "stack": "megatron-core",
         "template": "analytic",
     }
     if recipe:
@@ -253,41 +256,60 @@ def bridge_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     own_settings = any(c in row for c in ROW_RECIPE_COLUMNS)
     if "cudnn" not in opts and not own_settings and (ver := nemo_cudnn(release)):
         opts["cudnn"] = ver
-    return recipe_options(run, opts, spec.layers, release) if run is not None else opts
+    rec = (row.get("recompute") or "").strip()
+    if rec.startswith("selective:"):  # the modules named (the form is checked with the recipe)
+        try:
+            recompute_modules(rec.split(":", 1)[1])
+        except InputError as exc:
+            raise InputError(exc.message, path, f"row {k + 2}: recompute") from None
+    opts = recipe_options(run, opts, spec.layers, release) if run is not None else opts
+    batch_split(opts["global_batch"], opts["micro_batch"], opts["dp"], path, k, "gbs")
+    return opts
 
 
 def row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
-    """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt`` table."""
+    """(replay options, label, recipe settings without a mechanism) of a row of a ``fmt``
+    table. The options are checked as a replay checks them: a value no replay takes is an
+    InputError naming the row and the column it comes from (:data:`OPTION_COLUMNS`)."""
+    opts, label, gaps = _row_options(fmt, row, p, k)
+    check_options(fmt, row, opts, p, k)
+    return opts, label, gaps
+
+
+def _row_options(fmt: str, row: dict[str, str], p: Path, k: int) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """:func:`row_options` before the check."""
+    gpus = positive_cell(row, "gpus", p, k)  # as a number in the label: 8.0 is 8
     if fmt == "bridge":
         opts = bridge_options(row, p, k)
-        return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
+        return opts, (f"{row['system']} {row['model']} {row['precision']} {gpus} GPUs "
                       f"tp{opts['tp']} pp{opts['pp']} cp{opts['cp']} ep{opts['ep']}"), row_unmodelled(row, p, k)
     if fmt == "titan":
         opts = titan_options(row, p, k)
         if opts["stack"] != "torchtitan":
             return opts, (f"{row['system']} {row['model']} {row['precision']} {opts['stack']} "
-                          f"{row['gpus']} GPUs {opts['micro_batch']}x{opts['seq_len']} "
+                          f"{gpus} GPUs {opts['micro_batch']}x{opts['seq_len']} "
                           f"{opts.get('attention', 'flash')}"), ()
-        return opts, (f"{row['system']} {row['model']} {row['precision']} {row['gpus']} GPUs "
+        return opts, (f"{row['system']} {row['model']} {row['precision']} {gpus} GPUs "
                       f"tp{opts['tp']}{' pp' + str(opts['pp']) if opts['pp'] > 1 else ''}"
                       f"{' cp' + str(opts['cp']) if opts['cp'] > 1 else ''} "
                       f"fsdp{opts['dp']}{' ep' + str(opts['ep']) if 'ep' in opts else ''} "
                       f"ac {opts['recompute']}{' compiled' if opts['compile'] else ''}"), ()
     if fmt == "mcore":
         opts = mcore_options(row, p, k)
-        return opts, (f"{row['system'].removeprefix('DGX-')} {opts['model'].name} {row['gpus']} GPUs "
+        return opts, (f"{row['system'].removeprefix('DGX-')} {opts['model'].name} {gpus} GPUs "
                       f"tp{opts['tp']} pp{opts['pp']}"), ()
     opts = sc21_options(row, p, k)
-    return opts, f"A100 {opts['model']} {row['gpus']} GPUs tp{opts['tp']} pp{opts['pp']}", ()
+    model = getattr(opts["model"], "name", opts["model"])  # a shipped name or a spec
+    return opts, f"A100 {model} {gpus} GPUs tp{opts['tp']} pp{opts['pp']}", ()
 
 
 def table_rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None = None,
                skip_unmodelled: bool = False,
                ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any], str, tuple[str, ...]]]:
-    """(table path, row index, format, row, replay options, label, settings without a
-    mechanism) of every row of the tables at ``paths`` whose label ``only`` accepts; a row
-    naming what tracesim has no model for raises :class:`NotModelled`, or with
-    ``skip_unmodelled`` is left out."""
+    """(table path, ``k`` (the row's number less 2: :mod:`~tracesim.pipeline.published_cells`),
+    format, row, replay options, label, settings without a mechanism) of every row of the
+    tables at ``paths`` (each once) whose label ``only`` accepts; a row naming what tracesim
+    has no model for raises :class:`NotModelled`, or with ``skip_unmodelled`` is left out."""
     for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=skip_unmodelled):
         if opts is not None:
             yield p, k, fmt, row, opts, label, gaps
@@ -297,10 +319,11 @@ def _rows(paths: Sequence[str | Path], only: Callable[[str], bool] | None, keep:
           ) -> Iterator[tuple[Path, int, str, dict[str, str], dict[str, Any] | None, str, tuple[str, ...]]]:
     """:func:`table_rows`; with ``keep``, a row tracesim has no model for comes with options
     None and, as its settings, why (without the list of known names) and the whole error."""
-    for path in paths:
-        p = Path(path)
-        fmt, rows = read_table(p)
-        for k, row in enumerate(rows):
+    for p in tables(paths):
+        fmt, rows = read_rows(p)
+        for k, row in rows:
+            if "system" in row:  # spelt in any case: DGX-H100, dgx-h100
+                row = {**row, "system": system_name(row["system"])}
             if fmt in ("bridge", "titan"):  # NVIDIA's spellings: LLAMA3_70B, DeepSeekV3, MXFP8
                 prec = (row.get("precision") or "").strip().lower()
                 row = {**row, "model": model_name((row.get("model") or "").strip()),
@@ -327,8 +350,9 @@ def _cells_label(fmt: str, row: dict[str, str]) -> str:
     def cell(key: str, default: str = "1") -> str:
         return (row.get(key) or "").strip() or default
 
-    if fmt == "mcore":
-        return (f"{cell('system', '?').removeprefix('DGX-')} gpt-{cell('params_billion', '?')}b "
+    if fmt in ("mcore", "sc21"):
+        name = f"gpt{'3' if fmt == 'sc21' else ''}-{cell('params_billion', '?')}b"
+        return (f"{'A100' if fmt == 'sc21' else cell('system', '?').removeprefix('DGX-')} {name} "
                 f"{cell('gpus', '?')} GPUs tp{cell('tp')} pp{cell('pp')}")
     return (f"{cell('system', '?')} {cell('model', '?')} {cell('precision', '?')} "
             f"{cell('gpus', '?')} GPUs tp{cell('tp')} pp{cell('pp')} cp{cell('cp')} ep{cell('ep')}")
@@ -339,10 +363,11 @@ def predicted_metric(fmt: str, row: dict[str, str], opts: Mapping[str, Any],
     """The row's metric at an iteration time of ``iteration_s``: tokens/s per GPU
     (Megatron-Bridge and torchtitan tables) or TFLOP/s per GPU by the table's own FLOP
     formula."""
+    gpus = positive_cell(row, "gpus", None, 0)  # checked with the row's options
     if fmt in TOKEN_FORMATS:
-        return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / int(row["gpus"])
+        return int(opts["global_batch"]) * int(opts["seq_len"]) / iteration_s / gpus
     flops = mcore_flops(row) if fmt == "mcore" else sc21_flops(row)
-    return flops / (iteration_s * int(row["gpus"])) / 1e12 if iteration_s > 0 else 0.0
+    return flops / (iteration_s * gpus) / 1e12 if iteration_s > 0 else 0.0
 
 
 def metric_of(fmt: str) -> str:
@@ -394,13 +419,15 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
     ``network``: the replays' network model (``flow``, ``flow-relays``, ``flow-steps`` or
     ``estimate``; None: the replay default). ``jobs``: rows replayed at once in worker processes
     (the rows still come in table order, each as soon as it and the rows before it are done;
-    ``wall_s`` is each row's own replay time)."""
+    ``wall_s`` is each row's own replay time). A table given twice is read once; each row's
+    ``table`` is :func:`table_names`'s name of its table."""
     extra = {"network": network} if network else {}
-    checked = [(p, k, fmt, row, None if opts is None else {**opts, **extra}, label, gaps,
+    names = table_names(tables(paths))
+    checked = [(names[p], p, k, fmt, row, None if opts is None else {**opts, **extra}, label, gaps,
                 _published_or_nan(row, metric_of(fmt), p, k))
                for p, k, fmt, row, opts, label, gaps in _rows(paths, only, keep=True)]
-    if checked and all(c[4] is None for c in checked):  # nothing to replay: say the first
-        raise InputError(checked[0][6][1])
+    if checked and all(c[5] is None for c in checked):  # nothing to replay: say the first
+        raise InputError(checked[0][7][1])
     if jobs <= 1 or len(checked) <= 1:
         yield from map(_replay_row, checked)
         return
@@ -415,20 +442,23 @@ def validate_rows(paths: list[str | Path], *, only: Callable[[str], bool] | None
 
 def _replay_row(item: tuple) -> PublishedRow:
     """One checked row of :func:`validate_rows`, replayed and compared."""
-    p, k, fmt, row, opts, label, gaps, published = item
+    name, p, k, fmt, row, opts, label, gaps, published = item
     metric = metric_of(fmt)
-    if opts is None:  # nothing in tracesim models what the row names
-        return PublishedRow(p.name, label, {}, metric, published, float("nan"), float("nan"),
-                            float("nan"), 0.0, (), gaps[0], ())
+    if opts is None:  # nothing in tracesim models what the row names (an unknown system first)
+        known = tuple(SYSTEMS) if "system" in row and row["system"] not in SYSTEMS else ()
+        return PublishedRow(name, label, {}, metric, published, float("nan"), float("nan"),
+                            float("nan"), 0.0, (), gaps[0], (), known)
     t0 = time.perf_counter()
-    try:
+    try:  # the row's cells are checked: what is left is a layout tracesim cannot express
         it, warns = steady_iteration_s(opts, p, f"row {k + 2}")
-    except InputError as exc:  # a layout tracesim cannot express: said, not fatal
-        return PublishedRow(p.name, label, opts, metric, published, float("nan"), float("nan"),
-                            float("nan"), time.perf_counter() - t0, (), str(exc), gaps)
+    except (InputError, OverflowError) as exc:  # said, not fatal
+        why = str(exc) if isinstance(exc, InputError) else (
+            f"{p}: row {k + 2}: its sizes overflow the replay's integer times and counts ({exc})")
+        return PublishedRow(name, label, opts, metric, published, float("nan"), float("nan"),
+                            float("nan"), time.perf_counter() - t0, (), why, gaps)
     wall = time.perf_counter() - t0
     predicted = predicted_metric(fmt, row, opts, it)
-    return PublishedRow(p.name, label, opts, metric, published, predicted,
+    return PublishedRow(name, label, opts, metric, published, predicted,
                         predicted / published - 1.0 if published else 0.0, it, wall,
                         warns, "", gaps)
 

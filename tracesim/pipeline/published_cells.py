@@ -7,16 +7,28 @@ not price -- raises :class:`NotModelled`, which ``tracesim validate published`` 
 row ("not replayed: ...") while it replays the others: a newer release's table with a model
 or GPU tracesim lacks is still checked on the rows it can replay.
 
+:func:`read_rows` reads a table and tells its format from its header. Rows are numbered as a
+spreadsheet numbers them: the header is row 1 and a blank line is a row (without line breaks
+inside quoted cells, row N is the file's line N); ``k`` in the functions here is the row's
+number less 2 (row ``k + 2``), the first row under the header being ``k`` 0.
+
 :func:`pipeline_split` splits a row's layers over its pipeline chunks where they do not divide
 evenly, as the recipes do.
 """
 
 from __future__ import annotations
 
+import csv
+import math
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tracesim.catalog import load_model
+from tracesim.catalog import cluster_with_nodes, load_model
 from tracesim.errors import InputError
+from tracesim.options import ReplayOptions
+from tracesim.specs.cluster import ClusterSpec
 from tracesim.specs.collectives import cta_pairs
 from tracesim.specs.model import ModelSpec
 from tracesim.specs.ub_config import SHIPPED
@@ -52,6 +64,124 @@ PRECISIONS = {"bf16": ("bf16", None), "fp16": ("fp16", None), "fp8-cs": ("fp8", 
               "fp8-sc": ("fp8", "blockwise")}
 
 
+BRIDGE_COLUMNS = ("system", "model", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp",
+                  "tokens_per_s_per_gpu")
+TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
+                 "compile", "tokens_per_s_per_gpu")
+SC21_COLUMNS = ("params_billion", "hidden", "layers", "tp", "pp", "gpus", "global_batch",
+                "tflops_per_gpu")
+MCORE_COLUMNS = ("system", *SC21_COLUMNS, "heads", "seq_len", "vocab")
+#: format -> (what it is, the columns it needs), in the order a header is matched
+FORMATS = {"bridge": ("a Megatron-Bridge performance table", BRIDGE_COLUMNS),
+           "titan": ("a torchtitan table", TITAN_COLUMNS),
+           "mcore": ("a Megatron-Core GPT table", MCORE_COLUMNS),
+           "sc21": ("SC'21 Table 1", SC21_COLUMNS)}
+
+
+def tables(paths: Sequence[str | Path]) -> list[Path]:
+    """The tables at ``paths``, each once: a table given twice (the same file, however its
+    path is written) is read once, where it is first given."""
+    seen: set[Path] = set()
+    out = []
+    for path in paths:
+        p = Path(path)
+        if (key := p.resolve()) not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def table_names(paths: Sequence[Path]) -> dict[Path, str]:
+    """Each table's name in results and summaries: its file name, or where two tables
+    share one (``d1/runs.csv``, ``d2/runs.csv``) its path as given."""
+    count = Counter(p.name for p in paths)
+    return {p: p.name if count[p.name] == 1 else str(p) for p in paths}
+
+
+#: replay option -> the table column it comes from, where not the option's own name (a
+#: format's own first); an option of no column is named as the row's setting
+OPTION_COLUMNS = {"titan": {"micro_batch": "mbs", "global_batch": "local_batch", "recompute": "ac",
+                            "pp_rounds": "ga", "fp8_param_gather": "fsdp_fp8_all_gather"},
+                  "mcore": {"dp": "gpus"}, "sc21": {"dp": "gpus"},
+                  "": {"micro_batch": "mbs", "global_batch": "gbs", "dp": "gpus", "vpp": "vp",
+                       "recompute_modules": "recompute", "recompute_layers": "recompute",
+                       "moe_dispatcher": "dispatcher", "moe_routing": "routing",
+                       "tp_comm_overlap_cfg": "ub_cfg", "fsdp_reshard": "reshard_after_forward",
+                       "grad_reduce_fp32": "grad_reduce", "fp8_amax_tp_only": "tp_only_amax_red"}}
+
+
+def check_options(fmt: str, row: dict[str, str], opts: dict[str, Any], path: Path, k: int) -> None:
+    """Check a row's replay options as a replay checks them: a value no replay takes is an
+    InputError naming the row and the column it comes from (:data:`OPTION_COLUMNS`)."""
+    try:
+        ReplayOptions.from_mapping(opts, path, f"row {k + 2}")
+    except InputError as exc:
+        key = (exc.where or "").rpartition(".")[2]
+        col = OPTION_COLUMNS.get(fmt, {}).get(key) or OPTION_COLUMNS[""].get(key, key)
+        raise InputError(exc.message, path,
+                         f"row {k + 2}: {col if col in row else f'{key} (from its cells)'}") from None
+
+
+def read_rows(path: str | Path) -> tuple[str, list[tuple[int, dict[str, str]]]]:
+    """(format, [(k, row)]) of a published table (:mod:`tracesim.pipeline.published`): each
+    row as column -> cell, the columns as the header names them in lower case and without
+    spaces around them (``System``: ``system``), a missing trailing cell empty; ``k``: the
+    row's number less 2 (module docstring). A blank row (no cell with text) is skipped; a UTF-8
+    byte-order mark (Excel's "CSV UTF-8") is read. An empty table, a header that names a column
+    twice or no format (or lacks columns of the format it is closest to), a row with more
+    cells than the header and a table without rows are InputErrors."""
+    p = Path(path)
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            records = list(csv.reader(fh))
+    except FileNotFoundError:
+        raise InputError("file not found", p) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"not a readable CSV table ({exc})", p) from None
+    first = next((i for i, rec in enumerate(records) if any(c.strip() for c in rec)), None)
+    if first is None:
+        raise InputError("empty: no header and no rows", p)
+    header = [c.strip().lower() for c in records[first]]
+    if twice := sorted({c for c in header if c and header.count(c) > 1}):
+        raise InputError(f"column {', '.join(twice)} twice", p, "header")
+    fmt = table_format(header, p)
+    rows = []
+    for i in range(first + 1, len(records)):
+        rec = records[i]
+        if len(rec) > len(header):
+            raise InputError(f"{len(rec)} cells, more cells than the header ({len(header)}; quote a "
+                             "cell that holds a comma)", p, f"row {i + 1}")
+        if any(c.strip() for c in rec):
+            rows.append((i - 1, dict(zip(header, [*rec, *[""] * (len(header) - len(rec))], strict=True))))
+    if not rows:
+        raise InputError("no rows: the table has a header only", p)
+    return fmt, rows
+
+
+def table_format(header: list[str], path: Path) -> str:
+    """The format (:data:`FORMATS`) a table's header names: the first whose columns it has
+    (a table of one's own runs may give ``step_time_s`` or ``model_tflops_per_gpu`` for
+    ``tokens_per_s_per_gpu``; one with a ``system``, ``seq_len`` or ``vocab`` column is no SC'21
+    table, which names neither). A header without all the columns of any: an InputError naming
+    those missing from the format whose columns it has the most of (at least half of them)."""
+    cols = set(header)
+    if cols & {"step_time_s", "model_tflops_per_gpu"}:
+        cols.add("tokens_per_s_per_gpu")
+    formats = {f: v for f, v in FORMATS.items()
+               if not (f == "sc21" and cols & {"system", "seq_len", "vocab"})}
+    for fmt, (_, need) in formats.items():
+        if set(need) <= cols:
+            return fmt
+    what, need = max(formats.values(), key=lambda v: len(cols & set(v[1])))
+    if 2 * len(cols & set(need)) >= len(need):
+        missing = [c for c in need if c not in cols]
+        raise InputError(f"{what} without the column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)} (its columns: {', '.join(need)})", path, "header")
+    raise InputError("neither " + ", ".join(f"{what} (columns {', '.join(need)})"
+                                           for what, need in list(FORMATS.values())[:-1])
+                     + f" nor {FORMATS['sc21'][0]} (columns {', '.join(SC21_COLUMNS)})", path, "header")
+
+
 class NotModelled(InputError):
     """A row names a model, system or precision that tracesim has no model for (module
     docstring): not replayed, not fatal to the table."""
@@ -80,19 +210,89 @@ def known_cell(row: dict[str, str], key: str, known: tuple[str, ...], path: Path
 
 
 def system_cell(row: dict[str, str], path: Path, k: int) -> str:
-    """The row's system, one of :data:`SYSTEMS`."""
-    return known_cell(row, "system", tuple(SYSTEMS), path, k)
+    """The row's system, one of :data:`SYSTEMS` (spelt in any case: :func:`system_name`)."""
+    return known_cell({**row, "system": system_name(row.get("system") or "")}, "system",
+                      tuple(SYSTEMS), path, k)
 
 
-def int_cell(row: dict[str, str], key: str, path: Path, k: int, default: int | None = None) -> int:
-    """A whole-number cell (empty: ``default`` where there is one)."""
+def system_name(text: str) -> str:
+    """The :data:`SYSTEMS` name ``text`` stands for in any case (``dgx-h100``: ``DGX-H100``);
+    another name as given."""
+    text = text.strip()
+    return next((s for s in SYSTEMS if s.lower() == text.lower()), text)
+
+
+def row_cluster(system: str, gpus: int, path: Path, k: int, per_domain: int | None = None,
+                domain_column: str = "gpus") -> ClusterSpec:
+    """The shipped cluster spec of ``system`` with as many nodes as the row's ``gpus`` need
+    (``per_domain``: GPUs used per NVLink domain); a count the spec cannot take is an
+    InputError naming the row's ``gpus`` cell (or ``domain_column``, for ``per_domain``)."""
+    try:
+        return cluster_with_nodes(SYSTEMS[system], gpus, per_domain)
+    except InputError as exc:
+        column = domain_column if exc.where == "gpus_per_node" else "gpus"
+        raise InputError(exc.message, path, f"row {k + 2}: {column}") from None
+
+
+def int_cell(row: dict[str, str], key: str, path: Path | None, k: int, default: int | None = None) -> int:
+    """A whole-number cell (``8``, or ``8.0`` written as a decimal; empty: ``default`` where
+    there is one); a fraction, an infinity or text is an InputError naming the row and column."""
     text = (row.get(key) or "").strip()
     if not text and default is not None:
         return default
     try:
-        return int(float(text))
+        value = float(text)
     except ValueError:
-        raise InputError(f"expected a number, got {text!r}", path, f"row {k + 2}: {key}") from None
+        value = math.nan
+    if not (math.isfinite(value) and value.is_integer()):
+        raise InputError(f"expected a whole number, got {text!r}", path, f"row {k + 2}: {key}")
+    return int(value)
+
+
+def positive_cell(row: dict[str, str], key: str, path: Path | None, k: int, default: int | None = None) -> int:
+    """A whole-number cell that must be at least 1 (a GPU count, a batch, a parallel degree,
+    a model size): 0 or less is a malformed cell, InputError naming the row and column."""
+    value = int_cell(row, key, path, k, default)
+    if value < 1:
+        raise InputError(f"must be >= 1, got {value}", path, f"row {k + 2}: {key}")
+    return value
+
+
+def number_cell(row: dict[str, str], key: str, path: Path, k: int) -> float:
+    """A positive finite number cell (``params_billion``: 7.1)."""
+    text = (row.get(key) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"expected a positive number, got {text!r}", path, f"row {k + 2}: {key}")
+    return value
+
+
+def layout_dp(row: dict[str, str], gpus: int, split: dict[str, int], path: Path, k: int) -> int:
+    """The data-parallel size of a row of ``gpus`` GPUs whose model is split over ``split``
+    (column -> degree: tp, pp, cp): the GPUs over their product, which must divide them
+    (else an InputError naming the row's ``gpus``); a ``dp`` cell, where the table has one,
+    must agree (else an InputError naming ``dp``)."""
+    per = math.prod(split.values())
+    if gpus % per:
+        names = " x ".join(split)
+        raise InputError(f"{gpus} GPUs do not split into groups of {names} = "
+                         f"{' x '.join(map(str, split.values()))} GPUs", path, f"row {k + 2}: gpus")
+    dp = gpus // per
+    if (row.get("dp") or "").strip() and int_cell(row, "dp", path, k) != dp:
+        raise InputError(f"dp {int_cell(row, 'dp', path, k)}, but the row's {gpus} GPUs over "
+                         f"{' x '.join(split)} = {per} give dp {dp}", path, f"row {k + 2}: dp")
+    return dp
+
+
+def batch_split(gbs: int, mbs: int, dp: int, path: Path, k: int, column: str) -> None:
+    """The global batch ``gbs`` must split into micro-batches of ``mbs`` on each of ``dp``
+    data-parallel ranks (Megatron's check): else an InputError naming the row's ``column``."""
+    if gbs % (mbs * dp):
+        raise InputError(f"global batch {gbs} is not a multiple of micro-batch {mbs} x dp {dp} "
+                         f"= {mbs * dp}", path, f"row {k + 2}: {column}")
 
 
 def flag_cell(row: dict[str, str], key: str, path: Path, k: int) -> bool:

@@ -7,24 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tracesim.catalog import cluster_with_nodes
 from tracesim.errors import InputError
 from tracesim.options import check_value
 from tracesim.pipeline.published_cells import (
     PRECISIONS,
-    SYSTEMS,
     flag_cell,
     int_cell,
     known_cell,
+    layout_dp,
     model_cell,
     pipeline_split,
+    positive_cell,
+    row_cluster,
     system_cell,
 )
 from tracesim.specs.parallel import MOE_DISPATCHERS, MOE_ROUTINGS
 from tracesim.template.optimizer import OPTIMIZERS
 
-TITAN_COLUMNS = ("system", "model", "gpus", "precision", "local_batch", "seq_len", "tp", "ac",
-                 "compile", "tokens_per_s_per_gpu")
 #: stacks a torchtitan-format row may name in its ``stack`` column
 TITAN_STACKS = ("torchtitan", "transformers")
 
@@ -47,32 +46,34 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
     reduce-scattered once per iteration) and ``keep_gathered`` (true: parameters gathered
     once per iteration) cells. With a pipeline each of the ``ga`` local batches runs the whole
     schedule (``pp_rounds``), as torch.distributed.pipelining does when a trainer accumulates
-    gradients over local batches."""
-    system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
-    stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
-    gpus, tp = int_cell(row, "gpus", path, k), int_cell(row, "tp", path, k)
-    if tp < 1 or gpus % tp:
+    gradients over local batches. The numbers are checked before the names (a malformed cell
+    is bad input on a row that names an unknown system too)."""
+    gpus, tp = positive_cell(row, "gpus", path, k), positive_cell(row, "tp", path, k)
+    if gpus % tp:
         raise InputError(f"tp {tp} does not divide the {gpus} GPUs", path, f"row {k + 2}: tp")
-    ac = row["ac"].strip()
+    ac = (row.get("ac") or "").strip()
     if ac not in ("none", "op", "full"):
         raise InputError(f"unknown ac {ac!r} (known: none, op, full)", path, f"row {k + 2}: ac")
-    pp, vp = int_cell(row, "pp", path, k, 1), int_cell(row, "vp", path, k, 1)
-    cp = int_cell(row, "cp", path, k, 1)
-    if pp < 1 or cp < 1 or gpus % (tp * pp * cp):
+    pp, vp = positive_cell(row, "pp", path, k, 1), positive_cell(row, "vp", path, k, 1)
+    cp = positive_cell(row, "cp", path, k, 1)
+    if gpus % (tp * pp * cp):
         raise InputError(f"tp x pp x cp {tp * pp * cp} does not divide the {gpus} GPUs", path,
                          f"row {k + 2}: {'cp' if cp > 1 else 'pp'}")
-    lb, dp = int_cell(row, "local_batch", path, k), gpus // (tp * pp * cp)
+    lb, dp = positive_cell(row, "local_batch", path, k), layout_dp(row, gpus, {"tp": tp, "pp": pp, "cp": cp}, path, k)
     mbs = int_cell(row, "mbs", path, k, lb)  # the pipeline's micro-batch
     ga = int_cell(row, "ga", path, k, 1)  # local batches per step (gradient accumulation)
     if ga < 1 or mbs < 1 or lb % mbs:
         raise InputError(f"expected ga >= 1 and an mbs that divides the local batch {lb}", path,
                          f"row {k + 2}: {'ga' if ga < 1 else 'mbs'}")
+    seq = positive_cell(row, "seq_len", path, k)
+    system, prec = system_cell(row, path, k), known_cell(row, "precision", ("bf16", "fp8-cs"), path, k)
+    stack = known_cell(row, "stack", TITAN_STACKS, path, k) if (row.get("stack") or "").strip() else "torchtitan"
     dtype, recipe = PRECISIONS[prec]
     opts: dict[str, Any] = {
-        "model": model_cell(row, path, k)[0], "cluster": cluster_with_nodes(SYSTEMS[system], gpus),
+        "model": model_cell(row, path, k)[0], "cluster": row_cluster(system, gpus, path, k),
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "fsdp": dp * cp > 1 and stack == "torchtitan",
         "micro_batch": mbs,
-        "global_batch": lb * dp * ga, "seq_len": int_cell(row, "seq_len", path, k), "dtype": dtype,
+        "global_batch": lb * dp * ga, "seq_len": seq, "dtype": dtype,
         "stack": stack, "template": "analytic", "recompute": ac,
         "compile": flag_cell(row, "compile", path, k)}
     if vp > 1:
@@ -88,7 +89,7 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
             opts[key] = True
     if (row.get("grad_reduce") or "").strip():  # the gradient reduce-scatter's dtype
         opts["grad_reduce_fp32"] = known_cell(row, "grad_reduce", ("fp32", "bf16"), path, k) == "fp32"
-    if int_cell(row, "ep", path, k, 1) > 1:  # experts sharded over the FSDP group's GPUs
+    if positive_cell(row, "ep", path, k, 1) > 1:  # experts sharded over the FSDP group's GPUs
         opts["ep"] = int_cell(row, "ep", path, k)
     if (row.get("dispatcher") or "").strip():
         opts["moe_dispatcher"] = known_cell(row, "dispatcher", MOE_DISPATCHERS, path, k)
@@ -96,8 +97,8 @@ def titan_options(row: dict[str, str], path: Path, k: int) -> dict[str, Any]:
         opts["moe_routing"] = known_cell(row, "routing", MOE_ROUTINGS, path, k)
     if flag_cell(row, "shared_overlap", path, k):  # shared experts on a side stream
         opts["moe_shared_expert_overlap"] = True
-    if (row.get("attention") or "").strip():
-        opts["attention"] = row["attention"].strip()
+    if (row.get("attention") or "").strip():  # the run's attention kernel
+        opts["attention"] = check_value("attention", row["attention"].strip(), path, f"row {k + 2}: attention")
     if (row.get("optimizer") or "").strip():
         opts["optimizer"] = known_cell(row, "optimizer", OPTIMIZERS, path, k)
     if (row.get("loss_fp32") or "").strip():  # the loss on fp32 or on the compute-dtype logits
