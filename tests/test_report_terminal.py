@@ -86,3 +86,13 @@ def test_progress_on_a_terminal_and_in_a_log():
     p.close()
     assert "50.0%" in loud.getvalue() and "10/10 tasks" in loud.getvalue()
     assert loud.getvalue().endswith("\r")
+
+
+def test_the_report_says_the_batch_and_dtype_of_a_model_replay() -> None:
+    from tests.helpers import retarget
+    from tracesim.report.terminal import report_text
+
+    res = retarget({"model": "gpt3-1.7b", "cluster": "h100x8", "tp": 2, "pp": 2, "dp": 2,
+                    "micro_batch": 1, "global_batch": 8, "dtype": "fp8"}).to_dict()
+    line = next(ln for ln in report_text(res).splitlines() if ln.strip().startswith("batch"))
+    assert "8 sequences of 2,048 tokens per iteration in FP8; micro-batch 1, 4 per pipeline" in line

@@ -3,7 +3,8 @@
 :func:`report_text` is the plain-text report (used when stdout is not a terminal, in logs
 and in tests); :func:`print_report` prints a rich table when stdout is a terminal (and rich
 is installed), the plain text otherwise. Both show: iteration time, tokens/s, TFLOP/s per
-GPU, MFU, memory per GPU, the breakdown (compute, exposed communication per group kind,
+GPU, MFU, memory per GPU, the batch (sequences, tokens, dtype, micro-batches of a
+model-built replay), the breakdown (compute, exposed communication per group kind,
 pipeline bubble, idle) with shares of the iteration, and the critical path's top
 contributors when the result has them (``critical_path``).
 
@@ -144,6 +145,12 @@ def metric_rows(res: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("MFU", _f(res.get("mfu"), ".1%")),
         (f"memory per {unit}", _f(res.get("memory_gib_per_gpu"), ".1f", " GiB")),
     ]
+    par = res.get("parallel")
+    if isinstance(par, Mapping) and all(isinstance(par.get(k), int) for k in
+                                        ("global_batch", "micro_batch", "seq_len", "num_micro")):
+        rows.append(("batch", f"{par['global_batch']:,} sequences of {par['seq_len']:,} tokens per "
+                              f"iteration in {str(par.get('dtype') or '?').upper()}; micro-batch "
+                              f"{par['micro_batch']}, {par['num_micro']} per pipeline"))
     val = res.get("validation")
     if isinstance(val, Mapping):
         from tracesim.report.validated import validation_text
