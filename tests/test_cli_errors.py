@@ -151,6 +151,14 @@ def test_graph_memory_check_counts_layer_passes():
     check_graph_memory(1000, limit=1000 * BYTES_PER_LAYER_PASS)  # fits exactly
     with pytest.raises(InputError, match="1,001 layer passes"):
         check_graph_memory(1001, limit=1000 * BYTES_PER_LAYER_PASS)
+    # a symmetry-reduced replay's passes cost more each (they carry their copies' batches)
+    from tracesim.engine.symmetry import BYTES_PER_REDUCED_PASS
+
+    check_graph_memory(1000, limit=1000 * BYTES_PER_REDUCED_PASS, reduced=True)
+    with pytest.raises(InputError, match="1,001 layer passes"):
+        check_graph_memory(1001, limit=1000 * BYTES_PER_REDUCED_PASS, reduced=True)
+    with pytest.raises(InputError):
+        check_graph_memory(1000, limit=1000 * BYTES_PER_LAYER_PASS, reduced=True)
 
 
 @pytest.mark.parametrize("flag, value", [("--host-speed", "1e-12"), ("--host-speed", "1000"),

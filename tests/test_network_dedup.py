@@ -189,3 +189,17 @@ def test_an_uneven_ep_group_is_named(tmp_path) -> None:
                                                       "global_batch": 8, "moe_dispatcher": "deepep"},
                                                      tmp_path / "o.yaml", "x"))
     assert not any("EP group" in w for w in quiet.warnings)
+
+
+def test_a_reduced_replay_with_ep_groups_straddling_racks_matches_the_full_one() -> None:
+    """EP 16 on two NVL72 racks of 72: the representative's group sits in one rack (DeepEP's
+    per-node dedup applies), a copy's group 64-79 spans two (it does not): each copy takes
+    what its own group takes, as the full replay runs it."""
+    from tests.helpers import retarget
+
+    opts = {"model": "qwen3-30b-a3b", "cluster": "gb200-nvl72", "nodes": 2, "ep": 16,
+            "dp": 144, "micro_batch": 1, "global_batch": 144, "seq_len": 1024,
+            "moe_dispatcher": "deepep"}
+    reduced = retarget(opts)
+    full = retarget({**opts, "full": True})
+    assert reduced.iteration_time_s == __import__("pytest").approx(full.iteration_time_s, rel=1e-4)

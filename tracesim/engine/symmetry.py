@@ -50,18 +50,23 @@ SYMMETRY_MIN_PASSES = 32_768
 #: and 1,024 micro-batches 13.5 KiB with every rank and 21.6 KiB with one
 #: (docs/performance.md, "Symmetry reduction")
 BYTES_PER_LAYER_PASS = 4 * 1024
+#: the same for a symmetry-reduced replay, whose simulated passes carry their copies' network
+#: batches and the builder's per-stage programs: Llama 3 70B on 1,024 H100 (TP 8, PP 8) with
+#: 160,000 sequences, 800,000 passes in 12.7 GB, 16 KiB each (the lower of the two measured)
+BYTES_PER_REDUCED_PASS = 16 * 1024
 
 
-def check_graph_memory(passes: int, limit: int | None = None) -> None:
+def check_graph_memory(passes: int, limit: int | None = None, reduced: bool = False) -> None:
     """Raise :class:`InputError` (on ``--global-batch``) when a replay of ``passes`` layer
-    passes would need more memory than this machine has (``limit`` bytes; default: its
-    physical memory, where the platform says it), instead of building until it is killed."""
+    passes (symmetry-``reduced`` or not) would need more memory than this machine has
+    (``limit`` bytes; default: its physical memory, where the platform says it), instead of
+    building until it is killed."""
     if limit is None:
         try:
             limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (AttributeError, ValueError, OSError):  # no sysconf (Windows): no check
             return
-    need = passes * BYTES_PER_LAYER_PASS
+    need = passes * (BYTES_PER_REDUCED_PASS if reduced else BYTES_PER_LAYER_PASS)
     if need > limit:
         raise InputError(
             f"the replay would simulate {passes:,} layer passes (ranks x micro-batches per "
@@ -154,11 +159,17 @@ class SymmetricComm:
                 coll, self._part.get((rep, _gk, coll, msg), msg))
             if len(full) <= 1:
                 continue
-            algo = inner.compiled(c, tuple(full), m,
-                                  self._asked.get((rep, _gk, coll, msg), "")).algorithm
+            asked = self._asked.get((rep, _gk, coll, msg), "")
+            algo = inner.compiled(c, tuple(full), m, asked).algorithm
             own.append(links_of(c, full, m, algo))
             if len(imgs) > 1:
-                ops.append(((rep, full), imgs, [own[-1]] + [links_of(c, g, m, algo) for g in imgs[1:]]))
+                # a copy runs what its own group takes where the representative's algorithm
+                # depends on where the group sits (dedup: the same local GPUs on every node;
+                # a copy straddling two NVL72 racks does not), as the network runs it
+                per_copy = algo.startswith("dedup")
+                ops.append(((rep, full), imgs, [own[-1]] + [
+                    links_of(c, g, m, inner.compiled(c, tuple(g), m, asked).algorithm
+                             if per_copy else algo) for g in imgs[1:]]))
         t = graph.tasks
         send = _kind_is(t["kind"], "send")
         p2p = np.flatnonzero(send | _kind_is(t["kind"], "recv"))

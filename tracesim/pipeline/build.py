@@ -192,7 +192,8 @@ def build(source: str | Path | None, options: ReplayOptions, *, per_op: bool = F
     stage_layers = -(-model.layers // par.pp)
     symmetric = not options.full and not perturbed and reduces(par.world, par.num_micro, stage_layers)
     if ranks is None:  # a graph held at once: refuse one larger than the machine's memory
-        check_graph_memory((par.pp if symmetric else par.world) * par.num_micro * stage_layers)
+        check_graph_memory((par.pp if symmetric else par.world) * par.num_micro * stage_layers,
+                           reduced=symmetric)
     # a large job's reduced replay merges compute runs; a few GPUs reduced for their many
     # micro-batches keep one task per op where asked (a result directory), as a full replay
     merged = not per_op or (symmetric and par.world >= SYMMETRY_MIN_GPUS)
