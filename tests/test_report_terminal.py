@@ -96,3 +96,18 @@ def test_the_report_says_the_batch_and_dtype_of_a_model_replay() -> None:
                     "micro_batch": 1, "global_batch": 8, "dtype": "fp8"}).to_dict()
     line = next(ln for ln in report_text(res).splitlines() if ln.strip().startswith("batch"))
     assert "8 sequences of 2,048 tokens per iteration in FP8; micro-batch 1, 4 per pipeline" in line
+
+
+def test_a_straggler_replay_reports_its_reference_replay_too() -> None:
+    """--straggler replays the layout unperturbed first (the reference): its progress shows
+    as well, so a long run is not silent for half its time."""
+    import io
+
+    from tracesim.api import replay
+    from tracesim.report.terminal import Progress
+
+    out = io.StringIO()
+    replay(None, model="gpt3-1.7b", cluster="h100x8", tp=2, pp=2, dp=2, micro_batch=1,
+           global_batch=8, straggler="1:1.2", progress=Progress(out, lines=True, every=0.0))
+    stages = {ln.split()[1] for ln in out.getvalue().splitlines()}
+    assert {"reference", "replay"} <= stages, out.getvalue()

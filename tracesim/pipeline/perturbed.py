@@ -135,12 +135,14 @@ def _span(ranks: list[int]) -> str:
 def perturbation_step(graph: TaskGraph, opts: ReplayOptions, cluster: ClusterSpec | None,
                       make_comm: Callable[[ClusterSpec | None], Any],
                       iteration_s: Callable[[ReplayResult], float] | None = None,
+                      observers: Any = (),
                       ) -> tuple[TaskGraph, Perturbed | None]:
     """Stragglers and jitter (``opts.straggler`` / ``jitter`` / ``seed``) and an impaired
     ``cluster`` (degraded links, background traffic): the graph with its ranks slowed, after
     a replay of it unperturbed on the healthy cluster as the reference (None: nothing asked).
     ``make_comm(cluster)``: the communication model on a cluster; ``iteration_s`` reads the
-    iteration time off a replay (default: its makespan)."""
+    iteration time off a replay (default: its makespan); ``observers``: the reference
+    replay's (progress)."""
     from tracesim.transform.perturb import Perturbation, perturb
 
     p = Perturbation(opts.straggler or (), opts.jitter or 0.0, opts.seed or 0)
@@ -158,7 +160,7 @@ def perturbation_step(graph: TaskGraph, opts: ReplayOptions, cluster: ClusterSpe
         raise InputError(f"rank {missing[0]} is not among the replayed ranks ({shown})",
                          "--straggler")
     healthy = cluster.healthy if cluster is not None else None
-    base = replay(graph, make_comm(healthy))
+    base = replay(graph, make_comm(healthy), observers=observers)
     slowed, factors = perturb(graph, p) if p.active else (graph, {})
     it = iteration_s(base) if iteration_s is not None else base.makespan_ns * 1e-9
     return slowed, Perturbed(p, base, it, factors, cluster)

@@ -203,22 +203,27 @@ def _comm_model(cluster: ClusterSpec, graph: TaskGraph, network: str, symmetric:
     return comm, net, recorder
 
 
+def _observers(graph: TaskGraph, progress: ProgressFn | None, stage: str = "replay") -> list[Any]:
+    """A replay observer reporting ``stage`` progress every 0.5% of the tasks (none without
+    ``progress``)."""
+    if not progress:
+        return []
+    n_tasks = graph.n_tasks
+    step = max(1, n_tasks // 200)
+    done = [0]
+
+    def _tick(_t: int, _s: int, _e: int) -> None:
+        done[0] += 1
+        if done[0] % step == 0 or done[0] == n_tasks:
+            progress(stage, done[0], n_tasks)
+
+    return [_tick]
+
+
 def _engine(graph: TaskGraph, comm: Any, progress: ProgressFn | None) -> tuple[ReplayResult, float]:
     """The replay and its wall time (s), reporting progress every 0.5% of the tasks."""
-    observers = []
-    if progress:
-        n_tasks = graph.n_tasks
-        step = max(1, n_tasks // 200)
-        done = [0]
-
-        def _tick(_t: int, _s: int, _e: int) -> None:
-            done[0] += 1
-            if done[0] % step == 0 or done[0] == n_tasks:
-                progress("replay", done[0], n_tasks)
-
-        observers.append(_tick)
     t0 = time.perf_counter()
-    result = replay(graph, comm, observers=observers)
+    result = replay(graph, comm, observers=_observers(graph, progress))
     return result, time.perf_counter() - t0
 
 
@@ -239,7 +244,8 @@ def _retarget(source: str | Path | None, opts: ReplayOptions, detail: bool,
     comm, net, recorder = _comm_model(b.cluster, graph, network, b.symmetric, detail)
     graph, perturbed = perturbation_step(
         graph, opts, b.cluster,
-        lambda c: _comm_model(c or b.cluster, graph, network, b.symmetric, False)[0])
+        lambda c: _comm_model(c or b.cluster, graph, network, b.symmetric, False)[0],
+        observers=_observers(graph, progress, "reference"))  # the unperturbed replay first
     result, t_rep = _engine(graph, comm, progress)
     warnings = list(b.warnings)
     iter_s = result.makespan_ns * 1e-9
