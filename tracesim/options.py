@@ -399,9 +399,8 @@ class ReplayOptions:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ReplayOptions:
         # an unknown keyword: InputError naming it, before the generated __init__'s TypeError
-        for key in kwargs:
-            if key not in option_names():
-                raise unknown_option(key)
+        if bad := set(kwargs).difference(option_names()):
+            raise unknown_option(next(k for k in kwargs if k in bad))
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
