@@ -152,8 +152,7 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
             continue
         row: dict[str, Any] = {"metric": name, "key": key, "better": better}
         row.update(dict(zip(labels, col, strict=True)))
-        ranked = [c if ok else None for c, ok in zip(col, fits, strict=True)]
-        winner, ratio = (_winner(ranked, better, fits) if same or key not in PER_ITERATION
+        winner, ratio = (_winner(col, better, fits) if same or key not in PER_ITERATION
                          else (None, None))
         row["winner"] = labels[winner] if winner is not None else None
         row["ratio"] = ratio
@@ -168,15 +167,15 @@ def compare_table(results: Sequence[Mapping[str, Any]], labels: Sequence[str],
 def _winner(col: Sequence[float | None], better: str,
             ranked: Sequence[bool] | None = None) -> tuple[int | None, float | None]:
     """The best of ``col`` and its ratio to the runner-up, over the runs ``ranked`` says
-    (default all; a run left out has None in ``col``)."""
+    (default all; a value of a run left out is not read)."""
     keep = [i for i in range(len(col)) if ranked is None or ranked[i]]
     if not keep or any(col[i] is None for i in keep):
         return None, None
-    vals = [float(c) if c is not None else 0.0 for c in col]
+    vals = {i: float(col[i]) for i in keep}  # type: ignore[arg-type]
     order = sorted(keep, key=lambda i: (vals[i] if better == "lower" else -vals[i], i))
     w = order[0]
     if len(order) == 1:  # one run alone, or the only one ranked: nothing to win against
-        return (w, 1.0) if len(vals) == 1 else (None, None)
+        return (w, 1.0) if len(col) == 1 else (None, None)
     r = order[1]
     if better == "lower":
         ratio = vals[r] / vals[w] if vals[w] > 0 else None
